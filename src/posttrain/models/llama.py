@@ -1,0 +1,249 @@
+"""The native decoder: Llama / Qwen2 family in plain PyTorch, with an explicit KV cache.
+
+Covers: RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU,
+tied or untied embeddings, optional q/k/v biases (Qwen2). Parameter names are
+HF's (`model.layers.0.self_attn.q_proj.weight`, ...), so a `model.safetensors`
+from transformers loads with a plain `load_state_dict`. One forward serves
+both the engine (with a `KVCache`) and the learner (without one), so sampler
+and trainer logprobs come from the same code.
+Does not cover: paged/block KV caches (the engine builds those on top of the
+`forward(ids, positions, cache)` contract), tensor parallelism, RoPE scaling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posttrain.models.config import ModelConfig
+
+
+@dataclass
+class KVCache:
+    """Preallocated keys and values for a batch of rows that share slot indices.
+
+    Every row has the same number of filled slots (`length`); rows whose
+    prompts are shorter are left-padded and their padding slots are masked out
+    by `key_mask`. Position ids are therefore per row, not per slot.
+    """
+
+    k: list[Tensor]  # per layer [B, H_kv, S_max, D]
+    v: list[Tensor]  # per layer [B, H_kv, S_max, D]
+    key_mask: Tensor  # [B, S_max] bool: slot holds a real token
+    length: int = 0  # slots filled so far
+
+    @classmethod
+    def allocate(cls, config: ModelConfig, batch: int, max_len: int, dtype=torch.float32, device=None) -> "KVCache":
+        shape = (batch, config.num_key_value_heads, max_len, config.head_dim)
+        layers = config.num_hidden_layers
+        return cls(
+            k=[torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)],
+            v=[torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)],
+            key_mask=torch.zeros(batch, max_len, dtype=torch.bool, device=device),
+        )
+
+    @property
+    def batch_size(self) -> int:
+        return self.key_mask.shape[0]
+
+    @property
+    def capacity(self) -> int:
+        return self.key_mask.shape[1]
+
+    def select(self, rows: Tensor) -> "KVCache":
+        """A cache holding only `rows` (an index tensor, repeats allowed: that is how a prefill is forked)."""
+        return KVCache(
+            k=[t.index_select(0, rows) for t in self.k],
+            v=[t.index_select(0, rows) for t in self.v],
+            key_mask=self.key_mask.index_select(0, rows),
+            length=self.length,
+        )
+
+    def repeat_interleave(self, n: int) -> "KVCache":
+        """Fork every row n times: one prefill shared by a group of n samples."""
+        rows = torch.arange(self.batch_size, device=self.key_mask.device).repeat_interleave(n)
+        return self.select(rows)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos and sin tables for `positions` [B, T] -> each [B, 1, T, D]."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
+    freqs = positions[..., None].float() * inv_freq  # [B, T, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, D]
+    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+
+    def forward(
+        self,
+        x: Tensor,  # [B, T, H]
+        cos: Tensor,
+        sin: Tensor,
+        mask: Tensor | None,  # [B, 1, T, S] bool, or None for plain causal
+        cache: KVCache | None,
+        layer: int,
+    ) -> Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # [B, Hq, T, D]
+        k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            start = cache.length
+            cache.k[layer][:, :, start : start + t] = k
+            cache.v[layer][:, :, start : start + t] = v
+            k = cache.k[layer][:, :, : start + t]
+            v = cache.v[layer][:, :, : start + t]
+        if self.n_kv != self.n_heads:
+            rep = self.n_heads // self.n_kv
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, cache, layer):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    """Decoder-only language model; `forward` returns logits [B, T, V]."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def init_weights(self, generator: torch.Generator | None = None, std: float = 0.02) -> None:
+        """Random init as transformers does (normal(0, std), zero biases, unit norms)."""
+        for name, p in self.named_parameters():
+            with torch.no_grad():
+                if name.endswith("layernorm.weight") or name == "model.norm.weight":
+                    p.fill_(1.0)
+                elif name.endswith(".bias"):
+                    p.zero_()
+                else:
+                    p.normal_(0.0, std, generator=generator)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        input_ids: Tensor,  # [B, T]
+        position_ids: Tensor | None = None,  # [B, T]
+        cache: KVCache | None = None,
+        attention_mask: Tensor | None = None,  # [B, T] bool: real token (False for padding)
+    ) -> Tensor:
+        b, t = input_ids.shape
+        if cache is None:
+            if position_ids is None:
+                position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
+            mask = None if attention_mask is None else _padded_causal_mask(attention_mask)
+        else:
+            if cache.length + t > cache.capacity:
+                raise ValueError(f"KV cache overflow: {cache.length} + {t} > capacity {cache.capacity}")
+            valid = attention_mask if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+            cache.key_mask[:, cache.length : cache.length + t] = valid
+            if position_ids is None:  # count real tokens before each one, per row
+                seen = cache.key_mask[:, : cache.length].sum(1, keepdim=True)
+                position_ids = seen + valid.long().cumsum(1) - 1
+                position_ids = position_ids.clamp(min=0)
+            mask = _cache_mask(cache.key_mask[:, : cache.length + t], cache.length, t)
+        h = self.model.embed_tokens(input_ids)
+        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, h.dtype)
+        for i, layer in enumerate(self.model.layers):
+            h = layer(h, cos, sin, mask, cache, i)
+        if cache is not None:
+            cache.length += t
+        return self.lm_head(self.model.norm(h))
+
+
+def _cache_mask(key_mask: Tensor, start: int, t: int) -> Tensor:
+    """[B, 1, T, S] bool: query i (slot start+i) sees valid slots <= its own, and always itself.
+
+    Letting padding queries see themselves keeps their rows finite: an
+    all-masked row would make NaN keys that poison real rows through 0 * NaN.
+    """
+    s = key_mask.shape[1]
+    slots = torch.arange(s, device=key_mask.device)
+    q_slots = torch.arange(start, start + t, device=key_mask.device)
+    causal = slots[None, :] <= q_slots[:, None]  # [T, S]
+    diag = slots[None, :] == q_slots[:, None]
+    return ((key_mask[:, None, :] & causal) | diag)[:, None]
+
+
+def _padded_causal_mask(attention_mask: Tensor) -> Tensor:
+    """[B, 1, T, T] for a padded batch without cache."""
+    b, t = attention_mask.shape
+    return _cache_mask(attention_mask, 0, t)
