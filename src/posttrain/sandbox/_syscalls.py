@@ -1,0 +1,151 @@
+"""Thin ctypes wrappers over the Linux calls the sandbox needs and Python 3.11 lacks.
+
+Covers: unshare, setns-free namespace setup (mount, umount2, pivot_root, sethostname),
+capability dropping (capset, bounding set, securebits), no_new_privs, PDEATHSIG, and
+bringing up the loopback interface of a fresh network namespace.
+
+Does not cover: seccomp filters (``seccomp.py``), cgroups (``cgroups.py``), or any policy;
+every function here raises ``OSError`` with the errno of the failing call and nothing else.
+Linux x86_64/aarch64 glibc only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import socket
+import struct
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_SLAVE = 1 << 19
+MS_RELATIME = 1 << 21
+MNT_DETACH = 2
+
+PR_SET_PDEATHSIG = 1
+PR_SET_SECUREBITS = 28
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+
+# SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP | ..._LOCKED | KEEP_CAPS_LOCKED
+SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
+
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.unshare.argtypes = [ctypes.c_int]
+_libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_libc.syscall.restype = ctypes.c_long
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def _b(s: str | bytes | None) -> bytes | None:
+    return s.encode() if isinstance(s, str) else s
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
+    _check(_libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)), f"mount {target}")
+
+
+def umount2(target: str, flags: int = 0) -> None:
+    _check(_libc.umount2(_b(target), flags), f"umount {target}")
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    nr = 155 if os.uname().machine == "x86_64" else 41
+    _check(_libc.syscall(nr, _b(new_root), _b(put_old)), "pivot_root")
+
+
+def sethostname(name: str) -> None:
+    raw = name.encode()
+    _check(_libc.sethostname(raw, len(raw)), "sethostname")
+
+
+def prctl(option: int, a2: int = 0, a3: int = 0, a4: int = 0, a5: int = 0) -> int:
+    return _check(_libc.prctl(option, a2, a3, a4, a5), f"prctl({option})")
+
+
+def set_pdeathsig(sig: int) -> None:
+    prctl(PR_SET_PDEATHSIG, sig)
+
+
+def set_no_new_privs() -> None:
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except OSError:
+        return 40
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_all_capabilities() -> None:
+    """Empty the bounding, ambient, inheritable, permitted and effective sets, and lock
+    securebits so that a later execve (even as uid 0 in the namespace) regains nothing."""
+    for cap in range(_last_cap() + 1):
+        try:
+            prctl(PR_CAPBSET_DROP, cap)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+    try:
+        prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    except OSError:
+        pass
+    prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN)
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    nr = 126 if os.uname().machine == "x86_64" else 91
+    _check(_libc.syscall(nr, ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+def loopback_up() -> None:
+    """Bring up ``lo`` in a fresh network namespace (it starts down), so code that talks to
+    itself over 127.0.0.1 works while nothing outside the namespace is reachable."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifreq = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), siocgifflags, ifreq))[1]
+        fcntl.ioctl(s.fileno(), siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))

@@ -1,0 +1,54 @@
+"""Message framing between the manager and the fork-server: one JSON object per
+SOCK_SEQPACKET message, file descriptors riding along as SCM_RIGHTS.
+
+Does not cover: authentication (both ends are created by the manager as a socketpair and
+never reachable by sandboxed code) or large payloads (callers pass a memfd instead).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+MAX_MESSAGE = 1 << 17  # inline bodies above this travel in a memfd
+_FD_SPACE = 16
+
+
+def send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    if len(data) > MAX_MESSAGE:
+        memfd = os.memfd_create("sandbox-request", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(memfd, view):]
+            socket.send_fds(sock, [b'{"memfd":true}'], [*fds, memfd])
+        finally:
+            os.close(memfd)
+        return
+    socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+
+
+def recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One message and its fds; ``(None, [])`` on EOF."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE + 1024, _FD_SPACE)
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    obj = json.loads(data)
+    if obj.get("memfd"):
+        memfd = fds.pop()
+        size = os.fstat(memfd).st_size
+        chunks, off = [], 0
+        while off < size:
+            chunk = os.pread(memfd, size - off, off)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            off += len(chunk)
+        os.close(memfd)
+        obj = json.loads(b"".join(chunks))
+    return obj, fds

@@ -1,0 +1,235 @@
+"""Per-execution cgroups: memory and pids quotas, CPU accounting, and kill-everything.
+
+Covers: probing what this machine offers (cgroup v2 with memory/pids controllers; else the
+v1 ``memory``, ``pids`` and ``cpuacct`` hierarchies; the v2 ``cgroup.kill`` file, which works
+on a hybrid host even without controllers), creating one group per execution under
+``posttrain-sandbox/<manager>``, reading peak memory, OOM kills and CPU time, and removing
+it. ``sweep_orphans`` removes the groups of managers that died (SIGKILL included).
+
+Does not cover: CPU bandwidth (``cpu.max``) or I/O throttling; anything missing is reported
+by ``CgroupSupport.warnings`` so the caller can degrade loudly, never silently.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+ROOT = "/sys/fs/cgroup"
+PREFIX = "posttrain-sandbox"
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def process_start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat: with the pid, names a process uniquely across reuse."""
+    try:
+        stat = _read(f"/proc/{pid}/stat")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def manager_tag(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}-{process_start_time(pid)}"
+
+
+@dataclass
+class CgroupSupport:
+    """Where each mechanism lives on this machine (``None``: unavailable)."""
+
+    memory: str | None = None
+    """Hierarchy root holding the memory controller."""
+    memory_v2: bool = False
+    pids: str | None = None
+    pids_v2: bool = False
+    cpu: str | None = None
+    """Hierarchy root for CPU accounting (v1 cpuacct or v2 cpu.stat)."""
+    cpu_v2: bool = False
+    kill: str | None = None
+    """A v2 hierarchy whose groups have ``cgroup.kill``."""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def roots(self) -> list[str]:
+        return sorted({r for r in (self.memory, self.pids, self.cpu, self.kill) if r})
+
+
+def _writable(path: str) -> bool:
+    probe = os.path.join(path, PREFIX)
+    try:
+        os.makedirs(probe, exist_ok=True)
+        return True
+    except OSError:
+        return False
+
+
+def probe() -> CgroupSupport:
+    s = CgroupSupport()
+    v2 = ROOT if os.path.exists(f"{ROOT}/cgroup.controllers") else f"{ROOT}/unified"
+    if os.path.exists(f"{v2}/cgroup.controllers") and _writable(v2):
+        ctrls = _read(f"{v2}/cgroup.controllers").split()
+        base = f"{v2}/{PREFIX}"
+        for c in ("memory", "pids", "cpu"):
+            if c in ctrls:
+                try:
+                    _write(f"{v2}/cgroup.subtree_control", f"+{c}")
+                    _write(f"{base}/cgroup.subtree_control", f"+{c}")
+                except OSError:
+                    continue
+                setattr(s, c, v2)
+                setattr(s, f"{c}_v2", True)
+        if os.path.exists(f"{base}/cgroup.kill"):
+            s.kill = v2
+    for c, attr in (("memory", "memory"), ("pids", "pids"), ("cpuacct", "cpu")):
+        if getattr(s, attr) is None and os.path.isdir(f"{ROOT}/{c}") and _writable(f"{ROOT}/{c}"):
+            setattr(s, attr, f"{ROOT}/{c}")
+    if s.memory is None:
+        s.warnings.append("no memory cgroup: memory is limited only by RLIMIT_AS (per process, virtual memory)")
+    if s.pids is None:
+        s.warnings.append("no pids cgroup: processes are limited only by RLIMIT_NPROC (shared by all sandboxes)")
+    if s.cpu is None:
+        s.warnings.append("no cpu accounting cgroup: CPU time counts only processes the task waited for")
+    if s.kill is None:
+        s.warnings.append("no cgroup.kill: teardown relies on PID-namespace init death")
+    return s
+
+
+@dataclass
+class TaskStats:
+    peak_memory_bytes: int | None = None
+    oom_kills: int = 0
+    cpu_s: float | None = None
+
+
+class TaskCgroup:
+    """The cgroups of one execution; ``add(pid)`` before the task starts, ``close()`` after."""
+
+    def __init__(self, support: CgroupSupport, manager: str, name: str, memory_bytes: int, pids: int):
+        self.support = support
+        self.paths: dict[str, str] = {}
+        for root in support.roots:
+            path = f"{root}/{PREFIX}/{manager}/{name}"
+            os.makedirs(path)
+            self.paths[root] = path
+        if support.memory:
+            p = self.paths[support.memory]
+            if support.memory_v2:
+                _write(f"{p}/memory.max", str(memory_bytes))
+                try:
+                    _write(f"{p}/memory.swap.max", "0")
+                except OSError:
+                    pass
+            else:
+                _write(f"{p}/memory.limit_in_bytes", str(memory_bytes))
+                try:
+                    _write(f"{p}/memory.swappiness", "0")
+                except OSError:
+                    pass
+        if support.pids:
+            _write(f"{self.paths[support.pids]}/pids.max", str(pids))
+
+    def add(self, pid: int) -> None:
+        for path in self.paths.values():
+            _write(f"{path}/cgroup.procs", str(pid))
+
+    def kill(self) -> bool:
+        if self.support.kill:
+            try:
+                _write(f"{self.paths[self.support.kill]}/cgroup.kill", "1")
+                return True
+            except OSError:
+                return False
+        return False
+
+    def stats(self) -> TaskStats:
+        st = TaskStats()
+        s = self.support
+        try:
+            if s.memory:
+                p = self.paths[s.memory]
+                if s.memory_v2:
+                    st.peak_memory_bytes = int(_read(f"{p}/memory.peak")) if os.path.exists(f"{p}/memory.peak") else None
+                    events = dict(line.split() for line in _read(f"{p}/memory.events").splitlines())
+                else:
+                    st.peak_memory_bytes = int(_read(f"{p}/memory.max_usage_in_bytes"))
+                    events = dict(line.split() for line in _read(f"{p}/memory.oom_control").splitlines())
+                st.oom_kills = int(events.get("oom_kill", 0))
+            if s.cpu:
+                p = self.paths[s.cpu]
+                if s.cpu_v2:
+                    usage = dict(line.split() for line in _read(f"{p}/cpu.stat").splitlines())
+                    st.cpu_s = int(usage["usage_usec"]) / 1e6
+                else:
+                    st.cpu_s = int(_read(f"{p}/cpuacct.usage")) / 1e9
+        except (OSError, ValueError, KeyError):
+            pass
+        return st
+
+    def close(self, timeout_s: float = 2.0) -> bool:
+        """Remove the groups; kills stragglers first. False if one could not be removed."""
+        deadline = time.monotonic() + timeout_s
+        ok = True
+        for path in self.paths.values():
+            ok &= _remove_group(path, deadline)
+        return ok
+
+
+def _remove_group(path: str, deadline: float) -> bool:
+    while True:
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                return False
+        try:
+            if os.path.exists(f"{path}/cgroup.kill"):
+                _write(f"{path}/cgroup.kill", "1")
+            else:
+                for pid in _read(f"{path}/cgroup.procs").split():
+                    os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.002)
+
+
+def sweep_orphans(support: CgroupSupport | None = None) -> int:
+    """Remove groups left by managers that no longer run. Returns how many were removed."""
+    support = support or probe()
+    removed = 0
+    for root in support.roots:
+        base = f"{root}/{PREFIX}"
+        try:
+            managers = os.listdir(base)
+        except OSError:
+            continue
+        for tag in managers:
+            mdir = f"{base}/{tag}"
+            if not os.path.isdir(mdir) or _alive(tag):
+                continue
+            deadline = time.monotonic() + 2.0
+            for child in os.listdir(mdir):
+                if os.path.isdir(f"{mdir}/{child}"):
+                    removed += _remove_group(f"{mdir}/{child}", deadline)
+            removed += _remove_group(mdir, deadline)
+    return removed
+
+
+def _alive(tag: str) -> bool:
+    pid, _, start = tag.partition("-")
+    return pid.isdigit() and process_start_time(int(pid)) == start

@@ -1,0 +1,109 @@
+"""Manager-side handle on the fork-server: start it, map its user namespace, talk to it.
+
+Covers: spawning ``_server`` with a SOCK_SEQPACKET control socket, writing its uid/gid maps
+(sandbox uid 0 -> an unprivileged host uid, ``nobody`` by default; when the manager is not
+root, its own uid), waiting for readiness, and sending requests thread-safely. The server
+exits when the control socket closes, so a SIGKILLed manager takes its sandboxes with it.
+
+Does not cover: what a request means (``_server.py``) or supervising an execution (``sandbox.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+from posttrain.sandbox import _wire
+
+SERVER_MODULE = "posttrain.sandbox._server"
+
+
+class SandboxUnavailable(RuntimeError):
+    """Namespaces (or the server) cannot be set up on this machine."""
+
+
+def _recv_timeout(sock: socket.socket, timeout_s: float) -> dict | None:
+    ready, _, _ = select.select([sock], [], [], timeout_s)
+    if not ready:
+        raise SandboxUnavailable(f"sandbox server did not answer within {timeout_s} s")
+    msg, fds = _wire.recv(sock)
+    for fd in fds:
+        os.close(fd)
+    return msg
+
+
+class ServerHandle:
+    def __init__(self, *, ro_binds: list[str], symlinks: dict[str, str], preload: list[str],
+                 host_uid: int, host_gid: int, manager: str, seccomp: bool = True, start_timeout_s: float = 30.0):
+        self._lock = threading.Lock()
+        self.ctl, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        config = {"ctl_fd": child.fileno(), "ro_binds": ro_binds, "symlinks": symlinks, "preload": preload,
+                  "manager": manager, "seccomp": seccomp}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-m", SERVER_MODULE, json.dumps(config)],
+            pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
+        )
+        child.close()
+        try:
+            msg = _recv_timeout(self.ctl, start_timeout_s)
+            if not msg or not msg.get("map"):
+                raise SandboxUnavailable((msg or {}).get("error", "sandbox server exited during start-up"))
+            self._write_maps(host_uid, host_gid)
+            _wire.send(self.ctl, {"mapped": True})
+            msg = _recv_timeout(self.ctl, start_timeout_s)
+            if not msg or not msg.get("ready"):
+                raise SandboxUnavailable((msg or {}).get("error", "sandbox server exited during set-up"))
+            self.warnings: list[str] = list(msg.get("warnings", []))
+        except BaseException:
+            self.close()
+            raise
+
+    def _write_maps(self, host_uid: int, host_gid: int) -> None:
+        pid = self.proc.pid
+        if os.geteuid() != 0:  # unprivileged: only our own ids can be mapped
+            host_uid, host_gid = os.geteuid(), os.getegid()
+            with open(f"/proc/{pid}/setgroups", "w") as f:
+                f.write("deny")
+        with open(f"/proc/{pid}/uid_map", "w") as f:
+            f.write(f"0 {host_uid} 1\n")
+        with open(f"/proc/{pid}/gid_map", "w") as f:
+            f.write(f"0 {host_gid} 1\n")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, obj: dict, fds: list[int]) -> None:
+        with self._lock:
+            _wire.send(self.ctl, obj, fds)
+
+    def call(self, obj: dict, timeout_s: float = 10.0) -> dict:
+        """A request answered on its own socket (session operations)."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with mine:
+            try:
+                self.send(obj, [theirs.fileno()])
+            finally:
+                theirs.close()
+            msg = _recv_timeout(mine, timeout_s)
+        if msg is None:
+            raise SandboxUnavailable("sandbox server closed the request")
+        return msg
+
+    def close(self) -> None:
+        try:
+            self.ctl.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()

@@ -1,0 +1,128 @@
+"""``Session``: a stateful sandbox workspace for agents, with snapshot and rollback.
+
+Covers: a per-session layer store (a size-capped tmpfs inside the fork-server) mounted as an
+overlay at ``/work`` for each ``exec``; ``read_file``/``write_file`` performed inside the
+sandbox with the task's own privileges (so symlinks planted by the model resolve inside the
+sandbox, never on the host); ``snapshot()`` freezes the upper layer into a new lower layer,
+``rollback(id)`` discards everything above that layer; ``close()`` destroys it all.
+
+Does not cover: processes that outlive an ``exec`` (each exec is its own PID namespace, so
+background jobs end with it) or layer compaction (chains deeper than a few hundred snapshots
+hit overlayfs' lower-layer limit).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import TYPE_CHECKING
+
+from posttrain.sandbox.limits import Limits
+from posttrain.sandbox.result import ExecResult, ExecStatus
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.sandbox import Sandbox
+
+_READ = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
+_WRITE = ("import os, sys; p = sys.argv[1]; d = os.path.dirname(p); d and os.makedirs(d, exist_ok=True); "
+          "open(p, 'wb').write(sys.stdin.buffer.read())")
+
+
+class Session:
+    def __init__(self, sandbox: Sandbox, *, files: dict[str, bytes | str] | None = None,
+                 limits: Limits | None = None, network: bool | None = None):
+        from posttrain.sandbox.sandbox import SandboxError
+
+        self.sandbox = sandbox
+        self.limits = limits or sandbox.limits
+        self.network = network
+        self.id = uuid.uuid4().hex[:16]
+        self._lock = threading.Lock()
+        self._closed = False
+        if not sandbox.isolated:
+            raise SandboxError("sessions need namespaces; unisolated mode offers one-shot runs only")
+        reply = sandbox._live_server().call({"op": "session_new", "sid": self.id,
+                                             "disk_bytes": self.limits.disk_mb << 20})
+        if "error" in reply:
+            raise SandboxError(reply["error"])
+        if files:
+            r = self.exec(["true"], files=files)
+            if not r.ok:
+                raise SandboxError(f"could not write the initial files: {r.error or r.stderr}")
+            self.snapshot()
+
+    def exec(self, command: str | list[str] | None = None, *, code: str | None = None, language: str = "python",
+             files: dict[str, bytes | str] | None = None, stdin: bytes | str | None = None,
+             limits: Limits | None = None, prefork: bool | None = None) -> ExecResult:
+        with self._lock:
+            self._check_open()
+            return self.sandbox._run(command=command, code=code, language=language, files=files, stdin=stdin,
+                                     limits=limits or self.limits, network=self.network, prefork=prefork,
+                                     sid=self.id).result
+
+    def read_file(self, path: str) -> bytes:
+        """The file's bytes as the task sees it (relative paths are under /work)."""
+        from posttrain.sandbox.sandbox import SandboxError
+
+        with self._lock:
+            self._check_open()
+            lim = Limits(**{**self.limits.to_dict(), "output_bytes": max(self.limits.output_bytes, self.limits.disk_mb << 20)})
+            out = self.sandbox._run(command=None, code=None, language="python", limits=lim, network=False, sid=self.id,
+                                    **self._helper(_READ, path))
+        if out.result.status is not ExecStatus.OK:
+            raise SandboxError(f"read_file({path!r}): {out.result.error or out.stderr.decode(errors='replace').strip()}")
+        return out.stdout
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        from posttrain.sandbox.sandbox import SandboxError
+
+        with self._lock:
+            self._check_open()
+            out = self.sandbox._run(stdin=data, limits=self.limits, network=False, sid=self.id,
+                                    **self._helper(_WRITE, path))
+        if out.result.status is not ExecStatus.OK:
+            raise SandboxError(f"write_file({path!r}): {out.result.error or out.stderr.decode(errors='replace').strip()}")
+
+    def _helper(self, code: str, path: str) -> dict:
+        import sys
+        if self.sandbox.prefork:
+            return {"code": None, "command": None, "prefork": False} | {"command": [sys.executable, "-I", "-S", "-c", code, path]}
+        return {"command": [sys.executable, "-I", "-S", "-c", code, path]}
+
+    def snapshot(self) -> int:
+        """Freeze the workspace; returns an id for ``rollback``."""
+        return self._layer_op({"op": "snapshot"})
+
+    def rollback(self, snapshot_id: int) -> None:
+        """Restore the workspace exactly as it was at ``snapshot(id)``; later snapshots are dropped."""
+        self._layer_op({"op": "rollback", "layer": int(snapshot_id)})
+
+    def _layer_op(self, req: dict) -> int:
+        from posttrain.sandbox.sandbox import SandboxError
+
+        with self._lock:
+            self._check_open()
+            reply = self.sandbox._live_server().call({**req, "sid": self.id})
+        if "error" in reply:
+            raise SandboxError(reply["error"])
+        return int(reply["layer"])
+
+    def _check_open(self) -> None:
+        from posttrain.sandbox.sandbox import SandboxError
+        if self._closed:
+            raise SandboxError("session is closed")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            server = self.sandbox._server
+            if server is not None and server.alive:
+                server.call({"op": "session_close", "sid": self.id})
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
