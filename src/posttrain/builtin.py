@@ -1,0 +1,153 @@
+"""The built-in base model: a ~1M-parameter Llama pre-trained on arithmetic, built once per machine.
+
+Covers: deterministic pre-training from a seed (character tokenizer built in
+code, procedurally generated problems from the train split only, loss on the
+answer), stopping on held-out greedy accuracy inside a band with a step cap,
+and a content-addressed on-disk cache guarded by a file lock so concurrent
+callers build it once.
+Does not cover: general-purpose pre-training of larger models.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from posttrain.config import BaseModelConfig
+from posttrain.engine.local import LocalEngine
+from posttrain.eval.accuracy import evaluate_accuracy
+from posttrain.models.config import ModelConfig
+from posttrain.models.io import load_model, save_model
+from posttrain.models.llama import CausalLM
+from posttrain.models.tokenizer import Tokenizer, char_tokenizer
+from posttrain.rewards.verifiers import ExactMatch
+from posttrain.tasks.arithmetic import ArithmeticSource
+
+BASE_FORMAT = 1  # bump when pre-training code changes what a cached model is
+
+
+@dataclass
+class BaseBuild:
+    path: Path
+    accuracy: float  # held-out greedy accuracy at the stop
+    steps: int
+    seconds: float
+    cached: bool  # True when reused from the cache, not built now
+    in_band: bool
+
+
+def cache_root(cfg: BaseModelConfig) -> Path:
+    root = cfg.cache_dir or os.environ.get("POSTTRAIN_CACHE") or Path.home() / ".cache" / "posttrain"
+    return Path(root) / "base"
+
+
+def base_key(cfg: BaseModelConfig) -> str:
+    fields = cfg.model_dump(exclude={"cache_dir"})
+    blob = json.dumps({"format": BASE_FORMAT, **fields}, sort_keys=True)
+    return f"arith-{cfg.family}-d{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+
+
+def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, T] right-padded ids and [B, T-1] loss mask covering answer tokens and EOS."""
+    rows, masks = [], []
+    for t in tasks:
+        prompt = tokenizer.encode(t.prompt)
+        answer = tokenizer.encode(t.answer, add_bos=False) + [tokenizer.eos_id]
+        rows.append(prompt + answer)
+        masks.append([0] * (len(prompt) - 1) + [1] * len(answer))
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width - 1))
+    for i, (r, m) in enumerate(zip(rows, masks)):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(m)] = torch.tensor(m, dtype=torch.float)
+    return ids, mask
+
+
+def pretrain_base(
+    cfg: BaseModelConfig, out_dir: Path, on_eval: Callable[[int, float], None] | None = None
+) -> tuple[float, int]:
+    """Train from scratch until held-out greedy accuracy reaches the band; returns (accuracy, steps)."""
+    torch.manual_seed(cfg.seed)
+    tokenizer = char_tokenizer()
+    source = ArithmeticSource(family=cfg.family, digits=cfg.digits)
+    mcfg = ModelConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    )
+    model = CausalLM(mcfg)
+    model.init_weights(torch.Generator().manual_seed(cfg.seed))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    rng = random.Random(cfg.seed)
+    held_out = source.take(cfg.eval_size, "held_out", seed=cfg.seed)
+    engine = LocalEngine(model, tokenizer)
+    verifier = ExactMatch()
+    max_answer = len(str(10 ** (cfg.digits + 1))) + 2
+    accuracy, step = 0.0, 0
+    for step in range(1, cfg.max_steps + 1):
+        model.train()
+        ids, mask = _batch(tokenizer, [source.sample(rng) for _ in range(cfg.batch_size)])
+        logits = model(ids)[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+        loss = (loss * mask.reshape(-1)).sum() / mask.sum()
+        warm = min(1.0, step / 50)
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * warm
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            accuracy = evaluate_accuracy(engine, held_out, verifier, max_tokens=max_answer).accuracy
+            if on_eval:
+                on_eval(step, accuracy)
+            if accuracy >= cfg.target_low:
+                break
+    save_model(model, tokenizer, out_dir)
+    return accuracy, step
+
+
+def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | None = None, rebuild: bool = False) -> BaseBuild:
+    """The cached base model for `cfg`, building it first if this machine has none."""
+    root = cache_root(cfg)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / base_key(cfg)
+    with open(root / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second process waits for the first build, then reuses it
+        meta_path = final / "base.json"
+        if meta_path.exists() and not rebuild:
+            meta = json.loads(meta_path.read_text())
+            return BaseBuild(final, meta["accuracy"], meta["steps"], meta["seconds"], True, meta["in_band"])
+        tmp = root / f".{final.name}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        start = time.perf_counter()
+        accuracy, steps = pretrain_base(cfg, tmp, on_eval)
+        seconds = time.perf_counter() - start
+        in_band = cfg.target_low <= accuracy <= cfg.target_high
+        meta = {"accuracy": accuracy, "steps": steps, "seconds": seconds, "in_band": in_band, "config": cfg.model_dump()}
+        (tmp / "base.json").write_text(json.dumps(meta, indent=2))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        return BaseBuild(final, accuracy, steps, seconds, False, in_band)
+
+
+def load_base(cfg: BaseModelConfig) -> tuple[CausalLM, Tokenizer, BaseBuild]:
+    build = ensure_base(cfg)
+    model, tokenizer = load_model(build.path)
+    return model, tokenizer, build

@@ -1,0 +1,202 @@
+"""Typed, validated run configuration: TOML files plus `--set a.b=c` overrides.
+
+Covers: one pydantic model per component, nested in `RunConfig`; loading from
+TOML; dotted overrides whose values are parsed as TOML literals; one-line
+error messages naming the field, the value and what is allowed.
+Does not cover: what the components do with their settings.
+
+The defaults are the quickstart: the built-in tiny model learning 3-digit
+addition with GRPO on a laptop CPU.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration problem, already phrased for a user (one line per problem)."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class BaseModelConfig(_Section):
+    """The built-in base model: a tiny Llama pre-trained on arithmetic until it is partly competent."""
+
+    hidden_size: int = Field(128, ge=8)
+    """Width of the residual stream."""
+    num_layers: int = Field(4, ge=1)
+    intermediate_size: int = Field(384, ge=8)
+    num_heads: int = Field(4, ge=1)
+    family: Literal["add", "sub", "addsub", "mul", "chain"] = "add"
+    """The arithmetic family it is pre-trained on (also the quickstart's RL task)."""
+    digits: int = Field(3, ge=1, le=9)
+    target_low: float = Field(0.40, ge=0.0, le=1.0)
+    """Stop pre-training once held-out greedy accuracy reaches this..."""
+    target_high: float = Field(0.65, ge=0.0, le=1.0)
+    """...and prefer a checkpoint at or below this (the band leaves RL room to improve)."""
+    max_steps: int = Field(3000, ge=1)
+    """Step cap: when the jump in accuracy happens depends on the seed, so stop on accuracy, capped."""
+    batch_size: int = Field(256, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    eval_every: int = Field(25, ge=1)
+    eval_size: int = Field(256, ge=16)
+    seed: int = 0
+    cache_dir: str | None = None
+    """Where built base models are kept (default: $POSTTRAIN_CACHE or ~/.cache/posttrain)."""
+
+    @model_validator(mode="after")
+    def _band(self) -> "BaseModelConfig":
+        if self.target_low > self.target_high:
+            raise ValueError(f"target_low ({self.target_low}) must not exceed target_high ({self.target_high})")
+        return self
+
+
+class ModelSection(_Section):
+    path: str | None = None
+    """An HF-format checkpoint directory (config.json, model.safetensors, tokenizer.json); None = the built-in base."""
+    base: BaseModelConfig = BaseModelConfig()
+
+
+class TasksConfig(_Section):
+    source: str = "arith:add"
+    """`arith:<family>` (add, sub, addsub, mul, chain) or a path to a JSONL task file."""
+    digits: int = Field(3, ge=1, le=18)
+    """Difficulty knob of the arithmetic generators."""
+    held_out_fraction: float = Field(0.05, gt=0.0, lt=1.0)
+    on_error: Literal["fail", "skip"] = "fail"
+    """What a malformed JSONL line does: fail the load (listing every bad line) or skip it with a warning."""
+
+
+class RewardConfig(_Section):
+    verifier: Literal["exact", "numeric"] = "exact"
+    tolerance: float = Field(0.0, ge=0.0)
+    """Absolute tolerance of the numeric verifier."""
+    extract: Literal["full", "last_number", "boxed", "tag"] = "full"
+    """How the answer is read from a response: the whole text, the last number, \\boxed{}, or <answer> tags."""
+
+
+class SamplingConfig(_Section):
+    n: int = Field(16, ge=1)
+    """Group size: samples per task."""
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    max_tokens: int = Field(8, ge=1)
+
+
+class RLConfig(_Section):
+    advantage: Literal["grpo", "dr_grpo"] = "grpo"
+    """grpo: (r - mean) / (std + eps); dr_grpo: r - mean (no std normalisation)."""
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    clip_low: float = Field(0.2, ge=0.0)
+    clip_high: float = Field(0.28, ge=0.0)
+    """Upper clip of the ratio: above clip_low is DAPO's clip-higher."""
+    kl_beta: float = Field(0.0, ge=0.0)
+    """Weight of the k3 KL penalty to the initial (reference) policy; 0 disables it and its forward pass."""
+    lr: float = Field(3e-4, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    grad_clip: float = Field(1.0, gt=0.0)
+    epochs: int = Field(1, ge=1)
+    """Passes over each batch of groups; > 1 makes the ratio (and so the clip) matter."""
+    minibatches: int = Field(1, ge=1)
+    warmup_steps: int = Field(0, ge=0)
+
+
+class TrainConfig(_Section):
+    steps: int = Field(400, ge=1)
+    prompts_per_step: int = Field(16, ge=1)
+    """Groups per optimizer step, after dropping groups with zero reward variance."""
+    drop_zero_variance: bool = True
+    max_fill_rounds: int = Field(4, ge=1)
+    """Sampling rounds allowed to refill the batch after dropping uninformative groups."""
+    eval_every: int = Field(0, ge=0)
+    """Held-out evaluation every K steps (0: only at the end)."""
+    eval_size: int = Field(500, ge=1)
+    checkpoint_every: int = Field(100, ge=0)
+    """Write an HF-format checkpoint (plus optimizer and RNG state) every K steps; 0 disables."""
+    keep_checkpoints: int = Field(2, ge=1)
+    store_samples: bool = True
+    """Store every sampled completion with its verdict in the run store."""
+
+
+class RunConfig(_Section):
+    name: str = "quickstart"
+    seed: int = 0
+    run_dir: str = "runs"
+    """Parent directory of runs; each run lives in <run_dir>/<name>."""
+    model: ModelSection = ModelSection()
+    tasks: TasksConfig = TasksConfig()
+    reward: RewardConfig = RewardConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    rl: RLConfig = RLConfig()
+    train: TrainConfig = TrainConfig()
+    tensorboard: bool = True
+
+    @property
+    def path(self) -> Path:
+        return Path(self.run_dir) / self.name
+
+
+def _format_error(exc: ValidationError, raw: dict[str, Any]) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            lines.append(f"config: unknown key {loc!r} (check the spelling; see `posttrain config --show`)")
+        else:
+            value = err.get("input")
+            shown = "" if isinstance(value, dict) else f" = {value!r}"
+            lines.append(f"config: {loc}{shown}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def _parse_value(text: str) -> Any:
+    """A TOML literal if it is one (numbers, booleans, quoted strings, arrays), else the raw string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"config: override {item!r} must look like key.path=value")
+        key, value = item.split("=", 1)
+        node = raw
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"config: cannot set {key!r}: {part!r} is not a section")
+            node = child
+        node[parts[-1]] = _parse_value(value.strip())
+    return raw
+
+
+def build_config(raw: dict[str, Any]) -> RunConfig:
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc, raw)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Defaults <- TOML file <- overrides, validated once at the end."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config: file {p} not found")
+        try:
+            raw = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config: {p} is not valid TOML: {exc}") from None
+    return build_config(apply_overrides(raw, overrides or []))

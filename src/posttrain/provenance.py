@@ -1,0 +1,38 @@
+"""Which code produced a result: package version, git commit, and a hash of the package source."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import subprocess
+from pathlib import Path
+
+import posttrain
+
+
+@functools.cache
+def source_hash() -> str:
+    root = Path(posttrain.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def git_commit() -> str | None:
+    root = Path(posttrain.__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        )
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def code_version() -> dict[str, str | None]:
+    return {"version": posttrain.__version__, "git": git_commit(), "source_sha": source_hash()}

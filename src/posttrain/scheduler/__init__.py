@@ -1,0 +1,5 @@
+"""Which task runs next: the curriculum hook and its default."""
+
+from posttrain.scheduler.curriculum import Curriculum, PassRateCurriculum, TaskStats
+
+__all__ = ["Curriculum", "PassRateCurriculum", "TaskStats"]

@@ -1,0 +1,148 @@
+"""The embedded run store: one SQLite file per run.
+
+Covers: the run's config and code version; per-step metrics; per-group
+rewards; every sampled completion with its verdict; held-out evaluations;
+the checkpoint index; and truncation after a step, so a resumed run never
+holds rows from the steps it is about to redo.
+Does not cover: eval-harness results across models (the eval package adds
+its own tables to the same kind of file).
+
+Writes for one step go in one transaction; WAL mode lets a reader (a report,
+`sqlite3`, TensorBoard export) look while training writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS run (
+    key TEXT PRIMARY KEY, value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS steps (
+    step INTEGER PRIMARY KEY, time REAL NOT NULL, metrics TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS groups (
+    step INTEGER NOT NULL, group_idx INTEGER NOT NULL, task_id TEXT NOT NULL,
+    rewards TEXT NOT NULL, used INTEGER NOT NULL,
+    PRIMARY KEY (step, group_idx)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    step INTEGER NOT NULL, group_idx INTEGER NOT NULL, sample_idx INTEGER NOT NULL,
+    task_id TEXT NOT NULL, completion TEXT NOT NULL, n_tokens INTEGER NOT NULL, finish TEXT NOT NULL,
+    score REAL, passed INTEGER, status TEXT NOT NULL, verifier TEXT NOT NULL, details TEXT NOT NULL,
+    policy_version INTEGER NOT NULL,
+    PRIMARY KEY (step, group_idx, sample_idx)
+);
+CREATE TABLE IF NOT EXISTS evals (
+    step INTEGER NOT NULL, name TEXT NOT NULL, metrics TEXT NOT NULL, per_task TEXT NOT NULL,
+    PRIMARY KEY (step, name)
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    step INTEGER PRIMARY KEY, path TEXT NOT NULL, time REAL NOT NULL
+);
+"""
+
+
+class RunStore:
+    """Read and write one run's records.
+
+    >>> store = RunStore("runs/demo/run.sqlite")
+    >>> store.log_step(1, {"reward": 0.5})
+    >>> store.metrics("reward")
+    [(1, 0.5)]
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.path), timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # run-level facts
+    def set_info(self, **values: Any) -> None:
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO run(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in values.items()]
+            )
+
+    def info(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM run")}
+
+    # per step
+    def log_step(
+        self,
+        step: int,
+        metrics: dict[str, float],
+        groups: Iterable[tuple[int, str, list[float], bool]] = (),
+        samples: Iterable[tuple] = (),
+    ) -> None:
+        """One step's metrics, groups (idx, task_id, rewards, used) and samples, atomically."""
+        with self.db:
+            self.db.execute(
+                "INSERT OR REPLACE INTO steps(step, time, metrics) VALUES (?, ?, ?)",
+                (step, time.time(), json.dumps(metrics)),
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO groups(step, group_idx, task_id, rewards, used) VALUES (?, ?, ?, ?, ?)",
+                [(step, g, t, json.dumps(r), int(u)) for g, t, r, u in groups],
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(step, *row) for row in samples],
+            )
+
+    def log_eval(self, step: int, name: str, metrics: dict[str, float], per_task: dict[str, float]) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT OR REPLACE INTO evals(step, name, metrics, per_task) VALUES (?, ?, ?, ?)",
+                (step, name, json.dumps(metrics), json.dumps(per_task)),
+            )
+
+    def log_checkpoint(self, step: int, path: str) -> None:
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (step, path, time.time()))
+
+    def forget_checkpoint(self, step: int) -> None:
+        with self.db:
+            self.db.execute("DELETE FROM checkpoints WHERE step = ?", (step,))
+
+    def truncate_after(self, step: int) -> None:
+        """Delete everything recorded after `step` (a resume from that step's checkpoint redoes them)."""
+        with self.db:
+            for table in ("steps", "groups", "samples", "evals", "checkpoints"):
+                self.db.execute(f"DELETE FROM {table} WHERE step > ?", (step,))
+
+    # reading
+    def steps(self) -> list[tuple[int, dict[str, float]]]:
+        return [(s, json.loads(m)) for s, m in self.db.execute("SELECT step, metrics FROM steps ORDER BY step")]
+
+    def metrics(self, key: str) -> list[tuple[int, float]]:
+        return [(s, m[key]) for s, m in self.steps() if key in m]
+
+    def evals(self, name: str | None = None) -> list[tuple[int, str, dict[str, float]]]:
+        rows = self.db.execute("SELECT step, name, metrics FROM evals ORDER BY step, name")
+        return [(s, n, json.loads(m)) for s, n, m in rows if name is None or n == name]
+
+    def checkpoints(self) -> list[tuple[int, str]]:
+        return list(self.db.execute("SELECT step, path FROM checkpoints ORDER BY step"))
+
+    def count(self, table: str, where: str = "1=1", args: tuple = ()) -> int:
+        if table not in ("steps", "groups", "samples", "evals", "checkpoints"):
+            raise ValueError(f"unknown table {table!r}")
+        return self.db.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", args).fetchone()[0]

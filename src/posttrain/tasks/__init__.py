@@ -1,0 +1,31 @@
+"""Where tasks come from: users' JSONL files, procedural generators, public suites."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from posttrain.tasks.arithmetic import FAMILIES, ArithmeticSource
+from posttrain.tasks.base import Split, TaskSource, split_of
+from posttrain.tasks.jsonl import ListSource, TaskFileError, load_jsonl
+
+__all__ = [
+    "FAMILIES",
+    "ArithmeticSource",
+    "ListSource",
+    "Split",
+    "TaskFileError",
+    "TaskSource",
+    "load_jsonl",
+    "load_tasks",
+    "split_of",
+]
+
+
+def load_tasks(spec: str, held_out_fraction: float = 0.05, digits: int = 3, on_error: str = "fail") -> TaskSource:
+    """A task source from a short spec: `arith:<family>` or a path to a `.jsonl` file."""
+    if spec.startswith("arith:"):
+        return ArithmeticSource(family=spec.split(":", 1)[1], digits=digits, held_out_fraction=held_out_fraction)  # type: ignore[arg-type]
+    path = Path(spec)
+    if path.suffix == ".jsonl" or path.exists():
+        return ListSource(load_jsonl(path, on_error=on_error), name=path.stem, held_out_fraction=held_out_fraction)  # type: ignore[arg-type]
+    raise ValueError(f"unknown task source {spec!r}: use 'arith:<family>' ({', '.join(FAMILIES)}) or a .jsonl path")

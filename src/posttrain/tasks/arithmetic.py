@@ -1,0 +1,99 @@
+"""Procedural arithmetic tasks with a difficulty knob: the built-in domain.
+
+Covers: addition, subtraction, a mix of both, multiplication, and chained
+sums of several terms; `digits` is the difficulty knob (operand size), and
+`terms` lengthens chains. Prompts look like `123+45=`, answers like `168`.
+Does not cover: word problems or reasoning-gym's generators (see the suites
+adapters).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+from posttrain.tasks.base import Split, split_of
+from posttrain.types import Task
+
+Family = Literal["add", "sub", "addsub", "mul", "chain"]
+FAMILIES: tuple[str, ...] = ("add", "sub", "addsub", "mul", "chain")
+
+
+@dataclass
+class ArithmeticSource:
+    """Arithmetic problems whose split is decided by a hash of the problem.
+
+    The split key is canonical: `a+b` and `b+a` (and any reordering of a
+    chain's added terms) are the same problem, so the model can never meet a
+    held-out sum in training merely written the other way round.
+    """
+
+    family: Family = "add"
+    digits: int = 3
+    terms: int = 3  # only for "chain"
+    held_out_fraction: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown arithmetic family {self.family!r}; choose one of {', '.join(FAMILIES)}")
+        if not 1 <= self.digits <= 18:
+            raise ValueError(f"digits must be in 1..18, got {self.digits}")
+        if self.terms < 2:
+            raise ValueError(f"terms must be >= 2, got {self.terms}")
+        if not 0 < self.held_out_fraction < 1:
+            raise ValueError(f"held_out_fraction must be in (0, 1), got {self.held_out_fraction}")
+
+    @property
+    def name(self) -> str:
+        extra = f"x{self.terms}" if self.family == "chain" else ""
+        return f"arith-{self.family}{extra}-d{self.digits}"
+
+    def _draw(self, rng: random.Random) -> Task:
+        hi = 10**self.digits - 1
+        op = self.family
+        if op == "addsub":
+            op = rng.choice(("add", "sub"))
+        if op == "chain":
+            nums = [rng.randint(0, hi) for _ in range(self.terms)]
+            signs = ["+"] + [rng.choice("+-") for _ in range(self.terms - 1)]
+            prompt = str(nums[0]) + "".join(s + str(n) for s, n in zip(signs[1:], nums[1:])) + "="
+            value = sum(n if s == "+" else -n for s, n in zip(signs, nums))
+            pos = sorted(n for s, n in zip(signs, nums) if s == "+")
+            neg = sorted(n for s, n in zip(signs, nums) if s == "-")
+            key = "+".join(map(str, pos)) + "".join(f"-{n}" for n in neg)
+        else:
+            a, b = rng.randint(0, hi), rng.randint(0, hi)
+            if op == "add":
+                prompt, value, key = f"{a}+{b}=", a + b, f"{min(a, b)}+{max(a, b)}"
+            elif op == "sub":
+                prompt, value, key = f"{a}-{b}=", a - b, f"{a}-{b}"
+            else:
+                prompt, value, key = f"{a}*{b}=", a * b, f"{min(a, b)}*{max(a, b)}"
+        return Task(
+            id=f"{self.name}:{prompt[:-1]}",
+            prompt=prompt,
+            answer=str(value),
+            meta={"family": self.family, "digits": self.digits, "split_key": key},
+        )
+
+    def split_of(self, task: Task) -> Split:
+        # The key is the canonical expression alone, so one problem has one split across families and difficulties.
+        return split_of(task.meta["split_key"], self.held_out_fraction)
+
+    def sample(self, rng: random.Random, split: Split = "train") -> Task:
+        for _ in range(100_000):
+            task = self._draw(rng)
+            if self.split_of(task) == split:
+                return task
+        raise RuntimeError(f"{self.name}: could not draw a {split} task (is the split fraction extreme?)")
+
+    def take(self, n: int, split: Split = "held_out", seed: int = 0) -> list[Task]:
+        rng = random.Random(f"{self.name}:{split}:{seed}")
+        seen: dict[str, Task] = {}
+        attempts = 0
+        while len(seen) < n and attempts < 50 * n + 1000:
+            task = self.sample(rng, split)
+            seen.setdefault(task.id, task)
+            attempts += 1
+        return list(seen.values())

@@ -1,0 +1,126 @@
+"""Users' own tasks from JSONL files.
+
+Schema, one JSON object per line (blank lines and lines starting with `//`
+are ignored):
+
+    {"id": "q1", "prompt": "2+2=", "answer": "4", "meta": {"tolerance": 0.01}}
+
+`prompt` (string) is required. `id` (string or int) defaults to
+`<file stem>:<line number>` and must be unique. `answer` (string or number)
+is the gold answer; `meta` (object) is passed through to verifiers and the
+curriculum. Any other top-level key is kept in `meta` too.
+
+Error policy: by default (`on_error="fail"`) a file with any malformed line
+fails to load, and the error lists every bad line as `file:line: reason`, so
+nothing is trained on a silently shortened task set. With `on_error="skip"`
+the good lines load and each bad one is reported as a warning.
+
+Covers: loading, validation, and the hash split of loaded tasks.
+Does not cover: test files for code tasks (the verifiers issue adds them).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from posttrain.tasks.base import Split, split_of
+from posttrain.types import Task
+
+
+class TaskFileError(ValueError):
+    """A task file could not be loaded; the message lists every problem with file and line."""
+
+
+def load_jsonl(path: str | Path, on_error: Literal["fail", "skip"] = "fail") -> list[Task]:
+    path = Path(path)
+    if not path.exists():
+        raise TaskFileError(f"{path}: file not found")
+    tasks: list[Task] = []
+    errors: list[str] = []
+    seen: dict[str, int] = {}
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            text = line.strip()
+            if not text or text.startswith("//"):
+                continue
+            try:
+                task = _parse_line(text, default_id=f"{path.stem}:{lineno}")
+            except ValueError as exc:
+                errors.append(f"{path}:{lineno}: {exc}")
+                continue
+            if task.id in seen:
+                errors.append(f"{path}:{lineno}: duplicate id {task.id!r} (first on line {seen[task.id]})")
+                continue
+            seen[task.id] = lineno
+            tasks.append(task)
+    if errors and on_error == "fail":
+        raise TaskFileError(f"{len(errors)} malformed line(s):\n" + "\n".join(errors))
+    for err in errors:
+        warnings.warn(f"skipped {err}", stacklevel=2)
+    if not tasks:
+        raise TaskFileError(f"{path}: no tasks (the file is empty or every line is malformed)")
+    return tasks
+
+
+def _parse_line(text: str, default_id: str) -> Task:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    prompt = obj.pop("prompt", None)
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError("'prompt' is required and must be a non-empty string")
+    task_id = obj.pop("id", default_id)
+    if not isinstance(task_id, (str, int)) or isinstance(task_id, bool):
+        raise ValueError(f"'id' must be a string or integer, got {task_id!r}")
+    answer = obj.pop("answer", None)
+    if answer is not None and (not isinstance(answer, (str, int, float)) or isinstance(answer, bool)):
+        raise ValueError(f"'answer' must be a string or number, got {type(answer).__name__}")
+    meta = obj.pop("meta", {})
+    if not isinstance(meta, dict):
+        raise ValueError(f"'meta' must be an object, got {type(meta).__name__}")
+    meta = {**obj, **meta}
+    return Task(id=str(task_id), prompt=prompt, answer=None if answer is None else str(answer), meta=meta)
+
+
+@dataclass
+class ListSource:
+    """A finite set of tasks (from a file or built in code), split by a hash of each id.
+
+    With `held_out_fraction == 0` every task is in both roles' reach: train
+    draws from all of them and `take(..., "held_out")` returns nothing.
+    """
+
+    tasks: list[Task]
+    name: str = "list"
+    held_out_fraction: float = 0.0
+    _by_split: dict[str, list[Task]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_split = {"train": [], "held_out": []}
+        for t in self.tasks:
+            s = split_of(t.id, self.held_out_fraction) if self.held_out_fraction > 0 else "train"
+            self._by_split[s].append(t)
+        if not self._by_split["train"]:
+            raise TaskFileError(f"{self.name}: no training tasks after the held-out split")
+
+    def split(self, split: Split) -> list[Task]:
+        return self._by_split[split]
+
+    def sample(self, rng: random.Random, split: Split = "train") -> Task:
+        pool = self._by_split[split]
+        if not pool:
+            raise TaskFileError(f"{self.name}: the {split} split is empty")
+        return pool[rng.randrange(len(pool))]
+
+    def take(self, n: int, split: Split = "held_out", seed: int = 0) -> list[Task]:
+        pool = list(self._by_split[split])
+        random.Random(f"{self.name}:{split}:{seed}").shuffle(pool)
+        return pool[:n]

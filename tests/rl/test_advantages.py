@@ -1,0 +1,57 @@
+import math
+
+import torch
+
+from posttrain.rl.advantages import dr_grpo_advantages, group_relative_advantages, grpo_advantages, has_signal
+
+
+def test_grpo_matches_hand_computed_values():
+    # rewards 1, 0, 0, 1: mean 0.5, unbiased std sqrt(1/3) = 0.57735
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    v = torch.ones_like(r, dtype=torch.bool)
+    adv = grpo_advantages(r, v, eps=0.0)
+    expected = 0.5 / math.sqrt(1 / 3)
+    assert torch.allclose(adv, torch.tensor([[expected, -expected, -expected, expected]]), atol=1e-6)
+
+
+def test_dr_grpo_is_unnormalised():
+    r = torch.tensor([[3.0, 1.0, 2.0]])
+    v = torch.ones_like(r, dtype=torch.bool)
+    assert torch.allclose(dr_grpo_advantages(r, v), torch.tensor([[1.0, -1.0, 0.0]]))
+
+
+def test_errored_samples_are_excluded_not_scored_zero():
+    # the third sample errored: its NaN reward must neither count as 0 nor poison the group
+    r = torch.tensor([[1.0, 0.0, float("nan"), 1.0]])
+    v = torch.tensor([[True, True, False, True]])
+    adv = dr_grpo_advantages(r, v)
+    mean = 2 / 3
+    assert torch.allclose(adv, torch.tensor([[1 - mean, -mean, 0.0, 1 - mean]]), atol=1e-6)
+    assert torch.isfinite(grpo_advantages(r, v)).all()
+
+
+def test_zero_variance_group_has_zero_advantage_and_no_signal():
+    r = torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    v = torch.ones_like(r, dtype=torch.bool)
+    adv = grpo_advantages(r, v)
+    assert torch.equal(adv[0], torch.zeros(3))
+    assert has_signal(r, v).tolist() == [False, True]
+
+
+def test_single_valid_sample_has_no_signal():
+    r = torch.tensor([[1.0, float("nan")]])
+    v = torch.tensor([[True, False]])
+    assert has_signal(r, v).tolist() == [False]
+    assert torch.equal(grpo_advantages(r, v), torch.zeros(1, 2))
+
+
+def test_dispatch_rejects_unknown_kind():
+    r = torch.zeros(1, 2)
+    v = torch.ones(1, 2, dtype=torch.bool)
+    assert torch.equal(group_relative_advantages(r, v, "dr_grpo"), torch.zeros(1, 2))
+    try:
+        group_relative_advantages(r, v, "ppo")
+    except ValueError as exc:
+        assert "grpo" in str(exc)
+    else:
+        raise AssertionError("unknown estimator accepted")

@@ -1,0 +1,232 @@
+"""Escape attacks: file system, privileges, kernel surface, network. Each must fail inside
+the sandbox, and a control shows the probe itself works where access is legitimate."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+
+from posttrain.sandbox import ExecStatus, Limits
+
+from .conftest import free_port, wait_until
+
+# ---------------------------------------------------------------- file system
+
+
+def test_host_files_outside_the_binds_are_invisible(sandbox):
+    r = sandbox.run(code="import os\nfor p in ('/etc/shadow', '/root/.bashrc', '/home', '/var', '/work/main', "
+                         "'/sys/fs/cgroup', '/boot'):\n    print(p, os.path.exists(p))")
+    assert r.status is ExecStatus.OK
+    assert all(line.endswith("False") for line in r.stdout.splitlines()), r.stdout
+    assert os.path.exists("/etc/shadow")  # control: it is there on the host
+
+
+def test_etc_passwd_is_the_sandbox_own(sandbox):
+    r = sandbox.run("cat /etc/passwd")
+    with open("/etc/passwd") as f:
+        host = f.read()
+    assert r.stdout != host and r.stdout.startswith("root:x:0:0:sandbox")
+
+
+def test_proc_1_root_is_the_sandbox_root_not_the_host(sandbox):
+    r = sandbox.run(code="import os; print(sorted(os.listdir('/proc/1/root'))); print(os.path.exists('/proc/1/root/etc/shadow'))")
+    listing, shadow = r.stdout.splitlines()
+    assert "home" not in listing and "var" not in listing
+    assert shadow == "False"
+
+
+def test_runtime_binds_and_root_are_read_only(sandbox):
+    code = ("import errno\nfor p in ('/usr/evil', '/etc/evil', '/evil', '/bin/evil', '/dev/evil', '/proc/evil'):\n"
+            "    try:\n        open(p, 'w')\n        print(p, 'WRITABLE')\n    except OSError as e:\n        print(p, e.errno)")
+    r = sandbox.run(code=code)
+    assert "WRITABLE" not in r.stdout, r.stdout
+    assert not os.path.exists("/usr/evil")
+
+
+def test_parent_and_absolute_file_names_are_rejected(sandbox):
+    for bad in ("../escape", "/etc/evil", "a/../../b", "", "a//b", "./x"):
+        with pytest.raises(ValueError):
+            sandbox.run(code="pass", files={bad: "x"})
+
+
+def test_symlinks_cannot_redirect_writes_to_the_host(sandbox):
+    with sandbox.session() as s:
+        s.exec("ln -s /etc /work/etc_link && ln -s /usr/bin/python3 /work/py_link && ln -s ../../.. /work/up")
+        for target in ("etc_link/passwd", "py_link", "up/etc/evil"):
+            with pytest.raises(Exception):
+                s.write_file(target, b"owned")
+        assert b"sandbox" in s.read_file("etc_link/passwd")  # resolves to the sandbox's /etc
+    with open("/etc/passwd") as f:
+        assert "owned" not in f.read()
+
+
+def test_mknod_mount_and_chroot_are_refused(sandbox):
+    code = ("import os, ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "try:\n    os.mknod('/tmp/null', 0o666 | 0o020000, os.makedev(1, 3)); print('mknod ok')\n"
+            "except OSError as e: print('mknod', e.errno)\n"
+            "print('mount', libc.mount(b'tmpfs', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno())\n"
+            "try:\n    os.chroot('/tmp'); print('chroot ok')\nexcept OSError as e: print('chroot', e.errno)")
+    r = sandbox.run(code=code)
+    assert "ok" not in r.stdout, r.stdout
+    assert "mount -1 1" in r.stdout
+
+
+# ---------------------------------------------------------------- privileges and kernel surface
+
+
+def test_capabilities_are_empty_and_no_new_privs_is_set(sandbox):
+    r = sandbox.run("grep -E '^(Cap|NoNewPrivs|Seccomp):' /proc/self/status")
+    fields = dict(line.split(":\t") for line in r.stdout.splitlines())
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(fields[cap], 16) == 0, (cap, fields[cap])
+    assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
+
+
+def test_tasks_run_as_nobody_on_the_host(sandbox):
+    import asyncio
+
+    marker = "uid-probe-5521"
+
+    async def scenario():
+        task = asyncio.ensure_future(sandbox.arun(f"exec -a {marker} sleep 2"))
+        from .conftest import host_processes_with
+        ok = await asyncio.get_running_loop().run_in_executor(None, lambda: wait_until(lambda: host_processes_with(marker), 3))
+        uids = []
+        for pid in host_processes_with(marker):
+            with open(f"/proc/{pid}/status") as f:
+                uids += [line.split()[1:] for line in f if line.startswith("Uid:")]
+        await task
+        return ok, uids
+
+    ok, uids = asyncio.run(scenario())
+    assert ok and uids and all(u == ["65534"] * 4 for u in uids), uids
+
+
+def test_ptrace_is_refused(sandbox):
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "pid = os.fork()\nif pid == 0:\n    import time; time.sleep(2); os._exit(0)\n"
+            "print(libc.ptrace(16, pid, 0, 0), ctypes.get_errno())")  # PTRACE_ATTACH
+    r = sandbox.run(code=code)
+    assert r.stdout.strip() == "-1 1"
+
+
+@pytest.mark.parametrize("name,nr", [("keyctl", 250), ("bpf", 321), ("perf_event_open", 298),
+                                     ("userfaultfd", 323), ("io_uring_setup", 425), ("setns", 308)])
+def test_dangerous_syscalls_return_eperm(sandbox, name, nr):
+    r = sandbox.run(code=f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                         f"print(libc.syscall({nr}, 0, 0, 0, 0, 0), ctypes.get_errno())")
+    assert r.stdout.strip() == "-1 1", (name, r.stdout, r.stderr)
+
+
+def test_tiocsti_terminal_injection_is_refused(sandbox):
+    r = sandbox.run(code="import fcntl\ntry:\n    fcntl.ioctl(0, 0x5412, b'x'); print('injected')\n"
+                         "except OSError as e:\n    print(e.errno)")
+    assert r.stdout.strip() == "1"
+
+
+def test_nested_user_namespaces_are_refused(sandbox):
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "print(libc.unshare(0x10000000), ctypes.get_errno())\n"
+            "import subprocess\nprint(subprocess.run(['unshare', '-U', 'true']).returncode)")
+    r = sandbox.run(code=code)
+    first, second = r.stdout.split("\n")[:2]
+    assert first == "-1 1" and second != "0", r.stdout
+
+
+def test_kill_minus_one_cannot_reach_host_processes(sandbox, host_sleeper):
+    r = sandbox.run(code="import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('sent')")
+    assert host_sleeper.poll() is None  # the host process is alive
+    assert r.status in (ExecStatus.OK, ExecStatus.RUNTIME_ERROR)
+    assert sandbox.run(code="print(1)").stdout == "1\n"  # and so is the sandbox server
+
+
+def test_host_processes_are_invisible(sandbox, host_sleeper):
+    r = sandbox.run(code="import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    assert r.stdout == "[1]\n"  # the task's init is alone in its PID namespace
+
+
+# ---------------------------------------------------------------- network
+
+
+def _serve_once(sock: socket.socket, hits: list) -> threading.Thread:
+    def loop():
+        sock.settimeout(3)
+        try:
+            if sock.type == socket.SOCK_STREAM:
+                conn, _ = sock.accept()
+                hits.append("tcp")
+                conn.close()
+            else:
+                sock.recvfrom(100)
+                hits.append("udp")
+        except OSError:
+            pass
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    return t
+
+
+CONNECT = ("import socket, sys\nfam = socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET\n"
+           "s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)\n"
+           "try:\n    s.connect((sys.argv[1], int(sys.argv[2]))); print('connected')\n"
+           "except OSError as e:\n    print('refused', e.errno)")
+
+
+@pytest.mark.parametrize("host,family", [("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)])
+def test_no_tcp_to_host_loopback(sandbox, host, family):
+    srv = free_port(family, host=host)
+    srv.listen()
+    hits: list = []
+    t = _serve_once(srv, hits)
+    port = srv.getsockname()[1]
+    r = sandbox.run(["python3", "-c", CONNECT, host, str(port)])
+    assert r.stdout.startswith("refused"), r.stdout + r.stderr
+    control = sandbox.run(["python3", "-c", CONNECT, host, str(port)], network=True)
+    t.join()
+    srv.close()
+    assert control.stdout == "connected\n" and hits == ["tcp"]
+
+
+def test_no_udp_to_host_loopback(sandbox):
+    srv = free_port(socket.AF_INET, socket.SOCK_DGRAM)
+    hits: list = []
+    port = srv.getsockname()[1]
+    code = f"import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.sendto(b'x', ('127.0.0.1', {port}))"
+    sandbox.run(code=code)
+    t = _serve_once(srv, hits)
+    srv.settimeout(0.5)
+    t.join()
+    sandbox.run(code=code, network=True)  # control: the same datagram arrives with network on
+    srv.settimeout(2)
+    data, _ = srv.recvfrom(10)
+    srv.close()
+    assert hits == [] and data == b"x"
+
+
+def test_no_abstract_unix_socket_to_host(sandbox):
+    name = b"\0posttrain-sandbox-test-abstract"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(name)
+    srv.listen()
+    code = (f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({name!r}); print('connected')\n"
+            "except OSError as e:\n    print('refused', e.errno)")
+    r = sandbox.run(code=code)
+    srv.close()
+    assert r.stdout.startswith("refused"), r.stdout
+
+
+def test_no_dns_resolution(sandbox):
+    code = ("import socket\ntry:\n    print(socket.getaddrinfo('example.com', 80)[0][4])\n"
+            "except OSError as e:\n    print('failed', type(e).__name__)")
+    r = sandbox.run(code=code, limits=Limits(wall_s=8))
+    assert r.stdout.startswith("failed"), r.stdout
+
+
+def test_private_loopback_works_inside_one_task(sandbox):
+    code = ("import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+            "c = socket.create_connection(s.getsockname()); a, _ = s.accept(); c.send(b'hi'); print(a.recv(2))")
+    assert sandbox.run(code=code).stdout == "b'hi'\n"

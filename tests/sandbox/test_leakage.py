@@ -1,0 +1,55 @@
+"""Nothing crosses from one execution or session to another."""
+
+from __future__ import annotations
+
+import asyncio
+
+from posttrain.sandbox import ExecStatus
+
+PLANT = ("import os\nopen('/work/secret', 'w').write('s'); open('/tmp/secret', 'w').write('s')\n"
+         "open('/dev/shm/secret', 'w').write('s')")
+PROBE = "import os\nprint([p for p in ('/work/secret', '/tmp/secret', '/dev/shm/secret') if os.path.exists(p)])"
+
+
+def test_files_tmp_and_shm_do_not_leak_to_the_next_run(sandbox):
+    assert sandbox.run(code=PLANT).status is ExecStatus.OK
+    assert sandbox.run(code=PROBE).stdout == "[]\n"
+
+
+def test_files_tmp_and_shm_do_not_leak_between_concurrent_runs(sandbox):
+    hold = PLANT + "\nimport time; time.sleep(1.5)"
+
+    async def both():
+        planter = asyncio.ensure_future(sandbox.arun(code=hold))
+        await asyncio.sleep(0.7)
+        probe = await sandbox.arun(code=PROBE)
+        return await planter, probe
+
+    planted, probe = asyncio.run(both())
+    assert planted.status is ExecStatus.OK
+    assert probe.stdout == "[]\n"
+
+
+def test_same_port_is_free_in_concurrent_runs(sandbox):
+    code = ("import socket, time\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)\n"
+            "s.bind(('127.0.0.1', 8000)); s.listen(); print('bound'); time.sleep(1)")
+
+    async def both():
+        return await asyncio.gather(sandbox.arun(code=code), sandbox.arun(code=code))
+
+    a, b = asyncio.run(both())
+    assert a.stdout == b.stdout == "bound\n", (a.stderr, b.stderr)
+
+
+def test_sysv_ipc_does_not_leak_between_runs(sandbox):
+    made = sandbox.run("ipcmk -M 4096 >/dev/null && ipcs -m | grep -c 0x")
+    seen = sandbox.run("ipcs -m | grep -c 0x || true")
+    assert made.stdout.strip() == "1" and seen.stdout.strip() == "0"
+
+
+def test_sessions_do_not_see_each_other(sandbox):
+    with sandbox.session() as a, sandbox.session() as b:
+        a.write_file("mine.txt", b"a")
+        assert b.exec("ls /work").stdout == ""
+        assert a.exec("ls /work").stdout == "mine.txt\n"
+        assert b.exec("ls /state 2>&1 | wc -l").stdout.strip() == "0"
