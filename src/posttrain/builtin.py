@@ -81,6 +81,7 @@ def pretrain_base(
     torch.manual_seed(cfg.seed)
     tokenizer = char_tokenizer()
     source = ArithmeticSource(family=cfg.family, digits=cfg.digits)
+    train_source = ArithmeticSource(family=cfg.family, digits=cfg.digits, min_digits=1 if cfg.mix_easy else None)
     mcfg = ModelConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=cfg.hidden_size,
@@ -102,7 +103,7 @@ def pretrain_base(
     accuracy, step = 0.0, 0
     for step in range(1, cfg.max_steps + 1):
         model.train()
-        ids, mask = _batch(tokenizer, [source.sample(rng) for _ in range(cfg.batch_size)])
+        ids, mask = _batch(tokenizer, [train_source.sample(rng) for _ in range(cfg.batch_size)])
         logits = model(ids)[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
         loss = (loss * mask.reshape(-1)).sum() / mask.sum()

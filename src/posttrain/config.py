@@ -37,6 +37,9 @@ class BaseModelConfig(_Section):
     family: Literal["add", "sub", "addsub", "mul", "chain"] = "add"
     """The arithmetic family it is pre-trained on (also the quickstart's RL task)."""
     digits: int = Field(3, ge=1, le=9)
+    """Held-out problems (the band is measured on them) have operands of up to this many digits."""
+    mix_easy: bool = True
+    """Pre-train on operands of 1..digits digits (easy problems first learned speed up the jump)."""
     target_low: float = Field(0.40, ge=0.0, le=1.0)
     """Stop pre-training once held-out greedy accuracy reaches this..."""
     target_high: float = Field(0.65, ge=0.0, le=1.0)

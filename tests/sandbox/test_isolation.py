@@ -11,7 +11,7 @@ import pytest
 
 from posttrain.sandbox import ExecStatus, Limits
 
-from .conftest import free_port, wait_until
+from _sandbox_testlib import free_port, wait_until
 
 # ---------------------------------------------------------------- file system
 
@@ -31,11 +31,16 @@ def test_etc_passwd_is_the_sandbox_own(sandbox):
     assert r.stdout != host and r.stdout.startswith("root:x:0:0:sandbox")
 
 
-def test_proc_1_root_is_the_sandbox_root_not_the_host(sandbox):
-    r = sandbox.run(code="import os; print(sorted(os.listdir('/proc/1/root'))); print(os.path.exists('/proc/1/root/etc/shadow'))")
-    listing, shadow = r.stdout.splitlines()
-    assert "home" not in listing and "var" not in listing
-    assert shadow == "False"
+def test_proc_1_root_and_proc_self_root_lead_nowhere_on_the_host(sandbox):
+    code = ("import os\nfor p in ('/proc/1/root', '/proc/2/root', '/proc/self/root'):\n    try:\n"
+            "        names = os.listdir(p)\n        print(p, 'home' in names or 'var' in names, os.path.exists(p + '/etc/shadow'))\n"
+            "    except OSError as e:\n        print(p, 'denied', e.errno)")
+    r = sandbox.run(code=code)
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3, r.stdout + r.stderr
+    for line in lines:
+        assert line.endswith("False False") or " denied " in line, line
+    assert lines[2].endswith("False False")  # our own root is readable and is the sandbox's
 
 
 def test_runtime_binds_and_root_are_read_only(sandbox):
@@ -78,7 +83,7 @@ def test_mknod_mount_and_chroot_are_refused(sandbox):
 
 
 def test_capabilities_are_empty_and_no_new_privs_is_set(sandbox):
-    r = sandbox.run("grep -E '^(Cap|NoNewPrivs|Seccomp):' /proc/self/status")
+    r = sandbox.run("grep -E '^(Cap[A-Za-z]+|NoNewPrivs|Seccomp):' /proc/self/status")
     fields = dict(line.split(":\t") for line in r.stdout.splitlines())
     for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert int(fields[cap], 16) == 0, (cap, fields[cap])
@@ -91,8 +96,8 @@ def test_tasks_run_as_nobody_on_the_host(sandbox):
     marker = "uid-probe-5521"
 
     async def scenario():
-        task = asyncio.ensure_future(sandbox.arun(f"exec -a {marker} sleep 2"))
-        from .conftest import host_processes_with
+        task = asyncio.ensure_future(sandbox.arun(["python3", "-c", "import time; time.sleep(2)", marker]))
+        from _sandbox_testlib import host_processes_with
         ok = await asyncio.get_running_loop().run_in_executor(None, lambda: wait_until(lambda: host_processes_with(marker), 3))
         uids = []
         for pid in host_processes_with(marker):
@@ -145,7 +150,15 @@ def test_kill_minus_one_cannot_reach_host_processes(sandbox, host_sleeper):
 
 def test_host_processes_are_invisible(sandbox, host_sleeper):
     r = sandbox.run(code="import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
-    assert r.stdout == "[1]\n"  # the task's init is alone in its PID namespace
+    assert r.stdout == "[1, 2]\n"  # the task's init and the task, alone in their PID namespace
+
+
+def test_task_cannot_reach_its_init_status_channel(sandbox):
+    code = ("import os\nfor p in ('/proc/1/mem', '/proc/1/fd/3', '/proc/1/fd/4', '/proc/1/environ'):\n"
+            "    try:\n        open(p, 'rb').close(); print(p, 'OPEN')\n    except OSError as e:\n        print(p, e.errno)\n"
+            "print(os.listdir('/proc/1/fd') if os.access('/proc/1/fd', os.R_OK) else 'no fd listing')")
+    r = sandbox.run(code=code)
+    assert "OPEN" not in r.stdout, r.stdout
 
 
 # ---------------------------------------------------------------- network

@@ -6,7 +6,7 @@ import time
 
 from posttrain.sandbox import ExecStatus, Limits
 
-from .conftest import FAST, host_processes_with, wait_until
+from _sandbox_testlib import FAST, host_processes_with, wait_until
 
 
 def test_fork_bomb_is_capped_by_pids_cgroup_and_torn_down(sandbox):
@@ -66,8 +66,10 @@ def test_stdin_is_delivered(sandbox):
 
 def test_setsid_double_fork_daemon_is_reaped(sandbox):
     marker = "sandbox-daemon-marker-7731"
-    r = sandbox.run(f"setsid sh -c 'exec -a {marker} sleep 300' </dev/null >/dev/null 2>&1 & sleep 0.2; echo started")
-    assert r.status is ExecStatus.OK and r.stdout == "started\n"
+    daemon = f"python3 -c 'import time; time.sleep(300)' {marker}"
+    r = sandbox.run(f"setsid sh -c \"{daemon} &\" </dev/null >/dev/null 2>&1; sleep 0.3; "
+                    f"ps -eo args | grep -c '^python3 .*{marker}'")
+    assert r.status is ExecStatus.OK and r.stdout == "1\n", r.stdout + r.stderr  # it was running
     assert wait_until(lambda: not host_processes_with(marker), 3.0)
 
 

@@ -14,6 +14,7 @@ import json
 import math
 import shutil
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -221,6 +222,9 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Held-out greedy accuracy (and per-task results) at the current step, stored."""
+        if not self.held_out:
+            warnings.warn(f"{self.source.name}: no held-out tasks; evaluation skipped (raise tasks.held_out_fraction)")
+            return {}
         res = evaluate_accuracy(self.engine, self.held_out, self.verifier, _answer_budget(self.cfg))
         metrics = {"greedy_accuracy": res.accuracy, "n_tasks": res.n_tasks, "verifier_errors": res.n_errors}
         self.store.log_eval(self.step, "held_out", metrics, res.per_task)

@@ -87,6 +87,7 @@ def _build_root(config: dict) -> list[str]:
     os.setgroups([])
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
+    sc.set_pdeathsig(signal.SIGKILL)  # a uid change cleared the one set before
 
     root = "/tmp"
     sc.mount("tmpfs", root, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=0755,size=1m")
@@ -139,7 +140,7 @@ def _build_root(config: dict) -> list[str]:
 
 
 def _task_init(req: dict, fds: dict[str, int], status: socket.socket, seccomp_program: bytes | None) -> None:
-    """G: init of the task's PID namespace. Never returns."""
+    """G: init of the task's PID namespace: sets it up, forks the task, reaps. Never returns."""
     try:
         sc.set_pdeathsig(signal.SIGKILL)
         limits = req["limits"]
@@ -170,6 +171,40 @@ def _task_init(req: dict, fds: dict[str, int], status: socket.socket, seccomp_pr
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(base64.b64decode(content))
+        if seccomp_program is not None:
+            seccomp.install(seccomp_program)
+        # Non-dumpable: the task (same uid) cannot open /proc/1/mem or /proc/1/fd/* to forge
+        # the status this process reports.
+        sc.prctl(sc.PR_SET_DUMPABLE, 0)
+        task = os.fork()
+    except BaseException as e:  # noqa: BLE001 - any set-up failure is the sandbox's
+        try:
+            _wire.send(status, {"setup_error": f"{type(e).__name__}: {e}"})
+        finally:
+            os._exit(EXIT_SETUP_FAILED)
+    if task == 0:
+        _task(req, fds, status)
+    # Init of the namespace: the task is pid 2 so that it can signal itself (init ignores
+    # signals it has no handler for); reap orphans until the task ends, then report and
+    # exit, which kills whatever is left in the namespace.
+    for fd in fds.values():
+        os.close(fd)
+    while True:
+        try:
+            pid, wstatus = os.wait()
+        except ChildProcessError:
+            os._exit(EXIT_SETUP_FAILED)
+        if pid == task:
+            try:
+                _wire.send(status, {"task_wstatus": wstatus})
+            finally:
+                os._exit(0)
+
+
+def _task(req: dict, fds: dict[str, int], status: socket.socket) -> None:
+    """T: the task itself, pid 2 of its namespace. Never returns."""
+    try:
+        sc.prctl(sc.PR_SET_DUMPABLE, 1)
         os.dup2(fds["stdin"], 0)
         os.dup2(fds["stdout"], 1)
         os.dup2(fds["stderr"], 2)
@@ -177,9 +212,7 @@ def _task_init(req: dict, fds: dict[str, int], status: socket.socket, seccomp_pr
         os.closerange(3, keep)
         os.closerange(keep + 1, 1 << 16)
         os.set_inheritable(keep, False)
-        if seccomp_program is not None:
-            seccomp.install(seccomp_program)
-    except BaseException as e:  # noqa: BLE001 - any set-up failure is the sandbox's
+    except BaseException as e:  # noqa: BLE001
         try:
             _wire.send(status, {"setup_error": f"{type(e).__name__}: {e}"})
         finally:
@@ -197,7 +230,7 @@ def _task_init(req: dict, fds: dict[str, int], status: socket.socket, seccomp_pr
         os.write(2, f"sandbox: {argv[0]}: command not found\n".encode())
         os._exit(127)
     try:
-        os.execve(exe, argv, env)  # status socket is close-on-exec
+        os.execve(exe, argv, env)  # the status socket is close-on-exec
     except OSError as e:
         status.close()
         os.write(2, f"sandbox: {argv[0]}: {e.strerror}\n".encode())

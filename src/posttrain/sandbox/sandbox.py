@@ -451,8 +451,10 @@ class Sandbox:
                     status_open = False
                 elif "setup_error" in msg:
                     final = msg
+                elif "task_wstatus" in msg:
+                    final = {**(final or {}), **msg} if not (final and "setup_error" in final) else final
                 elif "wstatus" in msg:
-                    final = final if final and "setup_error" in final else msg
+                    final = {**msg, **(final or {})}
             if cg is not None and self._cg.cpu and not killed:
                 st = cg.stats()
                 if st.cpu_s is not None and st.cpu_s > limits.cpu_s:
@@ -472,10 +474,10 @@ class Sandbox:
             res.error = "the task's keeper vanished without a status"
             return _Outcome(res, bytes(pump.out), bytes(pump.err))
         if final is not None:
-            res.exit_code, res.signal = _decode_wait(final["wstatus"])
-            if res.cpu_s is None:
+            res.exit_code, res.signal = _decode_wait(final.get("task_wstatus", final.get("wstatus", 9)))
+            if res.cpu_s is None and "utime" in final:
                 res.cpu_s = final["utime"] + final["stime"]
-            if res.peak_memory_bytes is None:
+            if res.peak_memory_bytes is None and "maxrss_kb" in final:
                 res.peak_memory_bytes = final["maxrss_kb"] * 1024
         else:
             res.signal = signal.SIGKILL

@@ -23,9 +23,9 @@ from posttrain.sandbox.result import ExecResult, ExecStatus
 if TYPE_CHECKING:
     from posttrain.sandbox.sandbox import Sandbox
 
-_READ = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
-_WRITE = ("import os, sys; p = sys.argv[1]; d = os.path.dirname(p); d and os.makedirs(d, exist_ok=True); "
-          "open(p, 'wb').write(sys.stdin.buffer.read())")
+_READ = "import sys\nwith open({path!r}, 'rb') as f:\n    sys.stdout.buffer.write(f.read())"
+_WRITE = ("import os, sys\np = {path!r}\nos.path.dirname(p) and os.makedirs(os.path.dirname(p), exist_ok=True)\n"
+          "with open(p, 'wb') as f:\n    f.write(sys.stdin.buffer.read())")
 
 
 class Session:
@@ -67,8 +67,8 @@ class Session:
         with self._lock:
             self._check_open()
             lim = Limits(**{**self.limits.to_dict(), "output_bytes": max(self.limits.output_bytes, self.limits.disk_mb << 20)})
-            out = self.sandbox._run(command=None, code=None, language="python", limits=lim, network=False, sid=self.id,
-                                    **self._helper(_READ, path))
+            out = self.sandbox._run(code=_READ.format(path=path), prefork=True, limits=lim, network=False,
+                                    sid=self.id)
         if out.result.status is not ExecStatus.OK:
             raise SandboxError(f"read_file({path!r}): {out.result.error or out.stderr.decode(errors='replace').strip()}")
         return out.stdout
@@ -78,16 +78,10 @@ class Session:
 
         with self._lock:
             self._check_open()
-            out = self.sandbox._run(stdin=data, limits=self.limits, network=False, sid=self.id,
-                                    **self._helper(_WRITE, path))
+            out = self.sandbox._run(code=_WRITE.format(path=path), prefork=True, stdin=data, limits=self.limits,
+                                    network=False, sid=self.id)
         if out.result.status is not ExecStatus.OK:
             raise SandboxError(f"write_file({path!r}): {out.result.error or out.stderr.decode(errors='replace').strip()}")
-
-    def _helper(self, code: str, path: str) -> dict:
-        import sys
-        if self.sandbox.prefork:
-            return {"code": None, "command": None, "prefork": False} | {"command": [sys.executable, "-I", "-S", "-c", code, path]}
-        return {"command": [sys.executable, "-I", "-S", "-c", code, path]}
 
     def snapshot(self) -> int:
         """Freeze the workspace; returns an id for ``rollback``."""

@@ -1,0 +1,92 @@
+"""Leaving nothing behind: after many executions, and after the manager is SIGKILLed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+from posttrain.sandbox import ExecStatus, Limits, Sandbox, SandboxPool, cgroups
+from posttrain.sandbox.sweep import orphan_servers
+
+from _sandbox_testlib import sandbox_uid_processes, wait_until
+
+
+def _mounts() -> str:
+    with open("/proc/self/mountinfo") as f:
+        return "".join(sorted(f.readlines()))
+
+
+def _manager_groups(tag: str) -> list[str]:
+    found = []
+    for root in cgroups.probe().roots:
+        d = f"{root}/{cgroups.PREFIX}/{tag}"
+        if os.path.isdir(d):
+            found += [f"{d}/{x}" for x in os.listdir(d) if os.path.isdir(f"{d}/{x}")]
+    return found
+
+
+ATTACKS = [
+    dict(code="x = bytearray(512 << 20)"),
+    dict(command="f(){ f | f & }; f; sleep 0.3", limits=Limits(wall_s=1, pids=16)),
+    dict(code="import time; time.sleep(100)", limits=Limits(wall_s=0.3)),
+    dict(command="setsid sh -c 'sleep 100 &'; echo x"),
+    dict(code="import sys\nwhile True: sys.stdout.write('y' * 65536)", limits=Limits(output_bytes=4096)),
+    dict(code="import os, signal; os.kill(-1, signal.SIGKILL)"),
+    dict(command="exec 3>/dev/null; sleep 100 &"),
+]
+
+
+def test_a_thousand_executions_leak_no_processes_mounts_cgroups_fds_or_temp_dirs():
+    tmp_before = set(os.listdir(tempfile.gettempdir()))
+    mounts_before = _mounts()
+    fds_before = len(os.listdir("/proc/self/fd"))
+    idle = len(sandbox_uid_processes())  # other sandboxes' fork-servers run as nobody too
+    with SandboxPool(max_concurrency=4, sweep=False, prefork=True) as pool:
+        uid_before = len(sandbox_uid_processes())
+        assert uid_before == idle + 1  # our own fork-server
+        requests = [ATTACKS[i % len(ATTACKS)] if i % 25 == 0 else dict(code=f"print({i})") for i in range(1000)]
+
+        async def all_of_them():
+            return await pool.map(requests)
+
+        results = asyncio.run(all_of_them())
+        assert sum(r.status is ExecStatus.SANDBOX_ERROR for r in results) == 0
+        assert results[1].stdout == "1\n" and results[999].stdout == "999\n"
+        assert wait_until(lambda: len(sandbox_uid_processes()) == uid_before, 5), sandbox_uid_processes()
+        assert _manager_groups(pool.sandbox.manager) == []
+    assert wait_until(lambda: len(sandbox_uid_processes()) == idle, 5)
+    assert _mounts() == mounts_before
+    assert set(os.listdir(tempfile.gettempdir())) == tmp_before
+    assert len(os.listdir("/proc/self/fd")) <= fds_before
+
+
+MANAGER = textwrap.dedent("""
+    import sys, time
+    from posttrain.sandbox import Sandbox, Limits
+    sb = Sandbox(Limits(wall_s=60, cpu_s=60), sweep=False)
+    print(sb.manager, flush=True)
+    sb.run(["python3", "-c", "import time; time.sleep(300)", "orphan-probe-%d" % 9912])
+""")
+
+
+def test_sigkilled_manager_leaves_nothing_after_the_next_start():
+    mgr = subprocess.Popen([sys.executable, "-c", MANAGER], stdout=subprocess.PIPE, text=True)
+    tag = mgr.stdout.readline().strip()
+    from _sandbox_testlib import host_processes_with
+    assert wait_until(lambda: host_processes_with("orphan-probe-9912"), 10)
+    assert _manager_groups(tag)  # the running task's cgroups exist
+    mgr.send_signal(signal.SIGKILL)
+    mgr.wait()
+    # The server sees its control socket close and, as PID-namespace init, takes the task with it.
+    assert wait_until(lambda: not host_processes_with("orphan-probe-9912"), 5)
+    assert wait_until(lambda: not orphan_servers(), 5)
+    with Sandbox(sweep=True) as sb:  # the next start sweeps the dead manager's cgroups
+        assert _manager_groups(tag) == []
+        assert sb.run(code="print(1)").ok
+    for root in cgroups.probe().roots:
+        assert not os.path.exists(f"{root}/{cgroups.PREFIX}/{tag}")

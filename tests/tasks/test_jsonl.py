@@ -1,0 +1,76 @@
+import random
+
+import pytest
+
+from posttrain.tasks import ListSource, TaskFileError, load_jsonl, load_tasks
+
+
+def _write(tmp_path, text, name="tasks.jsonl"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_loads_valid_file_with_defaults(tmp_path):
+    p = _write(tmp_path, '{"id": "a", "prompt": "1+1=", "answer": 2}\n\n// comment\n{"prompt": "2+2=", "answer": "4", "level": 3}\n')
+    tasks = load_jsonl(p)
+    assert [t.id for t in tasks] == ["a", "tasks:4"]
+    assert tasks[0].answer == "2"
+    assert tasks[1].meta == {"level": 3}
+
+
+def test_malformed_lines_are_reported_with_file_and_line(tmp_path):
+    p = _write(tmp_path, '{"prompt": "ok", "answer": "1"}\n{not json\n["a list"]\n{"answer": "no prompt"}\n')
+    with pytest.raises(TaskFileError) as err:
+        load_jsonl(p)
+    msg = str(err.value)
+    assert f"{p}:2: invalid JSON" in msg
+    assert f"{p}:3: expected a JSON object" in msg
+    assert f"{p}:4: 'prompt' is required" in msg
+
+
+def test_skip_mode_loads_the_rest_and_warns(tmp_path):
+    p = _write(tmp_path, '{"prompt": "ok", "answer": "1"}\n{bad\n{"prompt": "fine"}\n')
+    with pytest.warns(UserWarning, match=r"tasks.jsonl:2"):
+        tasks = load_jsonl(p, on_error="skip")
+    assert [t.prompt for t in tasks] == ["ok", "fine"]
+
+
+def test_duplicate_ids_are_errors(tmp_path):
+    p = _write(tmp_path, '{"id": 1, "prompt": "a"}\n{"id": "1", "prompt": "b"}\n')
+    with pytest.raises(TaskFileError, match="duplicate id '1' \\(first on line 1\\)"):
+        load_jsonl(p)
+
+
+def test_empty_file_fails_cleanly(tmp_path):
+    with pytest.raises(TaskFileError, match="no tasks"):
+        load_jsonl(_write(tmp_path, "\n\n"))
+
+
+def test_missing_file_fails_cleanly(tmp_path):
+    with pytest.raises(TaskFileError, match="not found"):
+        load_jsonl(tmp_path / "absent.jsonl")
+
+
+def test_wrong_types_are_named(tmp_path):
+    p = _write(tmp_path, '{"prompt": "x", "answer": [1]}\n{"prompt": "y", "meta": 3}\n{"prompt": "z", "id": true}\n')
+    with pytest.raises(TaskFileError) as err:
+        load_jsonl(p)
+    assert "'answer' must be a string or number" in str(err.value)
+    assert "'meta' must be an object" in str(err.value)
+    assert "'id' must be a string or integer" in str(err.value)
+
+
+def test_list_source_split_is_disjoint_and_covers_all(tmp_path):
+    lines = "".join(f'{{"id": "t{i}", "prompt": "p{i}", "answer": "{i}"}}\n' for i in range(400))
+    src = load_tasks(str(_write(tmp_path, lines)), held_out_fraction=0.25)
+    assert isinstance(src, ListSource)
+    train, held = {t.id for t in src.split("train")}, {t.id for t in src.split("held_out")}
+    assert not train & held and len(train | held) == 400 and 50 < len(held) < 150
+    rng = random.Random(0)
+    assert all(src.sample(rng).id in train for _ in range(200))
+
+
+def test_unknown_source_spec_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown task source"):
+        load_tasks("mystery")

@@ -1,0 +1,64 @@
+import pytest
+
+from posttrain.config import ConfigError, RunConfig, load_config
+
+
+def test_defaults_are_the_quickstart():
+    cfg = load_config()
+    assert isinstance(cfg, RunConfig)
+    assert cfg.sampling.n == 16 and cfg.tasks.source == "arith:add"
+
+
+def test_toml_and_overrides(tmp_path):
+    p = tmp_path / "run.toml"
+    p.write_text('name = "x"\n[rl]\nlr = 1e-4\nadvantage = "dr_grpo"\n[train]\nsteps = 7\n')
+    cfg = load_config(p, ["train.steps=9", "sampling.temperature=0.5", "tasks.source=arith:sub"])
+    assert (cfg.name, cfg.rl.lr, cfg.rl.advantage) == ("x", 1e-4, "dr_grpo")
+    assert cfg.train.steps == 9 and cfg.sampling.temperature == 0.5 and cfg.tasks.source == "arith:sub"
+
+
+def _one_line(exc: ConfigError) -> str:
+    msg = str(exc)
+    assert "\n" not in msg and "Traceback" not in msg
+    return msg
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["train.stepz=3"])
+    assert "unknown key 'train.stepz'" in _one_line(err.value)
+
+
+def test_wrong_type_names_field_value_and_expectation():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["train.steps=many"])
+    msg = _one_line(err.value)
+    assert "train.steps" in msg and "'many'" in msg and "integer" in msg
+
+
+def test_choice_lists_allowed_values():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["rl.advantage='ppo'"])
+    msg = _one_line(err.value)
+    assert "rl.advantage" in msg and "'grpo'" in msg and "'dr_grpo'" in msg
+
+
+def test_range_violation():
+    with pytest.raises(ConfigError, match=r"sampling.n = 0: .*greater than or equal to 1"):
+        load_config(None, ["sampling.n=0"])
+
+
+def test_bad_band_is_rejected():
+    with pytest.raises(ConfigError, match="target_low"):
+        load_config(None, ["model.base.target_low=0.9", "model.base.target_high=0.5"])
+
+
+def test_malformed_override_and_file(tmp_path):
+    with pytest.raises(ConfigError, match="key.path=value"):
+        load_config(None, ["justakey"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\nsteps=1")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "absent.toml")
