@@ -41,8 +41,12 @@ ATTACKS = [
 ]
 
 
-def test_a_thousand_executions_leak_no_processes_mounts_cgroups_fds_or_temp_dirs():
-    tmp_before = set(os.listdir(tempfile.gettempdir()))
+def test_a_thousand_executions_leak_no_processes_mounts_cgroups_fds_or_temp_dirs(tmp_path, monkeypatch):
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
+    shared_before = {x for x in os.listdir("/tmp") if x.startswith("posttrain")}
     mounts_before = _mounts()
     fds_before = len(os.listdir("/proc/self/fd"))
     idle = len(sandbox_uid_processes())  # other sandboxes' fork-servers run as nobody too
@@ -61,7 +65,8 @@ def test_a_thousand_executions_leak_no_processes_mounts_cgroups_fds_or_temp_dirs
         assert _manager_groups(pool.sandbox.manager) == []
     assert wait_until(lambda: len(sandbox_uid_processes()) == idle, 5)
     assert _mounts() == mounts_before
-    assert set(os.listdir(tempfile.gettempdir())) == tmp_before
+    assert os.listdir(private_tmp) == []
+    assert {x for x in os.listdir("/tmp") if x.startswith("posttrain")} == shared_before
     assert len(os.listdir("/proc/self/fd")) <= fds_before
 
 
