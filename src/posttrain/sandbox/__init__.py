@@ -4,14 +4,34 @@ Public API: ``Sandbox`` (one-shot ``run``/``arun``), ``Session`` (stateful works
 ``exec``, files, ``snapshot``/``rollback``), ``SandboxPool`` (concurrency with backpressure),
 ``Limits``, ``ExecResult``, ``ExecStatus``. See ``docs/sandbox.md`` for the design and its
 limits. This package imports nothing from the rest of posttrain.
+
+Names are imported lazily so that the fork-server, which imports this package's low-level
+modules, stays small (fork time grows with the parent's memory map).
 """
 
-from posttrain.sandbox.launcher import SandboxUnavailable
-from posttrain.sandbox.limits import Limits
-from posttrain.sandbox.pool import PoolBusy, SandboxPool
-from posttrain.sandbox.result import ExecResult, ExecStatus
-from posttrain.sandbox.sandbox import Sandbox, SandboxError
-from posttrain.sandbox.session import Session
+from __future__ import annotations
 
-__all__ = ["ExecResult", "ExecStatus", "Limits", "PoolBusy", "Sandbox", "SandboxError", "SandboxPool",
-           "SandboxUnavailable", "Session"]
+import importlib
+from typing import TYPE_CHECKING
+
+_EXPORTS = {
+    "ExecResult": "result", "ExecStatus": "result", "Limits": "limits", "PoolBusy": "pool",
+    "SandboxPool": "pool", "Sandbox": "sandbox", "SandboxError": "sandbox", "Session": "session",
+    "SandboxUnavailable": "launcher",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.launcher import SandboxUnavailable
+    from posttrain.sandbox.limits import Limits
+    from posttrain.sandbox.pool import PoolBusy, SandboxPool
+    from posttrain.sandbox.result import ExecResult, ExecStatus
+    from posttrain.sandbox.sandbox import Sandbox, SandboxError
+    from posttrain.sandbox.session import Session
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"posttrain.sandbox.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'posttrain.sandbox' has no attribute {name!r}")

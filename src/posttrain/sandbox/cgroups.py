@@ -91,7 +91,9 @@ def probe() -> CgroupSupport:
                     continue
                 setattr(s, c, v2)
                 setattr(s, f"{c}_v2", True)
-        if os.path.exists(f"{base}/cgroup.kill"):
+        # cgroup.kill is only worth a second hierarchy (a migration costs ~0.8 ms) where v2
+        # also carries the quotas; on a hybrid host teardown goes through PID-namespace init.
+        if os.path.exists(f"{base}/cgroup.kill") and (s.memory_v2 or s.pids_v2):
             s.kill = v2
     for c, attr in (("memory", "memory"), ("pids", "pids"), ("cpuacct", "cpu")):
         if getattr(s, attr) is None and os.path.isdir(f"{ROOT}/{c}") and _writable(f"{ROOT}/{c}"):
@@ -102,8 +104,6 @@ def probe() -> CgroupSupport:
         s.warnings.append("no pids cgroup: processes are limited only by RLIMIT_NPROC (shared by all sandboxes)")
     if s.cpu is None:
         s.warnings.append("no cpu accounting cgroup: CPU time counts only processes the task waited for")
-    if s.kill is None:
-        s.warnings.append("no cgroup.kill: teardown relies on PID-namespace init death")
     return s
 
 
@@ -115,7 +115,7 @@ class TaskStats:
 
 
 class TaskCgroup:
-    """The cgroups of one execution; ``add(pid)`` before the task starts, ``close()`` after."""
+    """The cgroups of one execution; joined via ``open_procs`` before the task starts, ``close()`` after."""
 
     def __init__(self, support: CgroupSupport, manager: str, name: str, memory_bytes: int, pids: int):
         self.support = support
@@ -141,9 +141,9 @@ class TaskCgroup:
         if support.pids:
             _write(f"{self.paths[support.pids]}/pids.max", str(pids))
 
-    def add(self, pid: int) -> None:
-        for path in self.paths.values():
-            _write(f"{path}/cgroup.procs", str(pid))
+    def open_procs(self) -> list[int]:
+        """Write-only fds on each ``cgroup.procs``, for the keeper to join by writing "0"."""
+        return [os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for path in self.paths.values()]
 
     def kill(self) -> bool:
         if self.support.kill:

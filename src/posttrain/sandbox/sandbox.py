@@ -1,7 +1,7 @@
 """``Sandbox``: run a command or a piece of code in isolation, under quotas, and say what happened.
 
 Covers: building requests for the fork-server (commands, Python/bash/C code, files, stdin,
-environment), placing each execution in its cgroups before it starts, pumping stdin and
+environment), having each execution join its cgroups before it starts, pumping stdin and
 capped stdout/stderr, enforcing wall-clock and group CPU limits, classifying the outcome into
 ``ExecStatus``, tearing everything down, and the async entry point ``arun``. It also holds
 the explicit, loudly flagged unisolated mode for machines without namespaces.
@@ -356,8 +356,10 @@ class Sandbox:
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             pipes = [in_r, out_w, err_w]
+            if cg is not None:
+                pipes += cg.open_procs()
             try:
-                server.send(req, [peer.fileno(), in_r, out_w, err_w])
+                server.send(req, [peer.fileno(), *pipes])
             finally:
                 peer.close()
                 for fd in pipes:
@@ -368,9 +370,6 @@ class Sandbox:
             if not hello.get("hello"):
                 raise SandboxUnavailable(hello.get("setup_error") or hello.get("error") or "no hello from keeper")
             pidfd = os.pidfd_open(host_pid)
-            if cg is not None:
-                cg.add(host_pid)
-            _wire.send(status, {"go": True})
             return self._supervise(status, pump, pidfd, cg, limits, t0)
         except (OSError, SandboxUnavailable, ValueError) as e:
             self._kill(cg, pidfd)
