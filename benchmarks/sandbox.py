@@ -6,7 +6,10 @@ hits all of them alike):
   seccomp + execve) against plain ``subprocess.run([python3, "-c", "pass"])``;
 - p50 latency of the pre-forked confined interpreter (``prefork=True``: fork + namespaces,
   no interpreter start-up) against the same baseline;
-- throughput of trivial isolated executions on this machine's cores (asyncio pool).
+- throughput of trivial isolated executions on this machine's cores (asyncio pool);
+- CPU milliseconds per execution across every process involved (manager, fork-server,
+  task), which hardly depends on background load, and the capacity it implies
+  (cores / CPU time per execution) for when the cores are the sandbox's alone.
 
 Run: ``nice -n 10 python benchmarks/sandbox.py [--rounds 5 --samples 20 --tasks 300]``.
 The last printed line is one JSON object with ``latency_ratio``, ``latency_ratio_prefork``
@@ -60,6 +63,49 @@ def latency(sb: Sandbox, rounds: int, samples: int) -> dict[str, float]:
     return {**{f"p50_ms_{k}": round(v, 2) for k, v in med.items()}, **{k: round(v, 3) for k, v in ratios.items()}}
 
 
+def _server_pids(sb: Sandbox) -> list[int]:
+    """Host PIDs of the fork-server: its outer process and the namespace init below it."""
+    outer = sb._server.proc.pid
+    pids = [outer]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == outer:
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """utime+stime+cutime+cstime of ``pids`` (children they reaped included)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += sum(int(x) for x in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_cost(sb: Sandbox, n: int) -> dict[str, float]:
+    """CPU milliseconds per execution, all processes involved: unlike wall time this hardly
+    depends on what else the machine is running."""
+    pids = _server_pids(sb)
+    out = {}
+    for name, fn in (("plain", lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)),
+                     ("isolated", lambda: _check(sb.run(code="pass"))),
+                     ("prefork", lambda: _check(sb.run(code="pass", prefork=True)))):
+        t0, s0 = os.times(), _cpu_s(pids)
+        for _ in range(n):
+            fn()
+        t1, s1 = os.times(), _cpu_s(pids)
+        own = (t1.user - t0.user) + (t1.system - t0.system) + (t1.children_user - t0.children_user) + (
+            t1.children_system - t0.children_system)
+        out[f"cpu_ms_per_exec_{name}"] = round(1000 * (own + s1 - s0) / n, 2)
+    return out
+
+
 def _check(r) -> None:
     if r.status is not ExecStatus.OK:
         raise RuntimeError(f"benchmark execution failed: {r}")
@@ -105,6 +151,10 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     with Sandbox(max_concurrency=args.concurrency) as sb:
         lat = latency(sb, args.rounds, args.samples)
+        lat.update(cpu_cost(sb, 4 * args.samples))
+        lat["cpu_ratio"] = round(lat["cpu_ms_per_exec_isolated"] / lat["cpu_ms_per_exec_plain"], 3)
+        lat["cpu_ratio_prefork"] = round(lat["cpu_ms_per_exec_prefork"] / lat["cpu_ms_per_exec_plain"], 3)
+        lat["capacity_per_s_prefork"] = round(cores * 1000 / lat["cpu_ms_per_exec_prefork"], 1)
         print(f"cores={cores} load={os.getloadavg()[0]:.2f}")
         for k, v in lat.items():
             print(f"  {k:28s} {v}")

@@ -57,6 +57,11 @@ def base_key(cfg: BaseModelConfig) -> str:
     return f"arith-{cfg.family}-d{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
 
 
+def base_task_source(cfg: BaseModelConfig) -> ArithmeticSource:
+    """The problems the base model learns from (train split) and is measured on (held-out split)."""
+    return ArithmeticSource(family=cfg.family, digits=cfg.digits, min_digits=1 if cfg.mix_easy else None)
+
+
 def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """[B, T] right-padded ids and [B, T-1] loss mask covering answer tokens and EOS."""
     rows, masks = [], []
@@ -80,8 +85,7 @@ def pretrain_base(
     """Train from scratch until held-out greedy accuracy reaches the band; returns (accuracy, steps)."""
     torch.manual_seed(cfg.seed)
     tokenizer = char_tokenizer()
-    source = ArithmeticSource(family=cfg.family, digits=cfg.digits)
-    train_source = ArithmeticSource(family=cfg.family, digits=cfg.digits, min_digits=1 if cfg.mix_easy else None)
+    source = base_task_source(cfg)
     mcfg = ModelConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=cfg.hidden_size,
@@ -103,7 +107,7 @@ def pretrain_base(
     accuracy, step = 0.0, 0
     for step in range(1, cfg.max_steps + 1):
         model.train()
-        ids, mask = _batch(tokenizer, [train_source.sample(rng) for _ in range(cfg.batch_size)])
+        ids, mask = _batch(tokenizer, [source.sample(rng) for _ in range(cfg.batch_size)])
         logits = model(ids)[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
         loss = (loss * mask.reshape(-1)).sum() / mask.sum()

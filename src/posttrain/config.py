@@ -39,7 +39,8 @@ class BaseModelConfig(_Section):
     digits: int = Field(3, ge=1, le=9)
     """Held-out problems (the band is measured on them) have operands of up to this many digits."""
     mix_easy: bool = True
-    """Pre-train on operands of 1..digits digits (easy problems first learned speed up the jump)."""
+    """Operands of 1..digits digits, each length equally likely (so easy problems are common), for pre-training
+    and for the held-out band; False: operands uniform in 0..10**digits - 1 (almost all of full length)."""
     target_low: float = Field(0.40, ge=0.0, le=1.0)
     """Stop pre-training once held-out greedy accuracy reaches this..."""
     target_high: float = Field(0.65, ge=0.0, le=1.0)
@@ -71,7 +72,9 @@ class TasksConfig(_Section):
     source: str = "arith:add"
     """`arith:<family>` (add, sub, addsub, mul, chain) or a path to a JSONL task file."""
     digits: int = Field(3, ge=1, le=18)
-    """Difficulty knob of the arithmetic generators."""
+    """Difficulty knob of the arithmetic generators: operands have up to this many digits."""
+    min_digits: int | None = Field(1, ge=1, le=18)
+    """Operand lengths drawn uniformly from min_digits..digits (None: values uniform below 10**digits)."""
     held_out_fraction: float = Field(0.05, gt=0.0, lt=1.0)
     on_error: Literal["fail", "skip"] = "fail"
     """What a malformed JSONL line does: fail the load (listing every bad line) or skip it with a warning."""

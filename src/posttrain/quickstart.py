@@ -65,7 +65,7 @@ def run_quickstart(
     cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(base.path)})})
 
     model, tokenizer = load_model(base.path)
-    source = load_tasks(cfg.tasks.source, cfg.tasks.held_out_fraction, cfg.tasks.digits, cfg.tasks.on_error)
+    source = load_tasks(cfg.tasks.source, cfg.tasks.held_out_fraction, cfg.tasks.digits, cfg.tasks.on_error, cfg.tasks.min_digits)
     verifier = build_verifier(cfg.reward.verifier, cfg.reward.extract, cfg.reward.tolerance)
     held_out = source.take(cfg.train.eval_size, "held_out", seed=cfg.seed)
     say(f"evaluating the base model on {len(held_out)} held-out problems")

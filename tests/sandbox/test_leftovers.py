@@ -16,6 +16,17 @@ from posttrain.sandbox.sweep import orphan_servers
 from _sandbox_testlib import sandbox_uid_processes, wait_until
 
 
+def _describe(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                out.append(f"{pid}: {f.read()[:120]!r}")
+        except OSError:
+            out.append(f"{pid}: gone")
+    return out
+
+
 def _mounts() -> str:
     with open("/proc/self/mountinfo") as f:
         return "".join(sorted(f.readlines()))
@@ -61,8 +72,8 @@ def test_a_thousand_executions_leak_no_processes_mounts_cgroups_fds_or_temp_dirs
         results = asyncio.run(all_of_them())
         assert sum(r.status is ExecStatus.SANDBOX_ERROR for r in results) == 0
         assert results[1].stdout == "1\n" and results[999].stdout == "999\n"
-        assert wait_until(lambda: len(sandbox_uid_processes()) == uid_before, 5), sandbox_uid_processes()
-        assert _manager_groups(pool.sandbox.manager) == []
+        assert wait_until(lambda: len(sandbox_uid_processes()) == uid_before, 5), _describe(sandbox_uid_processes())
+        assert wait_until(lambda: _manager_groups(pool.sandbox.manager) == [], 5)
     assert wait_until(lambda: len(sandbox_uid_processes()) == idle, 5)
     assert _mounts() == mounts_before
     assert os.listdir(private_tmp) == []

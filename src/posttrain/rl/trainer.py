@@ -84,7 +84,7 @@ class Trainer:
         self.init_path = self._resolve_model_path()
         model, self.tokenizer = load_model(self.init_path)
         self.model = model
-        self.source = load_tasks(cfg.tasks.source, cfg.tasks.held_out_fraction, cfg.tasks.digits, cfg.tasks.on_error)
+        self.source = load_tasks(cfg.tasks.source, cfg.tasks.held_out_fraction, cfg.tasks.digits, cfg.tasks.on_error, cfg.tasks.min_digits)
         self.verifier = build_verifier(cfg.reward.verifier, cfg.reward.extract, cfg.reward.tolerance)
         self.engine = LocalEngine(model, self.tokenizer, seed=cfg.seed)
         self.learner = Learner(model, cfg.rl, cfg.sampling.max_tokens, cfg.sampling.temperature)

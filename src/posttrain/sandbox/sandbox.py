@@ -17,6 +17,7 @@ import base64
 import concurrent.futures
 import itertools
 import os
+import queue
 import select
 import signal
 import socket
@@ -220,6 +221,8 @@ class Sandbox:
         self._cg = cgroups.probe() if os.geteuid() == 0 else cgroups.CgroupSupport(
             warnings=["not root: no cgroups; memory and process limits fall back to rlimits"])
         self.warnings += self._cg.warnings
+        self._reaper: queue.Queue = queue.Queue()
+        threading.Thread(target=self._reap, name="sandbox-reaper", daemon=True).start()
         self._server: ServerHandle | None = None
         self._server_args = dict(ro_binds=ro_binds or default_ro_binds(), symlinks=default_symlinks(),
                                  preload=list(preload), host_uid=host_uid, host_gid=host_gid, manager=self.manager)
@@ -254,13 +257,30 @@ class Sandbox:
             assert self._server is not None
             return self._server
 
+    def _reap(self) -> None:
+        while True:
+            pidfd, cg = self._reaper.get()
+            try:
+                if pidfd >= 0:
+                    if not select.select([pidfd], [], [], 5.0)[0]:
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                        self._await_exit(pidfd)
+                    os.close(pidfd)
+                if cg is not None and not cg.close():
+                    self.warnings.append(f"could not remove cgroup {cg.paths}")
+            except OSError as e:
+                self.warnings.append(f"teardown failed: {e}")
+            finally:
+                self._reaper.task_done()
+
     def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        self._reaper.join()
         with self._server_lock:
             self._closed = True
             if self._server is not None:
                 self._server.close()
                 self._server = None
-        self._executor.shutdown(wait=True)
 
     def __enter__(self) -> Sandbox:
         return self
@@ -380,11 +400,9 @@ class Sandbox:
                 pump.close()
             if status is not None:
                 status.close()
-            if pidfd >= 0:
-                self._await_exit(pidfd)
-                os.close(pidfd)
-            if cg is not None and not cg.close():
-                self.warnings.append(f"could not remove cgroup {cg.paths}")
+            # The keeper exits just after the task; waiting for it and removing the cgroups is
+            # off the caller's path (``close()`` waits for it).
+            self._reaper.put((pidfd, cg))
 
     @staticmethod
     def _recv_hello(sock: socket.socket, timeout_s: float) -> tuple[dict, int]:
@@ -425,7 +443,7 @@ class Sandbox:
         status_open = True
         timed_out = output_over = cpu_over = killed = False
         kill_at: float | None = None
-        while status_open or not pump.done:
+        while not (pump.done and (not status_open or (final is not None and "task_wstatus" in final))):
             now = time.monotonic()
             if not killed and now >= deadline:
                 timed_out = killed = True
@@ -459,7 +477,8 @@ class Sandbox:
                 if st.cpu_s is not None and st.cpu_s > limits.cpu_s:
                     cpu_over = killed = True
         wall = time.monotonic() - start
-        self._await_exit(pidfd, 2.0)
+        if killed:
+            self._await_exit(pidfd, 2.0)
         stats = cg.stats() if cg is not None else cgroups.TaskStats()
         res = ExecResult(ExecStatus.SANDBOX_ERROR, wall_s=wall, stdout_truncated=pump.out_truncated,
                          stderr_truncated=pump.err_truncated,

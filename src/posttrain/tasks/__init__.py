@@ -21,10 +21,13 @@ __all__ = [
 ]
 
 
-def load_tasks(spec: str, held_out_fraction: float = 0.05, digits: int = 3, on_error: str = "fail") -> TaskSource:
+def load_tasks(
+    spec: str, held_out_fraction: float = 0.05, digits: int = 3, on_error: str = "fail", min_digits: int | None = None
+) -> TaskSource:
     """A task source from a short spec: `arith:<family>` or a path to a `.jsonl` file."""
     if spec.startswith("arith:"):
-        return ArithmeticSource(family=spec.split(":", 1)[1], digits=digits, held_out_fraction=held_out_fraction)  # type: ignore[arg-type]
+        family = spec.split(":", 1)[1]
+        return ArithmeticSource(family=family, digits=digits, held_out_fraction=held_out_fraction, min_digits=min_digits)  # type: ignore[arg-type]
     path = Path(spec)
     if path.suffix == ".jsonl" or path.exists():
         return ListSource(load_jsonl(path, on_error=on_error), name=path.stem, held_out_fraction=held_out_fraction)  # type: ignore[arg-type]
