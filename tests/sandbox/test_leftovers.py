@@ -16,7 +16,26 @@ from posttrain.sandbox.sweep import orphan_servers
 from _sandbox_testlib import sandbox_uid_processes, wait_until
 
 
-def _describe(pids: list[int]) -> list[str]:
+def _descendants(root: int) -> set[int]:
+    """Host PIDs below ``root`` in the process tree."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _describe(pids) -> list[str]:
     out = []
     for pid in pids:
         try:
@@ -60,10 +79,10 @@ def test_a_thousand_executions_leak_no_processes_mounts_cgroups_fds_or_temp_dirs
     shared_before = {x for x in os.listdir("/tmp") if x.startswith("posttrain")}
     mounts_before = _mounts()
     fds_before = len(os.listdir("/proc/self/fd"))
-    idle = len(sandbox_uid_processes())  # other sandboxes' fork-servers run as nobody too
     with SandboxPool(max_concurrency=4, sweep=False, prefork=True) as pool:
-        uid_before = len(sandbox_uid_processes())
-        assert uid_before == idle + 1  # our own fork-server
+        outer = pool.sandbox._server.proc.pid
+        server = _descendants(outer)
+        assert len(server) == 1  # the fork-server's namespace init, nothing else yet
         requests = [ATTACKS[i % len(ATTACKS)] if i % 25 == 0 else dict(code=f"print({i})") for i in range(1000)]
 
         async def all_of_them():
@@ -72,9 +91,10 @@ def test_a_thousand_executions_leak_no_processes_mounts_cgroups_fds_or_temp_dirs
         results = asyncio.run(all_of_them())
         assert sum(r.status is ExecStatus.SANDBOX_ERROR for r in results) == 0
         assert results[1].stdout == "1\n" and results[999].stdout == "999\n"
-        assert wait_until(lambda: len(sandbox_uid_processes()) == uid_before, 5), _describe(sandbox_uid_processes())
+        assert wait_until(lambda: _descendants(outer) == server, 5), _describe(_descendants(outer) - server)
         assert wait_until(lambda: _manager_groups(pool.sandbox.manager) == [], 5)
-    assert wait_until(lambda: len(sandbox_uid_processes()) == idle, 5)
+    assert wait_until(lambda: not os.path.exists(f"/proc/{outer}") and not _descendants(outer), 5)
+    assert not set(sandbox_uid_processes()) & server
     assert _mounts() == mounts_before
     assert os.listdir(private_tmp) == []
     assert {x for x in os.listdir("/tmp") if x.startswith("posttrain")} == shared_before
