@@ -16,6 +16,7 @@ import asyncio
 import base64
 import concurrent.futures
 import itertools
+import json
 import os
 import queue
 import select
@@ -418,7 +419,6 @@ class Sandbox:
                 pid = struct.unpack("iII", payload[:12])[0]
         if not pid:
             raise SandboxUnavailable("keeper sent no credentials")
-        import json
         return json.loads(data), pid
 
     @staticmethod

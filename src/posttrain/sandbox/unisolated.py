@@ -13,6 +13,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -23,7 +24,7 @@ from posttrain.sandbox.result import ExecResult, ExecStatus
 def run_unisolated(req: dict, stdin: bytes, limits: Limits, warnings: list[str]):
     from posttrain.sandbox.sandbox import _decode_wait, _Outcome, _Pump, classify
 
-    argv = req["argv"] or [os.sys.executable, "-c", req["code"]]
+    argv = req["argv"] or [sys.executable, "-c", req["code"]]
     workdir = tempfile.mkdtemp(prefix="posttrain-unisolated-")
     t0 = time.monotonic()
     try:
