@@ -37,6 +37,14 @@ def test_prefork_interpreter_behaves_like_python_c(sandbox):
     assert crash.exit_code == 1 and "ZeroDivisionError" in crash.stderr
 
 
+def test_prefork_interpreter_imports_workspace_modules_and_hashes_like_a_command(sandbox):
+    files = {"sol.py": "def add(a, b):\n    return a + b\n"}
+    code = "from sol import add; print(add(2, 3), hash('posttrain'))"
+    pre = sandbox.run(code=code, files=files, prefork=True)
+    cmd = sandbox.run(code=code, files=files)
+    assert pre.status is ExecStatus.OK and pre.stdout == cmd.stdout, (pre, cmd)
+
+
 def test_prefork_interpreter_is_as_confined_as_a_command(sandbox):
     r = sandbox.run(code="import os; print(os.path.exists('/etc/shadow'), open('/proc/self/status').read().count('0000000000000000'))",
                     prefork=True)

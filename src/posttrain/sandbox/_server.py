@@ -254,6 +254,7 @@ def _run_python_inline(code: str, argv: list[str], env: dict[str, str]) -> None:
     os.environ.clear()
     os.environ.update(env)
     sys.argv = ["-c", *argv]
+    sys.path.insert(0, "")  # as ``python -c`` does: modules in the working directory import
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), line_buffering=False)
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), line_buffering=True,

@@ -45,10 +45,15 @@ class ServerHandle:
         self.ctl, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config = {"ctl_fd": child.fileno(), "ro_binds": ro_binds, "symlinks": symlinks, "preload": preload,
                   "manager": manager, "seccomp": seccomp}
+        # A fixed hash seed makes the pre-forked interpreter as deterministic as the
+        # PYTHONHASHSEED=0 given to commands; PYTHONPATH only makes this package importable.
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {"PYTHONHASHSEED": "0", "PYTHONPATH": package_root, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+               "PYTHONNOUSERSITE": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-m", SERVER_MODULE, json.dumps(config)],
+            [sys.executable, "-s", "-m", SERVER_MODULE, json.dumps(config)],
             pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
+            stderr=subprocess.DEVNULL, cwd="/", start_new_session=True, env=env,
         )
         child.close()
         try:
