@@ -59,7 +59,9 @@ def base_key(cfg: BaseModelConfig) -> str:
 
 def base_task_source(cfg: BaseModelConfig) -> ArithmeticSource:
     """The problems the base model learns from (train split) and is measured on (held-out split)."""
-    return ArithmeticSource(family=cfg.family, digits=cfg.digits, min_digits=1 if cfg.mix_easy else None)
+    return ArithmeticSource(
+        family=cfg.family, digits=cfg.digits, min_digits=cfg.min_digits, held_out_fraction=cfg.held_out_fraction
+    )
 
 
 def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:

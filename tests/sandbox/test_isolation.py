@@ -153,6 +153,12 @@ def test_host_processes_are_invisible(sandbox, host_sleeper):
     assert r.stdout == "[1, 2]\n"  # the task's init and the task, alone in their PID namespace
 
 
+@pytest.mark.parametrize("prefork", [False, True])
+def test_task_holds_no_descriptor_but_its_stdio(sandbox, prefork):
+    r = sandbox.run(code="import os; print(sorted(int(x) for x in os.listdir('/proc/self/fd')))", prefork=prefork)
+    assert r.stdout == "[0, 1, 2, 3]\n", r.stdout  # 3 is the listdir handle itself
+
+
 def test_task_cannot_reach_its_init_status_channel(sandbox):
     code = ("import os\nfor p in ('/proc/1/mem', '/proc/1/fd/3', '/proc/1/fd/4', '/proc/1/environ'):\n"
             "    try:\n        open(p, 'rb').close(); print(p, 'OPEN')\n    except OSError as e:\n        print(p, e.errno)\n"

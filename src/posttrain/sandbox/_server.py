@@ -11,8 +11,9 @@ Covers, in this process (started by ``launcher.ServerHandle``):
    mount, PID, IPC, UTS and (unless networking is opted in) network namespaces and forks G,
    init of the task. G mounts a fresh /proc, a size-capped /tmp, /dev/shm and /work (tmpfs,
    or an overlay over a session's layers), sets rlimits, drops every capability, sets
-   no_new_privs, installs the seccomp filter, and then either execve()s the command or, in
-   the pre-forked interpreter mode, runs Python source in-process (no interpreter start-up).
+   no_new_privs, installs the seccomp filter, and starts the task T as pid 2: a command by
+   posix_spawn, or, in the pre-forked interpreter mode, a fork that runs Python source
+   in-process (no interpreter start-up). G stays as init, reaping, and reports T's status.
    When G exits the kernel kills everything left in its PID namespace (daemons included).
 3. Session workspaces: a size-capped tmpfs per session inside this server's mount namespace
    holding overlay layers; snapshot renames the upper layer into a new lower one, rollback
@@ -176,7 +177,7 @@ def _task_init(req: dict, fds: dict[str, int], status: socket.socket, seccomp_pr
         # Non-dumpable: the task (same uid) cannot open /proc/1/mem or /proc/1/fd/* to forge
         # the status this process reports.
         sc.prctl(sc.PR_SET_DUMPABLE, 0)
-        task = os.fork()
+        task = _spawn_command(req, fds) if req.get("code") is None else os.fork()
     except BaseException as e:  # noqa: BLE001 - any set-up failure is the sandbox's
         try:
             _wire.send(status, {"setup_error": f"{type(e).__name__}: {e}"})
@@ -184,6 +185,11 @@ def _task_init(req: dict, fds: dict[str, int], status: socket.socket, seccomp_pr
             os._exit(EXIT_SETUP_FAILED)
     if task == 0:
         _task(req, fds, status)
+    if task < 0:  # the command could not be started: report it as the shell would
+        try:
+            _wire.send(status, {"task_wstatus": (-task) << 8})
+        finally:
+            os._exit(0)
     # Init of the namespace: the task is pid 2 so that it can signal itself (init ignores
     # signals it has no handler for); reap orphans until the task ends, then report and
     # exit, which kills whatever is left in the namespace.
@@ -201,8 +207,26 @@ def _task_init(req: dict, fds: dict[str, int], status: socket.socket, seccomp_pr
                 os._exit(0)
 
 
+def _spawn_command(req: dict, fds: dict[str, int]) -> int:
+    """T for a command: posix_spawn (vfork + exec, no copy of this interpreter's memory).
+    Returns its pid, or -126/-127 after writing the reason to the task's stderr."""
+    argv, env = req["argv"], req["env"]
+    exe = shutil.which(argv[0], path=env.get("PATH")) if "/" not in argv[0] else argv[0]
+    if exe is None:
+        os.write(fds["stderr"], f"sandbox: {argv[0]}: command not found\n".encode())
+        return -127
+    actions = [(os.POSIX_SPAWN_DUP2, fds["stdin"], 0), (os.POSIX_SPAWN_DUP2, fds["stdout"], 1),
+               (os.POSIX_SPAWN_DUP2, fds["stderr"], 2)]
+    try:  # every other fd this process holds is close-on-exec
+        return os.posix_spawn(exe, argv, env, file_actions=actions,
+                              setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+    except OSError as e:
+        os.write(fds["stderr"], f"sandbox: {argv[0]}: {e.strerror}\n".encode())
+        return -126
+
+
 def _task(req: dict, fds: dict[str, int], status: socket.socket) -> None:
-    """T: the task itself, pid 2 of its namespace. Never returns."""
+    """T for Python source in the pre-forked interpreter: pid 2 of its namespace. Never returns."""
     try:
         sc.prctl(sc.PR_SET_DUMPABLE, 1)
         os.dup2(fds["stdin"], 0)
@@ -217,24 +241,8 @@ def _task(req: dict, fds: dict[str, int], status: socket.socket) -> None:
             _wire.send(status, {"setup_error": f"{type(e).__name__}: {e}"})
         finally:
             os._exit(EXIT_SETUP_FAILED)
-    env = req["env"]
-    if req.get("code") is not None:
-        status.close()
-        _run_python_inline(req["code"], req.get("argv") or [], env)
-    argv = req["argv"]
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-    exe = shutil.which(argv[0], path=env.get("PATH")) if "/" not in argv[0] else argv[0]
-    if exe is None:
-        status.close()
-        os.write(2, f"sandbox: {argv[0]}: command not found\n".encode())
-        os._exit(127)
-    try:
-        os.execve(exe, argv, env)  # the status socket is close-on-exec
-    except OSError as e:
-        status.close()
-        os.write(2, f"sandbox: {argv[0]}: {e.strerror}\n".encode())
-        os._exit(126)
+    status.close()
+    _run_python_inline(req["code"], req.get("argv") or [], req["env"])
 
 
 def _set_rlimits(limits: dict) -> None:

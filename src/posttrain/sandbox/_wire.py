@@ -34,6 +34,8 @@ def send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | tuple[int, .
 def recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     """One message and its fds; ``(None, [])`` on EOF."""
     data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE + 1024, _FD_SPACE)
+    for fd in fds:  # SCM_RIGHTS fds arrive inheritable; none may reach an exec'd task
+        os.set_inheritable(fd, False)
     if not data:
         for fd in fds:
             os.close(fd)
