@@ -162,6 +162,20 @@ def test_cli_prints_one_json_object_and_exits_zero_when_the_program_fails(tmp_pa
     assert d["status"] == "runtime_error" and d["exit_code"] == 7 and d["stdout"] == "payload"
 
 
+def test_cli_mounts_as_a_sub_command():
+    import typer
+
+    parent = typer.Typer()
+
+    @parent.command()
+    def other() -> None:
+        pass
+
+    parent.add_typer(app, name="sandbox")
+    res = CliRunner().invoke(parent, ["sandbox", "run", "--", "echo", "mounted"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["stdout"] == "mounted\n", res.output
+
+
 def test_cli_reports_timeouts_as_json(tmp_path):
     res = CliRunner().invoke(app, ["run", "--timeout", "1", "--", "sleep", "30"])
     assert res.exit_code == 0 and json.loads(res.stdout)["status"] == "timeout"
