@@ -37,9 +37,15 @@ from posttrain.eval.accuracy import evaluate_accuracy
 from posttrain.models.io import load_model
 from posttrain.rewards import ExactMatch
 from posttrain.rl.trainer import Trainer
-from posttrain.tasks import ArithmeticSource
+from posttrain.tasks import load_tasks
 
 PROMPTS_PER_STEP, GROUP, MAX_TOKENS, LR = 16, 8, 6, 3e-4
+
+
+def task_source():
+    """The quickstart's task: the default config's arithmetic generator and hash split."""
+    t = load_config().tasks
+    return load_tasks(t.source, t.held_out_fraction, t.digits, t.on_error, t.min_digits)
 
 
 def held_out_accuracy(model_dir: Path, tasks) -> float:
@@ -57,7 +63,7 @@ def run_trl(base_dir: Path, steps: int, seed: int, out: Path) -> float:
         raise SystemExit(f"benchmarks/vs_trl.py needs the bench extra: pip install -e '.[bench]' ({exc})")
     tok = AutoTokenizer.from_pretrained(base_dir)
     model = AutoModelForCausalLM.from_pretrained(base_dir)
-    source = ArithmeticSource()
+    source = task_source()
     rng = __import__("random").Random(seed)
     train = [source.sample(rng) for _ in range(steps * PROMPTS_PER_STEP)]
     # the base model was pre-trained with a BOS token first; TRL tokenizes prompts without special tokens
@@ -139,7 +145,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(2)
     base = ensure_base(load_config().model.base)
-    held_out = ArithmeticSource().take(500, "held_out", seed=0)
+    held_out = task_source().take(500, "held_out", seed=0)
     base_acc = held_out_accuracy(base.path, held_out)
     print(f"base model {base.path}: held-out greedy {base_acc:.3f}")
     rows = []

@@ -78,3 +78,19 @@ def test_bad_task_file_is_reported_with_line(tiny_model_dir, tmp_path):
     res = runner.invoke(app, ["train", str(cfg)])
     assert res.exit_code == 2
     assert "t.jsonl:2: invalid JSON" in res.output
+
+
+def test_base_command_prints_cached_path(tmp_path):
+    args = ["base", "--seed", "1"]
+    for o in [
+        "model.base.hidden_size=16", "model.base.num_layers=1", "model.base.intermediate_size=32",
+        "model.base.num_heads=2", "model.base.digits=1", "model.base.batch_size=8", "model.base.max_steps=2",
+        "model.base.eval_every=1", "model.base.eval_size=16", f"model.base.cache_dir='{tmp_path}'",
+    ]:
+        args += ["--set", o]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    path = res.stdout.strip().splitlines()[-1]
+    assert path.startswith(str(tmp_path)) and (tmp_path / "base").exists()
+    again = runner.invoke(app, args)
+    assert again.stdout.strip().splitlines()[-1] == path and "cached" in again.output

@@ -119,7 +119,7 @@ class RLConfig(_Section):
 
 
 class TrainConfig(_Section):
-    steps: int = Field(400, ge=1)
+    steps: int = Field(300, ge=1)
     prompts_per_step: int = Field(16, ge=1)
     """Groups per optimizer step, after dropping groups with zero reward variance."""
     drop_zero_variance: bool = True

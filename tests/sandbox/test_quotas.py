@@ -66,10 +66,18 @@ def test_stdin_is_delivered(sandbox):
 
 def test_setsid_double_fork_daemon_is_reaped(sandbox):
     marker = "sandbox-daemon-marker-7731"
-    daemon = f"python3 -c 'import time; time.sleep(300)' {marker}"
-    r = sandbox.run(f"setsid sh -c \"{daemon} &\" </dev/null >/dev/null 2>&1; sleep 0.3; "
-                    f"ps -eo args | grep -c '^python3 .*{marker}'")
-    assert r.status is ExecStatus.OK and r.stdout == "1\n", r.stdout + r.stderr  # it was running
+    code = (
+        "import os, subprocess, time\n"
+        f"daemon = 'python3 -c \"import time; time.sleep(300)\" {marker} &'\n"
+        "subprocess.run(['setsid', 'sh', '-c', daemon], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,"
+        " stderr=subprocess.DEVNULL)\n"
+        "time.sleep(0.3)\nn = 0\n"
+        "for p in os.listdir('/proc'):\n    if p.isdigit():\n        try:\n"
+        f"            n += b'{marker}' in open(f'/proc/{{p}}/cmdline', 'rb').read()\n"
+        "        except OSError:\n            pass\nprint(n)"
+    )
+    r = sandbox.run(code=code)
+    assert r.status is ExecStatus.OK and r.stdout == "1\n", r.stdout + r.stderr  # it was running, detached
     assert wait_until(lambda: not host_processes_with(marker), 3.0)
 
 

@@ -38,7 +38,7 @@ from posttrain.types import Group, SamplingParams
 
 
 class RunExistsError(RuntimeError):
-    pass
+    """A run directory already holds a run and neither resume nor overwrite was asked for."""
 
 
 @dataclass
@@ -53,10 +53,6 @@ class TrainResult:
     steps: int
     seconds: float
     final_eval: dict[str, float] = field(default_factory=dict)
-
-
-def _answer_budget(cfg: RunConfig) -> int:
-    return cfg.sampling.max_tokens
 
 
 class Trainer:
@@ -144,12 +140,13 @@ class Trainer:
         self.store.set_info(resumed_from=step)
 
     # the loop
-    def collect(self) -> tuple[list[Group], list[Group], int]:
-        """Groups to train on (informative, at most prompts_per_step), all groups sampled, rounds used."""
+    def collect(self) -> tuple[list[Group], list[Group], int, int]:
+        """Groups to train on (informative, at most prompts_per_step), all groups sampled, rounds used,
+        and how many sampled groups had zero reward variance."""
         cfg = self.cfg.train
         kept: list[Group] = []
         sampled: list[Group] = []
-        rounds = 0
+        rounds = silent = 0
         while len(kept) < cfg.prompts_per_step and rounds < cfg.max_fill_rounds:
             need = cfg.prompts_per_step - len(kept)
             k = need if rounds == 0 else min(4 * need, math.ceil(need / max(self.informative_rate, 0.25)))
@@ -158,6 +155,7 @@ class Trainer:
             rewards = torch.tensor([g.rewards for g in groups])
             valid = torch.tensor([g.valid for g in groups])
             signal = has_signal(rewards, valid).tolist()
+            silent += signal.count(False)
             self.informative_rate = 0.9 * self.informative_rate + 0.1 * (sum(signal) / len(signal))
             for g, s in zip(groups, signal):
                 if (s or not cfg.drop_zero_variance) and len(kept) < cfg.prompts_per_step:
@@ -166,12 +164,12 @@ class Trainer:
             rounds += 1
             if not cfg.drop_zero_variance:
                 break
-        return kept, sampled, rounds
+        return kept, sampled, rounds, silent
 
     def train_step(self) -> StepResult:
         t0 = time.perf_counter()
         self.step += 1
-        kept, sampled, rounds = self.collect()
+        kept, sampled, rounds, silent = self.collect()
         t1 = time.perf_counter()
         metrics: dict[str, float] = {}
         if kept:
@@ -189,7 +187,7 @@ class Trainer:
             pass_rate=sum(t.verdict.passed for t in ok) / max(len(ok), 1),
             groups_sampled=len(sampled),
             groups_kept=len(kept),
-            zero_variance_frac=1 - len([g for g in sampled if g in kept]) / len(sampled) if sampled else 0.0,
+            zero_variance_frac=silent / len(sampled) if sampled else 0.0,
             fill_rounds=rounds,
             verifier_errors=len(trajs) - len(ok),
             completion_tokens=sum(len(t.completion.token_ids) for t in trajs) / max(len(trajs), 1),
@@ -225,7 +223,7 @@ class Trainer:
         if not self.held_out:
             warnings.warn(f"{self.source.name}: no held-out tasks; evaluation skipped (raise tasks.held_out_fraction)")
             return {}
-        res = evaluate_accuracy(self.engine, self.held_out, self.verifier, _answer_budget(self.cfg))
+        res = evaluate_accuracy(self.engine, self.held_out, self.verifier, self.cfg.sampling.max_tokens)
         metrics = {"greedy_accuracy": res.accuracy, "n_tasks": res.n_tasks, "verifier_errors": res.n_errors}
         self.store.log_eval(self.step, "held_out", metrics, res.per_task)
         if self.writer is not None:
