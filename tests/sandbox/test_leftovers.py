@@ -95,6 +95,7 @@ def test_a_thousand_executions_leak_no_processes_mounts_cgroups_fds_or_temp_dirs
         assert wait_until(lambda: _manager_groups(pool.sandbox.manager) == [], 5)
     assert wait_until(lambda: not os.path.exists(f"/proc/{outer}") and not _descendants(outer), 5)
     assert not set(sandbox_uid_processes()) & server
+    assert not any(os.path.exists(f"{r}/{cgroups.PREFIX}/{pool.sandbox.manager}") for r in cgroups.probe().roots)
     assert _mounts() == mounts_before
     assert os.listdir(private_tmp) == []
     assert {x for x in os.listdir("/tmp") if x.startswith("posttrain")} == shared_before

@@ -208,11 +208,23 @@ def _remove_group(path: str, deadline: float) -> bool:
         time.sleep(0.002)
 
 
-def sweep_orphans(support: CgroupSupport | None = None) -> int:
-    """Remove groups left by managers that no longer run. Returns how many were removed."""
-    support = support or probe()
-    removed = 0
+def remove_manager(support: CgroupSupport, manager: str) -> None:
+    """Remove this manager's (empty) parent groups, on close."""
+    deadline = time.monotonic() + 1.0
     for root in support.roots:
+        _remove_group(f"{root}/{PREFIX}/{manager}", deadline)
+
+
+def _candidate_roots() -> list[str]:
+    """Every hierarchy that may hold our groups, whatever this run's probe chose."""
+    roots = [ROOT] + [f"{ROOT}/{d}" for d in sorted(os.listdir(ROOT))] if os.path.isdir(ROOT) else []
+    return [r for r in roots if os.path.isdir(f"{r}/{PREFIX}")]
+
+
+def sweep_orphans() -> int:
+    """Remove groups left by managers that no longer run. Returns how many were removed."""
+    removed = 0
+    for root in _candidate_roots():
         base = f"{root}/{PREFIX}"
         try:
             managers = os.listdir(base)

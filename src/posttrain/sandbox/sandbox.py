@@ -277,6 +277,8 @@ class Sandbox:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self._reaper.join()
+        if self._cg.roots:
+            cgroups.remove_manager(self._cg, self.manager)
         with self._server_lock:
             self._closed = True
             if self._server is not None:
