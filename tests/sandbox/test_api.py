@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from posttrain.sandbox import ExecResult, ExecStatus, Limits, PoolBusy, Sandbox, SandboxPool, SandboxUnavailable
 from posttrain.sandbox import cgroups, launcher
 from posttrain.sandbox.cli import app
+from posttrain.sandbox.sandbox import classify
 
 
 def test_ok_and_runtime_error_are_told_apart(sandbox):
@@ -104,6 +105,30 @@ def test_sandbox_error_is_not_a_program_failure_and_recovers(sandbox):
     r = asyncio.run(scenario())
     assert r.status is ExecStatus.SANDBOX_ERROR and r.error
     assert sandbox.run(code="print('back')").stdout == "back\n"  # a new server starts
+
+
+def test_sandbox_built_in_a_finished_thread_keeps_its_server():
+    import threading
+
+    box = []
+    t = threading.Thread(target=lambda: box.append(Sandbox(Limits(wall_s=5), sweep=False)))
+    t.start()
+    t.join()
+    with box[0] as sb:
+        pid = sb._server.proc.pid
+        time.sleep(0.2)
+        assert sb.run(code="print(1)").stdout == "1\n"
+        assert sb._server.proc.pid == pid  # not restarted: the thread's exit did not kill it
+
+
+def test_classify_orders_causes_from_most_specific():
+    c = dict(exit_code=0, sig=None, timed_out=False, output_over=False, cpu_over=False, oom_kills=0)
+    assert classify(**c) is ExecStatus.OK
+    assert classify(**{**c, "exit_code": 1}) is ExecStatus.RUNTIME_ERROR
+    assert classify(**{**c, "exit_code": None, "sig": signal.SIGKILL, "timed_out": True}) is ExecStatus.TIMEOUT
+    assert classify(**{**c, "exit_code": None, "sig": signal.SIGXCPU}) is ExecStatus.CPU_LIMIT
+    assert classify(**{**c, "exit_code": 0, "oom_kills": 1}) is ExecStatus.OOM  # a child was OOM-killed
+    assert classify(**{**c, "output_over": True, "timed_out": True}) is ExecStatus.OUTPUT_LIMIT
 
 
 def test_result_serialises_to_json(sandbox):

@@ -412,7 +412,9 @@ def main() -> None:
     config = json.loads(sys.argv[1])
     ctl = socket.socket(fileno=int(config["ctl_fd"]))
     try:
-        sc.set_pdeathsig(signal.SIGKILL)
+        # No PDEATHSIG here: it fires when the *thread* that spawned us exits, and a Sandbox
+        # may be built in a short-lived thread. The manager's death closes the control
+        # socket instead, on which the server below exits.
         sc.unshare(sc.CLONE_NEWUSER | sc.CLONE_NEWNS | sc.CLONE_NEWPID | sc.CLONE_NEWIPC | sc.CLONE_NEWUTS)
         _wire.send(ctl, {"map": True})
         ack, _ = _wire.recv(ctl)
