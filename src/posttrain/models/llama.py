@@ -85,11 +85,11 @@ class RMSNorm(nn.Module):
 
 
 def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """cos and sin tables for `positions` [B, T] -> each [B, 1, T, D]."""
+    """cos and sin tables for `positions` [B, T] -> each [B, T, 1, D] (broadcast over heads)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
     freqs = positions[..., None].float() * inv_freq  # [B, T, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)  # [B, T, D]
-    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+    return emb.cos().to(dtype)[:, :, None], emb.sin().to(dtype)[:, :, None]
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -121,10 +121,10 @@ class Attention(nn.Module):
         layer: int,
     ) -> Tensor:
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # [B, Hq, T, D]
-        k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        # RoPE in [B, T, H, D] layout: contiguous, so the elementwise kernels run on dense memory
+        q = apply_rope(self.q_proj(x).view(b, t, self.n_heads, self.head_dim), cos, sin).transpose(1, 2)  # [B, Hq, T, D]
+        k = apply_rope(self.k_proj(x).view(b, t, self.n_kv, self.head_dim), cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             start = cache.length
             cache.k[layer][:, :, start : start + t] = k
