@@ -125,8 +125,8 @@ class TrainConfig(_Section):
     drop_zero_variance: bool = True
     max_fill_rounds: int = Field(4, ge=1)
     """Sampling rounds allowed to refill the batch after dropping uninformative groups."""
-    eval_every: int = Field(0, ge=0)
-    """Held-out evaluation every K steps (0: only at the end)."""
+    eval_every: int = Field(100, ge=0)
+    """Held-out greedy evaluation every K steps, stored per task (0: only at the end)."""
     eval_size: int = Field(500, ge=1)
     checkpoint_every: int = Field(100, ge=0)
     """Write an HF-format checkpoint (plus optimizer and RNG state) every K steps; 0 disables."""
