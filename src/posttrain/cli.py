@@ -111,7 +111,10 @@ def quickstart(
                 if train_task is not None:
                     progress.update(train_task, completed=r.step, info=_step_info(r.metrics, held["acc"]))
 
-            result = run_quickstart(cfg, on_phase=on_phase, on_base_eval=on_base_eval, on_step=on_step)
+            def on_eval(step: int, m: dict[str, float]) -> None:
+                held["acc"] = m.get("greedy_accuracy")
+
+            result = run_quickstart(cfg, on_phase=on_phase, on_base_eval=on_base_eval, on_step=on_step, on_eval=on_eval)
         if as_json:
             print(json.dumps(result.to_dict()))
             return

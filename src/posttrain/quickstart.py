@@ -56,6 +56,7 @@ def run_quickstart(
     on_phase: Callable[[str], None] | None = None,
     on_base_eval: Callable[[int, float], None] | None = None,
     on_step: Callable[[StepResult], None] | None = None,
+    on_eval: Callable[[int, dict[str, float]], None] | None = None,
 ) -> QuickstartResult:
     start = time.perf_counter()
     say = on_phase or (lambda _msg: None)
@@ -73,7 +74,7 @@ def run_quickstart(
     greedy_before, pass1_before = _measure(engine, held_out, verifier, cfg.sampling.max_tokens, pass1_samples, cfg.seed + 1)
 
     say("GRPO")
-    trainer = Trainer(cfg, overwrite=True, on_step=on_step)
+    trainer = Trainer(cfg, overwrite=True, on_step=on_step, on_eval=on_eval)  # a rerun of a seed replaces its run
     try:
         result = trainer.run()
         say("evaluating the trained model")
