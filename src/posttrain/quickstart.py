@@ -11,6 +11,7 @@ Does not cover: anything a config cannot express; it is a thin driver over
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -60,6 +61,11 @@ def run_quickstart(
 ) -> QuickstartResult:
     start = time.perf_counter()
     say = on_phase or (lambda _msg: None)
+    if cfg.tasks.held_out_fraction > cfg.model.base.held_out_fraction:
+        warnings.warn(
+            f"tasks.held_out_fraction ({cfg.tasks.held_out_fraction}) exceeds the base model's "
+            f"({cfg.model.base.held_out_fraction}): some held-out problems were seen in pre-training"
+        )
     say("base model")
     base = ensure_base(cfg.model.base, on_eval=on_base_eval)
     base_seconds = time.perf_counter() - start
