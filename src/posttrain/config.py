@@ -32,8 +32,11 @@ class BaseModelConfig(_Section):
     hidden_size: int = Field(128, ge=8)
     """Width of the residual stream."""
     num_layers: int = Field(4, ge=1)
+    """Decoder layers."""
     intermediate_size: int = Field(384, ge=8)
+    """SwiGLU hidden width."""
     num_heads: int = Field(4, ge=1)
+    """Attention heads (no grouping: the base model is tiny)."""
     family: Literal["add", "sub", "addsub", "mul", "chain"] = "add"
     """The arithmetic family it is pre-trained on (also the quickstart's RL task)."""
     digits: int = Field(2, ge=1, le=9)
@@ -50,11 +53,15 @@ class BaseModelConfig(_Section):
     max_steps: int = Field(3000, ge=1)
     """Step cap: when the jump in accuracy happens depends on the seed, so stop on accuracy, capped."""
     batch_size: int = Field(256, ge=1)
+    """Problems per pre-training step."""
     lr: float = Field(3e-3, gt=0)
+    """AdamW learning rate after a 50-step linear warm-up."""
     eval_every: int = Field(10, ge=1)
     """Held-out checks are cheap (one batched greedy decode); frequent ones keep the stop inside the band."""
     eval_size: int = Field(256, ge=16)
+    """Held-out problems in each band check."""
     seed: int = 0
+    """Seeds the initial weights and the data order: the same seed builds the same model."""
     cache_dir: str | None = None
     """Where built base models are kept (default: $POSTTRAIN_CACHE or ~/.cache/posttrain)."""
 
@@ -95,9 +102,13 @@ class SamplingConfig(_Section):
     n: int = Field(16, ge=1)
     """Group size: samples per task."""
     temperature: float = Field(1.0, ge=0.0)
+    """Sampling temperature; the learner scores logprobs at the same temperature."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus filtering (1.0: off). Behaviour logprobs are those of the filtered distribution."""
     top_k: int = Field(0, ge=0)
+    """Keep only the k most likely tokens (0: off)."""
     max_tokens: int = Field(8, ge=1)
+    """Completion length cap; the Dr.GRPO aggregation divides by it."""
 
 
 class RLConfig(_Section):
@@ -110,16 +121,21 @@ class RLConfig(_Section):
     kl_beta: float = Field(0.0, ge=0.0)
     """Weight of the k3 KL penalty to the initial (reference) policy; 0 disables it and its forward pass."""
     lr: float = Field(3e-4, gt=0.0)
+    """AdamW learning rate (constant after warm-up). Measured here: 1e-3 collapsed TRL's policy in ~50 steps."""
     weight_decay: float = Field(0.0, ge=0.0)
     grad_clip: float = Field(1.0, gt=0.0)
+    """Global gradient-norm clip."""
     epochs: int = Field(1, ge=1)
     """Passes over each batch of groups; > 1 makes the ratio (and so the clip) matter."""
     minibatches: int = Field(1, ge=1)
+    """Optimizer steps per epoch (the batch is split in this many parts)."""
     warmup_steps: int = Field(0, ge=0)
+    """Linear learning-rate warm-up, in optimizer steps."""
 
 
 class TrainConfig(_Section):
     steps: int = Field(300, ge=1)
+    """RL steps (one batch of groups each)."""
     prompts_per_step: int = Field(16, ge=1)
     """Groups per optimizer step, after dropping groups with zero reward variance."""
     drop_zero_variance: bool = True
@@ -128,16 +144,20 @@ class TrainConfig(_Section):
     eval_every: int = Field(100, ge=0)
     """Held-out greedy evaluation every K steps, stored per task (0: only at the end)."""
     eval_size: int = Field(500, ge=1)
+    """Held-out tasks per evaluation (fewer when the held-out split is smaller)."""
     checkpoint_every: int = Field(100, ge=0)
     """Write an HF-format checkpoint (plus optimizer and RNG state) every K steps; 0 disables."""
     keep_checkpoints: int = Field(2, ge=1)
+    """Newest checkpoints kept on disk; older ones are deleted (and dropped from the store's index)."""
     store_samples: bool = True
     """Store every sampled completion with its verdict in the run store."""
 
 
 class RunConfig(_Section):
     name: str = "quickstart"
+    """The run's directory name under run_dir."""
     seed: int = 0
+    """Seeds the sampler, the curriculum and the held-out draw."""
     run_dir: str = "runs"
     """Parent directory of runs; each run lives in <run_dir>/<name>."""
     model: ModelSection = ModelSection()
@@ -147,6 +167,7 @@ class RunConfig(_Section):
     rl: RLConfig = RLConfig()
     train: TrainConfig = TrainConfig()
     tensorboard: bool = True
+    """Write TensorBoard event files to <run>/tensorboard."""
 
     @property
     def path(self) -> Path:
