@@ -94,3 +94,14 @@ def test_base_command_prints_cached_path(tmp_path):
     assert path.startswith(str(tmp_path)) and (tmp_path / "base").exists()
     again = runner.invoke(app, args)
     assert again.stdout.strip().splitlines()[-1] == path and "cached" in again.output
+
+
+def test_bad_task_source_is_one_line_exit_2(tiny_model_dir, tmp_path):
+    res = runner.invoke(app, ["train", str(_write_min_config(tmp_path, tiny_model_dir)), "--set", "tasks.source=arith:div"])
+    assert res.exit_code == 2 and "unknown arithmetic family" in res.output and "Traceback" not in res.output
+
+
+def _write_min_config(tmp_path, model_dir):
+    cfg = tmp_path / "min.toml"
+    cfg.write_text(f'run_dir = "{tmp_path}"\n[model]\npath = "{model_dir}"\n')
+    return cfg

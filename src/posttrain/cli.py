@@ -177,6 +177,16 @@ def train(
             raise UserError("--resume and --overwrite exclude each other")
         cfg = load_config(config, set_ or [])
         with _progress() as progress:
+            if cfg.model.path is None:  # the built-in base model: show its (one-time) build
+                from posttrain.builtin import ensure_base
+
+                base_task = progress.add_task("base model", total=cfg.model.base.max_steps, info="")
+                build = ensure_base(
+                    cfg.model.base,
+                    on_eval=lambda s, a: progress.update(base_task, completed=s, info=f"held-out greedy {a:.3f}"),
+                )
+                progress.update(base_task, visible=False)
+                cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(build.path)})})
             task = progress.add_task("GRPO", total=cfg.train.steps, info="")
             held: dict[str, float | None] = {"acc": None}
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from posttrain.builtin import ensure_base
-from posttrain.config import RunConfig
+from posttrain.config import ConfigError, RunConfig
 from posttrain.engine.local import LocalEngine
 from posttrain.eval.accuracy import evaluate_accuracy
 from posttrain.models.io import load_model
@@ -75,6 +75,8 @@ def run_quickstart(
     source = load_tasks(cfg.tasks.source, cfg.tasks.held_out_fraction, cfg.tasks.digits, cfg.tasks.on_error, cfg.tasks.min_digits)
     verifier = build_verifier(cfg.reward.verifier, cfg.reward.extract, cfg.reward.tolerance)
     held_out = source.take(cfg.train.eval_size, "held_out", seed=cfg.seed)
+    if not held_out:
+        raise ConfigError("quickstart: the task source has no held-out tasks; raise tasks.held_out_fraction")
     say(f"evaluating the base model on {len(held_out)} held-out problems")
     engine = LocalEngine(model, tokenizer, seed=cfg.seed)
     greedy_before, pass1_before = _measure(engine, held_out, verifier, cfg.sampling.max_tokens, pass1_samples, cfg.seed + 1)

@@ -72,5 +72,7 @@ def test_list_source_split_is_disjoint_and_covers_all(tmp_path):
 
 
 def test_unknown_source_spec_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown task source"):
+    with pytest.raises(TaskFileError, match="unknown task source"):
         load_tasks("mystery")
+    with pytest.raises(TaskFileError, match="unknown arithmetic family 'div'"):
+        load_tasks("arith:div")

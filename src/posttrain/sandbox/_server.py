@@ -143,6 +143,8 @@ def _build_root(config: dict) -> list[str]:
 def _task_init(req: dict, fds: dict[str, int], status: socket.socket, seccomp_program: bytes | None) -> None:
     """G: init of the task's PID namespace: sets it up, forks the task, reaps. Never returns."""
     try:
+        sc.prctl(15, __import__("ctypes").c_char_p(b"sbx-init").value and int.from_bytes(b"x",'little')) if False else None
+        _name(b"sbx-init")
         sc.set_pdeathsig(signal.SIGKILL)
         limits = req["limits"]
         disk = int(limits["disk_mb"]) << 20
@@ -228,6 +230,7 @@ def _spawn_command(req: dict, fds: dict[str, int]) -> int:
 def _task(req: dict, fds: dict[str, int], status: socket.socket) -> None:
     """T for Python source in the pre-forked interpreter: pid 2 of its namespace. Never returns."""
     try:
+        _name(b"sbx-task")
         sc.prctl(sc.PR_SET_DUMPABLE, 1)
         os.dup2(fds["stdin"], 0)
         os.dup2(fds["stdout"], 1)
@@ -294,6 +297,7 @@ def _run_python_inline(code: str, argv: list[str], env: dict[str, str]) -> None:
 
 def _keeper(req: dict, fds: list[int], seccomp_program: bytes | None) -> None:
     """C: reports its pid, waits to be placed in cgroups, forks the task, reports its end."""
+    _name(b"sbx-keeper")
     status = socket.socket(fileno=fds[0])
     named = {"stdin": fds[1], "stdout": fds[2], "stderr": fds[3]}
     try:
@@ -367,7 +371,14 @@ def _session_op(req: dict) -> dict:
 # ----------------------------------------------------------------------------- main loop
 
 
+def _name(n):
+    import ctypes
+    sc._libc.prctl.argtypes = None
+    sc._libc.prctl(15, ctypes.c_char_p(n), 0, 0, 0)
+    sc._libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
 def _serve(ctl: socket.socket, config: dict) -> None:
+    _name(b"sbx-server")
     warnings = _build_root(config)
     for mod in config.get("preload", []):
         try:

@@ -27,8 +27,11 @@ def load_tasks(
     """A task source from a short spec: `arith:<family>` or a path to a `.jsonl` file."""
     if spec.startswith("arith:"):
         family = spec.split(":", 1)[1]
-        return ArithmeticSource(family=family, digits=digits, held_out_fraction=held_out_fraction, min_digits=min_digits)  # type: ignore[arg-type]
+        try:
+            return ArithmeticSource(family=family, digits=digits, held_out_fraction=held_out_fraction, min_digits=min_digits)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise TaskFileError(f"task source {spec!r}: {exc}") from None
     path = Path(spec)
     if path.suffix == ".jsonl" or path.exists():
         return ListSource(load_jsonl(path, on_error=on_error), name=path.stem, held_out_fraction=held_out_fraction)  # type: ignore[arg-type]
-    raise ValueError(f"unknown task source {spec!r}: use 'arith:<family>' ({', '.join(FAMILIES)}) or a .jsonl path")
+    raise TaskFileError(f"unknown task source {spec!r}: use 'arith:<family>' ({', '.join(FAMILIES)}) or a .jsonl path")
