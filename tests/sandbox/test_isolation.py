@@ -3,15 +3,17 @@ the sandbox, and a control shows the probe itself works where access is legitima
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import socket
 import threading
+import time
 
 import pytest
 
 from posttrain.sandbox import ExecStatus, Limits
 
-from _sandbox_testlib import free_port, wait_until
+from _sandbox_testlib import free_port, sandbox_uid_processes, wait_until
 
 # ---------------------------------------------------------------- file system
 
@@ -157,6 +159,31 @@ def test_host_processes_are_invisible(sandbox, host_sleeper):
 def test_task_holds_no_descriptor_but_its_stdio(sandbox, prefork):
     r = sandbox.run(code="import os; print(sorted(int(x) for x in os.listdir('/proc/self/fd')))", prefork=prefork)
     assert r.stdout == "[0, 1, 2, 3]\n", r.stdout  # 3 is the listdir handle itself
+
+
+def test_inits_and_tasks_hold_no_descriptor_of_concurrent_executions(sandbox):
+    """The server keeps a status socket and a pidfd per running execution and forks every
+    task's init from itself: none of those may reach another execution's init or task."""
+    probe = "import os, time; time.sleep(1.5); print(sorted(int(x) for x in os.listdir('/proc/self/fd')))"
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        runs = [ex.submit(sandbox.run, code=probe, prefork=pf) for pf in (True, False, True, False)]
+        time.sleep(0.8)
+        held = {}
+        for pid in sandbox_uid_processes():
+            try:
+                if open(f"/proc/{pid}/comm").read().strip() == "sandbox-init":
+                    held[pid] = sorted(os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd"))
+            except OSError:
+                continue
+        results = [f.result() for f in runs]
+    assert [r.stdout for r in results] == ["[0, 1, 2, 3]\n"] * 4, results
+    assert len(held) >= 4, held
+    sockets = []
+    for fds in held.values():
+        assert [f for f in fds if not f.startswith("socket:")] == ["/dev/null"] * 3, held  # stdio of the server
+        assert len([f for f in fds if f.startswith("socket:")]) == 1, held  # its own status socket only
+        sockets += [f for f in fds if f.startswith("socket:")]
+    assert len(set(sockets)) == len(sockets), held
 
 
 def test_task_cannot_reach_its_init_status_channel(sandbox):

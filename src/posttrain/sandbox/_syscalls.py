@@ -1,6 +1,6 @@
 """Thin ctypes wrappers over the Linux calls the sandbox needs and Python 3.11 lacks.
 
-Covers: unshare, setns-free namespace setup (mount, umount2, pivot_root, sethostname),
+Covers: unshare, setns, namespace setup (mount, umount2, pivot_root, sethostname),
 capability dropping (capset, bounding set, securebits), no_new_privs, PDEATHSIG, and
 bringing up the loopback interface of a fresh network namespace.
 
@@ -43,6 +43,8 @@ MS_RELATIME = 1 << 21
 MNT_DETACH = 2
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+PR_GET_NAME = 16
 PR_SET_DUMPABLE = 4
 PR_SET_SECUREBITS = 28
 PR_CAPBSET_DROP = 24
@@ -56,6 +58,7 @@ SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.unshare.argtypes = [ctypes.c_int]
+_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 _libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _libc.syscall.restype = ctypes.c_long
@@ -74,6 +77,10 @@ def _b(s: str | bytes | None) -> bytes | None:
 
 def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    _check(_libc.setns(fd, nstype), "setns")
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
@@ -96,6 +103,21 @@ def sethostname(name: str) -> None:
 
 def prctl(option: int, a2: int = 0, a3: int = 0, a4: int = 0, a5: int = 0) -> int:
     return _check(_libc.prctl(option, a2, a3, a4, a5), f"prctl({option})")
+
+
+_prctl_buf = _libc["prctl"]  # a second prototype: the name calls pass a buffer
+_prctl_buf.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+def set_name(name: bytes) -> None:
+    """The process's comm (``ps``, /proc/PID/comm), at most 15 bytes."""
+    _check(_prctl_buf(PR_SET_NAME, name[:15], 0, 0, 0), "prctl(PR_SET_NAME)")
+
+
+def get_name() -> bytes:
+    buf = ctypes.create_string_buffer(16)
+    _check(_libc.prctl(PR_GET_NAME, ctypes.addressof(buf), 0, 0, 0), "prctl(PR_GET_NAME)")
+    return buf.value
 
 
 def set_pdeathsig(sig: int) -> None:

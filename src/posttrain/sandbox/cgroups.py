@@ -142,7 +142,7 @@ class TaskCgroup:
             _write(f"{self.paths[support.pids]}/pids.max", str(pids))
 
     def open_procs(self) -> list[int]:
-        """Write-only fds on each ``cgroup.procs``, for the keeper to join by writing "0"."""
+        """Write-only fds on each ``cgroup.procs``, for the task's init to join by writing "0"."""
         return [os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for path in self.paths.values()]
 
     def kill(self) -> bool:

@@ -19,7 +19,7 @@ class Limits:
     memory_mb: int = 512
     """Memory of the whole process tree incl. tmpfs pages it writes (cgroup; OOM)."""
     pids: int = 64
-    """Processes and threads of the whole tree (pids cgroup)."""
+    """Processes and threads of the whole tree, the task's init included (pids cgroup)."""
     output_bytes: int = 1 << 20
     """Bytes kept per stream (stdout, stderr); more kills the task (OUTPUT_LIMIT)."""
     disk_mb: int = 64
@@ -34,7 +34,7 @@ class Limits:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"Limits.{name} must be a positive number, got {value!r}")
         if self.pids < 2:
-            raise ValueError("Limits.pids must be at least 2 (the task's init and its keeper)")
+            raise ValueError("Limits.pids must be at least 2 (the task and its init)")
         if self.nofile < 16:
             raise ValueError("Limits.nofile must be at least 16")
 

@@ -372,7 +372,7 @@ class Sandbox:
         try:
             if self._cg.roots:
                 cg = cgroups.TaskCgroup(self._cg, self.manager, f"t{next(self._counter)}",
-                                        memory_bytes=limits.memory_mb << 20, pids=limits.pids + 1)
+                                        memory_bytes=limits.memory_mb << 20, pids=limits.pids)
             status, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             status.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             in_r, in_w = os.pipe()
@@ -391,7 +391,7 @@ class Sandbox:
             pump = _Pump(out_r, err_r, in_w, stdin, limits.output_bytes)
             hello, host_pid = self._recv_hello(status, timeout_s=10.0)
             if not hello.get("hello"):
-                raise SandboxUnavailable(hello.get("setup_error") or hello.get("error") or "no hello from keeper")
+                raise SandboxUnavailable(hello.get("setup_error") or hello.get("error") or "no hello from the task's init")
             pidfd = os.pidfd_open(host_pid)
             return self._supervise(status, pump, pidfd, cg, limits, t0)
         except (OSError, SandboxUnavailable, ValueError) as e:
@@ -403,24 +403,24 @@ class Sandbox:
                 pump.close()
             if status is not None:
                 status.close()
-            # The keeper exits just after the task; waiting for it and removing the cgroups is
-            # off the caller's path (``close()`` waits for it).
+            # The task's init exits just after the task; waiting for it and removing the
+            # cgroups is off the caller's path (``close()`` waits for it).
             self._reaper.put((pidfd, cg))
 
     @staticmethod
     def _recv_hello(sock: socket.socket, timeout_s: float) -> tuple[dict, int]:
         ready, _, _ = select.select([sock], [], [], timeout_s)
         if not ready:
-            raise SandboxUnavailable("keeper did not start")
+            raise SandboxUnavailable("the task's init did not start")
         data, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(12))
         if not data:
-            raise SandboxUnavailable("keeper exited before starting the task")
+            raise SandboxUnavailable("the task's init exited before starting the task")
         pid = None
         for level, kind, payload in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
                 pid = struct.unpack("iII", payload[:12])[0]
         if not pid:
-            raise SandboxUnavailable("keeper sent no credentials")
+            raise SandboxUnavailable("the task's init sent no credentials")
         return json.loads(data), pid
 
     @staticmethod
@@ -491,7 +491,7 @@ class Sandbox:
             res.error = f"sandbox set-up failed: {final['setup_error']}"
             return _Outcome(res, bytes(pump.out), bytes(pump.err))
         if final is None and not killed:
-            res.error = "the task's keeper vanished without a status"
+            res.error = "the task's init vanished without a status"
             return _Outcome(res, bytes(pump.out), bytes(pump.err))
         if final is not None:
             res.exit_code, res.signal = _decode_wait(final.get("task_wstatus", final.get("wstatus", 9)))
