@@ -399,6 +399,7 @@ def _serve(ctl: socket.socket, config: dict) -> None:
     _TASK_NAME = sc.get_name()
     sc.set_name(b"sandbox-server")
     warnings = _build_root(config)
+    sc.drop_bounding_set()
     for mod in config.get("preload", []):
         try:
             __import__(mod)

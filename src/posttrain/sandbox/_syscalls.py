@@ -47,7 +47,9 @@ PR_SET_NAME = 15
 PR_GET_NAME = 16
 PR_SET_DUMPABLE = 4
 PR_SET_SECUREBITS = 28
+PR_CAPBSET_READ = 23
 PR_CAPBSET_DROP = 24
+CAP_SYS_ADMIN = 21
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -136,6 +138,9 @@ def _last_cap() -> int:
         return 40
 
 
+_LAST_CAP = _last_cap()
+
+
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
@@ -144,15 +149,26 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def drop_all_capabilities() -> None:
-    """Empty the bounding, ambient, inheritable, permitted and effective sets, and lock
-    securebits so that a later execve (even as uid 0 in the namespace) regains nothing."""
+def drop_bounding_set() -> None:
+    """Empty the capability bounding set (what an execve could ever grant). Inherited by
+    every child: the fork-server does it once, as it never executes anything itself, and
+    keeps its effective capabilities for the mounts it makes. One commit_creds per
+    capability made this ~0.7 ms of every execution when each task's init did it."""
     for cap in range(_last_cap() + 1):
         try:
             prctl(PR_CAPBSET_DROP, cap)
         except OSError as e:
             if e.errno != errno.EINVAL:
                 raise
+
+
+def drop_all_capabilities() -> None:
+    """Empty the bounding, ambient, inheritable, permitted and effective sets, and lock
+    securebits so that a later execve (even as uid 0 in the namespace) regains nothing.
+    The bounding set is normally empty already (``drop_bounding_set`` in the fork-server);
+    it is checked, and emptied here if it is not."""
+    if any(prctl(PR_CAPBSET_READ, cap) for cap in (0, CAP_SYS_ADMIN, _LAST_CAP)):
+        drop_bounding_set()
     try:
         prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     except OSError:
