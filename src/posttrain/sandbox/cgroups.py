@@ -107,6 +107,10 @@ def probe() -> CgroupSupport:
     return s
 
 
+_NO_SWAP_PARENTS: set[str] = set()
+"""Manager groups whose swappiness is 0, so that their new children inherit it."""
+
+
 @dataclass
 class TaskStats:
     peak_memory_bytes: int | None = None
@@ -121,8 +125,21 @@ class TaskCgroup:
         self.support = support
         self.paths: dict[str, str] = {}
         for root in support.roots:
-            path = f"{root}/{PREFIX}/{manager}/{name}"
-            os.makedirs(path)
+            parent = f"{root}/{PREFIX}/{manager}"
+            path = f"{parent}/{name}"
+            try:
+                os.mkdir(path)
+            except FileNotFoundError:
+                os.makedirs(parent, exist_ok=True)
+                if root == support.memory and not support.memory_v2:
+                    # v1 copies a new group's swappiness from its parent: set it once here
+                    # rather than once per execution (one file write less per run).
+                    try:
+                        _write(f"{parent}/memory.swappiness", "0")
+                        _NO_SWAP_PARENTS.add(parent)
+                    except OSError:
+                        pass
+                os.mkdir(path)
             self.paths[root] = path
         if support.memory:
             p = self.paths[support.memory]
@@ -134,10 +151,11 @@ class TaskCgroup:
                     pass
             else:
                 _write(f"{p}/memory.limit_in_bytes", str(memory_bytes))
-                try:
-                    _write(f"{p}/memory.swappiness", "0")
-                except OSError:
-                    pass
+                if f"{support.memory}/{PREFIX}/{manager}" not in _NO_SWAP_PARENTS:
+                    try:
+                        _write(f"{p}/memory.swappiness", "0")
+                    except OSError:
+                        pass
         if support.pids:
             _write(f"{self.paths[support.pids]}/pids.max", str(pids))
 
@@ -153,6 +171,20 @@ class TaskCgroup:
             except OSError:
                 return False
         return False
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds of the whole group so far (one file read), ``None`` if unknown."""
+        s = self.support
+        if not s.cpu:
+            return None
+        p = self.paths[s.cpu]
+        try:
+            if s.cpu_v2:
+                usage = dict(line.split() for line in _read(f"{p}/cpu.stat").splitlines())
+                return int(usage["usage_usec"]) / 1e6
+            return int(_read(f"{p}/cpuacct.usage")) / 1e9
+        except (OSError, ValueError, KeyError):
+            return None
 
     def stats(self) -> TaskStats:
         st = TaskStats()
