@@ -378,7 +378,12 @@ def _fork_init(req: dict, fds: list[int], program: bytes | None, pidns: int, inh
                 os._exit(EXIT_SETUP_FAILED)
     finally:
         if pid != 0:
-            sc.setns(pidns, sc.CLONE_NEWPID)
+            try:
+                sc.setns(pidns, sc.CLONE_NEWPID)
+            except OSError:
+                # Children would land in this execution's namespace from now on: no safe
+                # way on. Exiting kills every sandbox; the manager starts a new server.
+                os._exit(1)
     return pid
 
 
@@ -426,7 +431,12 @@ def _serve(ctl: socket.socket, config: dict) -> None:
             try:
                 inherited = [ctl.fileno(), pidns, *inits, *(st for _, st in inits.values())]
                 pid = _fork_init(req, fds, program, pidns, inherited)
-                inits[os.pidfd_open(pid)] = (pid, os.dup(fds[0]))
+                try:
+                    inits[os.pidfd_open(pid)] = (pid, os.dup(fds[0]))
+                except OSError:
+                    os.kill(pid, signal.SIGKILL)  # untracked, it could not be reaped
+                    os.waitpid(pid, 0)
+                    raise
             except OSError as e:
                 with socket.socket(fileno=os.dup(fds[0])) as sock:
                     _log_fail(sock, f"fork-server: {e}")
