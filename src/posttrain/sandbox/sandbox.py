@@ -44,9 +44,32 @@ class SandboxError(RuntimeError):
     """A session operation (read_file, write_file, snapshot ...) failed."""
 
 
+# Mounted fresh inside every task, so host paths below them are hidden from it.
+TASK_MOUNTS = ("/tmp", "/work", "/dev/shm", "/proc")
+
+
+def under_task_mount(path: str) -> str | None:
+    """The task mount that hides `path` inside a sandbox, or None."""
+    return next((m for m in TASK_MOUNTS if path == m or path.startswith(m + "/")), None)
+
+
+def task_python() -> str:
+    """The interpreter tasks run: `sys.executable`, unless it lies under a task mount (a virtual
+    environment in /tmp, say); then the real interpreter it links to, without that environment's packages."""
+    exe = os.path.abspath(sys.executable)
+    return exe if under_task_mount(exe) is None else os.path.realpath(exe)
+
+
 def default_ro_binds() -> list[str]:
     binds = ["/usr"]
     for prefix in {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}:
+        hidden = under_task_mount(prefix)
+        if hidden is not None:
+            pywarnings.warn(
+                f"the Python environment {prefix} lies under {hidden}, which every sandboxed task mounts fresh: "
+                f"tasks run {task_python()} without that environment's packages (install it elsewhere to keep them)",
+                RuntimeWarning, stacklevel=2,
+            )
         if not prefix.startswith("/usr/"):
             binds.append(prefix)
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
@@ -307,14 +330,14 @@ class Sandbox:
         if language not in LANGUAGES:
             raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
         if language == "python":
-            return [sys.executable, "-c", code], None, files
+            return [task_python(), "-c", code], None, files
         if language in ("bash", "sh"):
             return [language, "-c", code], None, files
         return (["/bin/sh", "-c", "gcc -O1 -o /tmp/main main.c -lm && exec /tmp/main"], None,
                 {**files, "main.c": code})
 
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
-        pybin = os.path.dirname(sys.executable)
+        pybin = os.path.dirname(task_python())
         env = {"PATH": f"{pybin}:/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
                "TZ": "UTC", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": "/tmp"}
         env.update(extra or {})
