@@ -37,15 +37,14 @@ from posttrain.eval.accuracy import evaluate_accuracy
 from posttrain.models.io import load_model
 from posttrain.rewards import ExactMatch
 from posttrain.rl.trainer import Trainer
-from posttrain.tasks import load_tasks
+from posttrain.tasks import tasks_from_config
 
 PROMPTS_PER_STEP, GROUP, MAX_TOKENS, LR = 16, 8, 6, 3e-4
 
 
 def task_source():
     """The quickstart's task: the default config's arithmetic generator and hash split."""
-    t = load_config().tasks
-    return load_tasks(t.source, t.held_out_fraction, t.digits, t.on_error, t.min_digits)
+    return tasks_from_config(load_config().tasks)
 
 
 def held_out_accuracy(model_dir: Path, tasks) -> float:

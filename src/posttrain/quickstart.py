@@ -19,10 +19,7 @@ from posttrain.builtin import ensure_base
 from posttrain.config import ConfigError, RunConfig
 from posttrain.engine.local import LocalEngine
 from posttrain.eval.accuracy import evaluate_accuracy
-from posttrain.models.io import load_model
-from posttrain.rewards import build_verifier
 from posttrain.rl.trainer import StepResult, Trainer
-from posttrain.tasks import load_tasks
 
 
 @dataclass
@@ -71,24 +68,19 @@ def run_quickstart(
     base_seconds = time.perf_counter() - start
     cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(base.path)})})
 
-    model, tokenizer = load_model(base.path)
-    source = load_tasks(cfg.tasks.source, cfg.tasks.held_out_fraction, cfg.tasks.digits, cfg.tasks.on_error, cfg.tasks.min_digits)
-    verifier = build_verifier(cfg.reward.verifier, cfg.reward.extract, cfg.reward.tolerance)
-    held_out = source.take(cfg.train.eval_size, "held_out", seed=cfg.seed)
-    if not held_out:
-        raise ConfigError("quickstart: the task source has no held-out tasks; raise tasks.held_out_fraction")
-    say(f"evaluating the base model on {len(held_out)} held-out problems")
-    engine = LocalEngine(model, tokenizer, seed=cfg.seed)
-    greedy_before, pass1_before = _measure(engine, held_out, verifier, cfg.sampling.max_tokens, pass1_samples, cfg.seed + 1)
-
-    say("GRPO")
+    # The trainer owns the model, task split, held-out set and verifier; measure "before" with the same ones.
+    # Greedy decoding and the seeded pass@1 draw leave the trainer's sampling RNG untouched.
     trainer = Trainer(cfg, overwrite=True, on_step=on_step, on_eval=on_eval)  # a rerun of a seed replaces its run
     try:
+        held_out, verifier, max_tokens = trainer.held_out, trainer.verifier, cfg.sampling.max_tokens
+        if not held_out:
+            raise ConfigError("quickstart: the task source has no held-out tasks; raise tasks.held_out_fraction")
+        say(f"evaluating the base model on {len(held_out)} held-out problems")
+        greedy_before, pass1_before = _measure(trainer.engine, held_out, verifier, max_tokens, pass1_samples, cfg.seed + 1)
+        say("GRPO")
         result = trainer.run()
         say("evaluating the trained model")
-        greedy_after, pass1_after = _measure(
-            trainer.engine, held_out, verifier, cfg.sampling.max_tokens, pass1_samples, cfg.seed + 1
-        )
+        greedy_after, pass1_after = _measure(trainer.engine, held_out, verifier, max_tokens, pass1_samples, cfg.seed + 1)
         trainer.store.log_eval(
             trainer.step,
             "quickstart",

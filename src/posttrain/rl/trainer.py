@@ -33,7 +33,7 @@ from posttrain.rl.learner import Learner, pack_groups
 from posttrain.rl.rollout import rollout
 from posttrain.scheduler.curriculum import PassRateCurriculum
 from posttrain.store.run_store import RunStore
-from posttrain.tasks import load_tasks
+from posttrain.tasks import tasks_from_config
 from posttrain.types import Group, SamplingParams
 
 
@@ -80,7 +80,7 @@ class Trainer:
         self.init_path = self._resolve_model_path()
         model, self.tokenizer = load_model(self.init_path)
         self.model = model
-        self.source = load_tasks(cfg.tasks.source, cfg.tasks.held_out_fraction, cfg.tasks.digits, cfg.tasks.on_error, cfg.tasks.min_digits)
+        self.source = tasks_from_config(cfg.tasks)
         self.verifier = build_verifier(cfg.reward.verifier, cfg.reward.extract, cfg.reward.tolerance)
         self.engine = LocalEngine(model, self.tokenizer, seed=cfg.seed)
         self.learner = Learner(model, cfg.rl, cfg.sampling.max_tokens, cfg.sampling.temperature)

@@ -17,6 +17,7 @@ __all__ = [
     "TaskSource",
     "load_jsonl",
     "load_tasks",
+    "tasks_from_config",
     "split_of",
 ]
 
@@ -35,3 +36,8 @@ def load_tasks(
     if path.suffix == ".jsonl" or path.exists():
         return ListSource(load_jsonl(path, on_error=on_error), name=path.stem, held_out_fraction=held_out_fraction)  # type: ignore[arg-type]
     raise TaskFileError(f"unknown task source {spec!r}: use 'arith:<family>' ({', '.join(FAMILIES)}) or a .jsonl path")
+
+
+def tasks_from_config(tasks) -> TaskSource:
+    """The source a `TasksConfig` (or anything with its fields) describes."""
+    return load_tasks(tasks.source, tasks.held_out_fraction, tasks.digits, tasks.on_error, tasks.min_digits)
