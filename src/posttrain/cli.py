@@ -234,6 +234,18 @@ def _mount_optional_apps() -> None:
 _mount_optional_apps()
 
 
+def _register_package_commands() -> None:
+    from posttrain.engine.cli import register as engine_commands
+    from posttrain.eval.cli import register as eval_commands
+    from posttrain.tasks.cli import register as tasks_commands
+
+    for register in (tasks_commands, engine_commands, eval_commands):
+        register(app)
+
+
+_register_package_commands()
+
+
 def main() -> None:
     app()
 

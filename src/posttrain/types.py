@@ -69,7 +69,8 @@ class Verdict:
     status: VerdictStatus = VerdictStatus.OK
     verifier: str = ""  # "<name>@<version hash>", so results trace to checking code
     details: str = ""
-    breakdown: dict[str, float] = field(default_factory=dict)
+    breakdown: dict[str, float] = field(default_factory=dict)  # per-part scores of a composite (Rubric)
+    latency_s: float | None = None  # time the verifier spent on this item (set by `rewards.score`)
 
     @property
     def ok(self) -> bool:

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from posttrain.rewards import ExactMatch, NumericMatch, extract_answer, safe_verify, verifier_id
+from posttrain.rewards import ExactMatch, SyncVerifier, NumericMatch, extract_answer, safe_verify, verifier_id
 from posttrain.types import Task, Verdict, VerdictStatus
 
 T = Task(id="t", prompt="2+2=", answer="4")
@@ -49,7 +49,7 @@ def test_numeric_garbage_is_a_wrong_answer_not_an_error():
 
 
 def test_raising_verifier_becomes_errored_verdict():
-    class Broken:
+    class Broken(SyncVerifier):
         name = "broken"
 
         def verify(self, task, response):
@@ -62,13 +62,13 @@ def test_raising_verifier_becomes_errored_verdict():
 
 
 def test_verifier_returning_junk_is_errored():
-    class Junk:
+    class Junk(SyncVerifier):
         name = "junk"
 
         def verify(self, task, response):
             return 1.0
 
-    class NaN:
+    class NaN(SyncVerifier):
         name = "nan"
 
         def verify(self, task, response):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from posttrain.rewards import SyncVerifier
 from posttrain.rl.trainer import RunExistsError, Trainer
 from posttrain.store import RunStore
 from posttrain.types import Verdict, VerdictStatus
@@ -91,7 +92,7 @@ def test_resume_without_checkpoint_is_a_clear_error(cfg):
 
 
 def test_raising_verifier_is_counted_and_stored_not_fatal(cfg):
-    class Flaky:
+    class Flaky(SyncVerifier):
         name = "flaky"
 
         def __init__(self):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from posttrain.engine.local import LocalEngine
-from posttrain.rewards.verifiers import Verifier, safe_verify
+from posttrain.rewards.base import Verifier, score_sync
 from posttrain.types import SamplingParams, Task
 
 
@@ -42,8 +42,10 @@ def evaluate_accuracy(
     groups = engine.generate([t.prompt for t in tasks], params)
     per_task: dict[str, float] = {}
     passed = total = errors = 0
+    flat = score_sync(verifier, [t for t, g in zip(tasks, groups) for _ in g], [c.text for g in groups for c in g])
+    offset = 0
     for task, group in zip(tasks, groups):
-        verdicts = [safe_verify(verifier, task, c.text) for c in group]
+        verdicts, offset = flat[offset : offset + len(group)], offset + len(group)
         ok = [v for v in verdicts if v.ok]
         errors += len(verdicts) - len(ok)
         hits = sum(v.passed for v in ok)

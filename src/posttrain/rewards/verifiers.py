@@ -1,83 +1,23 @@
 """Outcome verifiers for answers, and the guard that turns a failing verifier into data.
 
 Covers: exact match and numeric (absolute/relative tolerance) verifiers with
-answer extraction; a version hash per verifier (its source code and
-parameters), stamped on every verdict; `safe_verify`, which turns an
-exception in any verifier into an ERROR verdict instead of a crash.
-Does not cover: code execution, format, constraint or judge verifiers (the
-rewards issue adds them on the same `Verifier` protocol).
+answer extraction, on the `SyncVerifier` base (see `base.py` for the
+protocol, the guard and the version hash).
+Does not cover: code execution, format, constraint or judge verifiers (their
+own modules, on the same protocol).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import inspect
 import math
-import traceback
-from dataclasses import dataclass, fields
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
 
+from posttrain.rewards.base import SyncVerifier, Verifier, safe_verify, verifier_id, verifier_version
 from posttrain.rewards.extract import ExtractMode, extract_answer
-from posttrain.types import Task, Verdict, VerdictStatus
+from posttrain.rewards.registry import register_verifier
+from posttrain.types import Task, Verdict
 
-
-@runtime_checkable
-class Verifier(Protocol):
-    """Judges one response to one task.
-
-    Example, a verifier that accepts any response containing the gold answer:
-
-        @dataclass
-        class Contains:
-            name = "contains"
-            def verify(self, task, response):
-                hit = task.answer in response
-                return Verdict(score=float(hit), passed=hit)
-    """
-
-    name: str
-
-    def verify(self, task: Task, response: str) -> Verdict: ...
-
-
-@functools.cache
-def _class_source(cls: type) -> str:
-    try:
-        return inspect.getsource(cls)
-    except (OSError, TypeError):
-        return cls.__qualname__
-
-
-def verifier_version(verifier: object) -> str:
-    """A short hash of the verifier's class source and parameters: which checking code produced a result."""
-    params = ""
-    if hasattr(verifier, "__dataclass_fields__"):
-        params = repr(sorted((f.name, repr(getattr(verifier, f.name))) for f in fields(verifier)))
-    return hashlib.sha256((_class_source(type(verifier)) + params).encode()).hexdigest()[:12]
-
-
-def verifier_id(verifier: Verifier) -> str:
-    return f"{verifier.name}@{verifier_version(verifier)}"
-
-
-def safe_verify(verifier: Verifier, task: Task, response: str) -> Verdict:
-    """Run a verifier; an exception becomes an ERROR verdict (stored, counted, excluded from advantages)."""
-    vid = verifier_id(verifier)
-    try:
-        verdict = verifier.verify(task, response)
-        if not isinstance(verdict, Verdict):
-            raise TypeError(f"verify() returned {type(verdict).__name__}, not Verdict")
-        if verdict.status is VerdictStatus.OK and not math.isfinite(verdict.score):
-            raise ValueError(f"verify() returned a non-finite score {verdict.score}")
-    except Exception as exc:  # noqa: BLE001 - a failing verifier is data, not a crash
-        last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        where = f" at {last.filename}:{last.lineno}" if last else ""
-        return Verdict(
-            score=0.0, passed=False, status=VerdictStatus.ERROR, verifier=vid, details=f"{type(exc).__name__}: {exc}{where}"
-        )
-    verdict.verifier = verdict.verifier or vid
-    return verdict
+__all__ = ["ExactMatch", "NumericMatch", "Verifier", "safe_verify", "verifier_id", "verifier_version"]
 
 
 def _require_answer(task: Task) -> str:
@@ -87,7 +27,7 @@ def _require_answer(task: Task) -> str:
 
 
 @dataclass
-class ExactMatch:
+class ExactMatch(SyncVerifier):
     """1.0 when the extracted answer equals the gold answer (whitespace-stripped, optionally case-folded)."""
 
     extract: ExtractMode = "full"
@@ -113,7 +53,7 @@ def _to_float(text: str) -> float | None:
 
 
 @dataclass
-class NumericMatch:
+class NumericMatch(SyncVerifier):
     """1.0 when |answer - gold| <= max(abs_tol, rel_tol * |gold|); a task's meta["tolerance"] overrides abs_tol."""
 
     extract: ExtractMode = "last_number"
@@ -132,3 +72,13 @@ class NumericMatch:
         tol = max(float(task.meta.get("tolerance", self.abs_tol)), self.rel_tol * abs(gold))
         hit = abs(got - gold) <= tol
         return Verdict(score=float(hit), passed=hit, details="" if hit else f"expected {gold}, got {got}")
+
+
+@register_verifier("exact")
+def _exact(**params) -> ExactMatch:
+    return ExactMatch(**params)
+
+
+@register_verifier("numeric")
+def _numeric(**params) -> NumericMatch:
+    return NumericMatch(**params)

@@ -1,0 +1,203 @@
+"""The `Verifier` protocol (async, batched) and the guard that turns any failure into a verdict.
+
+Covers: the one interface every reward source implements,
+`async verify_batch(tasks, responses) -> list[Verdict]`; `SyncVerifier`, a
+base class for verifiers that judge one response at a time in pure Python
+(answers, formats, constraints), which supplies the batched method; `score`
+(async) and `score_sync`, the only way the trainer and the evaluator call a
+verifier: they stamp the verifier's version on each verdict, bound its time,
+record its latency, and turn an exception, a wrong return type, a missing
+verdict or a non-finite score into an ERROR / TIMEOUT verdict instead of a
+crash; `verifier_version` / `verifier_id`, the hash that traces a result to
+the exact checking code.
+Does not cover: the verifiers themselves (see `verifiers.py` and siblings) or
+their weighted composition (`Rubric`).
+
+Why async and batched: the expensive verifiers (unit tests in the sandbox, an
+LLM judge over HTTP) are I/O-bound and gain from running a whole rollout
+batch concurrently; cheap ones pay one function call per item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import inspect
+import math
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any, Protocol, runtime_checkable
+
+from posttrain.types import Task, Verdict, VerdictStatus
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Judges a batch of responses, one verdict per (task, response) pair, in order.
+
+    Example, a verifier that accepts any response containing the gold answer:
+
+        @dataclass
+        class Contains(SyncVerifier):
+            name: str = "contains"
+            def verify(self, task, response):
+                hit = task.answer in response
+                return Verdict(score=float(hit), passed=hit)
+
+    An I/O-bound verifier implements `verify_batch` directly and awaits its
+    calls concurrently (see `rewards.judge` or `rewards.code`).
+    """
+
+    name: str
+
+    async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]: ...
+
+
+class SyncVerifier:
+    """Base for verifiers that judge one response at a time with cheap, pure Python.
+
+    Subclasses implement `verify(task, response) -> Verdict`; an exception in
+    one item becomes that item's ERROR verdict without touching the others.
+    """
+
+    name: str = "sync"
+
+    def verify(self, task: Task, response: str) -> Verdict:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
+        return [_guarded_one(self, t, r) for t, r in zip(tasks, responses)]
+
+
+@functools.cache
+def _class_source(cls: type) -> str:
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):
+        return cls.__qualname__
+
+
+def verifier_version(verifier: object) -> str:
+    """A short hash of the verifier's class source and parameters: which checking code produced a result.
+
+    Composite verifiers (a `Rubric`) include their parts through their
+    dataclass fields' reprs; a verifier may define `version_key()` to add
+    state its fields do not show (a judge's prompt template, a suite's tests).
+    """
+    params = ""
+    if hasattr(verifier, "__dataclass_fields__"):
+        params = repr(sorted((f.name, _version_repr(getattr(verifier, f.name))) for f in fields(verifier)))
+    extra = verifier.version_key() if hasattr(verifier, "version_key") else ""
+    return hashlib.sha256((_class_source(type(verifier)) + params + str(extra)).encode()).hexdigest()[:12]
+
+
+def _version_repr(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_version_repr(v) for v in value) + "]"
+    if hasattr(value, "verify_batch") and hasattr(value, "name"):
+        return f"{value.name}@{verifier_version(value)}"
+    return repr(value)
+
+
+def verifier_id(verifier: Verifier) -> str:
+    return f"{verifier.name}@{verifier_version(verifier)}"
+
+
+def error_verdict(exc: BaseException, verifier: str = "", status: VerdictStatus = VerdictStatus.ERROR) -> Verdict:
+    """The verdict for a verifier that failed: never scored, always explained (type, message, where)."""
+    last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" at {last.filename}:{last.lineno}" if last else ""
+    return Verdict(score=0.0, passed=False, status=status, verifier=verifier, details=f"{type(exc).__name__}: {exc}{where}")
+
+
+def _checked(verdict: object) -> Verdict:
+    if not isinstance(verdict, Verdict):
+        raise TypeError(f"verifier returned {type(verdict).__name__}, not Verdict")
+    if verdict.status is VerdictStatus.OK and not math.isfinite(verdict.score):
+        raise ValueError(f"verifier returned a non-finite score {verdict.score}")
+    return verdict
+
+
+def _guarded_one(verifier: SyncVerifier, task: Task, response: str) -> Verdict:
+    try:
+        return _checked(verifier.verify(task, response))
+    except Exception as exc:  # noqa: BLE001 - a failing verifier is data, not a crash
+        return error_verdict(exc)
+
+
+async def score(
+    verifier: Verifier, tasks: Sequence[Task], responses: Sequence[str], timeout: float | None = None
+) -> list[Verdict]:
+    """Judge a batch through the guard: always one verdict per item, stamped with the verifier's id.
+
+    A batch that raises or runs past `timeout` seconds yields ERROR / TIMEOUT
+    verdicts for every item; a wrong count or type is an ERROR. Each verdict's
+    `latency_s` is the batch's wall time divided by its size, unless the
+    verifier measured it per item.
+    """
+    if len(tasks) != len(responses):
+        raise ValueError(f"score(): {len(tasks)} tasks but {len(responses)} responses")
+    if not tasks:
+        return []
+    vid = verifier_id(verifier)
+    start = time.perf_counter()
+    try:
+        call = verifier.verify_batch(list(tasks), list(responses))
+        verdicts = await (asyncio.wait_for(call, timeout) if timeout is not None else call)
+        if not isinstance(verdicts, list) or len(verdicts) != len(tasks):
+            got = len(verdicts) if isinstance(verdicts, list) else type(verdicts).__name__
+            raise TypeError(f"verify_batch returned {got} verdicts for {len(tasks)} items")
+        checked: list[Verdict] = []
+        for v in verdicts:
+            try:
+                checked.append(_checked(v))
+            except (TypeError, ValueError) as exc:
+                checked.append(error_verdict(exc))
+        verdicts = checked
+    except asyncio.TimeoutError:
+        verdicts = [
+            Verdict(0.0, False, VerdictStatus.TIMEOUT, details=f"verifier ran past its {timeout:g} s budget")
+            for _ in tasks
+        ]
+    except Exception as exc:  # noqa: BLE001 - a failing verifier is data, not a crash
+        verdicts = [error_verdict(exc) for _ in tasks]
+    per_item = (time.perf_counter() - start) / len(tasks)
+    for v in verdicts:
+        v.verifier = v.verifier or vid
+        if v.latency_s is None:
+            v.latency_s = per_item
+    return verdicts
+
+
+def score_sync(
+    verifier: Verifier, tasks: Sequence[Task], responses: Sequence[str], timeout: float | None = None
+) -> list[Verdict]:
+    """`score` from synchronous code; safe to call from inside a running event loop (runs in a worker thread)."""
+    coro = score(verifier, tasks, responses, timeout)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def runner() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=runner, name="posttrain-score")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def safe_verify(verifier: Verifier, task: Task, response: str, timeout: float | None = None) -> Verdict:
+    """One item through the guard (convenience for tests and small scripts; loops should batch)."""
+    return score_sync(verifier, [task], [response], timeout)[0]

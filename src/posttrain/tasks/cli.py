@@ -1,0 +1,9 @@
+"""Commands of the `tasks` package, mounted on the `posttrain` app by `register`."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this package's commands to the top-level app (imports stay lazy inside each command)."""
