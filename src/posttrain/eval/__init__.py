@@ -1,5 +1,42 @@
-"""Evaluation: held-out accuracy now; pass@k, comparison and reports build on it."""
+"""Evaluation: pass@k with intervals, cost and latency, resumable recorded runs, paired comparison, reports.
 
-from posttrain.eval.accuracy import AccuracyResult, evaluate_accuracy
+Public names are imported lazily, so `from posttrain.eval import pass_at_k`
+does not load torch.
+"""
 
-__all__ = ["AccuracyResult", "evaluate_accuracy"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "pass_at_k": "posttrain.eval.metrics",
+    "pass_hat_k": "posttrain.eval.metrics",
+    "task_mean_ci": "posttrain.eval.metrics",
+    "Price": "posttrain.eval.metrics",
+    "mcnemar_exact": "posttrain.eval.stats",
+    "fisher_exact": "posttrain.eval.stats",
+    "benjamini_hochberg": "posttrain.eval.stats",
+    "paired_bootstrap_ci": "posttrain.eval.stats",
+    "SampleRecord": "posttrain.eval.records",
+    "EvalRun": "posttrain.eval.records",
+    "load_eval": "posttrain.eval.records",
+    "summarize": "posttrain.eval.summary",
+    "evaluate": "posttrain.eval.harness",
+    "EvalSpec": "posttrain.eval.harness",
+    "rescore": "posttrain.eval.harness",
+    "score_responses": "posttrain.eval.responses",
+    "compare": "posttrain.eval.compare",
+    "Comparison": "posttrain.eval.compare",
+    "write_report": "posttrain.eval.report",
+    "AccuracyResult": "posttrain.eval.accuracy",
+    "evaluate_accuracy": "posttrain.eval.accuracy",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'posttrain.eval' has no attribute {name!r}")

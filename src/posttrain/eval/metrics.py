@@ -1,0 +1,208 @@
+"""Evaluation metrics as pure functions: pass@k, pass^k, intervals over tasks, percentiles, cost.
+
+Covers: the unbiased pass@k estimator of Chen et al. (2021),
+1 - C(n-c, k) / C(n, k), computed as a stable running product (NaN when
+n < k); pass^k, the chance that k draws all succeed, C(c, k) / C(n, k);
+means over tasks with a confidence interval that treats each task as a
+cluster of its samples (a t interval on the task-level estimates, or a
+percentile bootstrap over tasks); Student-t quantiles without scipy;
+percentiles for latency; and token cost from a price table.
+Does not cover: significance tests between two results (see `stats.py`) or
+assembling a summary from records (see `summary.py`).
+
+Why intervals over tasks: samples of one task are correlated (an easy task
+passes every time), so a binomial interval over all samples is too narrow.
+The task-level estimates are independent draws from the task population;
+their spread gives the clustered standard error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one task with `c` successes among `n` samples; NaN when n < k.
+
+    >>> round(pass_at_k(10, 3, 2), 4)
+    0.5333
+    """
+    if n < 0 or c < 0 or k < 1:
+        raise ValueError(f"pass_at_k needs n >= 0, c >= 0, k >= 1 (got n={n}, c={c}, k={k})")
+    if c > n:
+        raise ValueError(f"pass_at_k: {c} successes out of {n} samples")
+    if n < k:
+        return math.nan
+    if n - c < k:
+        return 1.0
+    # 1 - prod_{i=n-c+1}^{n} (1 - k/i): no factorials, no overflow, exact at c = 0.
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass^k (all of k draws without replacement succeed): C(c, k) / C(n, k); NaN when n < k."""
+    if n < 0 or c < 0 or k < 1 or c > n:
+        raise ValueError(f"pass_hat_k needs 0 <= c <= n and k >= 1 (got n={n}, c={c}, k={k})")
+    if n < k:
+        return math.nan
+    prod = 1.0
+    for i in range(k):
+        prod *= (c - i) / (n - i)
+        if prod <= 0.0:
+            return 0.0
+    return prod
+
+
+def pass_at_k_table(n: int, k: int) -> np.ndarray:
+    """pass@k for every c in 0..n (shape [n+1]): a lookup table for simulations over many tasks."""
+    return np.array([pass_at_k(n, c, k) for c in range(n + 1)])
+
+
+def t_cdf(x: float, df: int) -> float:
+    """Student's t distribution function for integer df (the closed forms of Abramowitz & Stegun 26.7.3-4)."""
+    theta = math.atan(abs(x) / math.sqrt(df))
+    cos2, sin = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
+        term, total = 1.0, 1.0 if df > 1 else 0.0
+        for i in range(1, (df - 1) // 2):
+            term *= cos2 * (2 * i) / (2 * i + 1)
+            total += term
+        inside = 2 / math.pi * (theta + sin * math.cos(theta) * total)
+    else:  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+        term, total = 1.0, 1.0
+        for i in range(1, df // 2):
+            term *= cos2 * (2 * i - 1) / (2 * i)
+            total += term
+        inside = sin * total
+    return 0.5 + math.copysign(0.5 * inside, x)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Quantile of Student's t with integer df: a Cornish-Fisher start refined by Newton steps on `t_cdf`."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"t_quantile: p must be in (0, 1), got {p}")
+    if df < 1 or int(df) != df:
+        raise ValueError(f"t_quantile: df must be a positive integer, got {df}")
+    df = int(df)
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    z = NormalDist().inv_cdf(p)
+    t = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    if df > 2000:  # the expansion is already exact to ~1e-10 and the series below would be long
+        return t
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    for _ in range(30):
+        pdf = math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+        step = (t_cdf(t, df) - p) / pdf
+        t -= step
+        if abs(step) < 1e-12 * max(1.0, abs(t)):
+            break
+    return t
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over tasks with its standard error and a two-sided confidence interval."""
+
+    mean: float
+    lo: float
+    hi: float
+    se: float
+    n: int  # tasks that entered the mean (NaN estimates are left out)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "se": self.se, "n": self.n}
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    return arr[~np.isnan(arr)]
+
+
+def task_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Mean of per-task estimates with a skewness-corrected t interval (the clustered standard error).
+
+    Each task is one cluster: its estimate (pass@k, mean score) already
+    averages its samples, so the interval accounts for within-task
+    correlation. Per-task pass@k piles up at 0 and 1, so the interval's ends
+    are moved by the one-term Edgeworth correction for the sample skewness
+    (Hall 1992); a plain t interval covers ~94% at 164 tasks and k = 5, this
+    one ~95% (tests/eval/test_metrics.py). NaN entries (tasks with fewer than
+    k samples) are skipped.
+    """
+    arr = _finite(values)
+    m = len(arr)
+    if m == 0:
+        return Interval(math.nan, math.nan, math.nan, math.nan, 0)
+    mean = float(arr.mean())
+    if m == 1:
+        return Interval(mean, math.nan, math.nan, math.nan, 1)
+    sd = float(arr.std(ddof=1))
+    se = sd / math.sqrt(m)
+    t = t_quantile(0.5 + confidence / 2, m - 1)
+    pop_sd = float(arr.std())
+    skew = float(((arr - mean) ** 3).mean()) / pop_sd**3 if pop_sd > 0 else 0.0
+    shift = skew * (2 * t * t + 1) / (6 * math.sqrt(m))
+    return Interval(mean, mean - se * (t - shift), mean + se * (t + shift), se, m)
+
+
+def bootstrap_indices(n_items: int, reps: int, seed: int) -> np.ndarray:
+    """[reps, n_items] indices drawn with replacement (seeded): shared by paired resamples."""
+    return np.random.default_rng(seed).integers(0, n_items, size=(reps, n_items))
+
+
+def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, reps: int = 2000, seed: int = 0) -> Interval:
+    """Mean of per-task estimates with a percentile-bootstrap interval, resampling whole tasks."""
+    arr = _finite(values)
+    m = len(arr)
+    if m == 0:
+        return Interval(math.nan, math.nan, math.nan, math.nan, 0)
+    means = arr[bootstrap_indices(m, reps, seed)].mean(axis=1)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(means, [alpha, 1 - alpha])
+    return Interval(float(arr.mean()), float(lo), float(hi), float(means.std(ddof=1)), m)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100, linear interpolation) of the finite values; NaN when there are none."""
+    arr = _finite([v for v in values if v is not None])
+    return float(np.percentile(arr, q)) if len(arr) else math.nan
+
+
+@dataclass(frozen=True)
+class Price:
+    """What a model costs: USD per million input / output tokens, plus USD per hour of generation time
+    (for a local GPU or CPU, where the tokens are free but the machine is not)."""
+
+    input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+    per_hour: float = 0.0
+
+    def cost(self, tokens_in: float, tokens_out: float, seconds: float = 0.0) -> float:
+        return (tokens_in * self.input_per_mtok + tokens_out * self.output_per_mtok) / 1e6 + seconds * self.per_hour / 3600
+
+
+def price_for(model: str, table: dict[str, Price]) -> Price:
+    """The table's entry for `model`: an exact name, else the longest key that prefixes it, else `default`, else free."""
+    if model in table:
+        return table[model]
+    prefixes = [k for k in table if k != "default" and model.startswith(k)]
+    if prefixes:
+        return table[max(prefixes, key=len)]
+    return table.get("default", Price())
+
+
+def safe_ratio(num: float, den: float) -> float:
+    """num / den, NaN when den is 0 (a free model has no 'solved per dollar')."""
+    return num / den if den else math.nan
+
