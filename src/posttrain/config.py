@@ -91,11 +91,32 @@ class TasksConfig(_Section):
 
 
 class RewardConfig(_Section):
-    verifier: Literal["exact", "numeric"] = "exact"
+    verifier: str | dict[str, Any] = "exact"
+    """`exact`, `numeric`, `per_task` (each task's `meta.verifier`), any registered kind (`math`, `tags`, ...),
+    or a spec table such as `{type = "rubric", parts = [{verifier = "math", weight = 0.8}, ...]}` (docs/rewards.md)."""
     tolerance: float = Field(0.0, ge=0.0)
     """Absolute tolerance of the numeric verifier."""
-    extract: Literal["full", "last_number", "boxed", "tag"] = "full"
-    """How the answer is read from a response: the whole text, the last number, \\boxed{}, or <answer> tags."""
+    extract: Literal["full", "last_number", "boxed", "tag", "auto"] = "full"
+    """How exact/numeric read the answer: the whole text, the last number, \\boxed{}, <answer> tags, or auto
+    (boxed, else tag, else last number)."""
+    timeout_s: float | None = Field(300.0, gt=0.0)
+    """Bound on one rollout batch's verification; past it every item is a TIMEOUT verdict (excluded from
+    advantages). None: unbounded."""
+    max_response_chars: int | None = Field(None, ge=1)
+    """Output-length cap applied before verification: a longer response scores `over_length_score`
+    (passed = false, recorded with details) without being verified. None: no cap."""
+    over_length_score: float = 0.0
+    """The reward of a response over `max_response_chars` (0, or a negative penalty)."""
+
+    @model_validator(mode="after")
+    def _known_verifier(self) -> "RewardConfig":
+        from posttrain.rewards import build_verifier
+
+        try:
+            build_verifier(self.verifier, self.extract, self.tolerance)
+        except ImportError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
 
 class SamplingConfig(_Section):

@@ -1,7 +1,8 @@
 """Reading an answer out of a model's response.
 
 Covers: the whole response (stripped), the last number, the contents of the
-last `\\boxed{...}` (nested braces allowed), and `<answer>...</answer>` tags.
+last `\\boxed{...}` (nested braces allowed), `<answer>...</answer>` tags, and
+`auto` (the last `\\boxed{}`, else the last `<answer>` tag, else the last number).
 Does not cover: mathematical normalisation (that is the equivalence verifier's job).
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-ExtractMode = Literal["full", "last_number", "boxed", "tag"]
+ExtractMode = Literal["full", "last_number", "boxed", "tag", "auto"]
 
 _NUMBER = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -51,4 +52,9 @@ def extract_answer(text: str, mode: ExtractMode = "full") -> str | None:
         return last_boxed(text)
     if mode == "tag":
         return tagged(text)
+    if mode == "auto":
+        for found in (last_boxed(text), tagged(text)):
+            if found is not None:
+                return found
+        return last_number(text)
     raise ValueError(f"unknown extraction mode {mode!r}")

@@ -26,7 +26,7 @@ from posttrain.engine.local import LocalEngine
 from posttrain.eval.accuracy import evaluate_accuracy
 from posttrain.models.io import load_model
 from posttrain.provenance import code_version
-from posttrain.rewards import build_verifier, verifier_id
+from posttrain.rewards import build_verifier, verifier_id, verifier_latency_metrics
 from posttrain.rl.advantages import group_relative_advantages, has_signal
 from posttrain.rl.checkpoint import latest_checkpoint, load_trainer_state, prune_checkpoints, save_checkpoint
 from posttrain.rl.learner import Learner, pack_groups
@@ -81,7 +81,8 @@ class Trainer:
         model, self.tokenizer = load_model(self.init_path)
         self.model = model
         self.source = tasks_from_config(cfg.tasks)
-        self.verifier = build_verifier(cfg.reward.verifier, cfg.reward.extract, cfg.reward.tolerance)
+        r = cfg.reward
+        self.verifier = build_verifier(r.verifier, r.extract, r.tolerance, r.max_response_chars, r.over_length_score)
         self.engine = LocalEngine(model, self.tokenizer, seed=cfg.seed)
         self.learner = Learner(model, cfg.rl, cfg.sampling.max_tokens, cfg.sampling.temperature)
         self.curriculum = PassRateCurriculum(self.source, seed=cfg.seed)
@@ -150,7 +151,7 @@ class Trainer:
         while len(kept) < cfg.prompts_per_step and rounds < cfg.max_fill_rounds:
             need = cfg.prompts_per_step - len(kept)
             k = need if rounds == 0 else min(4 * need, math.ceil(need / max(self.informative_rate, 0.25)))
-            groups = rollout(self.engine, self.curriculum.sample(k), self.params, self.verifier)
+            groups = rollout(self.engine, self.curriculum.sample(k), self.params, self.verifier, self.cfg.reward.timeout_s)
             self.curriculum.update(groups)
             rewards = torch.tensor([g.rewards for g in groups])
             valid = torch.tensor([g.valid for g in groups])
@@ -190,6 +191,7 @@ class Trainer:
             zero_variance_frac=silent / len(sampled) if sampled else 0.0,
             fill_rounds=rounds,
             verifier_errors=len(trajs) - len(ok),
+            **verifier_latency_metrics([t.verdict for t in trajs]),
             completion_tokens=sum(len(t.completion.token_ids) for t in trajs) / max(len(trajs), 1),
             rollout_s=t1 - t0,
             learn_s=t2 - t1,
@@ -211,7 +213,7 @@ class Trainer:
                     v, c = t.verdict, t.completion
                     sample_rows.append(
                         (i, j, g.task.id, c.text, len(c.token_ids), c.finish_reason.value, v.score, int(v.passed),
-                         v.status.value, v.verifier, v.details, c.policy_version)
+                         v.status.value, v.verifier, v.details, c.policy_version, v.latency_s)
                     )
         self.store.log_step(self.step, metrics, group_rows, sample_rows)
         if self.writer is not None:

@@ -1,7 +1,7 @@
 """The embedded run store: one SQLite file per run.
 
 Covers: the run's config and code version; per-step metrics; per-group
-rewards; every sampled completion with its verdict; held-out evaluations;
+rewards; every sampled completion with its verdict and the verifier's latency; held-out evaluations;
 the checkpoint index; and truncation after a step, so a resumed run never
 holds rows from the steps it is about to redo.
 Does not cover: eval-harness results across models (the eval package adds
@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS samples (
     step INTEGER NOT NULL, group_idx INTEGER NOT NULL, sample_idx INTEGER NOT NULL,
     task_id TEXT NOT NULL, completion TEXT NOT NULL, n_tokens INTEGER NOT NULL, finish TEXT NOT NULL,
     score REAL, passed INTEGER, status TEXT NOT NULL, verifier TEXT NOT NULL, details TEXT NOT NULL,
-    policy_version INTEGER NOT NULL,
+    policy_version INTEGER NOT NULL, latency_s REAL,
     PRIMARY KEY (step, group_idx, sample_idx)
 );
 CREATE TABLE IF NOT EXISTS evals (
@@ -64,6 +64,14 @@ class RunStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Columns added since a store was created (a resumed older run): per-sample verifier latency."""
+        cols = {row[1] for row in self.db.execute("PRAGMA table_info(samples)")}
+        if "latency_s" not in cols:
+            with self.db:
+                self.db.execute("ALTER TABLE samples ADD COLUMN latency_s REAL")
 
     def close(self) -> None:
         self.db.close()
@@ -92,7 +100,10 @@ class RunStore:
         groups: Iterable[tuple[int, str, list[float], bool]] = (),
         samples: Iterable[tuple] = (),
     ) -> None:
-        """One step's metrics, groups (idx, task_id, rewards, used) and samples, atomically."""
+        """One step's metrics, groups (idx, task_id, rewards, used) and samples, atomically.
+
+        A sample row is (group_idx, sample_idx, task_id, completion, n_tokens, finish, score, passed,
+        status, verifier, details, policy_version[, latency_s])."""
         with self.db:
             self.db.execute(
                 "INSERT OR REPLACE INTO steps(step, time, metrics) VALUES (?, ?, ?)",
@@ -103,8 +114,10 @@ class RunStore:
                 [(step, g, t, json.dumps(r), int(u)) for g, t, r, u in groups],
             )
             self.db.executemany(
-                "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(step, *row) for row in samples],
+                "INSERT OR REPLACE INTO samples(step, group_idx, sample_idx, task_id, completion, n_tokens, finish,"
+                " score, passed, status, verifier, details, policy_version, latency_s)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(step, *row, *(None,) * (13 - len(row))) for row in samples],
             )
 
     def log_eval(self, step: int, name: str, metrics: dict[str, float], per_task: dict[str, float]) -> None:

@@ -1,0 +1,47 @@
+"""The SVG rasteriser process: reads render requests on stdin, writes PNG bytes on stdout.
+
+Runs as a script (`python -I _render_worker.py`), imports nothing of posttrain
+and only `resvg_py`, caps its own address space, and works from an empty
+directory that is also resvg's resources directory, so a relative reference
+that slipped past the host's filter finds nothing. The host kills it when a
+render runs past its time budget (see `render.py`).
+
+Wire format, both ways: one JSON header line, then exactly `len` bytes.
+Request {"width", "height", "len"} + SVG (UTF-8); reply {"ok": true, "len"} +
+PNG, or {"ok": false, "error", "len": 0}.
+"""
+
+import json
+import os
+import resource
+import sys
+import tempfile
+
+
+def main() -> None:
+    limit = int(os.environ.get("POSTTRAIN_RENDER_MEM", str(2 << 30)))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    empty = tempfile.mkdtemp(prefix="posttrain-render-")
+    os.chdir(empty)
+    import resvg_py
+
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            return
+        head = json.loads(line)
+        svg = stdin.read(head["len"]).decode("utf-8", errors="replace")
+        try:
+            png = resvg_py.svg_to_bytes(
+                svg_string=svg, width=head["width"], height=head["height"], background="white", resources_dir=empty
+            )
+            reply, body = {"ok": True, "len": len(png)}, png
+        except BaseException as exc:  # noqa: BLE001 - a pyo3 panic is a BaseException; keep serving
+            reply, body = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300], "len": 0}, b""
+        stdout.write(json.dumps(reply).encode() + b"\n" + body)
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
