@@ -12,7 +12,8 @@ import torch
 
 from posttrain.engine import LocalEngine
 from posttrain.engine.chat import ChatTemplate
-from posttrain.engine.server import MissingExtraError, ServeConfig, ServerThread, apply_stop, create_app, require_serve_extra, text_deltas
+from posttrain.engine.extras import MissingExtraError
+from posttrain.engine.server import ServeConfig, ServerThread, apply_stop, create_app, require_serve_extra, text_deltas
 from posttrain.models import load_model
 from posttrain.models.logprobs import token_logprobs
 from posttrain.types import Completion, FinishReason, SamplingParams

@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
         from posttrain.cli import UserError, _friendly, err
 
         with _friendly():
-            from posttrain.engine.server import MissingExtraError, ServeConfig, create_app, require_serve_extra
+            from posttrain.engine.extras import MissingExtraError
+            from posttrain.engine.server import ServeConfig, create_app, require_serve_extra
 
             try:
                 require_serve_extra()

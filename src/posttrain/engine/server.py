@@ -30,25 +30,19 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from posttrain.engine.chat import ChatTemplate, ChatTemplateError
+from posttrain.engine.extras import require
 from posttrain.engine.openai_protocol import APIError, ChatCompletionRequest, CompletionRequest, bad_request, validation_message
 from posttrain.engine.request_batcher import GeneratedGroup, RequestBatcher, TopLogprobs
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 log = logging.getLogger("posttrain.serve")
 
-SERVE_EXTRA_HINT = "pip install 'posttrain[serve]'"
-
-
-class MissingExtraError(ImportError):
-    """An optional dependency is absent; the message names the extra that installs it."""
 
 
 def require_serve_extra() -> None:
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as exc:
-        raise MissingExtraError(f"the server needs FastAPI and uvicorn ({exc.name} is missing): {SERVE_EXTRA_HINT}") from None
+    """Raise `MissingExtraError` naming the `serve` extra unless FastAPI and uvicorn import."""
+    for module in ("fastapi", "uvicorn"):
+        require(module, "serve", "posttrain serve")
 
 
 @dataclass
