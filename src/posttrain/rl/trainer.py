@@ -225,14 +225,32 @@ class Trainer:
         if not self.held_out:
             warnings.warn(f"{self.source.name}: no held-out tasks; evaluation skipped (raise tasks.held_out_fraction)")
             return {}
+        from posttrain.eval.training import eval_during_training, new_failures
+
         res = evaluate_accuracy(self.engine, self.held_out, self.verifier, self.cfg.sampling.max_tokens)
-        metrics = {"greedy_accuracy": res.accuracy, "n_tasks": res.n_tasks, "verifier_errors": res.n_errors}
+        metrics = {"greedy_accuracy": res.accuracy, "n_tasks": res.n_tasks, "verifier_errors": res.n_errors,
+                   "regressed_tasks": len(new_failures(self.store, "held_out", res.per_task, self.step))}
         self.store.log_eval(self.step, "held_out", metrics, res.per_task)
+        for name, suite in self._eval_suites().items():
+            suite_metrics = eval_during_training(self.engine, suite, name, self.store, self.step, self.cfg.sampling.max_tokens)
+            metrics[f"{name}/pass@1"] = suite_metrics["pass@1"]
+            metrics[f"{name}/regressed_tasks"] = suite_metrics["regressed_tasks"]
         if self.writer is not None:
-            self.writer.add_scalar("eval/greedy_accuracy", res.accuracy, self.step)
+            for key, value in metrics.items():
+                if key == "greedy_accuracy" or key.endswith(("pass@1", "regressed_tasks")):
+                    self.writer.add_scalar(f"eval/{key}", value, self.step)
         if self.on_eval:
             self.on_eval(self.step, metrics)
         return metrics
+
+    def _eval_suites(self) -> dict:
+        """The configured held-out suites, loaded once (eval name `suite:<spec>` -> Suite)."""
+        if not hasattr(self, "_suites"):
+            from posttrain.tasks.suites import load_suite
+
+            opts = {"limit": self.cfg.train.eval_suite_limit} if self.cfg.train.eval_suite_limit else {}
+            self._suites = {f"suite:{spec}": load_suite(spec, **opts) for spec in self.cfg.train.eval_suites}
+        return self._suites
 
     def checkpoint(self) -> Path:
         state = {

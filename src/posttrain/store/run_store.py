@@ -1,7 +1,8 @@
 """The embedded run store: one SQLite file per run.
 
 Covers: the run's config and code version; per-step metrics; per-group
-rewards; every sampled completion with its verdict and the verifier's latency; held-out evaluations;
+rewards; every sampled completion with its verdict and the verifier's latency; held-out evaluations
+(metrics, per-task pass rates, and their responses in `eval_samples`);
 the checkpoint index; and truncation after a step, so a resumed run never
 holds rows from the steps it is about to redo.
 Does not cover: eval-harness results across models (the eval package adds
@@ -45,7 +46,13 @@ CREATE TABLE IF NOT EXISTS evals (
 CREATE TABLE IF NOT EXISTS checkpoints (
     step INTEGER PRIMARY KEY, path TEXT NOT NULL, time REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS eval_samples (
+    step INTEGER NOT NULL, name TEXT NOT NULL, task_id TEXT NOT NULL, sample_idx INTEGER NOT NULL,
+    response TEXT NOT NULL, score REAL, passed INTEGER, status TEXT NOT NULL, verifier TEXT NOT NULL, details TEXT NOT NULL,
+    PRIMARY KEY (step, name, task_id, sample_idx)
+);
 """
+_TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples")
 
 
 class RunStore:
@@ -127,6 +134,13 @@ class RunStore:
                 (step, name, json.dumps(metrics), json.dumps(per_task)),
             )
 
+    def log_eval_samples(self, step: int, name: str, rows: Iterable[tuple]) -> None:
+        """An evaluation's responses: (task_id, sample_idx, response, score, passed, status, verifier, details)."""
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO eval_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [(step, name, *r) for r in rows]
+            )
+
     def log_checkpoint(self, step: int, path: str) -> None:
         with self.db:
             self.db.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (step, path, time.time()))
@@ -138,7 +152,7 @@ class RunStore:
     def truncate_after(self, step: int) -> None:
         """Delete everything recorded after `step` (a resume from that step's checkpoint redoes them)."""
         with self.db:
-            for table in ("steps", "groups", "samples", "evals", "checkpoints"):
+            for table in _TABLES:
                 self.db.execute(f"DELETE FROM {table} WHERE step > ?", (step,))
 
     # reading
@@ -152,10 +166,25 @@ class RunStore:
         rows = self.db.execute("SELECT step, name, metrics FROM evals ORDER BY step, name")
         return [(s, n, json.loads(m)) for s, n, m in rows if name is None or n == name]
 
+    def eval_per_task(self, name: str | None = None) -> list[tuple[int, str, dict[str, float]]]:
+        """(step, eval name, {task id: pass rate}) for every stored evaluation, in step order."""
+        rows = self.db.execute("SELECT step, name, per_task FROM evals ORDER BY step, name")
+        return [(s, n, json.loads(p)) for s, n, p in rows if name is None or n == name]
+
+    def eval_samples(self, name: str | None = None, step: int | None = None, limit: int = -1) -> list[dict[str, Any]]:
+        """Stored evaluation responses (newest step first), as dicts."""
+        cols = ("step", "name", "task_id", "sample_idx", "response", "score", "passed", "status", "verifier", "details")
+        rows = self.db.execute(
+            f"SELECT {', '.join(cols)} FROM eval_samples WHERE (? IS NULL OR name = ?) AND (? IS NULL OR step = ?) "
+            "ORDER BY step DESC, name, task_id, sample_idx LIMIT ?",
+            (name, name, step, step, limit),
+        )
+        return [dict(zip(cols, r)) for r in rows]
+
     def checkpoints(self) -> list[tuple[int, str]]:
         return list(self.db.execute("SELECT step, path FROM checkpoints ORDER BY step"))
 
     def count(self, table: str, where: str = "1=1", args: tuple = ()) -> int:
-        if table not in ("steps", "groups", "samples", "evals", "checkpoints"):
+        if table not in _TABLES:
             raise ValueError(f"unknown table {table!r}")
         return self.db.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", args).fetchone()[0]

@@ -1,0 +1,240 @@
+"""Running an evaluation: sample a suite with an engine, grade with the suite's verifier, record everything.
+
+Covers: `EvalSpec` (what to sample: n, temperature, seed, max tokens, repeats,
+tasks per engine call); `evaluate` (fixed chunks of tasks in suite order, one
+`engine.generate` call per chunk and repeat, seeded per chunk so a result
+does not depend on which chunks ran in this process; graded through
+`rewards.score`, the same guarded call training uses; records appended to
+the output directory after each chunk, so an interrupted run resumes
+without redoing finished samples); `rescore` (re-grade recorded responses
+with the suite's current verifier, no model); and per-response tokens and
+latency (an engine's own per-request figures when it keeps them, else the
+chunk's wall time shared out).
+Does not cover: resolving a model name to an engine (see `models.py`),
+scoring response files (see `responses.py`) or metrics (see `summary.py`).
+
+Repeats reuse the same seeds: `--repeat R` asks whether the same request
+gives the same verdict again, which a deterministic local engine always
+does and a batched GPU server often does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from posttrain.eval.metrics import Price
+from posttrain.eval.records import EvalDir, EvalDirError, EvalRun, SampleRecord
+from posttrain.eval.summary import summarize
+from posttrain.rewards.base import score_sync, verifier_id
+from posttrain.types import Completion, SamplingParams, Task, Verdict
+
+# Settings that change what is sampled: a resumed run must match them exactly.
+_SAMPLING_KEYS = ("model", "suite", "suite_options", "n", "temperature", "top_p", "max_tokens", "seed", "batch")
+
+
+@dataclass
+class EvalSpec:
+    """What to sample and how; `ks` only shapes the summary."""
+
+    model: str  # how the model was named (a path, `builtin`, `run@step`, a URL)
+    suite: str
+    n: int = 1
+    ks: tuple[int, ...] = (1,)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int = 0
+    repeat: int = 1
+    batch: int = 32  # tasks per engine call (fixed: chunk boundaries are part of the seeding)
+    suite_options: dict[str, Any] = field(default_factory=dict)
+    verify_timeout_s: float | None = None
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.repeat < 1 or self.batch < 1 or self.max_tokens < 1:
+            raise ValueError("eval: samples, repeat, batch and max tokens must all be >= 1")
+        if self.temperature == 0 and self.n > 1:
+            raise ValueError(f"eval: {self.n} samples at temperature 0 are {self.n} copies of one greedy answer; "
+                             "pass --temperature > 0 for pass@k")
+        bad = [k for k in self.ks if k < 1]
+        if bad:
+            raise ValueError(f"eval: k must be >= 1, got {bad}")
+
+    def meta(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "verify_timeout_s"}
+
+
+def chunk_seed(seed: int, chunk: int) -> int:
+    """A per-chunk sampling seed that does not collide across (seed, chunk) pairs."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{chunk}".encode()).digest()[:4], "little") & 0x7FFFFFFF
+
+
+def _tokens_in(engine: Any, prompt: str) -> int | None:
+    tok = getattr(engine, "tokenizer", None)
+    if tok is None or not hasattr(tok, "encode"):
+        return None
+    try:
+        return len(tok.encode(prompt))
+    except Exception:  # noqa: BLE001 - a count we cannot make is missing, not fatal
+        return None
+
+
+def _generate(engine: Any, prompts: list[str], params: SamplingParams) -> tuple[list[list[Completion]], list[float]]:
+    """Completions per prompt and each prompt's own latency (a request's time, or the call's time shared out)."""
+    if hasattr(engine, "agenerate"):  # a remote engine: one timed request per prompt, concurrently
+        limit = max(1, int(getattr(engine, "max_concurrency", 16)))
+
+        async def run_all() -> list[tuple[list[Completion], float]]:
+            sem = asyncio.Semaphore(limit)
+
+            async def one(p: str) -> tuple[list[Completion], float]:
+                async with sem:
+                    t0 = time.perf_counter()
+                    groups = await engine.agenerate([p], params)
+                    return groups[0], time.perf_counter() - t0
+
+            return await asyncio.gather(*(one(p) for p in prompts))
+
+        pairs = asyncio.run(run_all())
+        return [g for g, _ in pairs], [t for _, t in pairs]
+    t0 = time.perf_counter()
+    groups = engine.generate(prompts, params)
+    per_prompt = (time.perf_counter() - t0) / max(len(prompts), 1)
+    return groups, [per_prompt] * len(prompts)
+
+
+def _usage(engine: Any) -> tuple[int, int] | None:
+    usage = getattr(engine, "usage", None)
+    if usage is None or not hasattr(usage, "prompt_tokens"):
+        return None
+    return int(usage.prompt_tokens), int(usage.completion_tokens)
+
+
+def _record(task: Task, repeat: int, j: int, c: Completion, v: Verdict, tokens_in: float | None,
+            tokens_out: float | None, latency: float) -> SampleRecord:
+    return SampleRecord(
+        task_id=task.id, response=c.text, score=float(v.score), passed=bool(v.passed), status=v.status.value,
+        verifier=v.verifier, details=v.details, sample=j, repeat=repeat, tokens_in=tokens_in,
+        tokens_out=tokens_out, latency_s=latency, verify_s=v.latency_s, finish=c.finish_reason.value,
+    )
+
+
+def _check_resumable(old: dict[str, Any], new: dict[str, Any], path: Path) -> None:
+    for key in _SAMPLING_KEYS:
+        if old.get(key) != new.get(key):
+            raise EvalDirError(
+                f"{path} holds an evaluation with {key} = {old.get(key)!r}, not {new.get(key)!r}: "
+                "choose another --out to start afresh (or match the settings to resume it)"
+            )
+
+
+def evaluate(
+    engine: Any,
+    suite: Any,
+    spec: EvalSpec,
+    out: str | Path | None = None,
+    price: Price | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    extra_meta: dict[str, Any] | None = None,
+) -> EvalRun:
+    """Sample and grade every (task, repeat, sample) not already recorded in `out`; return the whole run.
+
+    The summary is in `run.meta["summary"]` (and `out/summary.json`).
+    """
+    tasks: list[Task] = list(suite.tasks)
+    meta = {**spec.meta(), "suite_name": suite.name, "n_suite_tasks": len(tasks), "verifier": verifier_id(suite.verifier),
+            "engine": type(engine).__name__, "created": time.time(), **(extra_meta or {})}
+    store = EvalDir(out) if out is not None else None
+    done: dict[tuple[str, int, int], SampleRecord] = {}
+    if store is not None and store.exists():
+        old = store.meta()
+        _check_resumable(old, meta, store.path)
+        meta["created"] = old.get("created", meta["created"])
+        meta["resumed"] = old.get("resumed", 0) + 1
+        done = {r.key: r for r in store.records()}
+    if store is not None:
+        store.start(meta, ({"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in tasks))
+
+    chunks = [tasks[i : i + spec.batch] for i in range(0, len(tasks), spec.batch)]
+    total, finished = len(chunks) * spec.repeat, 0
+    for repeat in range(spec.repeat):
+        for index, chunk in enumerate(chunks):
+            todo = [t for t in chunk if any((t.id, repeat, j) not in done for j in range(spec.n))]
+            if todo:
+                params = SamplingParams(n=spec.n, temperature=spec.temperature, top_p=spec.top_p,
+                                        max_tokens=spec.max_tokens, seed=chunk_seed(spec.seed, index))
+                before = _usage(engine)
+                groups, latencies = _generate(engine, [t.prompt for t in todo], params)
+                after = _usage(engine)
+                flat_tasks = [t for t, g in zip(todo, groups) for _ in g]
+                verdicts = score_sync(suite.verifier, flat_tasks, [c.text for g in groups for c in g], spec.verify_timeout_s)
+                used_in = (after[0] - before[0]) / len(todo) if before and after else None
+                used_out = (after[1] - before[1]) / max(len(flat_tasks), 1) if before and after else None
+                new, offset = [], 0
+                for task, group, latency in zip(todo, groups, latencies):
+                    t_in = _tokens_in(engine, task.prompt) if used_in is None else used_in
+                    for j, c in enumerate(group):
+                        t_out = len(c.token_ids) if c.token_ids else used_out
+                        rec = _record(task, repeat, j, c, verdicts[offset], None if t_in is None else t_in / len(group),
+                                      t_out, latency / len(group))
+                        offset += 1
+                        if rec.key not in done:
+                            new.append(rec)
+                            done[rec.key] = rec
+                if store is not None:
+                    store.append(new)
+            finished += 1
+            if on_progress:
+                on_progress(finished, total)
+    records = [r for r in done.values() if r.repeat < spec.repeat and r.sample < spec.n]
+    meta["summary"] = summarize(records, spec.ks, price, [t.id for t in tasks])
+    if store is not None:
+        store.write_summary(meta["summary"])
+    return EvalRun(meta, records, [{"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in tasks],
+                   store.path if store else None)
+
+
+def regrade(suite: Any, records: Sequence[SampleRecord], timeout: float | None = None) -> list[SampleRecord]:
+    """The same responses judged again by `suite.verifier` (records of unknown tasks become ERROR records)."""
+    by_id = {t.id: t for t in suite.tasks}
+    known = [r for r in records if r.task_id in by_id]
+    verdicts = score_sync(suite.verifier, [by_id[r.task_id] for r in known], [r.response for r in known], timeout)
+    out = []
+    for r, v in zip(known, verdicts):
+        out.append(SampleRecord(**{**asdict(r), "score": float(v.score), "passed": bool(v.passed), "status": v.status.value,
+                                   "verifier": v.verifier, "details": v.details, "verify_s": v.latency_s}))
+    for r in records:
+        if r.task_id not in by_id:
+            out.append(SampleRecord(**{**asdict(r), "score": 0.0, "passed": False, "status": "error",
+                                       "details": f"task {r.task_id!r} is not in suite {suite.name!r}"}))
+    return out
+
+
+def rescore(path: str | Path, suite: Any | None = None, price: Price | None = None, timeout: float | None = None) -> tuple[EvalRun, int]:
+    """Re-grade an evaluation directory's responses with its suite's current verifier, in place.
+
+    Returns the updated run and how many verdicts changed (passed or status).
+    """
+    from posttrain.tasks.suites import load_suite
+
+    store = EvalDir(path)
+    run = store.load()
+    suite = suite or load_suite(run.meta["suite"], **run.meta.get("suite_options", {}))
+    fresh = regrade(suite, run.records, timeout)
+    old = {r.key: (r.passed, r.status) for r in run.records}
+    changed = sum(old[r.key] != (r.passed, r.status) for r in fresh)
+    meta = dict(run.meta)
+    meta.setdefault("rescored", []).append({"time": time.time(), "from": meta.get("verifier"), "changed": changed})
+    meta["verifier"] = verifier_id(suite.verifier)
+    meta.pop("summary", None)
+    store.start(meta, run.tasks)
+    store.rewrite(fresh)
+    meta["summary"] = summarize(fresh, meta.get("ks", (1,)), price, [t["id"] for t in run.tasks])
+    store.write_summary(meta["summary"])
+    return EvalRun(meta, fresh, run.tasks, store.path), changed

@@ -1,0 +1,175 @@
+"""What an evaluation leaves on disk: one record per sampled response, appended as it is graded.
+
+Covers: `SampleRecord` (a response, its verdict, tokens, latency),
+`EvalRun` (the run's settings plus its records), and the directory layout
+`posttrain eval --out DIR` writes:
+
+    DIR/meta.json       model, suite spec and options, sampling settings, verifier id, code version
+    DIR/tasks.jsonl     the suite's tasks (id, prompt, answer) as they were, for reports
+    DIR/samples.jsonl   one SampleRecord per line, appended and flushed per graded batch
+    DIR/summary.json    the metrics (rewritten at the end; derived, never read back as truth)
+
+Appending per batch is what makes an eval resumable (finished samples are
+read back and skipped) and re-gradable (`--rescore` needs only the
+responses). A torn last line from a crash is ignored on reading.
+Does not cover: computing metrics (see `summary.py`) or running models.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable
+
+META, TASKS, SAMPLES, SUMMARY = "meta.json", "tasks.jsonl", "samples.jsonl", "summary.json"
+
+
+class EvalDirError(ValueError):
+    """A path that is not an evaluation directory, or one made with other settings."""
+
+
+@dataclass
+class SampleRecord:
+    """One graded response. `(task_id, repeat, sample)` identifies it within an evaluation."""
+
+    task_id: str
+    response: str
+    score: float
+    passed: bool
+    status: str = "ok"  # VerdictStatus value: ok, error, timeout
+    verifier: str = ""  # name@version-hash of the checking code
+    details: str = ""
+    sample: int = 0
+    repeat: int = 0
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    latency_s: float | None = None  # generation time attributed to this response
+    verify_s: float | None = None
+    finish: str | None = None
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.task_id, self.repeat, self.sample)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        if isinstance(d["score"], float) and not math.isfinite(d["score"]):
+            d["score"] = None
+        return json.dumps(d, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SampleRecord":
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        if d.get("score") is None:
+            d["score"] = 0.0
+        return cls(**d)
+
+
+@dataclass
+class EvalRun:
+    """An evaluation's settings (`meta`), the tasks it asked about, and every graded response."""
+
+    meta: dict[str, Any]
+    records: list[SampleRecord]
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # {"id", "prompt", "answer"} in suite order
+    path: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return self.meta.get("label") or (self.path.name if self.path else "eval")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    if not path.exists():
+        return rows
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line torn by a crash mid-write: its samples are redone
+    return rows
+
+
+class EvalDir:
+    """Reads and appends one evaluation directory."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def exists(self) -> bool:
+        return (self.path / META).exists()
+
+    def meta(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.path / META).read_text())
+        except FileNotFoundError:
+            raise EvalDirError(f"{self.path}: not an evaluation directory (no {META})") from None
+
+    def start(self, meta: dict[str, Any], tasks: Iterable[dict[str, Any]]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / META).write_text(json.dumps(meta, indent=2, default=str))
+        with (self.path / TASKS).open("w", encoding="utf-8") as f:
+            for t in tasks:
+                f.write(json.dumps(t, ensure_ascii=False) + "\n")
+
+    def records(self) -> list[SampleRecord]:
+        """Every complete record; a later record for the same key replaces an earlier one."""
+        by_key: dict[tuple[str, int, int], SampleRecord] = {}
+        for row in _read_jsonl(self.path / SAMPLES):
+            try:
+                rec = SampleRecord.from_dict(row)
+            except TypeError:
+                continue
+            by_key[rec.key] = rec
+        return list(by_key.values())
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return _read_jsonl(self.path / TASKS)
+
+    def append(self, records: Iterable[SampleRecord]) -> None:
+        lines = "".join(r.to_json() + "\n" for r in records)
+        with (self.path / SAMPLES).open("a", encoding="utf-8") as f:
+            f.write(lines)
+            f.flush()
+
+    def rewrite(self, records: Iterable[SampleRecord]) -> None:
+        """Replace all records at once (a rescore): written aside, then renamed into place."""
+        tmp = self.path / (SAMPLES + ".tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for r in records:
+                f.write(r.to_json() + "\n")
+        tmp.replace(self.path / SAMPLES)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        (self.path / SUMMARY).write_text(json.dumps(clean_json(summary), indent=2, default=str))
+
+    def load(self) -> EvalRun:
+        return EvalRun(self.meta(), self.records(), self.tasks(), self.path)
+
+
+def load_eval(path: str | Path) -> EvalRun:
+    """An evaluation directory's settings and records (`EvalDirError` when it is not one)."""
+    return EvalDir(path).load()
+
+
+def clean_json(value: Any) -> Any:
+    """NaN / inf become None, recursively, so `json.dumps` output is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: clean_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_json(v) for v in value]
+    return value

@@ -1,0 +1,76 @@
+"""Evaluation inside a training run: held-out suites every K steps, per-task series, lost-capability flags.
+
+Covers: `eval_during_training` (one greedy pass of a suite with the
+trainer's own engine through the same harness `posttrain eval` uses,
+stored in the run store: headline metrics, per-task pass rates, every
+response); `task_series` (each task's pass rate across the evaluated
+steps); `regression_flags` (tasks that passed at an earlier evaluation and
+fail at the latest one) and `new_failures` (the same, for one step, as the
+trainer logs it).
+Does not cover: when to evaluate (the trainer's `eval_every`) or the
+trainer's own held-out accuracy.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from posttrain.eval.harness import EvalSpec, evaluate
+from posttrain.eval.summary import headline
+from posttrain.store.run_store import RunStore
+
+PASS = 0.5  # a task "passes" at an evaluation when at least half its samples do (greedy: the one sample)
+
+
+def eval_during_training(engine: Any, suite: Any, name: str, store: RunStore, step: int, max_tokens: int) -> dict[str, float]:
+    """Greedy pass@1 of `suite` at `step`, stored under eval `name`; returns the stored metrics."""
+    spec = EvalSpec(model=f"step {step}", suite=name, n=1, temperature=0.0, max_tokens=max_tokens, batch=len(suite.tasks))
+    run = evaluate(engine, suite, spec)
+    summary = run.meta["summary"]
+    per_task = {t["task_id"]: t["pass_rate"] for t in summary["tasks"]}
+    metrics = {k: v for k, v in headline(summary).items()
+               if k in ("pass@1", "mean_score", "n_tasks", "n_errors", "latency_p50", "tokens_out")}
+    lost = new_failures(store, name, per_task, step)
+    metrics["regressed_tasks"] = len(lost)
+    store.log_eval(step, name, metrics, per_task)
+    store.log_eval_samples(step, name, [(r.task_id, r.sample, r.response, r.score, int(r.passed), r.status, r.verifier,
+                                         r.details) for r in run.records])
+    return metrics
+
+
+def task_series(store: RunStore, name: str | None = None) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """{eval name: {task id: [(step, pass rate), ...]}} across every stored evaluation."""
+    out: dict[str, dict[str, list[tuple[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for step, n, per_task in store.eval_per_task(name):
+        for task, rate in per_task.items():
+            out[n][task].append((step, rate))
+    return {n: dict(v) for n, v in out.items()}
+
+
+def new_failures(store: RunStore, name: str, per_task: dict[str, float], step: int) -> list[str]:
+    """Tasks failing in `per_task` that passed at some evaluation of `name` before `step`."""
+    passed_before = set()
+    for s, _, earlier in store.eval_per_task(name):
+        if s < step:
+            passed_before |= {t for t, v in earlier.items() if v is not None and v >= PASS}
+    return sorted(t for t, v in per_task.items() if t in passed_before and (v is None or v < PASS))
+
+
+def regression_flags(store: RunStore) -> list[dict[str, Any]]:
+    """Tasks whose latest evaluation fails although an earlier one passed: name, task, best step/value, step, value."""
+    flags = []
+    for name, tasks in task_series(store).items():
+        for task, series in tasks.items():
+            series = sorted(series)
+            (step, value), earlier = series[-1], series[:-1]
+            passing = [(s, v) for s, v in earlier if v is not None and v >= PASS]
+            if passing and (value is None or value < PASS):
+                best_step, best = max(passing, key=lambda sv: (sv[1], sv[0]))
+                flags.append({"name": name, "task_id": task, "best_step": best_step, "best": best, "step": step, "value": value})
+    return sorted(flags, key=lambda f: (f["name"], f["task_id"]))
+
+
+def eval_samples(store: RunStore, limit: int = 3000) -> list[dict[str, Any]]:
+    """The newest stored evaluation responses, shaped for the report's drill-down."""
+    return [{**r, "where": f"{r['name']} @ step {r['step']}", "passed": bool(r["passed"])} for r in store.eval_samples(limit=limit)]
