@@ -166,6 +166,11 @@ class TrainConfig(_Section):
     """Held-out greedy evaluation every K steps, stored per task (0: only at the end)."""
     eval_size: int = Field(500, ge=1)
     """Held-out tasks per evaluation (fewer when the held-out split is smaller)."""
+    eval_suites: list[str] = []
+    """Held-out suites (`posttrain tasks list` names or .jsonl paths) evaluated greedily at every held-out
+    evaluation, stored per task in the run store; a task that passed before and fails now is flagged."""
+    eval_suite_limit: int | None = Field(None, ge=1)
+    """Only the first N tasks of each of `eval_suites` (None: all)."""
     checkpoint_every: int = Field(100, ge=0)
     """Write an HF-format checkpoint (plus optimizer and RNG state) every K steps; 0 disables."""
     keep_checkpoints: int = Field(2, ge=1)
