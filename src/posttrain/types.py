@@ -105,7 +105,12 @@ class Group:
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """How to sample. `temperature == 0` means greedy decoding."""
+    """How to sample. `temperature == 0` means greedy decoding.
+
+    Filters apply in HF's order: temperature, top-k, top-p, min-p. A stop
+    string ends a completion and is cut from its text (its tokens stay in
+    `token_ids`); EOS ends one unless `ignore_eos`.
+    """
 
     n: int = 1
     temperature: float = 1.0
@@ -114,6 +119,9 @@ class SamplingParams:
     max_tokens: int = 16
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    min_p: float = 0.0  # drop tokens less likely than min_p x the most likely one; 0 disables
+    stop: tuple[str, ...] = ()  # stop strings
+    ignore_eos: bool = False  # keep going past EOS (benchmarks that need a fixed length)
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -126,3 +134,11 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_k must be >= 0, got {self.top_k}")
         if self.max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"SamplingParams.min_p must be in [0, 1], got {self.min_p}")
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"SamplingParams.stop must hold non-empty strings, got {self.stop!r}")

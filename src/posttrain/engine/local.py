@@ -1,20 +1,35 @@
-"""`LocalEngine`: batched generation on the native model, in-process.
+"""`LocalEngine`: continuous-batching generation on the native model, in-process.
 
-Covers: left-padded batched prefill into a preallocated KV cache, group
-prefix sharing (a prompt is prefilled once and its cache forked to its n
-samples), batch compaction as sequences finish, stop tokens, per-request
-seeds, behaviour logprobs, and `load_weights` with a policy version.
-Does not cover (yet): continuous batching across requests, a cross-request
-prefix cache, chunked prefill, speculative decoding, stop strings.
+Covers: a scheduler with a `step()` loop (requests are `submit`ted at any
+time; every step admits waiting requests, prefills one chunk of each admitted
+prompt, and decodes one token, or one speculative run, for every running
+sequence; finished sequences leave at once, so a long completion never holds
+the others back); group prefix sharing (a prompt is prefilled once, in a
+stage row, and its KV is copied to the rows of its n samples); the
+cross-request prefix cache (engine/prefix_cache.py); chunked prefill under a
+per-step token budget; sampling with temperature, top-k, top-p, min-p, stop
+strings and token ids, per-request seeds, and behaviour logprobs of the
+processed distribution; optional sliding window with attention sinks; exact
+speculative decoding (engine/spec_decode.py); `generate` and `stream` on top.
+Does not cover: multiple devices, preemption (admission reserves every row a
+request needs, so nothing is ever evicted mid-flight), beam search.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor
 
-from posttrain.engine.sampling import sample_tokens
-from posttrain.models.llama import CausalLM, KVCache
+from posttrain.engine.base import CompletionDelta, Prompt
+from posttrain.engine.kv import SlotCache, WindowSpec
+from posttrain.engine.prefix_cache import PrefixCache
+from posttrain.engine.sampling import choose, find_stop, process_for
+from posttrain.engine.sequence import Request, RequestStatus, Sequence
+from posttrain.engine.spec_decode import DraftProposer, SpecConfig, group_rows, ngram_propose, verify
+from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer
 from posttrain.types import Completion, FinishReason, SamplingParams
 
@@ -25,99 +40,409 @@ class LocalEngine:
     >>> engine = LocalEngine(model, tokenizer)
     >>> groups = engine.generate(["12+30="], SamplingParams(n=4, max_tokens=6))
     >>> [c.text for c in groups[0]]  # four samples of one prompt
+    >>> for delta in engine.stream(["12+30="], SamplingParams(max_tokens=6)):
+    ...     print(delta.text, end="")
+
+    Knobs: `max_batch_rows` running sequences at most; `prefill_chunk` prompt
+    tokens per sequence per step and `max_prefill_tokens` per step in all
+    (bounding a step's latency and memory); `prefix_cache_tokens` of KV kept
+    across requests (0 disables); `sliding_window`; `speculative`.
     """
 
-    def __init__(self, model: CausalLM, tokenizer: Tokenizer, seed: int = 0, max_batch_rows: int = 2048) -> None:
+    def __init__(
+        self,
+        model: CausalLM,
+        tokenizer: Tokenizer,
+        seed: int = 0,
+        max_batch_rows: int = 2048,
+        *,
+        prefill_chunk: int = 512,
+        max_prefill_tokens: int = 4096,
+        prefix_cache_tokens: int = 32768,
+        prefix_block: int = 16,
+        cache_completions: bool = True,
+        sliding_window: WindowSpec | None = None,
+        speculative: SpecConfig | None = None,
+    ) -> None:
+        if prefill_chunk < 1 or max_prefill_tokens < prefill_chunk:
+            raise ValueError("need prefill_chunk >= 1 and max_prefill_tokens >= prefill_chunk")
+        if sliding_window is not None and speculative is not None:
+            raise ValueError("speculative decoding does not combine with a sliding window (rejected tokens would evict kept ones)")
         self.model = model
         self.tokenizer = tokenizer
         self.generator = torch.Generator().manual_seed(seed)
         self.max_batch_rows = max_batch_rows
+        self.prefill_chunk, self.max_prefill_tokens = prefill_chunk, max_prefill_tokens
+        self.window = sliding_window
+        self.spec = speculative
+        self.draft = DraftProposer(speculative.draft_model) if speculative and speculative.method == "draft" else None
+        self.dtype = next(model.parameters()).dtype
+        use_prefix = prefix_cache_tokens > 0 and sliding_window is None
+        self.prefix = (
+            PrefixCache(model.config, max(1, prefix_cache_tokens // prefix_block), prefix_block, self.dtype) if use_prefix else None
+        )
+        self.cache_completions = cache_completions
         self.policy_version = 0
-        self.stats = {"prefill_tokens": 0, "prompt_tokens_submitted": 0, "generated_tokens": 0}
+        self.kv: SlotCache | None = None  # running rows
+        self.stage: SlotCache | None = None  # prompts being prefilled
+        self.waiting: deque[Request] = deque()
+        self.prefilling: list[Request] = []  # prefilling[i].stage_row == i
+        self.running: list[Sequence] = []  # running[i].row == i
+        self.reserved = 0  # running rows promised to requests still in prefill
+        self._next_id = 0
+        self.stats = {
+            "prefill_tokens": 0,  # prompt tokens run through the model
+            "prompt_tokens_submitted": 0,  # prompt tokens x n, what a no-sharing engine would prefill
+            "generated_tokens": 0,
+            "steps": 0,
+            "decode_forwards": 0,  # target forwards over the running rows
+            "decode_row_steps": 0,  # sum over those forwards of the rows they carried
+            "decode_tokens": 0,  # tokens those forwards emitted (> row steps when speculation is accepted)
+            "spec_proposed": 0,
+            "spec_accepted": 0,
+        }
 
+    # -- weights ------------------------------------------------------------------------------
     def load_weights(self, state: dict[str, Tensor], version: int) -> None:
         self.model.load_state_dict(state, strict=False)
-        self.policy_version = version
+        self.set_version(version)
 
     def set_version(self, version: int) -> None:
-        """The engine shares the learner's module in-process: only the version tag moves."""
+        """The weights changed (in place, shared with the learner): retag, and forget KV computed with the old ones."""
         self.policy_version = version
+        if self.prefix is not None:
+            self.prefix.clear()
 
+    # -- metrics ------------------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        """Counters plus derived ratios: prefill share, prefix hit rate, acceptance, tokens per forward."""
+        s = dict(self.stats)
+        s["prefill_fraction"] = s["prefill_tokens"] / max(s["prompt_tokens_submitted"], 1)
+        if self.prefix is not None:
+            s["prefix_cache_lookup_tokens"] = self.prefix.lookup_tokens
+            s["prefix_cache_hit_tokens"] = self.prefix.hit_tokens
+            s["prefix_hit_rate"] = self.prefix.hit_rate
+        if self.spec is not None:
+            s["spec_acceptance_rate"] = s["spec_accepted"] / max(s["spec_proposed"], 1)
+        s["tokens_per_forward"] = s["decode_tokens"] / max(s["decode_row_steps"], 1)
+        return s
+
+    def reset_stats(self) -> None:
+        for k in self.stats:
+            self.stats[k] = 0
+        if self.prefix is not None:
+            self.prefix.lookup_tokens = self.prefix.hit_tokens = 0
+
+    # -- requests -----------------------------------------------------------------------------
     def encode(self, prompts: list[str]) -> list[list[int]]:
         return [self.tokenizer.encode(p) for p in prompts]
 
-    @torch.inference_mode()
-    def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+    def submit(
+        self, prompt: Prompt, params: SamplingParams, generator: torch.Generator | None = None, stream: bool = False, index: int = 0
+    ) -> Request:
+        """Queue one prompt for `params.n` samples; `step()` runs it. Raises ValueError on bad input."""
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("empty prompt: every prompt needs at least one token")
+        vocab = self.model.config.vocab_size
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise ValueError(f"prompt token ids must lie in [0, {vocab}), got {min(ids)}..{max(ids)}")
+        if params.n > self.max_batch_rows:
+            raise ValueError(f"n={params.n} exceeds the engine's max_batch_rows={self.max_batch_rows}")
+        if generator is None and params.seed is not None:
+            generator = torch.Generator().manual_seed(params.seed)
+        stop_ids = set(params.stop_token_ids)
+        if self.tokenizer.eos_id is not None and not params.ignore_eos:
+            stop_ids.add(self.tokenizer.eos_id)
+        req = Request(self._next_id, ids, params, generator, stream, index=index, stop_ids=frozenset(stop_ids))
+        self._next_id += 1
+        self.stats["prompt_tokens_submitted"] += len(ids) * params.n
+        self.waiting.append(req)
+        return req
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.prefilling or self.running)
+
+    def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
         """For each prompt, `params.n` completions (grouped in prompt order)."""
         if not prompts:
             return []
-        ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
-        if any(len(p) == 0 for p in ids):
-            raise ValueError("empty prompt: every prompt needs at least one token")
-        generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else self.generator
-        per_chunk = max(1, self.max_batch_rows // params.n)
-        out: list[list[Completion]] = []
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for start in range(0, len(ids), per_chunk):
-                out.extend(self._generate_chunk(ids[start : start + per_chunk], params, generator))
-        finally:
-            self.model.train(was_training)
-        return out
+        reqs = self._submit_all(prompts, params, stream=False)
+        while any(r.status is not RequestStatus.FINISHED for r in reqs):
+            self.step()
+        return [r.completions for r in reqs]
 
-    def _generate_chunk(self, ids: list[list[int]], params: SamplingParams, generator) -> list[list[Completion]]:
-        n, pad = params.n, self.tokenizer.pad_id
-        b, p_len = len(ids), max(len(p) for p in ids)
-        prompt = torch.full((b, p_len), pad, dtype=torch.long)
-        valid = torch.zeros((b, p_len), dtype=torch.bool)
-        for i, p in enumerate(ids):  # left padding: every prompt ends at the same slot
-            prompt[i, p_len - len(p) :] = torch.tensor(p)
-            valid[i, p_len - len(p) :] = True
-        cache = KVCache.allocate(self.model.config, b, p_len + params.max_tokens)
-        logits = self.model(prompt, cache=cache, attention_mask=valid)[:, -1]  # [B, V]
-        self.stats["prefill_tokens"] += int(valid.sum())
-        self.stats["prompt_tokens_submitted"] += int(valid.sum()) * n
-        if n > 1:
-            cache = cache.repeat_interleave(n)
-            logits = logits.repeat_interleave(n, dim=0)
-        rows = b * n
-        stop_ids = set(params.stop_token_ids)
-        if self.tokenizer.eos_id is not None:
-            stop_ids.add(self.tokenizer.eos_id)
-        stop = torch.tensor(sorted(stop_ids), dtype=torch.long)
-        tokens_out: list[list[int]] = [[] for _ in range(rows)]
-        logps_out: list[list[float]] = [[] for _ in range(rows)]
-        finish = [FinishReason.LENGTH] * rows
-        active = torch.arange(rows)  # original row index of each cache row
-        positions = valid.sum(1).repeat_interleave(n)  # [rows] next position id per row
-        for step in range(params.max_tokens):
-            tok, logp = sample_tokens(logits, params.temperature, params.top_k, params.top_p, generator)
-            done = torch.isin(tok, stop)
-            for r, t, lp, d in zip(active.tolist(), tok.tolist(), logp.tolist(), done.tolist()):
-                tokens_out[r].append(t)
-                logps_out[r].append(lp)
-                if d:
-                    finish[r] = FinishReason.STOP
-            self.stats["generated_tokens"] += len(active)
-            keep = ~done
-            if step == params.max_tokens - 1 or not bool(keep.any()):
-                break
-            if not bool(keep.all()):
-                idx = keep.nonzero().squeeze(-1)
-                active, tok, positions = active[idx], tok[idx], positions[idx]
-                cache = cache.select(idx)
-            logits = self.model(tok[:, None], position_ids=positions[:, None], cache=cache)[:, -1]
-            positions = positions + 1
-        version = self.policy_version
-        completions = [
-            Completion(
-                token_ids=tokens_out[r],
-                text=self.tokenizer.decode(tokens_out[r]),
-                logprobs=logps_out[r],
-                finish_reason=finish[r],
-                policy_version=version,
-            )
-            for r in range(rows)
-        ]
-        return [completions[i * n : (i + 1) * n] for i in range(b)]
+    def stream(self, prompts: list[Prompt], params: SamplingParams) -> Iterator[CompletionDelta]:
+        """Per-token deltas of the completions `generate` would return, as each step produces them."""
+        reqs = self._submit_all(prompts, params, stream=True)
+        ours = {r.id for r in reqs}
+        while any(r.status is not RequestStatus.FINISHED for r in reqs):
+            for d in self.step():
+                if d.request_id in ours:
+                    yield d
+
+    def _submit_all(self, prompts: list[Prompt], params: SamplingParams, stream: bool) -> list[Request]:
+        for p in prompts:  # validate everything before queueing anything
+            if len(p) == 0:
+                raise ValueError("empty prompt: every prompt needs at least one token")
+        generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+        return [self.submit(p, params, generator, stream, i) for i, p in enumerate(prompts)]
+
+    # -- the step loop ------------------------------------------------------------------------
+    def step(self) -> list[CompletionDelta]:
+        """Admit, prefill one chunk per admitted prompt, decode every running sequence -> stream deltas."""
+        deltas: list[CompletionDelta] = []
+        was_training = self.model.training
+        if was_training:
+            self.model.eval()
+        try:
+            with torch.inference_mode():
+                self._admit()
+                if self.prefilling:
+                    self._prefill(deltas)
+                if self.running:
+                    if self.spec is not None:
+                        self._decode_spec(deltas)
+                    else:
+                        self._decode(deltas)
+        finally:
+            if was_training:
+                self.model.train()
+        self.stats["steps"] += 1
+        return deltas
+
+    def _slots_for(self, req: Request) -> int:
+        extra = self.spec.k + 1 if self.spec is not None else 0
+        return len(req.prompt) + req.params.max_tokens + extra + 2
+
+    def _admit(self) -> None:
+        while self.waiting:
+            req = self.waiting[0]
+            n = req.params.n
+            if len(self.running) + self.reserved + n > self.max_batch_rows:
+                return
+            chunk = min(len(req.prompt), self.prefill_chunk)
+            widest = max([chunk] + [min(len(r.prompt) - r.n_cached, self.prefill_chunk) for r in self.prefilling])
+            if self.prefilling and (len(self.prefilling) + 1) * widest > self.max_prefill_tokens:
+                return
+            self.waiting.popleft()
+            self._ensure_capacity(req)
+            req.stage_row = len(self.prefilling)
+            req.status = RequestStatus.PREFILL
+            self.prefilling.append(req)
+            self.reserved += n
+            if self.prefix is not None:  # keep at least one prompt token to compute: its logits start sampling
+                slots = self.prefix.match(req.prompt, len(req.prompt) - 1)
+                self.prefix.read_into(slots, self.stage, req.stage_row)
+                req.n_cached = len(slots) * self.prefix.block
+            else:
+                req.n_cached = 0
+            self.stage.clear_row(req.stage_row)
+
+    def _ensure_capacity(self, req: Request) -> None:
+        slots = self._slots_for(req)
+        rows = len(self.running) + self.reserved + req.params.n
+        cfg = self.model.config
+        chunk = self.prefill_chunk
+        if self.kv is None:
+            r0 = min(self.max_batch_rows, max(rows, 8))
+            self.kv = SlotCache(cfg, r0, slots, self.dtype, self.window, chunk)
+            self.stage = SlotCache(cfg, 8, len(req.prompt) + 2, self.dtype, self.window, chunk)
+        if rows > self.kv.rows or slots > self.kv.slots:
+            self.kv.grow(min(self.max_batch_rows, max(rows, 2 * self.kv.rows if rows > self.kv.rows else 0)), slots)
+        if len(self.prefilling) + 1 > self.stage.rows or len(req.prompt) + 2 > self.stage.slots:
+            self.stage.grow(2 * self.stage.rows if len(self.prefilling) + 1 > self.stage.rows else 0, len(req.prompt) + 2)
+        if self.draft is not None:
+            self.draft.ensure(self.kv.rows, self.kv.slots)
+
+    def _prefill(self, deltas: list[CompletionDelta]) -> None:
+        reqs = self.prefilling
+        b = len(reqs)
+        chunks = [min(len(r.prompt) - r.n_cached, self.prefill_chunk) for r in reqs]
+        t = max(chunks)
+        ids = torch.zeros((b, t), dtype=torch.long)
+        for i, (r, c) in enumerate(zip(reqs, chunks)):
+            ids[i, :c] = torch.tensor(r.prompt[r.n_cached : r.n_cached + c])
+        start = [r.n_cached for r in reqs]
+        cache = self.stage.bind(slice(0, b), start, None if min(chunks) == t else chunks, t)
+        logits = self.model(ids, cache=cache, logits_index=torch.tensor(chunks)[:, None] - 1)[:, 0]  # [b, V]
+        self.stats["prefill_tokens"] += sum(chunks)
+        done = []
+        for r, c in zip(reqs, chunks):
+            r.n_cached += c
+            if r.n_cached == len(r.prompt):
+                done.append(r)
+        for r in done:
+            self._start_samples(r, logits[r.stage_row], deltas)
+        for r in sorted(done, key=lambda r: -r.stage_row):
+            last = self.prefilling[-1]
+            if last is not r:
+                self.stage.copy_rows(self.stage, [last.stage_row], [r.stage_row], last.n_cached)
+                self.prefilling[r.stage_row] = last
+                last.stage_row = r.stage_row
+            self.prefilling.pop()
+
+    def _start_samples(self, req: Request, logits: Tensor, deltas: list[CompletionDelta]) -> None:
+        """Fork the finished prefill to n running rows and draw every sample's first token."""
+        n, p_len = req.params.n, len(req.prompt)
+        rows = list(range(len(self.running), len(self.running) + n))
+        self.stage.copy_rows(self.kv, [req.stage_row] * n, rows, p_len)
+        if self.prefix is not None:
+            self.prefix.insert(req.prompt, self.stage, req.stage_row)
+        seqs = [Sequence(req, j, list(req.prompt), row, p_len) for j, row in enumerate(rows)]
+        req.samples, req.unfinished, req.status = seqs, n, RequestStatus.RUNNING
+        self.running.extend(seqs)
+        self.reserved -= n
+        toks, lps = self._sample(logits[None].expand(n, -1), seqs)
+        finished = [s for s, t, lp in zip(seqs, toks.tolist(), lps.tolist()) if self._emit(s, t, lp, deltas)]
+        self._retire(finished)
+
+    def _decode(self, deltas: list[CompletionDelta]) -> None:
+        seqs = self.running
+        b = len(seqs)
+        ids = torch.tensor([s.all[-1] for s in seqs])[:, None]
+        start = [s.n_cached for s in seqs]
+        logits = self.model(ids, cache=self.kv.bind(slice(0, b), start, None, 1))[:, 0]  # [b, V]
+        for s in seqs:
+            s.n_cached += 1
+        self.stats["decode_forwards"] += 1
+        self.stats["decode_row_steps"] += b
+        toks, lps = self._sample(logits, seqs)
+        finished = [s for s, t, lp in zip(seqs, toks.tolist(), lps.tolist()) if self._emit(s, t, lp, deltas)]
+        self.stats["decode_tokens"] += b
+        self._retire(finished)
+
+    def _decode_spec(self, deltas: list[CompletionDelta]) -> None:
+        seqs, cfg = self.running, self.spec
+        b = len(seqs)
+        ks = [max(0, min(cfg.k, s.request.params.max_tokens - len(s.out) - 1)) for s in seqs]
+        if max(ks) == 0:
+            return self._decode(deltas)
+        q = None
+        if self.draft is None:
+            props = [ngram_propose(s.all, k, cfg.ngram_max, cfg.ngram_min) if k else [] for s, k in zip(seqs, ks)]
+        else:
+            kd = max(ks)
+            drafts_t, q = self.draft.propose(seqs, kd)
+            props = [drafts_t[i, : ks[i]].tolist() for i in range(b)]
+        k = max(len(p) for p in props)
+        if k == 0:
+            return self._decode(deltas)
+        ids = torch.zeros((b, 1 + k), dtype=torch.long)
+        for i, (s, p) in enumerate(zip(seqs, props)):
+            ids[i, 0] = s.all[-1]
+            ids[i, 1 : 1 + len(p)] = torch.tensor(p, dtype=torch.long)
+        n_draft = torch.tensor([len(p) for p in props])
+        n_valid = (n_draft + 1).tolist()
+        cache = self.kv.bind(slice(0, b), [s.n_cached for s in seqs], None if min(n_valid) == 1 + k else n_valid, 1 + k)
+        logits = self.model(ids, cache=cache)  # [b, 1+k, V]
+        self.stats["decode_forwards"] += 1
+        self.stats["decode_row_steps"] += b
+        n_acc = torch.empty(b, dtype=torch.long)
+        nxt = torch.empty(b, dtype=torch.long)
+        logp = torch.empty(logits.shape, dtype=torch.float32)
+        for (params, gen), idx in group_rows(seqs).items():
+            sel = slice(None) if idx is None else idx
+            processed = process_for(logits[sel], params)
+            logp[sel] = torch.log_softmax(processed, -1)
+            qs = None if q is None else q[sel][:, :k]
+            a, x = verify(logp[sel].exp(), ids[sel, 1:], n_draft[sel], qs, params.temperature == 0, gen or self.generator)
+            n_acc[sel], nxt[sel] = a, x
+        n_acc_l, nxt_l = n_acc.tolist(), nxt.tolist()
+        finished, emitted = [], 0
+        for i, s in enumerate(seqs):
+            a = n_acc_l[i]
+            toks = props[i][:a] + [nxt_l[i]]
+            lps = logp[i, torch.arange(a + 1), torch.tensor(toks)].tolist()
+            s.n_cached += 1 + a
+            if self.draft is not None:
+                s.draft_cached += min(a, k - 1)
+            self.stats["spec_proposed"] += len(props[i])
+            self.stats["spec_accepted"] += a
+            for t, lp in zip(toks, lps):
+                emitted += 1
+                if self._emit(s, t, lp, deltas):
+                    finished.append(s)
+                    break
+        self.stats["decode_tokens"] += emitted
+        self._retire(finished)
+
+    # -- sampling and bookkeeping -------------------------------------------------------------
+    def _sample(self, logits: Tensor, seqs: list[Sequence]) -> tuple[Tensor, Tensor]:
+        """[b, V] raw logits -> (tokens [b], logprobs [b]) with each request's params and generator."""
+        groups = group_rows(seqs)
+        if len(groups) == 1:
+            (params, gen), _ = next(iter(groups.items()))
+            return self._sample_one(logits, params, gen)
+        toks = torch.empty(logits.shape[0], dtype=torch.long)
+        lps = torch.empty(logits.shape[0], dtype=torch.float32)
+        for (params, gen), idx in groups.items():
+            toks[idx], lps[idx] = self._sample_one(logits[idx], params, gen)
+        return toks, lps
+
+    def _sample_one(self, logits: Tensor, params: SamplingParams, gen) -> tuple[Tensor, Tensor]:
+        processed = process_for(logits, params)
+        logp = torch.log_softmax(processed, -1)
+        tok = choose(processed, params.temperature == 0, gen or self.generator)
+        return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+    def _emit(self, s: Sequence, tok: int, lp: float, deltas: list[CompletionDelta]) -> bool:
+        """Append one token; decide whether the sequence is finished; queue a stream delta."""
+        s.all.append(tok)
+        s.out.append(tok)
+        s.logprobs.append(lp)
+        self.stats["generated_tokens"] += 1
+        req, params = s.request, s.request.params
+        if tok in req.stop_ids:
+            s.finish = FinishReason.STOP
+        elif params.stop and self._hit_stop(s, params.stop):
+            s.finish = FinishReason.STOP
+        elif len(s.out) >= params.max_tokens:
+            s.finish = FinishReason.LENGTH
+        if s.finish is not None:
+            text = self.tokenizer.decode(s.out)
+            if s.stop_at >= 0:
+                text = text[: s.stop_at]
+            s.completion = Completion(s.out, text, s.logprobs, s.finish, self.policy_version)
+        if req.stream:
+            deltas.append(self._delta(s, tok, lp))
+        return s.finish is not None
+
+    def _hit_stop(self, s: Sequence, stops: tuple[str, ...]) -> bool:
+        longest = max(len(x) for x in stops)
+        tail = self.tokenizer.decode(s.out[-(longest + 2) :])
+        if not any(x in tail for x in stops):
+            return False
+        s.stop_at = find_stop(self.tokenizer.decode(s.out), stops)
+        return s.stop_at >= 0
+
+    def _delta(self, s: Sequence, tok: int, lp: float) -> CompletionDelta:
+        if s.completion is not None:
+            visible = s.completion.text
+        else:
+            visible = self.tokenizer.decode(s.out)
+            if s.request.params.stop:  # hold back what may yet become a stop string
+                visible = visible[: max(0, len(visible) - max(len(x) for x in s.request.params.stop) + 1)]
+            visible = visible.rstrip("\ufffd")  # an incomplete multi-byte character
+        text = visible[s.sent_text :] if len(visible) >= s.sent_text else ""
+        s.sent_text = max(s.sent_text, len(visible))
+        return CompletionDelta(s.request.index, s.index, s.request.id, [tok], [lp], text, s.finish, s.completion)
+
+    def _retire(self, finished: list[Sequence]) -> None:
+        """Free the rows of finished sequences, moving the last running rows into the holes."""
+        for s in sorted(finished, key=lambda s: -s.row):
+            if self.prefix is not None and self.cache_completions:
+                self.prefix.insert(s.all[: s.n_cached], self.kv, s.row)
+            last = self.running[-1]
+            if last is not s:
+                self.kv.copy_rows(self.kv, [last.row], [s.row], last.n_cached)
+                if self.draft is not None:
+                    self.draft.move_row(last.row, s.row, last.draft_cached)
+                self.running[s.row] = last
+                last.row = s.row
+            self.running.pop()
+            self.kv.clear_row(len(self.running))
+            req = s.request
+            req.unfinished -= 1
+            if req.unfinished == 0:
+                req.status = RequestStatus.FINISHED

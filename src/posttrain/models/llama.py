@@ -6,7 +6,11 @@ HF's (`model.layers.0.self_attn.q_proj.weight`, ...), so a `model.safetensors`
 from transformers loads with a plain `load_state_dict`. One forward serves
 both the engine (with a `KVCache`) and the learner (without one), so sampler
 and trainer logprobs come from the same code.
-Does not cover: paged/block KV caches (the engine builds those on top of the
+A cache is any object with `prepare` (positions and attention mask for the
+new tokens), `update` (store one layer's new keys/values, return what to
+attend over) and `advance`; `KVCache` is the simple shared-length one, the
+engine's per-row slot cache (`posttrain.engine.kv`) is another.
+Does not cover: paged/block KV caches (the engine builds its own on top of the
 `forward(ids, positions, cache)` contract), tensor parallelism, RoPE scaling.
 """
 
@@ -70,6 +74,28 @@ class KVCache:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
+    def prepare(self, input_ids: Tensor, position_ids: Tensor | None, attention_mask: Tensor | None):
+        """Mark the new slots, derive per-row positions when not given -> (positions [B, T], mask [B, 1, T, S])."""
+        t = input_ids.shape[1]
+        if self.length + t > self.capacity:
+            raise ValueError(f"KV cache overflow: {self.length} + {t} > capacity {self.capacity}")
+        valid = attention_mask if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        self.key_mask[:, self.length : self.length + t] = valid
+        if position_ids is None:  # count real tokens before each one, per row
+            seen = self.key_mask[:, : self.length].sum(1, keepdim=True)
+            position_ids = (seen + valid.long().cumsum(1) - 1).clamp(min=0)
+        return position_ids, _cache_mask(self.key_mask[:, : self.length + t], self.length, t)
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store k, v [B, H_kv, T, D] in the next slots -> all filled keys and values."""
+        start, t = self.length, k.shape[2]
+        self.k[layer][:, :, start : start + t] = k
+        self.v[layer][:, :, start : start + t] = v
+        return self.k[layer][:, :, : start + t], self.v[layer][:, :, : start + t]
+
+    def advance(self, t: int) -> None:
+        self.length += t
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
@@ -116,8 +142,8 @@ class Attention(nn.Module):
         x: Tensor,  # [B, T, H]
         cos: Tensor,
         sin: Tensor,
-        mask: Tensor | None,  # [B, 1, T, S] bool, or None for plain causal
-        cache: KVCache | None,
+        mask: Tensor | None,  # [B, 1, T, S] bool or additive float, or None for plain causal
+        cache,
         layer: int,
     ) -> Tensor:
         b, t, _ = x.shape
@@ -126,11 +152,13 @@ class Attention(nn.Module):
         k = apply_rope(self.k_proj(x).view(b, t, self.n_kv, self.head_dim), cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         if cache is not None:
-            start = cache.length
-            cache.k[layer][:, :, start : start + t] = k
-            cache.v[layer][:, :, start : start + t] = v
-            k = cache.k[layer][:, :, : start + t]
-            v = cache.v[layer][:, :, : start + t]
+            k, v = cache.update(layer, k, v)
+            if self.n_kv != self.n_heads and mask is not None:
+                # the query heads sharing a kv head become extra query rows: the cache is never copied
+                rep = self.n_heads // self.n_kv
+                q = q.reshape(b, self.n_kv, rep * t, self.head_dim)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.repeat(1, 1, rep, 1) if t > 1 else mask)
+                return self.o_proj(out.view(b, self.n_heads, t, self.head_dim).transpose(1, 2).reshape(b, t, -1))
         if self.n_kv != self.n_heads:
             rep = self.n_heads // self.n_kv
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -202,8 +230,9 @@ class CausalLM(nn.Module):
         self,
         input_ids: Tensor,  # [B, T]
         position_ids: Tensor | None = None,  # [B, T]
-        cache: KVCache | None = None,
+        cache=None,  # KVCache or any object with prepare/update/advance
         attention_mask: Tensor | None = None,  # [B, T] bool: real token (False for padding)
+        logits_index: Tensor | None = None,  # [B, K] positions in T whose logits are wanted; all when None
     ) -> Tensor:
         b, t = input_ids.shape
         if cache is None:
@@ -211,21 +240,15 @@ class CausalLM(nn.Module):
                 position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
             mask = None if attention_mask is None else _padded_causal_mask(attention_mask)
         else:
-            if cache.length + t > cache.capacity:
-                raise ValueError(f"KV cache overflow: {cache.length} + {t} > capacity {cache.capacity}")
-            valid = attention_mask if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
-            cache.key_mask[:, cache.length : cache.length + t] = valid
-            if position_ids is None:  # count real tokens before each one, per row
-                seen = cache.key_mask[:, : cache.length].sum(1, keepdim=True)
-                position_ids = seen + valid.long().cumsum(1) - 1
-                position_ids = position_ids.clamp(min=0)
-            mask = _cache_mask(cache.key_mask[:, : cache.length + t], cache.length, t)
+            position_ids, mask = cache.prepare(input_ids, position_ids, attention_mask)
         h = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, h.dtype)
         for i, layer in enumerate(self.model.layers):
             h = layer(h, cos, sin, mask, cache, i)
         if cache is not None:
-            cache.length += t
+            cache.advance(t)
+        if logits_index is not None:  # prefill needs only the last position: skip the rest of the vocab projection
+            h = h.gather(1, logits_index[..., None].expand(-1, -1, h.shape[-1]))
         return self.lm_head(self.model.norm(h))
 
 

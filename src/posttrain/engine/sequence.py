@@ -1,0 +1,59 @@
+"""Typed state of requests and their sequences inside `LocalEngine`.
+
+Covers: `Request` (one prompt, its params, its random generator, its n
+samples, its prefill progress) and `Sequence` (one sample: tokens so far,
+logprobs, where its KV lives, its finish state, stop-string bookkeeping).
+Does not cover: scheduling decisions (engine/local.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from posttrain.types import Completion, FinishReason, SamplingParams
+
+
+class RequestStatus(str, enum.Enum):
+    WAITING = "waiting"  # submitted, no cache row yet
+    PREFILL = "prefill"  # its prompt is being prefilled, chunk by chunk, in a stage row
+    RUNNING = "running"  # its samples decode in running rows
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Request:
+    id: int
+    prompt: list[int]  # [T_prompt]
+    params: SamplingParams
+    generator: torch.Generator | None  # None: the engine's own
+    stream: bool = False
+    index: int = 0  # position of the prompt in its generate/stream call
+    stop_ids: frozenset[int] = frozenset()
+    status: RequestStatus = RequestStatus.WAITING
+    n_cached: int = 0  # prompt tokens whose KV is in the stage row
+    stage_row: int = -1
+    samples: list["Sequence"] = field(default_factory=list)
+    unfinished: int = 0
+
+    @property
+    def completions(self) -> list[Completion]:
+        return [s.completion for s in self.samples]
+
+
+@dataclass(eq=False)
+class Sequence:
+    request: Request
+    index: int  # sample index within the request
+    all: list[int]  # prompt + generated tokens
+    row: int  # running row holding its KV
+    n_cached: int  # tokens whose KV is in the row (all but the newest)
+    out: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: FinishReason | None = None
+    stop_at: int = -1  # text index where a stop string begins
+    sent_text: int = 0  # chars of text already streamed
+    draft_cached: int = 0  # tokens whose KV the draft model holds
+    completion: Completion | None = None
