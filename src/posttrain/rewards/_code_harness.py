@@ -406,6 +406,13 @@ def _run_tests(item: dict, remote: Remote, out: dict, results: list) -> None:
         ns[name] = proxy
     if entry:
         ns["candidate"] = ns.get(entry) or Proxy(remote, entry)
+
+    def missing_name(name: str):  # `from solution import f` works even when f is missing: calling it fails
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Proxy(remote, name)
+
+    module.__getattr__ = missing_name
     sys.modules[module.__name__] = module
     try:
         if style == "asserts":
@@ -427,7 +434,16 @@ def _run_tests(item: dict, remote: Remote, out: dict, results: list) -> None:
                 raise ValueError("the tests define no check(candidate) function")
             _one(f"check({entry})", lambda: ns["check"](ns["candidate"]), results)
             return
-        exec(compile(tree, "<tests>", "exec"), ns)  # pytest style: module level is trusted set-up
+        try:
+            exec(compile(tree, "<tests>", "exec"), ns)  # pytest style: module level is set-up
+        except ItemDeadline:
+            raise
+        except BaseException as e:  # noqa: BLE001 - set-up that uses the solution failed: every test fails
+            names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.name.startswith("test")]
+            out["total"] = len(names)
+            results.extend((n, False, f"module set-up failed: {_short(e)}") for n in names)
+            return
         cases = [case for name, fn in list(ns.items())
                  if name.startswith("test") and isinstance(fn, types.FunctionType)
                  for case in _pytest_cases(name, fn, ns)]

@@ -1,9 +1,65 @@
-"""Commands of the `tasks` package, mounted on the `posttrain` app by `register`."""
+"""Commands of the `tasks` package, mounted on the `posttrain` app by `register`.
+
+Covers: `posttrain tasks list` (registered suites) and `posttrain tasks validate SUITE
+[--limit N] [--json]` (every gold answer through the suite's verifier: pass rate and each
+failure; exit 0 when all score full marks, 1 when any does not, 2 for a user error such as an
+unknown suite or a missing extra). Does not cover: evaluation of a model (`posttrain eval`).
+"""
 
 from __future__ import annotations
 
+import json
+from typing import Optional
+
 import typer
+
+tasks_app = typer.Typer(help="Task suites: list them, prove their graders.", no_args_is_help=True)
+
+
+@tasks_app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """List the registered suites (a name ending in ':<name>' takes an argument; any .jsonl path works too)."""
+    from posttrain.tasks.suites import list_suites
+
+    suites = list_suites()
+    if as_json:
+        typer.echo(json.dumps({"suites": [{"name": n, "description": d} for n, d in suites]}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("suite", "description")
+    for name, desc in suites:
+        table.add_row(name, desc)
+    table.add_row("<path>.jsonl", "your own tasks (docs/code_verifiers.md, tasks/jsonl.py)")
+    Console().print(table)
+
+
+@tasks_app.command("validate")
+def validate_cmd(
+    suite: str = typer.Argument(..., help="Suite name (see `posttrain tasks list`) or a .jsonl path."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N tasks."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a summary."),
+) -> None:
+    """Run every task's reference answer through the suite's verifier; the gold must score full marks."""
+    from posttrain.cli import _friendly
+
+    with _friendly():
+        from posttrain.tasks.suites import load_suite
+        from posttrain.tasks.validate import validate_suite
+
+        loaded = load_suite(suite, limit=limit) if limit is not None else load_suite(suite)
+        report = validate_suite(loaded, limit=limit)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict()))
+    else:
+        for f in report.failures:
+            typer.echo(f"FAIL {f.task_id}: score {f.score:.3f} [{f.status}] {f.details[:300]}")
+        typer.echo(f"{report.suite}: {report.passed}/{report.total} gold answers score full marks "
+                   f"({100 * report.pass_rate:.1f}%) in {report.seconds:.1f} s  verifier {report.verifier}")
+    raise typer.Exit(0 if report.ok else 1)
 
 
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the top-level app (imports stay lazy inside each command)."""
+    app.add_typer(tasks_app, name="tasks", help="Task suites: list them, prove their graders.")

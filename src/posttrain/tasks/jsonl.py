@@ -15,8 +15,13 @@ fails to load, and the error lists every bad line as `file:line: reason`, so
 nothing is trained on a silently shortened task set. With `on_error="skip"`
 the good lines load and each bad one is reported as a warning.
 
-Covers: loading, validation, and the hash split of loaded tasks.
-Does not cover: test files for code tasks (the verifiers issue adds them).
+Test-based code tasks (see docs/code_verifiers.md) carry their tests in `meta.tests`, or
+in a file named by `meta.tests_file`, a path relative to the JSONL file, read at load time:
+
+    {"id": "sq", "prompt": "Write sq(x).", "meta": {"verifier": "python_tests",
+     "entry_point": "sq", "tests_file": "tests/test_sq.py"}}
+
+Covers: loading, validation, test files, and the hash split of loaded tasks.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ def load_jsonl(path: str | Path, on_error: Literal["fail", "skip"] = "fail") -> 
             if not text or text.startswith("//"):
                 continue
             try:
-                task = _parse_line(text, default_id=f"{path.stem}:{lineno}")
+                task = _with_test_file(_parse_line(text, default_id=f"{path.stem}:{lineno}"), path.parent)
             except ValueError as exc:
                 errors.append(f"{path}:{lineno}: {exc}")
                 continue
@@ -88,6 +93,20 @@ def _parse_line(text: str, default_id: str) -> Task:
         raise ValueError(f"'meta' must be an object, got {type(meta).__name__}")
     meta = {**obj, **meta}
     return Task(id=str(task_id), prompt=prompt, answer=None if answer is None else str(answer), meta=meta)
+
+
+def _with_test_file(task: Task, base: Path) -> Task:
+    """`meta.tests_file` (relative to the JSONL file) read into `meta.tests`."""
+    rel = task.meta.get("tests_file")
+    if rel is None:
+        return task
+    if not isinstance(rel, str) or not rel:
+        raise ValueError("'tests_file' must be a path relative to the JSONL file")
+    try:
+        tests = (base / rel).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"tests_file {rel!r}: {exc.strerror or exc}") from None
+    return Task(task.id, task.prompt, task.answer, {**task.meta, "tests": tests})
 
 
 @dataclass
