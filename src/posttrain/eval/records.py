@@ -140,7 +140,13 @@ class EvalDir:
 
     def append(self, records: Iterable[SampleRecord]) -> None:
         lines = "".join(r.to_json() + "\n" for r in records)
-        with (self.path / SAMPLES).open("a", encoding="utf-8") as f:
+        path = self.path / SAMPLES
+        if path.exists() and path.stat().st_size:
+            with path.open("rb") as f:
+                f.seek(-1, 2)
+                if f.read(1) != b"\n":  # a line torn by a crash: end it, so it cannot swallow the next record
+                    lines = "\n" + lines
+        with path.open("a", encoding="utf-8") as f:
             f.write(lines)
             f.flush()
 
