@@ -6,7 +6,8 @@ directory that is also resvg's resources directory, so a relative reference
 that slipped past the host's filter finds nothing. The host kills it when a
 render runs past its time budget (see `render.py`).
 
-Wire format, both ways: one JSON header line, then exactly `len` bytes.
+On start it writes one line, `ready`, once resvg is imported and the font
+database loaded. Then the wire format, both ways: one JSON header line, then exactly `len` bytes.
 Request {"width", "height", "len"} + SVG (UTF-8); reply {"ok": true, "len"} +
 PNG, or {"ok": false, "error", "len": 0}.
 """
@@ -26,6 +27,10 @@ def main() -> None:
     import resvg_py
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    warm = '<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"><text y="8">a</text></svg>'
+    resvg_py.svg_to_bytes(svg_string=warm, width=8, height=8, resources_dir=empty)  # loads the font database once
+    stdout.write(b"ready\n")
+    stdout.flush()
     while True:
         line = stdin.readline()
         if not line:

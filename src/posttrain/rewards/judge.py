@@ -20,11 +20,13 @@ version hash: changing the rubric text changes the id on every verdict.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
 import re
 import sqlite3
+import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -132,8 +134,15 @@ class JudgeCache:
                     self._db.execute("INSERT OR REPLACE INTO judge_cache(key, reply) VALUES (?, ?)", (key, reply))
 
 
-class _Retryable(Exception):
-    pass
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """Built once: httpx would load the CA bundle again for every batch's client (~0.1 s each)."""
+    try:
+        import certifi
+
+        return ssl.create_default_context(cafile=certifi.where())
+    except ImportError:
+        return ssl.create_default_context()
 
 
 @dataclass
@@ -188,7 +197,7 @@ class LLMJudge:
         if self.api_key_env and os.environ.get(self.api_key_env):
             headers["Authorization"] = f"Bearer {os.environ[self.api_key_env]}"
         limit = asyncio.Semaphore(self.concurrency)
-        async with httpx.AsyncClient(headers=headers, timeout=self.request_timeout_s) as client:
+        async with httpx.AsyncClient(headers=headers, timeout=self.request_timeout_s, verify=_ssl_context()) as client:
             return list(await asyncio.gather(*(self._one(client, limit, t, r) for t, r in zip(tasks, responses))))
 
     async def _one(self, client: Any, limit: asyncio.Semaphore, task: Task, response: str) -> Verdict:

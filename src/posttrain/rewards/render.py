@@ -13,7 +13,11 @@ scores 0 with the reason in the details; it never raises, reads a file or
 touches the network.
 Does not cover: raster formats in responses, or perceptual metrics other than SSIM.
 
-Score: max(SSIM, 0), in [0, 1]; passed when SSIM >= `pass_ssim`.
+Score: SSIM rescaled so that an empty white canvas scores 0 and the target 1,
+(SSIM - SSIM_blank) / (1 - SSIM_blank) clipped to [0, 1] -- a mostly white
+target already shares much structure with a blank image, and drawing nothing
+must not earn a reward (`blank_baseline=False`: max(SSIM, 0)). Passed when
+the raw SSIM >= `pass_ssim`.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from posttrain.types import Task, Verdict, VerdictStatus
 RENDER_EXTRA = "SVG rendering needs resvg-py and pillow: pip install 'posttrain[render]'"
 
 _SVG_FENCE = re.compile(r"```svg\s*\n(.*?)```", re.DOTALL | re.IGNORECASE)
-_SVG_ELEMENT = re.compile(r"<svg\b.*?</svg\s*>", re.DOTALL | re.IGNORECASE)
+_SVG_ELEMENT = re.compile(r"<svg\b(?:[^>]*/>|.*?</svg\s*>)", re.DOTALL | re.IGNORECASE)
 _FORBIDDEN = [
     (re.compile(r"<!\s*(?:DOCTYPE|ENTITY)", re.IGNORECASE), "DOCTYPE/ENTITY declarations are not allowed"),
     (re.compile(r"(?:href|src)\s*=\s*[\"']\s*(?!#|data:)", re.IGNORECASE), "external reference (href/src)"),
@@ -86,12 +90,22 @@ class RenderWorker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self, startup_s: float = 60.0) -> subprocess.Popen[bytes]:
+        """A fresh worker, once it has imported resvg and loaded the system fonts (not charged to a render)."""
         script = str(Path(__file__).with_name("_render_worker.py"))
         env = {"POSTTRAIN_RENDER_MEM": str(self.mem_bytes), "PATH": os.environ.get("PATH", "")}
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-I", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
         )
+        box: dict[str, bytes] = {}
+        t = threading.Thread(target=lambda: box.update(line=proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        t.start()
+        t.join(startup_s)
+        if box.get("line") != b"ready\n":
+            proc.kill()
+            proc.wait()
+            raise ValueError(f"the SVG renderer did not start ({RENDER_EXTRA})")
+        return proc
 
     def render(self, svg: str, width: int, height: int, timeout_s: float) -> bytes:
         """PNG bytes; raises TimeoutError past `timeout_s` (the process is killed) or ValueError when resvg refuses."""
@@ -162,6 +176,7 @@ class SvgRender:
     timeout_s: float = 5.0
     max_svg_chars: int = 200_000
     isolate: bool = True
+    blank_baseline: bool = True
     name: str = "svg_render"
 
     def __post_init__(self) -> None:
@@ -229,7 +244,12 @@ class SvgRender:
             return Verdict(0.0, False, details=f"not rendered: {exc}"[:400])
         value = ssim(got, target, data_range=255.0)
         ok = value >= self.pass_ssim
-        return Verdict(max(value, 0.0), ok, details=f"ssim {value:.4f}" + ("" if ok else f" < {self.pass_ssim}"))
+        reward, note = max(value, 0.0), ""
+        if self.blank_baseline:
+            blank = ssim(np.full_like(target, 255.0), target, data_range=255.0)
+            reward = float(ok) if blank >= 1.0 - 1e-9 else min(max((value - blank) / (1.0 - blank), 0.0), 1.0)
+            note = f" (blank canvas {blank:.4f})"
+        return Verdict(reward, ok, details=f"ssim {value:.4f}{note}" + ("" if ok else f" < {self.pass_ssim}"))
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
         return [await asyncio.to_thread(self._judge, t, r) for t, r in zip(tasks, responses)]
