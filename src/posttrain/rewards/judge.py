@@ -106,6 +106,7 @@ class JudgeCache:
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         if path:
+            path = os.path.expanduser(path)
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._db = sqlite3.connect(path, timeout=30, check_same_thread=False)
             with self._db:
