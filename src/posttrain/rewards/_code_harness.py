@@ -246,6 +246,9 @@ def _zygote(ctl: socket.socket, memory_bytes: int) -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    import gc
+
+    gc.freeze()  # C's collections then skip every inherited object: fewer copy-on-write faults per C
     while True:
         try:
             while os.waitpid(-1, os.WNOHANG)[0] > 0:
@@ -519,6 +522,8 @@ def _others() -> set[int]:
 
 def _clean_slate() -> None:
     """Kill every process but init, H and Z; empty the writable directories."""
+    if os.getpid() != 2 or not os.path.exists("/work"):  # only as the task of a sandbox's own PID namespace
+        raise RuntimeError("refusing to clean up outside a sandbox")
     killed: set[int] = set()
     for _ in range(200):
         new = _others() - killed
