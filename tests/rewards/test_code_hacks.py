@@ -255,3 +255,26 @@ def sq(x):
                           [task] * 4, [saboteur, good, good, good])
     assert [v.status for v in verdicts] == [VerdictStatus.OK] * 4
     assert [v.score for v in verdicts] == [0.0, 1.0, 1.0, 1.0], [json.loads(v.details) for v in verdicts]
+
+
+@pytest.mark.parametrize("style", ["asserts", "check"])
+def test_shadowing_builtins_the_tests_use_gets_no_credit(style):
+    tests = {"asserts": "assert abs(candidate(2) - 4) < 1e-9\nassert isinstance(candidate(3), int)\n",
+             "check": "def check(candidate):\n    assert abs(candidate(2) - 4) < 1e-9\n    assert isinstance(candidate(3), int)\n"}
+    task = Task("sq", "p", meta={"tests": tests[style], "entry_point": "sq"})
+    hack = "def abs(x):\n    return 0\n\ndef isinstance(*a):\n    return True\n\ndef sq(x):\n    return 'wrong'\n"
+    assert_no_credit(safe_verify(FAST, task, hack))
+    assert safe_verify(FAST, task, "def sq(x):\n    return x * x\n").score == 1.0
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGUSR1", "SIGALRM", "SIGQUIT"])
+def test_signalling_the_harness_gets_no_credit_and_no_error(sig):
+    hack = ("import os, signal\n"
+            "def sq(x):\n"
+            "    for pid in os.listdir('/proc'):\n"
+            "        if pid.isdigit() and int(pid) != os.getpid():\n"
+            f"            try:\n                os.kill(int(pid), signal.{sig})\n"
+            "            except OSError:\n                pass\n"
+            "    return 0\n")
+    for style in STYLES:
+        assert_no_credit(judge(hack, style))

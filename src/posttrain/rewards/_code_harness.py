@@ -59,6 +59,10 @@ import time
 import traceback
 import types
 
+# Signals the solution could send H to turn its failure into an ERROR verdict (KeyboardInterrupt
+# at the wrong moment) or a crash; H and Z ignore them (SIGKILL/SIGSTOP end the run: no credit).
+_QUIET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                  signal.SIGPIPE, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGXFSZ)
 MAX_MSG = 16 << 20  # bytes per message from C
 MAX_DEPTH = 200
 ERR_LEN = 400
@@ -178,8 +182,9 @@ def _child(sock: socket.socket, memory_bytes: int) -> None:
         sys.stdin = open(0, "r", closefd=False)  # noqa: SIM115
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        for sig in _QUIET_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         if memory_bytes:  # on top of what the forked interpreter already maps
             with open("/proc/self/statm") as f:
                 mapped = int(f.read().split()[0]) * resource.getpagesize()
@@ -272,6 +277,10 @@ def _zygote(ctl: socket.socket, memory_bytes: int) -> None:
 # ----------------------------------------------------------------------------- H: the harness
 
 
+class ZygoteLost(Exception):
+    """Z did not answer: no fresh C can be made in this run."""
+
+
 class CandidateTimeout(Exception):
     """A call into the solution ran past its time limit."""
 
@@ -314,18 +323,24 @@ class Remote:
         """A fresh C with the program loaded; False (with ``load_error``) when loading failed."""
         self.kill()
         mine, theirs = socket.socketpair()
-        socket.send_fds(self.zygote, [b"C"], [theirs.fileno()])
-        theirs.close()
-        self.pid = struct.unpack("!i", _recv_exact(self.zygote, 4, time.monotonic() + 10))[0]
+        try:
+            socket.send_fds(self.zygote, [b"C"], [theirs.fileno()])
+            self.pid = struct.unpack("!i", _recv_exact(self.zygote, 4, time.monotonic() + 10))[0]
+        except (OSError, EOFError, TimeoutError) as e:
+            mine.close()
+            raise ZygoteLost(f"the zygote did not start a process: {type(e).__name__}") from None
+        finally:
+            theirs.close()
         self.sock = mine
         try:
             reply = self._rpc({"op": "load", "src": self.program, "module": self.module})
-        except Exception as e:  # noqa: BLE001
+            self.callables = [str(n) for n in reply["callables"]]
+            self.data = {str(k): decode(v) for k, v in reply["data"].items()}
+        except Exception as e:  # noqa: BLE001 - whatever the solution did while loading is its failure
             self.load_error = f"{type(e).__name__}: {e}"
+            self.callables, self.data = [], {}
             self.kill()
             return False
-        self.callables = list(reply["callables"])
-        self.data = {k: decode(v) for k, v in reply["data"].items()}
         return True
 
     def _rpc(self, msg):
@@ -402,11 +417,13 @@ def _run_tests(item: dict, remote: Remote, out: dict, results: list) -> None:
     ns: dict = {"__name__": "__tests__", "__builtins__": builtins}
     for name, value in remote.data.items():
         setattr(module, name, value)
-        ns[name] = value
+        if _visible(name, entry):
+            ns[name] = value
     for name in remote.callables:
         proxy = Proxy(remote, name)
         setattr(module, name, proxy)
-        ns[name] = proxy
+        if _visible(name, entry):
+            ns[name] = proxy
     if entry:
         ns["candidate"] = ns.get(entry) or Proxy(remote, entry)
 
@@ -457,6 +474,12 @@ def _run_tests(item: dict, remote: Remote, out: dict, results: list) -> None:
             _one(case_name, call, results)
     finally:
         sys.modules.pop(module.__name__, None)
+
+
+def _visible(name: str, entry: str | None) -> bool:
+    """Whether a name the solution defines joins the tests' globals: never one that would shadow a
+    builtin the tests rely on (a solution's own ``isinstance`` or ``abs``), nor a dunder."""
+    return name == entry or not (name.startswith("__") or hasattr(builtins, name) or name in ("candidate", "check"))
 
 
 def _detect_style(tree: ast.Module, entry_point: str | None) -> str:
@@ -562,12 +585,15 @@ def run_item(item: dict, zygote: socket.socket) -> dict:
     out: dict = {"id": item["id"]}
     signal.setitimer(signal.ITIMER_REAL, float(item["timeout_s"]))
     try:
-        if not remote.start():
+        loaded = remote.start()  # ZygoteLost here is not this item's doing: no report, the manager re-runs it
+        if not loaded:
             out["load_error"] = remote.load_error
             remote = _Dead(remote.load_error or "load failed")  # every test still counts, and fails
         _run_tests(item, remote, out, results)
     except ItemDeadline:
         out["deadline"] = True
+    except ZygoteLost:
+        raise
     except (SyntaxError, ValueError) as e:  # the tests themselves are broken: the task's fault
         out["harness_error"] = f"bad tests: {type(e).__name__}: {e}"[:ERR_LEN]
     except BaseException as e:  # noqa: BLE001
@@ -605,6 +631,8 @@ def _harden() -> None:
 
 
 def main() -> None:
+    for sig in _QUIET_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     _harden()
     report = os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
@@ -633,6 +661,8 @@ def main() -> None:
                 break  # Z is gone: the manager re-runs what has no report
         try:
             out = run_item(item, ctl_h)
+        except ZygoteLost:
+            break
         except BaseException as e:  # noqa: BLE001
             out = {"id": item["id"], "harness_error": f"{type(e).__name__}: {e}"[:ERR_LEN], "tests": []}
         line = f"{nonce} {json.dumps(out, allow_nan=True)}\n".encode()
