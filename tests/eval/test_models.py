@@ -28,21 +28,23 @@ def test_bad_specs_are_user_errors(tmp_path, tiny_model_dir):
     assert res.exit_code == 2 and "no such directory" in res.output
 
 
-def test_run_directory_at_a_step(tiny_config):
-    from posttrain.rl.trainer import Trainer
+def test_run_directory_at_a_step(tmp_path, tiny_model_dir):
+    from posttrain.models.io import load_model
+    from posttrain.rl.checkpoint import save_checkpoint
+    from posttrain.store.run_store import RunStore
 
-    cfg = tiny_config.model_copy(deep=True)
-    cfg.train.steps, cfg.train.checkpoint_every, cfg.train.eval_every = 2, 1, 0
-    trainer = Trainer(cfg)
-    try:
-        trainer.run()
-    finally:
-        trainer.close()
-    got = resolve_model(f"{cfg.path}@1")
+    run = tmp_path / "run"
+    RunStore(run / "run.sqlite").close()
+    model, tok = load_model(tiny_model_dir)
+    for step in (1, 2):
+        save_checkpoint(run, step, model, tok, {"step": step})
+    got = resolve_model(f"{run}@1")
     assert got.info["step"] == 1 and got.info["path"].endswith("step_000001")
     with pytest.raises(ModelSpecError, match=r"no checkpoint at step 7 \(stored: 1, 2\)"):
-        resolve_model(f"{cfg.path}@7")
-    assert resolve_model(str(cfg.path)).info["step"] == 2  # no final/: the newest checkpoint
+        resolve_model(f"{run}@7")
+    assert resolve_model(str(run)).info["step"] == 2  # no final/: the newest checkpoint
+    res = runner.invoke(app, ["eval", "--model", f"{run}@x", "--suite", "arith:add"])
+    assert res.exit_code == 2 and "must be an integer" in res.output
 
 
 def test_cli_eval_with_a_local_checkpoint_then_rescore(tmp_path, tiny_model_dir):
