@@ -94,6 +94,37 @@ def test_parts_run_concurrently():
     assert all(v.ok and v.score == 1.0 for v in verdicts)
 
 
+@dataclass
+class SlowSync(SyncVerifier):
+    seconds: float = 0.1
+    name: str = "slow_sync"
+
+    def verify(self, task, response):
+        time.sleep(self.seconds)  # blocks its thread, as CPU-bound checking does
+        return Verdict(1.0, True)
+
+
+@dataclass
+class Requests:
+    """Four round trips one after another, as a judge under a concurrency limit makes them."""
+
+    name: str = "requests"
+
+    async def verify_batch(self, tasks, responses):
+        for _ in range(4):
+            await asyncio.sleep(0.1)
+        return [Verdict(1.0, True) for _ in tasks]
+
+
+def test_async_parts_overlap_blocking_sync_parts():
+    r = Rubric([RubricPart(Requests(), name="io"), RubricPart(SlowSync(0.1), name="cpu"), RubricPart(Raises(), optional=True)])
+    start = time.perf_counter()
+    verdicts = score_sync(r, [T] * 4, ["x"] * 4)
+    # 4 x 0.1 s round trips beside 4 x 0.1 s of blocking work: ~0.4 s, not 0.7+ s (round trips stalled by the block)
+    assert time.perf_counter() - start < 0.65
+    assert all(v.ok and v.score == 1.0 and set(v.breakdown) == {"io", "cpu"} for v in verdicts)
+
+
 def test_spec_form_with_real_parts_and_duplicate_names():
     r = make_verifier(
         {

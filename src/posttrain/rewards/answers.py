@@ -68,6 +68,7 @@ class MathEquivalence(SyncVerifier):
 
     def __post_init__(self) -> None:
         _math_verify()
+        self._gold: dict[str, list[Any]] = {}  # parsed gold answers: a task is scored n times per step
         if self.timeout_s < 1:
             raise ValueError(f"math: timeout_s must be a whole number of seconds >= 1, got {self.timeout_s}")
 
@@ -93,7 +94,11 @@ class MathEquivalence(SyncVerifier):
             raise ValueError(f"task {task.id!r} has no gold answer")
         main = _on_main_thread()
         timeout = self.timeout_s if main else None
-        gold = self._parse(task.answer.strip(), True, timeout)
+        gold = self._gold.get(task.answer)
+        if gold is None:
+            gold = self._parse(task.answer.strip(), True, timeout)
+            if len(self._gold) < 4096:
+                self._gold[task.answer] = gold
         if not gold:
             raise ValueError(f"task {task.id!r}: gold answer {task.answer!r} does not parse as math")
         text, isolated = self._answer_text(response)

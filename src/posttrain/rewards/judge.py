@@ -104,13 +104,18 @@ class JudgeCache:
     def __init__(self, path: str | None = None) -> None:
         self._memory: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._db: sqlite3.Connection | None = None
-        if path:
-            path = os.path.expanduser(path)
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self._db = sqlite3.connect(path, timeout=30, check_same_thread=False)
-            with self._db:
-                self._db.execute("CREATE TABLE IF NOT EXISTS judge_cache (key TEXT PRIMARY KEY, reply TEXT NOT NULL)")
+        self._path = os.path.expanduser(path) if path else None
+        self._conn: sqlite3.Connection | None = None
+
+    @property
+    def _db(self) -> sqlite3.Connection | None:
+        """Opened on first use: building a judge (say, while a config is validated) touches no file."""
+        if self._path and self._conn is None:
+            os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
+            self._conn = sqlite3.connect(self._path, timeout=30, check_same_thread=False)
+            with self._conn:
+                self._conn.execute("CREATE TABLE IF NOT EXISTS judge_cache (key TEXT PRIMARY KEY, reply TEXT NOT NULL)")
+        return self._conn
 
     @staticmethod
     def key(model: str, prompt: str) -> str:
@@ -120,8 +125,9 @@ class JudgeCache:
         with self._lock:
             if key in self._memory:
                 return self._memory[key]
-            if self._db is not None:
-                row = self._db.execute("SELECT reply FROM judge_cache WHERE key = ?", (key,)).fetchone()
+            db = self._db
+            if db is not None:
+                row = db.execute("SELECT reply FROM judge_cache WHERE key = ?", (key,)).fetchone()
                 if row is not None:
                     self._memory[key] = row[0]
                     return row[0]
@@ -130,9 +136,10 @@ class JudgeCache:
     def put(self, key: str, reply: str) -> None:
         with self._lock:
             self._memory[key] = reply
-            if self._db is not None:
-                with self._db:
-                    self._db.execute("INSERT OR REPLACE INTO judge_cache(key, reply) VALUES (?, ?)", (key, reply))
+            db = self._db
+            if db is not None:
+                with db:
+                    db.execute("INSERT OR REPLACE INTO judge_cache(key, reply) VALUES (?, ?)", (key, reply))
 
 
 @functools.cache

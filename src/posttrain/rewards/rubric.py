@@ -16,6 +16,10 @@ concurrently and combines their verdicts:
   rest renormalise; if no part ran, the verdict is an ERROR;
 - breakdown: each part's score by name; details: the failing parts' details.
 
+Concurrency: asynchronous parts (a judge, sandboxed tests) overlap with each
+other and with the synchronous ones (answers, formats), which run in turn
+on the calling thread.
+
 The version hash covers every part's verifier id, weight, role and flags.
 Registered as kind "rubric":
 `{"type": "rubric", "parts": [{"verifier": spec, "weight": 1.0, "role": "outcome"}, ...]}`.
@@ -29,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from posttrain.rewards.base import Verifier, score, verifier_id
+from posttrain.rewards.base import SyncVerifier, Verifier, score, verifier_id
 from posttrain.rewards.registry import VerifierSpec, make_verifier, register_verifier
 from posttrain.types import Task, Verdict, VerdictStatus
 
@@ -90,8 +94,30 @@ class Rubric:
         return repr(self.parts)
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
-        per_part = await asyncio.gather(*(score(p.verifier, tasks, responses, self.part_timeout_s) for p in self.parts))
+        blocking = [isinstance(p.verifier, SyncVerifier) for p in self.parts]
+        if not any(blocking) or all(blocking):
+            per_part = await asyncio.gather(*(score(p.verifier, tasks, responses, self.part_timeout_s) for p in self.parts))
+        else:
+            per_part = await self._overlapped(tasks, responses, blocking)
         return [self._combine([pv[i] for pv in per_part]) for i in range(len(tasks))]
+
+    async def _overlapped(self, tasks: Sequence[Task], responses: Sequence[str], blocking: list[bool]) -> list[list[Verdict]]:
+        """Synchronous parts block the event loop while they compute, which would stall the I/O of the
+        asynchronous parts (a judge's requests); so those run on their own loop in a worker thread while
+        the synchronous ones run here (on the main thread, where math-verify's time bound works)."""
+        io_parts = [p for p, b in zip(self.parts, blocking) if not b]
+
+        def run_io() -> list[list[Verdict]]:
+            async def all_io() -> list[list[Verdict]]:
+                return list(await asyncio.gather(*(score(p.verifier, tasks, responses, self.part_timeout_s) for p in io_parts)))
+
+            return asyncio.run(all_io())
+
+        io_future = asyncio.get_running_loop().run_in_executor(None, run_io)
+        cpu = [await score(p.verifier, tasks, responses, self.part_timeout_s) for p, b in zip(self.parts, blocking) if b]
+        io = iter(await io_future)
+        cpu_iter = iter(cpu)
+        return [next(cpu_iter) if b else next(io) for b in blocking]
 
     def _combine(self, verdicts: list[Verdict]) -> Verdict:
         breakdown: dict[str, float] = {}

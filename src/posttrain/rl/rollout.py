@@ -3,7 +3,8 @@
 Covers: the synchronous rollout used by the training loop: one batched
 `generate` for all tasks (prefix shared within each group), then one verdict
 per completion from one batched, guarded `score_sync` call, so a failing
-verifier is data.
+verifier is data; `timeout` (the config's `reward.timeout_s`) bounds that
+call, and a batch past it is all TIMEOUT verdicts, excluded from advantages.
 Does not cover: multi-turn agent rollouts or asynchronous producers.
 """
 
