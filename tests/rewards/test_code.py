@@ -193,3 +193,18 @@ def test_version_changes_with_the_harness(monkeypatch, tmp_path):
     fake.write_text("changed")
     monkeypatch.setattr(code, "HARNESS_PATH", fake)
     assert verifier_version(FAST) != before
+
+
+def test_split_check_counts_each_assert_statement():
+    tests = ("def check(candidate):\n    x = 3\n    assert candidate(x) == 9\n    for i in range(3):\n"
+             "        assert candidate(i) == i * i\n    assert candidate(-2) == 4\n")
+    task = Task("t", "p", meta={"tests": tests, "entry_point": "sq", "split_check": True})
+    assert safe_verify(FAST, task, "def sq(x):\n    return x * x\n").score == 1.0
+    v = safe_verify(FAST, task, "def sq(x):\n    return x * x if x >= 0 else 0\n")
+    assert v.score == pytest.approx(2 / 3) and details(v)["total"] == 3
+    assert [f["test"] for f in details(v)["failures"]] == ["check line 6"]
+    # set-up inside check that fails takes the tests after it down, and only those
+    tests = "def check(candidate):\n    assert candidate(1) == 1\n    y = candidate(0) + 'x'\n    assert candidate(2) == 4\n"
+    task = Task("t", "p", meta={"tests": tests, "entry_point": "sq", "split_check": True})
+    v = safe_verify(FAST, task, "def sq(x):\n    return x * x\n")
+    assert v.score == 0.5 and "not reached: TypeError" in details(v)["failures"][0]["error"]

