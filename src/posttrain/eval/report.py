@@ -144,7 +144,11 @@ def bar_chart(fig_id: str, caption: str, bars: list[tuple[str, float]], ylabel: 
 def scatter(fig_id: str, caption: str, points: list[tuple[str, float, float]], xlabel: str, ylabel: str,
             w: int = 460, h: int = 260) -> str:
     pts = [(n, x, y) for n, x, y in points if _finite(x) and _finite(y)]
-    px, py, body = _axes(w, h, [p[1] for p in pts] or [0, 1], [p[2] for p in pts] or [0, 1], xlabel, ylabel, ymin=0.0, ymax=1.0)
+    xs = [p[1] for p in pts] or [0.0, 1.0]
+    px, py, body = _axes(w, h, xs, [p[2] for p in pts] or [0, 1], xlabel, ylabel, ymin=0.0, ymax=1.0)
+    lo, hi = min(xs), max(xs)
+    ticks = [lo] if lo == hi else [lo, (lo + hi) / 2, hi]
+    body += [f'<text x="{px(x):.1f}" y="{h - 20}" text-anchor="middle">{x:.3g}</text>' for x in ticks]
     legend = []
     for i, (name, x, y) in enumerate(pts):
         color = COLORS[i % len(COLORS)]
