@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from posttrain.engine import LocalEngine, process_logits
+from posttrain.engine import Engine, LocalEngine, WindowSpec, process_logits
 from posttrain.models import load_model
 from posttrain.models.logprobs import token_logprobs
 from posttrain.types import FinishReason, SamplingParams
@@ -88,3 +88,141 @@ def test_sampling_params_are_validated():
         SamplingParams(temperature=-1)
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=0)
+
+
+def _greedy(n_tokens=8, **kw):
+    return SamplingParams(temperature=0, max_tokens=n_tokens, **kw)
+
+
+def test_local_engine_satisfies_the_engine_protocol(engine):
+    assert isinstance(engine, Engine)
+
+
+def test_greedy_matches_transformers_generate(engine, tiny_model_dir):
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    for prompt in ["7+5=", "123+4=", "abc"]:
+        ids = engine.tokenizer.encode(prompt)
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=10, eos_token_id=None, pad_token_id=0)
+        expected = out[0, len(ids) :].tolist()
+        got = engine.generate([ids], _greedy(10, ignore_eos=True))[0][0].token_ids
+        assert got == expected
+
+
+def test_continuous_batching_equals_one_at_a_time(tiny_model_dir):
+    """Requests joining mid-flight, with different lengths and budgets, decode as if alone."""
+    model, tok = load_model(tiny_model_dir)
+    prompts = ["1+2=", "a long prompt with many tokens in it", "x", "99*99=", "hello there"]
+    budgets = [3, 12, 7, 1, 9]
+    alone = [LocalEngine(model, tok).generate([p], _greedy(m, ignore_eos=True))[0][0] for p, m in zip(prompts, budgets)]
+    eng = LocalEngine(model, tok, prefill_chunk=4, max_prefill_tokens=8)
+    reqs = []
+    for i, (p, m) in enumerate(zip(prompts, budgets)):
+        reqs.append(eng.submit(p, _greedy(m, ignore_eos=True)))
+        eng.step()  # the next request arrives while this one is running
+    while eng.has_unfinished():
+        eng.step()
+    for r, a in zip(reqs, alone):
+        c = r.completions[0]
+        assert c.token_ids == a.token_ids
+        torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(a.logprobs), atol=1e-5, rtol=1e-5)
+
+
+def test_chunked_prefill_bounds_tokens_per_step(tiny_model_dir):
+    model, tok = load_model(tiny_model_dir)
+    prompt = "0123456789" * 6
+    ref = LocalEngine(model, tok).generate([prompt], _greedy(5, ignore_eos=True))[0][0]
+    eng = LocalEngine(model, tok, prefill_chunk=8, max_prefill_tokens=8, prefix_cache_tokens=0)
+    eng.submit(prompt, _greedy(5, ignore_eos=True))
+    per_step = []
+    while eng.has_unfinished():
+        before = eng.stats["prefill_tokens"]
+        eng.step()
+        per_step.append(eng.stats["prefill_tokens"] - before)
+    assert max(per_step) <= 8 and sum(per_step) == len(tok.encode(prompt))
+    assert eng.metrics()["generated_tokens"] == 5
+    eng2 = LocalEngine(model, tok, prefill_chunk=8, max_prefill_tokens=8)
+    assert eng2.generate([prompt], _greedy(5, ignore_eos=True))[0][0].token_ids == ref.token_ids
+
+
+def test_stream_deltas_rebuild_the_completions(engine):
+    params = SamplingParams(n=3, max_tokens=6, seed=7, temperature=1.0)
+    expected = engine.generate(["4+4=", "abc"], params)
+    tokens, texts, finals = {}, {}, {}
+    for d in engine.stream(["4+4=", "abc"], params):
+        key = (d.prompt_index, d.sample_index)
+        tokens.setdefault(key, []).extend(d.token_ids)
+        texts[key] = texts.get(key, "") + d.text
+        if d.finish_reason is not None:
+            finals[key] = d.completion
+    for i, group in enumerate(expected):
+        for j, c in enumerate(group):
+            assert tokens[(i, j)] == c.token_ids == finals[(i, j)].token_ids
+            assert texts[(i, j)] == c.text
+
+
+def test_stop_strings_cut_text_and_end_generation(engine):
+    free = engine.generate(["ab"], _greedy(12, ignore_eos=True))[0][0]
+    assert len(free.text) >= 4
+    stop = free.text[2:4]
+    c = engine.generate(["ab"], _greedy(12, ignore_eos=True, stop=(stop,)))[0][0]
+    assert c.finish_reason is FinishReason.STOP
+    assert c.text == free.text[: free.text.find(stop)]
+    assert stop not in c.text
+    x = free.token_ids[1]
+    t = engine.generate(["ab"], _greedy(12, ignore_eos=True, stop_token_ids=(x,)))[0][0]
+    assert t.token_ids == free.token_ids[: free.token_ids.index(x) + 1] and t.finish_reason is FinishReason.STOP
+
+
+def test_prefix_cache_hits_give_cold_prefill_results(tiny_model_dir):
+    model, tok = load_model(tiny_model_dir)
+    system = "You are a careful assistant. Answer briefly. " * 2
+    turn1 = system + "Q: 2+2?"
+    cold = LocalEngine(model, tok, prefix_cache_tokens=0)
+    warm = LocalEngine(model, tok, prefix_block=4)
+    first = warm.generate([turn1], _greedy(6, ignore_eos=True))[0][0]
+    turn2 = turn1 + first.text + " Q: and 3+3?"  # an agent resends the history, plus its own last answer
+    a = warm.generate([turn2], _greedy(6, ignore_eos=True))[0][0]
+    b = cold.generate([turn2], _greedy(6, ignore_eos=True))[0][0]
+    m = warm.metrics()
+    assert m["prefix_cache_hit_tokens"] >= (len(tok.encode(turn1)) + 6 - 1) // 4 * 4
+    assert a.token_ids == b.token_ids
+    torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=1e-5)
+
+
+def test_load_weights_invalidates_the_prefix_cache_and_tags_the_version(engine):
+    engine.generate(["shared prefix of a prompt!"], _greedy(2))
+    state = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    engine.load_weights(state, version=3)
+    hits = engine.prefix.hit_tokens
+    c = engine.generate(["shared prefix of a prompt!"], _greedy(2))[0][0]
+    assert engine.prefix.hit_tokens == hits  # nothing served from KV of the old weights
+    assert c.policy_version == 3
+
+
+def test_min_p_drops_unlikely_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = torch.isfinite(process_logits(logits, 1.0, min_p=0.25))  # threshold 0.125
+    assert kept.tolist() == [[True, True, True, False]]
+
+
+def test_sliding_window_keeps_kv_bounded(tiny_model_dir):
+    model, tok = load_model(tiny_model_dir)
+    spec = WindowSpec(window=16, sinks=4)
+    sizes = []
+    for length in (40, 160):
+        eng = LocalEngine(model, tok, sliding_window=spec, prefill_chunk=8, max_prefill_tokens=8)
+        c = eng.generate([[5 + i % 50 for i in range(length)]], _greedy(4, ignore_eos=True))[0][0]
+        assert len(c.token_ids) == 4
+        sizes.append(eng.kv_bytes())
+    assert sizes[0] == sizes[1]
+
+
+def test_bad_requests_are_clear_errors(engine):
+    with pytest.raises(ValueError, match="token ids"):
+        engine.generate([[1, 10_000]], SamplingParams())
+    with pytest.raises(ValueError, match="min_p"):
+        SamplingParams(min_p=2.0)
+    with pytest.raises(ValueError, match="stop"):
+        SamplingParams(stop=("",))

@@ -26,6 +26,24 @@ from torch import Tensor
 from posttrain.models.config import ModelConfig
 
 
+@dataclass(slots=True)
+class SharedPrefix:
+    """Where the rows of a cascade forward find their group's prompt KV.
+
+    Group g's prompt sits in row g of `cache`, slots [0, length[g]); row i of
+    the forward belongs to group `group[i]` as its `member[i]`-th sample.
+    """
+
+    cache: "SlotCache"
+    groups: int  # G: prompt rows [0, G) of `cache`
+    width: int  # P: the longest prompt
+    per_group: int  # n: the most samples of one group in this forward
+    group: Tensor  # [b]
+    member: Tensor  # [b]
+    row_offset: Tensor  # [b] prompt length of each row's group: its positions start there
+    mask: Tensor  # [b, 1, 1, P] additive: 0 on the group's prompt slots, -inf past its length
+
+
 @dataclass(frozen=True, slots=True)
 class WindowSpec:
     """Sliding-window attention with attention sinks (StreamingLLM): keep the first
@@ -60,6 +78,7 @@ class SlotCache:
         self.v = [torch.zeros(shape, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.slot_pos = torch.full((rows, slots), -1, dtype=torch.long) if window is not None else None
         self._bound: tuple | None = None
+        self.shared: SharedPrefix | None = None
 
     # -- geometry -------------------------------------------------------------------------
     @property
@@ -101,10 +120,23 @@ class SlotCache:
         return torch.where(pos < s, pos, s + (pos - s) % self.ring)
 
     # -- one forward ----------------------------------------------------------------------
-    def bind(self, rows: slice | Tensor, start: list[int], n_valid: list[int] | None, t: int) -> "SlotCache":
-        """The next forward feeds `t` tokens to `rows`; row i's first token sits at position
-        `start[i]` and only its first `n_valid[i]` tokens are real (all when None)."""
+    def bind(
+        self,
+        rows: slice | Tensor,
+        start: list[int],
+        n_valid: list[int] | None,
+        t: int,
+        shared: "SharedPrefix | None" = None,
+    ) -> "SlotCache":
+        """The next forward feeds `t` tokens to `rows`; row i's first token goes to slot
+        `start[i]` and only its first `n_valid[i]` tokens are real (all when None).
+
+        With `shared`, row i also attends to the prompt KV of its group, kept
+        once in another cache (cascade attention), and its positions start
+        after that prompt.
+        """
         self._bound = (rows, start, n_valid, t)
+        self.shared = shared
         return self
 
     def prepare(self, input_ids: Tensor, position_ids: Tensor | None, attention_mask: Tensor | None):
@@ -112,7 +144,8 @@ class SlotCache:
         b = len(start)
         start_t = torch.tensor(start, dtype=torch.long)
         offs = torch.arange(t)
-        pos = start_t[:, None] + offs  # [b, t]
+        slot_pos = start_t[:, None] + offs  # [b, t] slot of each token in its row
+        pos = slot_pos if self.shared is None else slot_pos + self.shared.row_offset[:, None]
         valid = None if n_valid is None else offs[None, :] < torch.tensor(n_valid)[:, None]  # [b, t]
         ends = [s + (t if n_valid is None else n) for s, n in zip(start, n_valid or [t] * b)]
         scratch = self.slots - 1
@@ -120,9 +153,9 @@ class SlotCache:
             if max(ends) > scratch:
                 raise ValueError(f"KV cache row overflow: {max(ends)} tokens > {scratch} slots")
             used = max(ends)
-            slot = pos if valid is None else torch.where(valid, pos, scratch)
+            slot = slot_pos if valid is None else torch.where(valid, slot_pos, scratch)
             contiguous = valid is None and min(start) == max(start)
-            vis = torch.arange(used)[None, None, :] <= pos[:, :, None]  # [b, t, S]
+            vis = torch.arange(used)[None, None, :] <= slot_pos[:, :, None]  # [b, t, S]
         else:
             used = min(max(ends), scratch)
             slot = self.slot_of(pos)
@@ -140,6 +173,7 @@ class SlotCache:
         mask = torch.zeros(vis.shape, dtype=self.dtype).masked_fill_(~vis, float("-inf"))[:, None]  # [b, 1, t, S]
         self._write = (rows, start[0], t) if contiguous else (row_idx, slot)
         self._used = used
+        self._mask = mask
         return pos, mask
 
     def _row_index(self, rows: slice | Tensor, b: int) -> Tensor:
@@ -165,6 +199,41 @@ class SlotCache:
 
     def advance(self, t: int) -> None:
         self._bound = None  # lengths are the engine's bookkeeping
+
+    @property
+    def cascade(self) -> bool:
+        return self.shared is not None
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Cascade attention: q [b, Hq, t, D] over (its group's shared prompt) + (its own row) -> [b, Hq, t, D].
+
+        The prompt's keys are read once per group, not once per sample: the
+        scores of a group's queries against them come from one matmul, and one
+        softmax runs over prompt and row scores together, so the result is
+        plain attention over the concatenated sequence.
+        """
+        ks, vs = self.update(layer, k, v)  # [b, Hkv, S, D]
+        sh = self.shared
+        b, hq, t, d = q.shape
+        hkv = ks.shape[1]
+        m = (hq // hkv) * t  # query rows per kv head
+        qr = q.reshape(b, hkv, m, d) * d**-0.5
+        kp, vp = sh.cache.k[layer][: sh.groups, :, : sh.width], sh.cache.v[layer][: sh.groups, :, : sh.width]
+        qg = q.new_zeros((sh.groups, hkv, sh.per_group, m, d))
+        qg[sh.group, :, sh.member] = qr
+        sp = torch.matmul(qg.view(sh.groups, hkv, sh.per_group * m, d), kp.transpose(-1, -2))  # [G, Hkv, n*m, P]
+        sp = sp.view(sh.groups, hkv, sh.per_group, m, sh.width)[sh.group, :, sh.member]  # [b, Hkv, m, P]
+        sr = torch.matmul(qr, ks.transpose(-1, -2))  # [b, Hkv, m, S]
+        mask = self._mask if t == 1 else self._mask.repeat(1, 1, m // t, 1)
+        scores = torch.cat((sp + sh.mask, sr + mask), dim=-1)
+        probs = torch.softmax(scores, dim=-1)
+        pp, pr = probs.split((sh.width, ks.shape[2]), dim=-1)
+        out = torch.matmul(pr, vs)  # [b, Hkv, m, D]
+        pg = probs.new_zeros((sh.groups, hkv, sh.per_group, m, sh.width))
+        pg[sh.group, :, sh.member] = pp
+        op = torch.matmul(pg.view(sh.groups, hkv, sh.per_group * m, sh.width), vp)
+        out = out + op.view(sh.groups, hkv, sh.per_group, m, d)[sh.group, :, sh.member]
+        return out.view(b, hq, t, d)
 
     # -- row copies -----------------------------------------------------------------------
     def copy_rows(self, dst: "SlotCache", src_rows: list[int], dst_rows: list[int], n_slots: int) -> None:

@@ -5,7 +5,9 @@ time; every step admits waiting requests, prefills one chunk of each admitted
 prompt, and decodes one token, or one speculative run, for every running
 sequence; finished sequences leave at once, so a long completion never holds
 the others back); group prefix sharing (a prompt is prefilled once, in a
-stage row, and its KV is copied to the rows of its n samples); the
+prompt-store row, and its n samples attend to that one copy through cascade
+attention, never duplicating it; with a sliding window the KV is copied to
+each sample's row instead); the
 cross-request prefix cache (engine/prefix_cache.py); chunked prefill under a
 per-step token budget; sampling with temperature, top-k, top-p, min-p, stop
 strings and token ids, per-request seeds, and behaviour logprobs of the
@@ -24,7 +26,7 @@ import torch
 from torch import Tensor
 
 from posttrain.engine.base import CompletionDelta, Prompt
-from posttrain.engine.kv import SlotCache, WindowSpec
+from posttrain.engine.kv import SharedPrefix, SlotCache, WindowSpec
 from posttrain.engine.prefix_cache import PrefixCache
 from posttrain.engine.sampling import choose, find_stop, process_for
 from posttrain.engine.sequence import Request, RequestStatus, Sequence
@@ -83,10 +85,12 @@ class LocalEngine:
         )
         self.cache_completions = cache_completions
         self.policy_version = 0
-        self.kv: SlotCache | None = None  # running rows
-        self.stage: SlotCache | None = None  # prompts being prefilled
+        self.cascade = sliding_window is None  # samples share their prompt's KV instead of copying it
+        self.kv: SlotCache | None = None  # running rows: what each sample adds to its prompt
+        self.pkv: SlotCache | None = None  # prompt store: one row per admitted request
         self.waiting: deque[Request] = deque()
-        self.prefilling: list[Request] = []  # prefilling[i].stage_row == i
+        self.prefilling: list[Request] = []  # admission order
+        self.p_owner: list[Request] = []  # p_owner[i].prompt_row == i
         self.running: list[Sequence] = []  # running[i].row == i
         self.reserved = 0  # running rows promised to requests still in prefill
         self._next_id = 0
@@ -163,6 +167,10 @@ class LocalEngine:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.prefilling or self.running)
 
+    def kv_bytes(self) -> int:
+        """Bytes of KV held in preallocated caches (running rows + prompt store)."""
+        return sum(c.nbytes() for c in (self.kv, self.pkv) if c is not None)
+
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
         """For each prompt, `params.n` completions (grouped in prompt order)."""
         if not prompts:
@@ -213,7 +221,7 @@ class LocalEngine:
 
     def _slots_for(self, req: Request) -> int:
         extra = self.spec.k + 1 if self.spec is not None else 0
-        return len(req.prompt) + req.params.max_tokens + extra + 2
+        return (0 if self.cascade else len(req.prompt)) + req.params.max_tokens + extra + 2
 
     def _admit(self) -> None:
         while self.waiting:
@@ -227,17 +235,18 @@ class LocalEngine:
                 return
             self.waiting.popleft()
             self._ensure_capacity(req)
-            req.stage_row = len(self.prefilling)
+            req.prompt_row = len(self.p_owner)
             req.status = RequestStatus.PREFILL
             self.prefilling.append(req)
+            self.p_owner.append(req)
             self.reserved += n
             if self.prefix is not None:  # keep at least one prompt token to compute: its logits start sampling
                 slots = self.prefix.match(req.prompt, len(req.prompt) - 1)
-                self.prefix.read_into(slots, self.stage, req.stage_row)
+                self.prefix.read_into(slots, self.pkv, req.prompt_row)
                 req.n_cached = len(slots) * self.prefix.block
             else:
                 req.n_cached = 0
-            self.stage.clear_row(req.stage_row)
+            self.pkv.clear_row(req.prompt_row)
 
     def _ensure_capacity(self, req: Request) -> None:
         slots = self._slots_for(req)
@@ -247,11 +256,12 @@ class LocalEngine:
         if self.kv is None:
             r0 = min(self.max_batch_rows, max(rows, 8))
             self.kv = SlotCache(cfg, r0, slots, self.dtype, self.window, chunk)
-            self.stage = SlotCache(cfg, 8, len(req.prompt) + 2, self.dtype, self.window, chunk)
+            self.pkv = SlotCache(cfg, 8, len(req.prompt) + 2, self.dtype, self.window, chunk)
         if rows > self.kv.rows or slots > self.kv.slots:
             self.kv.grow(min(self.max_batch_rows, max(rows, 2 * self.kv.rows if rows > self.kv.rows else 0)), slots)
-        if len(self.prefilling) + 1 > self.stage.rows or len(req.prompt) + 2 > self.stage.slots:
-            self.stage.grow(2 * self.stage.rows if len(self.prefilling) + 1 > self.stage.rows else 0, len(req.prompt) + 2)
+        p_rows = len(self.p_owner) + 1
+        if p_rows > self.pkv.rows or len(req.prompt) + 2 > self.pkv.slots:
+            self.pkv.grow(2 * self.pkv.rows if p_rows > self.pkv.rows else 0, len(req.prompt) + 2)
         if self.draft is not None:
             self.draft.ensure(self.kv.rows, self.kv.slots)
 
@@ -264,7 +274,9 @@ class LocalEngine:
         for i, (r, c) in enumerate(zip(reqs, chunks)):
             ids[i, :c] = torch.tensor(r.prompt[r.n_cached : r.n_cached + c])
         start = [r.n_cached for r in reqs]
-        cache = self.stage.bind(slice(0, b), start, None if min(chunks) == t else chunks, t)
+        rows = [r.prompt_row for r in reqs]
+        rows = slice(0, b) if rows == list(range(b)) else torch.tensor(rows)
+        cache = self.pkv.bind(rows, start, None if min(chunks) == t else chunks, t)
         logits = self.model(ids, cache=cache, logits_index=torch.tensor(chunks)[:, None] - 1)[:, 0]  # [b, V]
         self.stats["prefill_tokens"] += sum(chunks)
         done = []
@@ -272,24 +284,33 @@ class LocalEngine:
             r.n_cached += c
             if r.n_cached == len(r.prompt):
                 done.append(r)
-        for r in done:
-            self._start_samples(r, logits[r.stage_row], deltas)
-        for r in sorted(done, key=lambda r: -r.stage_row):
-            last = self.prefilling[-1]
-            if last is not r:
-                self.stage.copy_rows(self.stage, [last.stage_row], [r.stage_row], last.n_cached)
-                self.prefilling[r.stage_row] = last
-                last.stage_row = r.stage_row
-            self.prefilling.pop()
+        if done:
+            self.prefilling = [r for r in reqs if r.n_cached < len(r.prompt)]
+        for i, r in enumerate(reqs):
+            if r.n_cached == len(r.prompt):
+                self._start_samples(r, logits[i], deltas)
+
+    def _free_prompt_row(self, req: Request) -> None:
+        hole, last = req.prompt_row, self.p_owner[-1]
+        if last is not req:
+            self.pkv.copy_rows(self.pkv, [last.prompt_row], [hole], last.n_cached)
+            self.p_owner[hole] = last
+            last.prompt_row = hole
+        self.p_owner.pop()
+        self.pkv.clear_row(len(self.p_owner))
 
     def _start_samples(self, req: Request, logits: Tensor, deltas: list[CompletionDelta]) -> None:
         """Fork the finished prefill to n running rows and draw every sample's first token."""
         n, p_len = req.params.n, len(req.prompt)
         rows = list(range(len(self.running), len(self.running) + n))
-        self.stage.copy_rows(self.kv, [req.stage_row] * n, rows, p_len)
         if self.prefix is not None:
-            self.prefix.insert(req.prompt, self.stage, req.stage_row)
-        seqs = [Sequence(req, j, list(req.prompt), row, p_len) for j, row in enumerate(rows)]
+            pr = req.prompt_row
+            self.prefix.insert(req.prompt, lambda lo, hi: [c[pr, :, lo:hi] for c in self.pkv.k + self.pkv.v])
+        base = p_len if self.cascade else 0
+        if not self.cascade:
+            self.pkv.copy_rows(self.kv, [req.prompt_row] * n, rows, p_len)
+            self._free_prompt_row(req)
+        seqs = [Sequence(req, j, list(req.prompt), row, p_len, base) for j, row in enumerate(rows)]
         req.samples, req.unfinished, req.status = seqs, n, RequestStatus.RUNNING
         self.running.extend(seqs)
         self.reserved -= n
@@ -301,8 +322,8 @@ class LocalEngine:
         seqs = self.running
         b = len(seqs)
         ids = torch.tensor([s.all[-1] for s in seqs])[:, None]
-        start = [s.n_cached for s in seqs]
-        logits = self.model(ids, cache=self.kv.bind(slice(0, b), start, None, 1))[:, 0]  # [b, V]
+        start = [s.n_cached - s.base for s in seqs]
+        logits = self.model(ids, cache=self.kv.bind(slice(0, b), start, None, 1, self._shared(seqs)))[:, 0]  # [b, V]
         for s in seqs:
             s.n_cached += 1
         self.stats["decode_forwards"] += 1
@@ -334,7 +355,8 @@ class LocalEngine:
             ids[i, 1 : 1 + len(p)] = torch.tensor(p, dtype=torch.long)
         n_draft = torch.tensor([len(p) for p in props])
         n_valid = (n_draft + 1).tolist()
-        cache = self.kv.bind(slice(0, b), [s.n_cached for s in seqs], None if min(n_valid) == 1 + k else n_valid, 1 + k)
+        start = [s.n_cached - s.base for s in seqs]
+        cache = self.kv.bind(slice(0, b), start, None if min(n_valid) == 1 + k else n_valid, 1 + k, self._shared(seqs))
         logits = self.model(ids, cache=cache)  # [b, 1+k, V]
         self.stats["decode_forwards"] += 1
         self.stats["decode_row_steps"] += b
@@ -366,6 +388,23 @@ class LocalEngine:
                     break
         self.stats["decode_tokens"] += emitted
         self._retire(finished)
+
+    def _shared(self, seqs: list[Sequence]) -> SharedPrefix | None:
+        """Each running row's group in the prompt store, for cascade attention."""
+        if not self.cascade:
+            return None
+        groups = len(self.p_owner)
+        count = [0] * groups
+        group, member = [], []
+        for s in seqs:
+            g = s.request.prompt_row
+            group.append(g)
+            member.append(count[g])
+            count[g] += 1
+        lens = torch.tensor([s.base for s in seqs])
+        width = int(lens.max())
+        mask = torch.zeros((len(seqs), width), dtype=self.dtype).masked_fill_(torch.arange(width)[None] >= lens[:, None], float("-inf"))
+        return SharedPrefix(self.pkv, groups, width, max(count), torch.tensor(group), torch.tensor(member), lens, mask[:, None, None])
 
     # -- sampling and bookkeeping -------------------------------------------------------------
     def _sample(self, logits: Tensor, seqs: list[Sequence]) -> tuple[Tensor, Tensor]:
@@ -432,7 +471,7 @@ class LocalEngine:
         """Free the rows of finished sequences, moving the last running rows into the holes."""
         for s in sorted(finished, key=lambda s: -s.row):
             if self.prefix is not None and self.cache_completions:
-                self.prefix.insert(s.all[: s.n_cached], self.kv, s.row)
+                self.prefix.insert(s.all[: s.n_cached], self._kv_source(s))
             last = self.running[-1]
             if last is not s:
                 self.kv.copy_rows(self.kv, [last.row], [s.row], last.n_cached)
@@ -446,3 +485,19 @@ class LocalEngine:
             req.unfinished -= 1
             if req.unfinished == 0:
                 req.status = RequestStatus.FINISHED
+                if self.cascade:
+                    self._free_prompt_row(req)
+
+    def _kv_source(self, s: Sequence):
+        """Per layer keys then values [H_kv, n, D] of a sequence's cached tokens (prompt + row)."""
+        n_row, pr, row = s.n_cached - s.base, s.request.prompt_row, s.row
+
+        def source(lo: int, hi: int) -> list[Tensor]:
+            base = s.base
+            rows = [c[row, :, max(lo - base, 0) : max(hi - base, 0)] for c in self.kv.k + self.kv.v]
+            if lo >= base:
+                return rows
+            prompts = [c[pr, :, lo : min(hi, base)] for c in self.pkv.k + self.pkv.v]
+            return [torch.cat((p, r), dim=1) for p, r in zip(prompts, rows)]
+
+        return source

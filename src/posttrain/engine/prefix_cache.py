@@ -14,8 +14,10 @@ contiguous), partial-block hits, sliding-window rows.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from posttrain.engine.kv import SlotCache
 from posttrain.models.config import ModelConfig
@@ -69,8 +71,9 @@ class PrefixCache:
             blocks = pool.index_select(0, idx)  # [m, H, blk, D]
             dst[row, :, :n] = blocks.permute(1, 0, 2, 3).reshape(dst.shape[1], n, dst.shape[3])
 
-    def insert(self, tokens: list[int], cache: SlotCache, row: int) -> None:
-        """Store the full blocks of `tokens` (whose KV sits in `cache` row `row`, from slot 0)."""
+    def insert(self, tokens: list[int], source: Callable[[int, int], list[Tensor]]) -> None:
+        """Store the full blocks of `tokens`; `source(lo, hi)` gives the KV of tokens[lo:hi], called
+        only when a block is new: per layer the keys, then per layer the values, each [H_kv, hi - lo, D]."""
         n_blocks = len(tokens) // self.block
         new: list[tuple[int, tuple, int]] = []  # (block index, key, slot)
         fresh: set[tuple] = set()
@@ -98,7 +101,9 @@ class PrefixCache:
             return
         blocks = torch.tensor([i for i, _, _ in new])
         slots = torch.tensor([s for _, _, s in new])
-        for src, pool in zip(cache.k + cache.v, self.k + self.v):
-            h, d = src.shape[1], src.shape[3]
-            row_blocks = src[row, :, : n_blocks * self.block].reshape(h, n_blocks, self.block, d).permute(1, 0, 2, 3)
-            pool[slots] = row_blocks.index_select(0, blocks)
+        first, last = new[0][0], new[-1][0] + 1  # new blocks form a run: misses only grow once one misses
+        lo, hi = first * self.block, last * self.block
+        for src, pool in zip(source(lo, hi), self.k + self.v):
+            h, d = src.shape[0], src.shape[2]
+            run = src.reshape(h, last - first, self.block, d).permute(1, 0, 2, 3)
+            pool[slots] = run.index_select(0, blocks - first)

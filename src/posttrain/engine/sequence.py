@@ -18,7 +18,7 @@ from posttrain.types import Completion, FinishReason, SamplingParams
 
 class RequestStatus(str, enum.Enum):
     WAITING = "waiting"  # submitted, no cache row yet
-    PREFILL = "prefill"  # its prompt is being prefilled, chunk by chunk, in a stage row
+    PREFILL = "prefill"  # its prompt is being prefilled, chunk by chunk, in a prompt-store row
     RUNNING = "running"  # its samples decode in running rows
     FINISHED = "finished"
 
@@ -34,7 +34,7 @@ class Request:
     stop_ids: frozenset[int] = frozenset()
     status: RequestStatus = RequestStatus.WAITING
     n_cached: int = 0  # prompt tokens whose KV is in the stage row
-    stage_row: int = -1
+    prompt_row: int = -1  # row of the prompt store holding its prompt KV
     samples: list["Sequence"] = field(default_factory=list)
     unfinished: int = 0
 
@@ -49,7 +49,8 @@ class Sequence:
     index: int  # sample index within the request
     all: list[int]  # prompt + generated tokens
     row: int  # running row holding its KV
-    n_cached: int  # tokens whose KV is in the row (all but the newest)
+    n_cached: int  # tokens whose KV is cached (all but the newest), counting the prompt
+    base: int  # tokens of `all` kept outside the row (the shared prompt, in cascade mode): row slot = position - base
     out: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: FinishReason | None = None

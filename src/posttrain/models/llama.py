@@ -151,6 +151,8 @@ class Attention(nn.Module):
         q = apply_rope(self.q_proj(x).view(b, t, self.n_heads, self.head_dim), cos, sin).transpose(1, 2)  # [B, Hq, T, D]
         k = apply_rope(self.k_proj(x).view(b, t, self.n_kv, self.head_dim), cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        if cache is not None and getattr(cache, "cascade", False):  # the cache attends itself (shared prompt KV)
+            return self.o_proj(cache.attend(layer, q, k, v).transpose(1, 2).reshape(b, t, -1))
         if cache is not None:
             k, v = cache.update(layer, k, v)
             if self.n_kv != self.n_heads and mask is not None:

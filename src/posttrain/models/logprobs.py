@@ -2,6 +2,8 @@
 
 Covers: per-token logprobs under a temperature-scaled distribution, for a
 batch of already-computed logits, and for whole padded sequences.
+Also `logprob_mismatch`: the train-inference gap (mean and max |delta log p|
+over real tokens) between sampler and learner logprobs of the same tokens.
 Does not cover: top-p/top-k renormalisation (the engine applies those to
 sampling and reports the processed distribution's logprobs itself).
 """
@@ -34,3 +36,12 @@ def sequence_logprobs(
     """
     logits = model(input_ids)  # [B, T, V]
     return token_logprobs(logits[:, :-1], input_ids[:, 1:], temperature)
+
+
+def logprob_mismatch(sampler_logp: Tensor, learner_logp: Tensor, mask: Tensor) -> tuple[float, float]:
+    """Mean and max |learner - sampler| log p over tokens where `mask` is set (all [B, T]); (0, 0) when none."""
+    m = mask.bool()
+    if not bool(m.any()):
+        return 0.0, 0.0
+    diff = (learner_logp.float() - sampler_logp.float()).abs()[m]
+    return float(diff.mean()), float(diff.max())
