@@ -78,6 +78,9 @@ def test_optional_part_error_is_left_out_and_weights_renormalise():
 def test_all_optional_parts_failing_is_an_error():
     v = safe_verify(Rubric([RubricPart(Raises(), optional=True)]), T, "x")
     assert v.status is VerdictStatus.ERROR
+    only_gate_left = Rubric([RubricPart(Raises(), optional=True), RubricPart(Fixed(1.0), weight=0.0, gate=True)])
+    v = safe_verify(only_gate_left, T, "x")
+    assert v.status is VerdictStatus.ERROR and "no weighted rubric part ran" in v.details
 
 
 def test_part_timeout_is_a_timeout_verdict():

@@ -13,7 +13,7 @@ concurrently and combines their verdicts:
 - status: a required part that ERRORs or TIMEs OUT makes the whole verdict
   that status (ERROR before TIMEOUT), so an infrastructure failure is never
   scored; an *optional* part that fails is left out and the weights of the
-  rest renormalise; if no part ran, the verdict is an ERROR;
+  rest renormalise; if no part with a weight ran, the verdict is an ERROR;
 - breakdown: each part's score by name; details: the failing parts' details.
 
 Concurrency: asynchronous parts (a judge, sandboxed tests) overlap with each
@@ -86,12 +86,9 @@ class Rubric:
     def __post_init__(self) -> None:
         if not self.parts:
             raise ValueError("a rubric needs at least one part")
-        if sum(p.weight for p in self.parts) <= 0 and not any(p.gate for p in self.parts):
+        if sum(p.weight for p in self.parts) <= 0:
             raise ValueError("a rubric's weights must not all be 0")
         _unique_names(self.parts)
-
-    def version_key(self) -> str:
-        return repr(self.parts)
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
         blocking = [isinstance(p.verifier, SyncVerifier) for p in self.parts]
@@ -141,10 +138,12 @@ class Rubric:
             if not v.passed and v.details:
                 notes.append(f"{part.name}: {v.details}")
         details = "; ".join(notes)
-        if failed_status is not None or not ran:
+        if failed_status is not None or weight <= 0:
             status = failed_status or VerdictStatus.ERROR
-            return Verdict(0.0, False, status, details=details or "no rubric part ran", breakdown=breakdown)
-        value = 0.0 if gated else (total / weight if weight > 0 else 1.0)
+            if failed_status is None:
+                details = "; ".join(["no weighted rubric part ran", *notes])
+            return Verdict(0.0, False, status, details=details, breakdown=breakdown)
+        value = 0.0 if gated else total / weight
         outcome = [v for p, v in ran if p.role == "outcome"] or [v for _, v in ran]
         passed = all(v.passed for v in outcome) and not gated
         if self.pass_threshold is not None:
