@@ -217,3 +217,16 @@ def test_bad_configuration_is_refused():
         _engine("http://x").generate(["x"], SamplingParams(top_k=5))
     with pytest.raises(NotImplementedError, match="cannot load weights"):
         _engine("http://x").load_weights({}, 1)
+
+
+def test_it_is_an_engine_and_streams_whole_completions(ours):
+    from posttrain.engine import Engine
+
+    engine = OpenAIEngine(ours[0].url + "/v1", MODEL)
+    assert isinstance(engine, Engine)
+    params = SamplingParams(n=2, max_tokens=4, seed=3)
+    deltas = list(engine.stream(["5+5=", "6+6="], params))
+    groups = engine.generate(["5+5=", "6+6="], params)
+    assert [(d.prompt_index, d.sample_index) for d in deltas] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [d.completion.token_ids for d in deltas] == [c.token_ids for g in groups for c in g]
+    assert all(d.finish_reason is not None for d in deltas)

@@ -13,7 +13,8 @@ import torch
 from posttrain.engine import LocalEngine
 from posttrain.engine.chat import ChatTemplate
 from posttrain.engine.extras import MissingExtraError
-from posttrain.engine.server import ServeConfig, ServerThread, apply_stop, create_app, require_serve_extra, text_deltas
+from posttrain.engine.openai_service import text_deltas
+from posttrain.engine.server import ServeConfig, ServerThread, create_app, require_serve_extra
 from posttrain.models import load_model
 from posttrain.models.logprobs import token_logprobs
 from posttrain.types import Completion, FinishReason, SamplingParams
@@ -21,16 +22,24 @@ from posttrain.types import Completion, FinishReason, SamplingParams
 MODEL = "tiny"
 
 
-class SpyEngine:
-    """A LocalEngine that records every generate call (prompts, params) it receives."""
+class SpyEngine(LocalEngine):
+    """A LocalEngine that records every request submitted to it (prompt ids, params)."""
+
+    def __init__(self, model, tokenizer) -> None:
+        super().__init__(model, tokenizer, seed=0)
+        self.submitted = []
+
+    def submit(self, prompt, params, *args, **kwargs):
+        self.submitted.append((list(prompt), params))
+        return super().submit(prompt, params, *args, **kwargs)
+
+
+class GenerateOnly:
+    """An engine with only `generate` (like OpenAIEngine or VLLMEngine): served by merged calls."""
 
     def __init__(self, engine: LocalEngine) -> None:
         self.inner, self.calls = engine, []
-        self.model, self.tokenizer = engine.model, engine.tokenizer
-
-    @property
-    def policy_version(self) -> int:
-        return self.inner.policy_version
+        self.model, self.tokenizer, self.policy_version = engine.model, engine.tokenizer, 0
 
     def generate(self, prompts, params):
         self.calls.append((prompts, params))
@@ -40,8 +49,8 @@ class SpyEngine:
 @pytest.fixture(scope="module")
 def served(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
-    engine = SpyEngine(LocalEngine(model, tok, seed=0))
-    app = create_app(engine, ServeConfig(MODEL, batch_window_s=0.05))
+    engine = SpyEngine(model, tok)
+    app = create_app(engine, ServeConfig(MODEL))
     with ServerThread(app) as server:
         yield server, engine, app
 
@@ -81,13 +90,13 @@ def test_greedy_completion_matches_the_engine_and_counts_usage(client, reference
 
 def test_n_samples_are_one_group_sharing_the_prompt(client, served):
     engine = served[1]
-    engine.calls.clear()
+    engine.submitted.clear()
     r = client.completions.create(
         model=MODEL, prompt=["7+8=", "1+1="], n=3, max_tokens=4, seed=11, extra_body={"return_token_ids": True}
     )
     assert [c.index for c in r.choices] == list(range(6))
-    (prompts, params), = engine.calls  # one engine call: 2 prompts, each a group of 3
-    assert len(prompts) == 2 and params.n == 3
+    assert [p.n for _, p in engine.submitted] == [3, 3]  # each prompt one engine request: a group of 3
+    prompts = [ids for ids, _ in engine.submitted]
     assert [c.model_extra["prompt_token_ids"] for c in r.choices] == [prompts[0]] * 3 + [prompts[1]] * 3
     assert r.usage.completion_tokens == sum(len(c.model_extra["token_ids"]) for c in r.choices)
     assert r.usage.prompt_tokens == len(prompts[0]) + len(prompts[1])
@@ -160,8 +169,8 @@ def test_streaming_completion_concatenates_to_the_plain_answer(client):
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == plain.choices[0].text
     assert chunks[-1].choices[0].finish_reason == plain.choices[0].finish_reason
-    token_chunks = [c for c in chunks if c.choices and c.choices[0].logprobs]
-    assert len(token_chunks) == plain.usage.completion_tokens
+    streamed_tokens = sum(len(c.choices[0].logprobs.tokens) for c in chunks if c.choices and c.choices[0].logprobs)
+    assert streamed_tokens == plain.usage.completion_tokens
 
 
 def test_streaming_chat_with_n_and_usage(client):
@@ -203,23 +212,38 @@ def test_stop_strings_cut_the_text(client):
     assert cut.choices[0].finish_reason == "stop"
 
 
-def test_concurrent_clients_share_engine_calls(served):
-    server, engine, app = served
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
-    engine.calls.clear()
+def _ask_concurrently(url: str, k: int) -> list[str]:
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
     out: list[str] = []
 
     def ask(i):
         out.append(client.completions.create(model=MODEL, prompt=f"{i}+1=", max_tokens=3 + i % 3).choices[0].text)
 
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(k)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(out) == 8
-    assert len(engine.calls) < 8  # merged: unseeded requests with equal sampling parameters share calls
-    assert app.state.service.batcher.stats.max_jobs_per_call > 1
+    return out
+
+
+def test_concurrent_clients_run_in_one_continuous_batch(served):
+    server, _, app = served
+    stats = app.state.service.batcher.stats
+    assert app.state.service.batcher.continuous
+    stats.max_jobs_together = 0
+    assert len(_ask_concurrently(server.url, 8)) == 8
+    assert stats.max_jobs_together > 1  # requests were in the engine at the same step
+
+
+def test_engines_without_steps_get_merged_generate_calls(tiny_model_dir):
+    model, tok = load_model(tiny_model_dir)
+    engine = GenerateOnly(LocalEngine(model, tok))
+    app = create_app(engine, ServeConfig(MODEL, batch_window_s=0.05))
+    with ServerThread(app) as server:
+        assert len(_ask_concurrently(server.url, 8)) == 8
+    assert len(engine.calls) < 8  # unseeded requests with equal sampling parameters shared calls
+    assert app.state.service.batcher.stats.max_jobs_together > 1
 
 
 @pytest.mark.parametrize(
@@ -327,17 +351,6 @@ def test_checkpoint_chat_template_is_used(tmp_path, tiny_model_dir):
     assert r.usage.prompt_tokens == len(tok.encode("<user>hi\n<assistant>", add_bos=False))
 
 
-def test_apply_stop_and_text_deltas_are_consistent(reference):
-    _, tok, _ = reference
-    ids = tok.encode("ab;cd;e", add_bos=False)
-    c = Completion(ids, "ab;cd;e", [-1.0] * len(ids), FinishReason.LENGTH)
-    cut, hit = apply_stop(c, [";c", "e"], tok.decode)
-    assert hit and cut.text == "ab" and cut.token_ids == ids[:4] and cut.finish_reason is FinishReason.STOP
-    assert apply_stop(c, ["zz"], tok.decode) == (c, False)
-    pieces = text_deltas(tok.decode, cut.token_ids, cut.text)
-    assert len(pieces) == len(cut.token_ids) and "".join(pieces) == "ab"
-
-
 def test_missing_serve_extra_names_it(monkeypatch):
     import sys
 
@@ -362,3 +375,50 @@ def test_serve_cli_user_errors_are_one_line(tmp_path):
         port = busy.getsockname()[1]
         r = runner.invoke(app, ["serve", str(tmp_path), "--port", str(port)])
     assert r.exit_code == 2 and f"127.0.0.1:{port}" in r.output
+
+
+def test_text_deltas_hold_back_incomplete_utf8():
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models
+
+    # a byte-level toy vocabulary: "é" is two tokens (its two UTF-8 bytes)
+    vocab = {"a": 0, "<0xC3>": 1, "<0xA9>": 2, "b": 3}
+    backend = HFTokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
+    backend.decoder = decoders.ByteFallback()
+    decode = lambda ids: backend.decode(ids)  # noqa: E731
+    ids = [0, 1, 2, 3]
+    assert decode(ids) == "aéb"
+    assert text_deltas(decode, ids, "aéb") == ["a", "", "é", "b"]
+    assert text_deltas(decode, ids, "a") == ["a", "", "", ""]  # text the engine cut (a stop string) never streams
+
+
+def test_null_fields_mean_defaults(served):
+    body = {"model": MODEL, "prompt": "1+1=", "max_tokens": 2, "n": None, "stream": None, "logprobs": None, "temperature": None}
+    r = httpx.post(served[0].url + "/v1/completions", json=body, timeout=30)
+    assert r.status_code == 200 and len(r.json()["choices"]) == 1
+
+
+def test_a_continuous_engine_streams_deltas_step_by_step(tiny_model_dir):
+    from posttrain.engine.request_batcher import RequestBatcher
+
+    model, tok = load_model(tiny_model_dir)
+    batcher = RequestBatcher(LocalEngine(model, tok))
+    seen: list[tuple[int, int]] = []  # (engine steps so far, tokens in the delta) at each delta
+    try:
+        future = batcher.submit([tok.encode("1+2=")], SamplingParams(max_tokens=8, ignore_eos=True), on_delta=lambda d: seen.append((batcher.stats.engine_calls, len(d.token_ids))))
+        (group,) = future.result(timeout=60)
+    finally:
+        batcher.close()
+    assert batcher.streams_live
+    assert len({step for step, _ in seen}) > 1  # deltas arrived over several engine steps, not at the end
+    assert sum(k for _, k in seen) == len(group.completions[0].token_ids) == 8
+
+
+def test_an_engine_failure_mid_stream_is_an_error_event(tiny_model_dir):
+    _, tok = load_model(tiny_model_dir)
+    with ServerThread(create_app(BrokenEngine(tok), ServeConfig(MODEL, max_context=64))) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.APIError, match="CUDA fell over"):
+            list(client.completions.create(model=MODEL, prompt="1", max_tokens=1, stream=True))
+        r = httpx.post(server.url + "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "1"}], "max_tokens": 1, "stream": True})
+        assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]")

@@ -71,6 +71,11 @@ def test_generate_and_load_weights_through_the_llm_api():
     engine.load_weights(state, version=7)
     assert list(llm.loaded) == ["model.embed_tokens.weight"] and llm.resets == 1
     assert engine.generate(["x"], SamplingParams())[0][0].policy_version == 7
+    (d0, d1) = engine.stream(["x"], SamplingParams(n=2))
+    assert (d0.sample_index, d1.sample_index) == (0, 1) and d0.completion.token_ids == [7, 8]
+    from posttrain.engine import Engine
+
+    assert isinstance(engine, Engine)
 
 
 def _vllm_and_gpu() -> bool:

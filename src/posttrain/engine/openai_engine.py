@@ -24,12 +24,14 @@ import random
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
+from posttrain.engine.base import CompletionDelta
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -202,6 +204,12 @@ class OpenAIEngine:
         limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
         async with httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout, limits=limits, transport=self.transport) as client:
             return list(await asyncio.gather(*(self._group(client, limit, p, params) for p in prompts)))
+
+    def stream(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> Iterator[CompletionDelta]:
+        """The `Engine` stream, not incremental: each completion arrives whole, as its final delta."""
+        for i, group in enumerate(self.generate(prompts, params)):
+            for j, c in enumerate(group):
+                yield CompletionDelta(i, j, i, list(c.token_ids), list(c.logprobs), c.text, c.finish_reason, c)
 
     def load_weights(self, state: Any, version: int) -> None:
         raise NotImplementedError(

@@ -2,8 +2,8 @@
 
 Covers: `/v1/completions` and `/v1/chat/completions` request bodies as
 pydantic records with OpenAI's ranges (a bad value is a 400 naming the field),
-the vLLM-style extras RL clients use (`top_k`, `stop_token_ids`,
-`return_token_ids`), explicit refusals of features the server does not
+the vLLM-style extras RL clients use (`top_k`, `min_p`, `ignore_eos`,
+`stop_token_ids`, `return_token_ids`), explicit refusals of features the server does not
 implement (penalties, logit bias, tools, echo, suffix) instead of silently
 ignoring them, and the OpenAI error body.
 Does not cover: producing responses (`server.py`) or the HTTP client side
@@ -55,6 +55,8 @@ class _Sampling(BaseModel):
     stream_options: Optional[StreamOptions] = None
     # vLLM-style extras
     top_k: int = Field(0, ge=-1)  # 0 or -1: disabled
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    ignore_eos: bool = False
     stop_token_ids: Optional[list[int]] = None
     return_token_ids: bool = False
     # accepted only at their neutral values
@@ -63,6 +65,12 @@ class _Sampling(BaseModel):
     repetition_penalty: Optional[float] = None
     logit_bias: Optional[dict[str, float]] = None
     best_of: Optional[int] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        # some clients send every field, unset ones as null: null means "the default" here
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _refuse_unsupported(self):

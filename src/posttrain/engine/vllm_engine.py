@@ -19,9 +19,11 @@ Does not cover: the OpenAI server mode of vLLM (use `OpenAIEngine` against
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from posttrain.engine.base import CompletionDelta
 from posttrain.engine.extras import require
 from posttrain.types import Completion, FinishReason, SamplingParams
 
@@ -138,6 +140,12 @@ class VLLMEngine:
         outputs = self.llm.generate([vllm_prompt(p) for p in prompts], sp, use_tqdm=False)
         version = self.policy_version
         return [[completion_from_vllm(o, version) for o in sorted(out.outputs, key=lambda o: o.index)] for out in outputs]
+
+    def stream(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> Iterator[CompletionDelta]:
+        """The `Engine` stream, not incremental: each completion arrives whole, as its final delta."""
+        for i, group in enumerate(self.generate(prompts, params)):
+            for j, c in enumerate(group):
+                yield CompletionDelta(i, j, i, list(c.token_ids), list(c.logprobs), c.text, c.finish_reason, c)
 
     def load_weights(self, state: dict[str, Any], version: int) -> None:
         """Copy `state` (HF names) into every worker's model, then drop prefix-cache entries of the old weights."""
