@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str, typer.Argument(help="A checkpoint directory (HF format), or 'builtin' for the built-in tiny model.")],
         host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-        max_concurrency: Annotated[int, typer.Option(help="Most requests batched into one engine call; more wait their turn.")] = 64,
+        max_concurrency: Annotated[int, typer.Option(help="Most requests in the engine at once; more wait their turn.")] = 64,
         name: Annotated[Optional[str], typer.Option(help="Model id clients send (default: the directory's name, or 'builtin').")] = None,
         max_tokens: Annotated[int, typer.Option(help="Default max_tokens for chat requests that set none.")] = 256,
         seed: Annotated[int, typer.Option(help="Seed of the engine's sampler (requests may also send their own seed).")] = 0,
