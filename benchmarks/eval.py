@@ -31,7 +31,7 @@ from pathlib import Path
 
 def _timed(cmd: list[str]) -> tuple[float, str]:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         print(proc.stderr[-3000:], file=sys.stderr)

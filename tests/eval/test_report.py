@@ -7,7 +7,6 @@ import shutil
 import subprocess
 
 import numpy as np
-import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app
@@ -51,7 +50,7 @@ def _chromium(html_path):
     proc = subprocess.run(
         [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--enable-logging=stderr",
          "--v=0", f"--user-data-dir={html_path.parent / 'chrome-profile'}", "--dump-dom", html_path.resolve().as_uri()],
-        capture_output=True, text=True, timeout=120,
+        check=False, capture_output=True, text=True, timeout=120,
     )
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
     return proc.stdout, console

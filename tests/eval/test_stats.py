@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from posttrain.eval.stats import benjamini_hochberg, fisher_exact, mcnemar_exact, paired_bootstrap_ci
+from posttrain.eval.stats import (
+    benjamini_hochberg,
+    fisher_exact,
+    mcnemar_exact,
+    paired_bootstrap_ci,
+)
 
 
 def test_mcnemar_exact_agrees_with_scipy_binomtest():

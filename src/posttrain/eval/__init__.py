@@ -33,7 +33,29 @@ _EXPORTS = {
     "evaluate_accuracy": "posttrain.eval.accuracy",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "AccuracyResult",
+    "Comparison",
+    "EvalRun",
+    "EvalSpec",
+    "Price",
+    "SampleRecord",
+    "benjamini_hochberg",
+    "compare",
+    "evaluate",
+    "evaluate_accuracy",
+    "fisher_exact",
+    "load_eval",
+    "mcnemar_exact",
+    "paired_bootstrap_ci",
+    "pass_at_k",
+    "pass_hat_k",
+    "rescore",
+    "score_responses",
+    "summarize",
+    "task_mean_ci",
+    "write_report",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -182,11 +182,15 @@ def eval_cmd(
             price_obj = price_of({**spec.meta(), **extra})
             from rich.progress import Progress
 
-            with Progress(console=err, transient=True) as progress:
-                bar = progress.add_task(f"eval {loaded.name}", total=None)
-                run = evaluate(resolved.engine, loaded, spec, out, price_obj,
-                               on_progress=lambda done, total: progress.update(bar, completed=done, total=total),
-                               extra_meta=extra)
+            try:
+                with Progress(console=err, transient=True) as progress:
+                    bar = progress.add_task(f"eval {loaded.name}", total=None)
+                    run = evaluate(resolved.engine, loaded, spec, out, price_obj,
+                                   on_progress=lambda done, total: progress.update(bar, completed=done, total=total),
+                                   extra_meta=extra)
+            except KeyboardInterrupt:
+                err.print(f"[yellow]interrupted[/]: finished samples are kept in {out}; rerun the same command to resume")
+                raise typer.Exit(130) from None
             err.print(f"results in {out} (rescore with: posttrain eval --rescore {out})")
             _emit(run.meta["summary"], as_json, f"{loaded.name}: {model}", {"out": str(out), "suite": suite, "model": model})
         except (EvalDirError, ValueError) as exc:

@@ -20,7 +20,12 @@ from typing import Any
 
 from posttrain.eval.metrics import Interval, Price
 from posttrain.eval.records import EvalRun
-from posttrain.eval.stats import benjamini_hochberg, fisher_exact, mcnemar_exact, paired_bootstrap_ci
+from posttrain.eval.stats import (
+    benjamini_hochberg,
+    fisher_exact,
+    mcnemar_exact,
+    paired_bootstrap_ci,
+)
 from posttrain.eval.summary import summarize
 from posttrain.tasks.jsonl import TaskFileError
 
@@ -102,7 +107,7 @@ def compare(
     paired = [t for t in ca if t in cb and ca[t][0] > 0 and cb[t][0] > 0]
     if not paired:
         raise TaskFileError(f"compare: {a.name} and {b.name} share no scored tasks")
-    rate = lambda nc: nc[1] / nc[0]  # noqa: E731
+    rate = lambda nc: nc[1] / nc[0]
     diff = paired_bootstrap_ci([rate(ca[t]) for t in paired], [rate(cb[t]) for t in paired], 1 - alpha, reps, seed)
 
     mcnemar = None

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 META, TASKS, SAMPLES, SUMMARY = "meta.json", "tasks.jsonl", "samples.jsonl", "summary.json"
 
@@ -64,7 +65,7 @@ class SampleRecord:
         return json.dumps(d, ensure_ascii=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SampleRecord":
+    def from_dict(cls, d: dict[str, Any]) -> SampleRecord:
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
         if d.get("score") is None:

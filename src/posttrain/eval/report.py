@@ -130,7 +130,7 @@ def line_chart(fig_id: str, caption: str, series: list[tuple[str, list[tuple[flo
 
 
 def bar_chart(fig_id: str, caption: str, bars: list[tuple[str, float]], ylabel: str, w: int = 920, h: int = 240) -> str:
-    pad_l, pad_b = 48, 20
+    pad_l = 48
     _, py, body = _axes(w, h, [0, 1], [0.0, 1.0], "tasks (sorted)", ylabel, ymin=0.0, ymax=1.0)
     bw = (w - pad_l - 12) / max(len(bars), 1)
     for i, (name, v) in enumerate(bars):

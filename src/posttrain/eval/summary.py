@@ -22,7 +22,14 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from posttrain.eval.metrics import Price, pass_at_k, pass_hat_k, percentile, safe_ratio, task_mean_ci
+from posttrain.eval.metrics import (
+    Price,
+    pass_at_k,
+    pass_hat_k,
+    percentile,
+    safe_ratio,
+    task_mean_ci,
+)
 from posttrain.eval.records import SampleRecord
 
 
