@@ -78,3 +78,12 @@ def test_endpoint_model_through_the_openai_engine():
     run = evaluate(resolved.engine, suite, EvalSpec(model="http://fake.local/v1", suite="arith:add", max_tokens=8))
     s = run.meta["summary"]
     assert s["pass@1"] == 1.0 and s["tokens_in"] == 5 * 7 and s["tokens_out"] == 5 * 2 and s["latency_p50"] > 0
+
+
+def test_cli_repeat_reports_flakiness(tmp_path, tiny_model_dir):
+    res = runner.invoke(app, ["eval", "--model", str(tiny_model_dir), "--suite", "arith:add", "--limit", "4", "--repeat", "3",
+                              "--temperature", "1", "--max-tokens", "3", "--out", str(tmp_path / "r"), "--json"])
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)
+    # the local engine with per-chunk seeds is deterministic: three repeats, no flips
+    assert s["repeats"] == 3 and s["n_samples"] == 12 and s["flip_rate"] == 0 and s["flaky_tasks"] == []
