@@ -4,7 +4,10 @@ Covers: deterministic pre-training from a seed (character tokenizer built in
 code, procedurally generated problems from the train split only, loss on the
 answer), stopping on held-out greedy accuracy inside a band with a step cap,
 and a content-addressed on-disk cache guarded by a file lock so concurrent
-callers build it once.
+callers build it once. The same machinery builds a base for the code-writing
+domain (`family = "code:ops"` or `"code:linear"`, see `tasks/codegen.py`),
+measured by the sandboxed unit-test verifier instead of exact match; the
+arithmetic path, its cache keys and its results are untouched by that.
 Does not cover: general-purpose pre-training of larger models.
 """
 
@@ -32,8 +35,10 @@ from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer, char_tokenizer
 from posttrain.rewards.verifiers import ExactMatch
 from posttrain.tasks.arithmetic import ArithmeticSource
+from posttrain.tasks.codegen import CodeSource
 
 BASE_FORMAT = 1  # bump when pre-training code changes what a cached model is
+CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
 
 
 @dataclass
@@ -51,14 +56,29 @@ def cache_root(cfg: BaseModelConfig) -> Path:
     return Path(root) / "base"
 
 
+def is_code(cfg: BaseModelConfig) -> bool:
+    return cfg.family.startswith("code:")
+
+
 def base_key(cfg: BaseModelConfig) -> str:
     fields = cfg.model_dump(exclude={"cache_dir"})
+    if is_code(cfg):
+        blob = json.dumps({"format": BASE_FORMAT, "code_format": CODE_BASE_FORMAT, **fields}, sort_keys=True)
+        family = cfg.family.replace(":", "-")
+        return f"{family}-d{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
     blob = json.dumps({"format": BASE_FORMAT, **fields}, sort_keys=True)
     return f"arith-{cfg.family}-d{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
 
 
-def base_task_source(cfg: BaseModelConfig) -> ArithmeticSource:
-    """The problems the base model learns from (train split) and is measured on (held-out split)."""
+def base_task_source(cfg: BaseModelConfig) -> ArithmeticSource | CodeSource:
+    """The problems the base model learns from (train split) and is measured on (held-out split).
+
+    A code family uses the task generator's defaults for every knob but `digits`, so a training
+    source `code:<family>` with the same `tasks.digits` draws from the same distribution.
+    """
+    if is_code(cfg):
+        family = cfg.family.split(":", 1)[1]
+        return CodeSource(family=family, digits=cfg.digits, held_out_fraction=cfg.held_out_fraction)  # type: ignore[arg-type]
     return ArithmeticSource(
         family=cfg.family, digits=cfg.digits, min_digits=cfg.min_digits, held_out_fraction=cfg.held_out_fraction
     )
@@ -104,8 +124,15 @@ def pretrain_base(
     rng = random.Random(cfg.seed)
     held_out = source.take(cfg.eval_size, "held_out", seed=cfg.seed)
     engine = LocalEngine(model, tokenizer)
-    verifier = ExactMatch()
-    max_answer = len(str(10 ** (cfg.digits + 1))) + 2
+    if isinstance(source, CodeSource):
+        from posttrain.rewards.registry import make_verifier
+        from posttrain.tasks.codegen import VERIFIER
+
+        verifier = make_verifier(VERIFIER)  # the sandboxed unit-test verifier, as in RL and evaluation
+        max_answer = source.max_answer_chars + 1
+    else:
+        verifier = ExactMatch()
+        max_answer = len(str(10 ** (cfg.digits + 1))) + 2
     accuracy, step = 0.0, 0
     for step in range(1, cfg.max_steps + 1):
         model.train()

@@ -37,8 +37,9 @@ class BaseModelConfig(_Section):
     """SwiGLU hidden width."""
     num_heads: int = Field(4, ge=1)
     """Attention heads (no grouping: the base model is tiny)."""
-    family: Literal["add", "sub", "addsub", "mul", "chain"] = "add"
-    """The arithmetic family it is pre-trained on (also the quickstart's RL task)."""
+    family: Literal["add", "sub", "addsub", "mul", "chain", "code:ops", "code:linear"] = "add"
+    """The arithmetic family it is pre-trained on (also the quickstart's RL task), or a code-writing family
+    (`code:ops`, `code:linear`; see docs/code_domain.md), whose difficulty knob is `digits` too."""
     digits: int = Field(2, ge=1, le=9)
     """Operands have up to this many digits (2: a 0.86M model reaches the band in a minute or two on 2 cores)."""
     min_digits: int | None = Field(None, ge=1, le=9)
@@ -80,14 +81,20 @@ class ModelSection(_Section):
 
 class TasksConfig(_Section):
     source: str = "arith:add"
-    """`arith:<family>` (add, sub, addsub, mul, chain) or a path to a JSONL task file."""
+    """`arith:<family>` (add, sub, addsub, mul, chain), `code:<family>` (ops, linear), `rg:<dataset>` (a
+    reasoning-gym generator) or a path to a JSONL task file."""
     digits: int = Field(2, ge=1, le=18)
-    """Difficulty knob of the arithmetic generators: operands have up to this many digits."""
+    """Difficulty knob of the arithmetic generators (operands have up to this many digits) and of the code
+    generators (constants have up to this many digits, at most 6)."""
     min_digits: int | None = Field(None, ge=1, le=18)
     """Operand lengths drawn uniformly from min_digits..digits (None: values uniform below 10**digits)."""
     held_out_fraction: float = Field(0.15, gt=0.0, lt=1.0)
     on_error: Literal["fail", "skip"] = "fail"
     """What a malformed JSONL line does: fail the load (listing every bad line) or skip it with a warning."""
+    options: dict[str, Any] = {}
+    """Generator options of `code:<family>` sources (`max_ops`, `operators`, `n_tests`; docs/code_domain.md) and
+    `rg:<dataset>` sources (reasoning-gym config keys, `seed`, `size`, `level`, `answer_format`; docs/reasoning_gym.md).
+    Unknown keys are an error that lists the allowed ones."""
 
 
 class RewardConfig(_Section):

@@ -23,7 +23,7 @@ from posttrain.tasks.jsonl import TaskFileError, load_jsonl
 from posttrain.types import Task
 
 # Modules that register suites when imported; each is imported lazily, the first time the registry is read.
-_PLUGINS: list[str] = ["posttrain.tasks.humaneval"]
+_PLUGINS: list[str] = ["posttrain.tasks.humaneval", "posttrain.tasks.codegen", "posttrain.tasks.reasoning_gym"]
 
 
 @dataclass

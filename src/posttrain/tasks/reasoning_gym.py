@@ -1,0 +1,183 @@
+"""reasoning-gym's procedural generators as suites (`rg:<dataset>`) and training sources.
+
+Covers: turning entries of any registered reasoning-gym dataset into `Task`s
+(prompt = the entry's question, `answer` = its gold answer when it has one,
+`meta["rg"]` = the recipe and the stored entry the verifier needs, so a task
+read back from the run store or a JSONL dump scores the same); difficulty
+through the dataset's own config options (validated: an unknown key is an
+error listing the allowed ones) or its curriculum `level`; the `rg:` suite
+family (entries 0..size-1 of `create_dataset(name, seed=seed, size=size)`, as
+reasoning-gym defines a dataset, or only its train / held-out part); and
+`RGSource`, the `TaskSource` behind `tasks.source = "rg:<dataset>"`, whose
+split is a hash of each question, so held-out questions are never trained on.
+`answer_format = "tag"` appends reasoning-gym's answer-tag instruction to each
+prompt and makes the verifier read the last `<answer>` tag.
+Does not cover: scoring (`rewards/reasoning_gym.py`, reasoning-gym's own
+`score_answer`) or the `composite` dataset's mixtures (build one suite per
+dataset instead).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from posttrain.tasks.base import Split, split_of
+from posttrain.tasks.jsonl import TaskFileError
+from posttrain.tasks.suites import Suite, register_suite
+from posttrain.types import Task
+
+AnswerFormat = Literal["plain", "tag"]
+TAG_INSTRUCTION = "\n\nProvide your final answer between <answer> and </answer> tags."
+DEFAULT_SIZE = 100  # entries in an rg: suite unless `size` says otherwise
+VIRTUAL_SIZE = 1_000_000  # indices a training source draws from
+
+
+def _config_tag(config: dict[str, Any], level: int | None) -> str:
+    if not config and level is None:
+        return ""
+    blob = json.dumps({"config": config, "level": level}, sort_keys=True)
+    return "@" + hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+@dataclass
+class RGSource:
+    """Tasks of one reasoning-gym dataset; `task(i)` is entry i of the dataset (seed, size) names."""
+
+    dataset: str
+    config: dict[str, Any] = field(default_factory=dict)
+    """The dataset's config options (difficulty); seed and size are fields of their own."""
+    level: int | None = None
+    """A curriculum level applied to every attribute before `config` (datasets with a curriculum)."""
+    seed: int = 0
+    size: int = VIRTUAL_SIZE
+    answer_format: AnswerFormat = "plain"
+    held_out_fraction: float = 0.15
+
+    def __post_init__(self) -> None:
+        from posttrain.rewards.reasoning_gym import build_dataset, rg_version
+
+        if self.answer_format not in ("plain", "tag"):
+            raise TaskFileError(f"rg:{self.dataset}: answer_format must be 'plain' or 'tag', got {self.answer_format!r}")
+        if not 0 < self.held_out_fraction < 1:
+            raise TaskFileError(f"rg:{self.dataset}: held_out_fraction must be in (0, 1), got {self.held_out_fraction}")
+        if not isinstance(self.size, int) or self.size < 1:
+            raise TaskFileError(f"rg:{self.dataset}: size must be a positive integer, got {self.size!r}")
+        try:
+            json.dumps(self.config)
+        except TypeError as exc:
+            raise TaskFileError(f"rg:{self.dataset}: options must be JSON values ({exc})") from None
+        self._recipe = {"dataset": self.dataset, "config": dict(self.config), "level": self.level,
+                        "seed": self.seed, "size": self.size, "version": rg_version()}
+        try:
+            self._ds = build_dataset(self._recipe)
+        except ImportError as exc:
+            raise TaskFileError(f"rg:{self.dataset}: {exc}") from None
+        except ValueError as exc:
+            raise TaskFileError(str(exc) if str(exc).startswith("rg:") else f"rg:{self.dataset}: {exc}") from None
+        self._prefix = f"rg:{self.dataset}{_config_tag(self.config, self.level)}:s{self.seed}"
+
+    @property
+    def name(self) -> str:
+        return self._prefix
+
+    def task(self, index: int) -> Task:
+        from posttrain.rewards.reasoning_gym import fingerprint, storable_entry
+
+        try:
+            entry = self._ds[index]
+        except Exception as exc:  # noqa: BLE001 - a generator bug is the user's one-line error, not a traceback
+            raise TaskFileError(f"rg:{self.dataset}: entry {index} failed to generate: {type(exc).__name__}: {exc}") from None
+        gold = entry.get("answer")
+        recipe = {**self._recipe, "index": index, "fingerprint": fingerprint(entry), "entry": storable_entry(entry)}
+        tagged = self.answer_format == "tag"
+        meta: dict[str, Any] = {
+            "verifier": {"type": "reasoning_gym", "extract": "tag" if tagged else "full"},
+            "rg": recipe,
+            "split_key": f"{self.dataset}:{entry['question']}",
+        }
+        if tagged and gold is not None:
+            meta["reference_response"] = f"<answer>{gold}</answer>"  # what the gold answer looks like as a response
+        prompt = str(entry["question"]) + (TAG_INSTRUCTION if tagged else "")
+        return Task(id=f"{self._prefix}:{index}", prompt=prompt, answer=None if gold is None else str(gold), meta=meta)
+
+    def split_of(self, task: Task) -> Split:
+        return split_of(task.meta["split_key"], self.held_out_fraction)
+
+    def sample(self, rng: random.Random, split: Split = "train") -> Task:
+        for _ in range(10_000):
+            task = self.task(rng.randrange(self.size))
+            if self.split_of(task) == split:
+                return task
+        raise TaskFileError(f"{self.name}: could not draw a {split} task (too few distinct questions?)")
+
+    def take(self, n: int, split: Split = "held_out", seed: int = 0) -> list[Task]:
+        rng = random.Random(f"{self.name}:{split}:{seed}")
+        seen: dict[str, Task] = {}
+        questions: set[str] = set()
+        attempts = 0
+        while len(seen) < n and attempts < 20 * n + 100:
+            attempts += 1
+            task = self.task(rng.randrange(self.size))
+            if self.split_of(task) != split or task.meta["split_key"] in questions:
+                continue
+            questions.add(task.meta["split_key"])
+            seen[task.id] = task
+        return list(seen.values())
+
+    def first(self, n: int, split: Split | Literal["all"] = "all") -> list[Task]:
+        """Entries 0, 1, ... of the dataset (only those of `split`), n of them: a fixed evaluation set."""
+        out: list[Task] = []
+        index = 0
+        while len(out) < n and index < self.size and index < 50 * n + 100:
+            task = self.task(index)
+            if split == "all" or self.split_of(task) == split:
+                out.append(task)
+            index += 1
+        return out
+
+
+_SOURCE_KEYS = ("seed", "size", "level", "answer_format")
+
+
+def rg_source(dataset: str, held_out_fraction: float = 0.15, options: dict[str, Any] | None = None) -> RGSource:
+    """The training source `rg:<dataset>`; `options` holds config keys plus seed, size, level, answer_format."""
+    options = dict(options or {})
+    kw = {k: options.pop(k) for k in _SOURCE_KEYS if k in options}
+    kw.setdefault("size", VIRTUAL_SIZE)
+    return RGSource(dataset, config=options, held_out_fraction=held_out_fraction, **kw)
+
+
+@register_suite("rg:", "a reasoning-gym generator: entries 0..size-1 (size, seed, level, config options)")
+def _rg_suite(
+    dataset: str,
+    size: int = DEFAULT_SIZE,
+    seed: int = 0,
+    split: Literal["all", "train", "held_out"] = "all",
+    answer_format: AnswerFormat = "plain",
+    level: int | None = None,
+    held_out_fraction: float = 0.15,
+    limit: int | None = None,
+    **config: Any,
+) -> Suite:
+    from posttrain.rewards.reasoning_gym import ReasoningGymScore
+
+    if split not in ("all", "train", "held_out"):
+        raise TaskFileError(f"rg:{dataset}: split must be 'all', 'train' or 'held_out', got {split!r}")
+    n = size if limit is None else min(size, limit)
+    if split == "all":
+        source = RGSource(dataset, config, level, seed, size, answer_format, held_out_fraction)
+    else:  # draw from a larger index range so that `size` tasks of the split exist
+        source = RGSource(dataset, config, level, seed, VIRTUAL_SIZE, answer_format, held_out_fraction)
+    tasks = source.first(n, split)
+    return Suite(
+        f"rg:{dataset}",
+        tasks,
+        ReasoningGymScore(extract="tag" if answer_format == "tag" else "full"),
+        description=f"{len(tasks)} reasoning-gym {dataset} entries (seed {seed}{', ' + split if split != 'all' else ''})",
+        meta={"dataset": dataset, "size": size, "seed": seed, "split": split, "level": level,
+              "answer_format": answer_format, "config": config, "reasoning_gym": source._recipe["version"]},
+    )

@@ -1,0 +1,165 @@
+"""reasoning-gym adapter: score parity with reasoning-gym's own `score_answer` on every generator,
+options and their errors, the entry codec, the train/held-out split and the training source."""
+
+from __future__ import annotations
+
+import json
+import random
+from fractions import Fraction
+
+import pytest
+import reasoning_gym as rg
+from reasoning_gym.factory import DATASETS
+
+from posttrain.rewards import PerTask, make_verifier, score_sync
+from posttrain.rewards.reasoning_gym import decode_entry, encode_entry, same_value, storable_entry
+from posttrain.tasks import TaskFileError, load_tasks
+from posttrain.tasks.reasoning_gym import RGSource
+from posttrain.tasks.suites import list_suites, load_suite
+from posttrain.types import Task, VerdictStatus
+
+# Every registered generator is either checked for parity or listed here with the reason.
+FAILS_WITH_DEFAULTS = {"composite": "needs a `datasets` mapping of sub-datasets; no default configuration"}
+NO_GOLD = {  # entries have answer None: many answers are right, score_answer simulates or checks them
+    "boxnet": "plans are checked by simulation",
+    "graph_color": "any valid coloring is accepted",
+    "propositional_logic": "any valid derivation is accepted",
+    "rubiks_cube": "any solving move sequence is accepted",
+    "rush_hour": "any solving move sequence is accepted",
+}
+# Entries differ between two calls with the same seed and index: parity is checked on the entry the task stored.
+NONDETERMINISTIC = {"list_functions": "entry 0 of seed 0 changes from call to call in one process"}
+SIZE = 2
+
+
+def _roundtrip(task: Task) -> Task:
+    """What the run store or a JSONL dump gives back."""
+    return Task(task.id, task.prompt, task.answer, json.loads(json.dumps(task.meta)))
+
+
+def _wrong_answers(gold: str) -> list[str]:
+    return ["", gold[::-1] + "?", "0", gold + " 1"]
+
+
+def test_every_registered_generator_is_accounted_for():
+    checked = set(DATASETS) - set(FAILS_WITH_DEFAULTS) - set(NO_GOLD)
+    assert len(DATASETS) >= 100 and len(checked) >= 95
+    for name in FAILS_WITH_DEFAULTS:
+        with pytest.raises(TaskFileError, match=f"rg:{name}"):
+            load_suite(f"rg:{name}", size=SIZE)
+    for name in NO_GOLD:
+        suite = load_suite(f"rg:{name}", size=SIZE)
+        assert all(t.answer is None for t in suite.tasks)
+
+
+@pytest.mark.parametrize("name", sorted(set(DATASETS) - set(FAILS_WITH_DEFAULTS) - set(NO_GOLD)))
+def test_score_parity_with_reasoning_gym(name):
+    suite = load_suite(f"rg:{name}", size=SIZE)
+    reference = rg.create_dataset(name, seed=0, size=SIZE)
+    tasks, responses, expected = [], [], []
+    for i, task in enumerate(suite.tasks):
+        if name in NONDETERMINISTIC:
+            entry = decode_entry(task.meta["rg"]["entry"])
+        else:
+            entry = reference[i]
+            assert task.answer == entry["answer"] and task.prompt == entry["question"]
+        for response in [entry["answer"], *_wrong_answers(entry["answer"])]:
+            tasks.append(_roundtrip(task))
+            responses.append(response)
+            try:
+                expected.append(float(reference.score_answer(response, entry)))
+            except Exception:  # noqa: BLE001 - reasoning-gym's scorer chokes on some wrong answers: we score those 0
+                expected.append("raised")
+    verdicts = score_sync(suite.verifier, tasks, responses)
+    assert [v.status for v in verdicts] == [VerdictStatus.OK] * len(verdicts), [v.details for v in verdicts]
+    assert [v.score if e != "raised" else "raised" for v, e in zip(verdicts, expected)] == expected
+    assert all(v.score == 0.0 and "score_answer raised" in v.details for v, e in zip(verdicts, expected) if e == "raised")
+    assert all(v.passed for v, r, t in zip(verdicts, responses, tasks) if r == t.answer)
+
+
+def test_tag_extraction_follows_reasoning_gym():
+    suite = load_suite("rg:basic_arithmetic", size=3, answer_format="tag")
+    reference = rg.create_dataset("basic_arithmetic", seed=0, size=3)
+    task = suite.tasks[0]
+    gold = task.answer
+    assert task.prompt.endswith("<answer> and </answer> tags.")
+    responses = [f"thinking... <answer> {gold} </answer>", f"<answer>1</answer> then <answer>{gold}</answer>", gold,
+                 task.meta["reference_response"]]
+    verdicts = score_sync(suite.verifier, [task] * len(responses), responses)
+    assert [v.score for v in verdicts] == [1.0, 1.0, 0.0, 1.0]
+    assert verdicts[2].details == "no <answer> tag"
+    assert reference.score_answer(None, reference[0]) == 0.0
+
+
+def test_per_task_dispatch_uses_the_tasks_own_spec():
+    suite = load_suite("rg:leg_counting", size=3)
+    verdicts = score_sync(PerTask(), [_roundtrip(t) for t in suite.tasks], [t.answer for t in suite.tasks])
+    assert [v.score for v in verdicts] == [1.0, 1.0, 1.0]
+    assert all(v.verifier.startswith("reasoning_gym@") for v in verdicts)
+
+
+def test_entries_regenerate_when_not_storable():
+    suite = load_suite("rg:leg_counting", size=2)
+    task = _roundtrip(suite.tasks[0])
+    task.meta["rg"]["entry"] = None  # as for an entry the codec cannot store
+    assert score_sync(suite.verifier, [task], [task.answer])[0].score == 1.0
+    task.meta["rg"]["fingerprint"] = "0" * 16  # a generator that no longer makes the same entry
+    bad = score_sync(suite.verifier, [task], [task.answer])[0]
+    assert bad.status is VerdictStatus.ERROR and "regenerated differently" in bad.details
+
+
+def test_a_task_without_recipe_is_an_error_not_a_zero():
+    v = score_sync(make_verifier("reasoning_gym"), [Task("x", "q", "1")], ["1"])[0]
+    assert v.status is VerdictStatus.ERROR and "meta['rg']" in v.details
+
+
+def test_codec_keeps_python_types():
+    value = {"a": (1, 2.0, [True, None]), 3: {"s": {1, 2}}, "f": Fraction(3, 4), "z": frozenset({"x"}), "c": 1j}
+    back = decode_entry(json.loads(json.dumps(encode_entry(value))))
+    assert same_value(back, value) and back == value
+    assert not same_value((1,), [1]) and not same_value(1, 1.0)
+    assert storable_entry({"x": object()}) is None
+
+
+def test_options_difficulty_and_errors():
+    easy = load_suite("rg:leg_counting", size=3, min_animals=1, max_animals=1)
+    assert all(len(t.meta["rg"]["entry"]["metadata"]["animals"]) == 1 for t in easy.tasks)
+    low = load_suite("rg:leg_counting", size=4, level=0)
+    high = load_suite("rg:leg_counting", size=4, level=9)
+    n_low = [len(t.meta["rg"]["entry"]["metadata"]["animals"]) for t in low.tasks]
+    n_high = [len(t.meta["rg"]["entry"]["metadata"]["animals"]) for t in high.tasks]
+    assert max(n_low) < max(n_high)
+    assert low.tasks[0].id != load_suite("rg:leg_counting", size=4).tasks[0].id  # options change ids
+    with pytest.raises(TaskFileError, match="unknown option.*allowed: min_animals, max_animals"):
+        load_suite("rg:leg_counting", max_legs=3)
+    with pytest.raises(TaskFileError, match="min_animals must be positive"):
+        load_suite("rg:leg_counting", min_animals=0)
+    with pytest.raises(TaskFileError, match="unknown reasoning-gym dataset 'no_such'"):
+        load_suite("rg:no_such")
+    with pytest.raises(TaskFileError, match="split must be"):
+        load_suite("rg:leg_counting", split="test")
+    assert ("rg:<name>", "a reasoning-gym generator: entries 0..size-1 (size, seed, level, config options)") in list_suites()
+
+
+def test_suite_is_reasoning_gyms_dataset_and_splits_are_disjoint():
+    suite = load_suite("rg:chain_sum", size=5, seed=7)
+    reference = rg.create_dataset("chain_sum", seed=7, size=5)
+    assert [t.prompt for t in suite.tasks] == [reference[i]["question"] for i in range(5)]
+    held = load_suite("rg:chain_sum", size=20, split="held_out", held_out_fraction=0.3)
+    train = load_suite("rg:chain_sum", size=20, split="train", held_out_fraction=0.3)
+    assert len(held.tasks) == 20 and len(train.tasks) == 20
+    assert not {t.prompt for t in held.tasks} & {t.prompt for t in train.tasks}
+
+
+def test_training_source():
+    source = load_tasks("rg:basic_arithmetic", held_out_fraction=0.2, options={"min_terms": 2, "max_terms": 2, "seed": 3})
+    assert isinstance(source, RGSource)
+    rng = random.Random(0)
+    train = [source.sample(rng) for _ in range(30)]
+    held = source.take(10, "held_out", seed=0)
+    assert len(held) == 10 and held == source.take(10, "held_out", seed=0)
+    assert not {t.prompt for t in train} & {t.prompt for t in held}
+    verdicts = score_sync(PerTask(), train + held, [t.answer for t in train + held])
+    assert all(v.score == 1.0 for v in verdicts)
+    with pytest.raises(TaskFileError, match="unknown option"):
+        load_tasks("rg:basic_arithmetic", options={"digits": 3})
