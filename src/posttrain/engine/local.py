@@ -263,7 +263,7 @@ class LocalEngine:
         if p_rows > self.pkv.rows or len(req.prompt) + 2 > self.pkv.slots:
             self.pkv.grow(2 * self.pkv.rows if p_rows > self.pkv.rows else 0, len(req.prompt) + 2)
         if self.draft is not None:
-            self.draft.ensure(self.kv.rows, self.kv.slots)
+            self.draft.ensure(self.kv.rows, len(req.prompt) + req.params.max_tokens + self.spec.k + 3)  # whole sequences
 
     def _prefill(self, deltas: list[CompletionDelta]) -> None:
         reqs = self.prefilling

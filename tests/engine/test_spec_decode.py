@@ -1,0 +1,106 @@
+"""Exact speculative decoding: greedy identity, the rejection rule's distribution, and end-to-end chi-square tests."""
+
+import math
+
+import pytest
+import torch
+
+from posttrain.engine import LocalEngine, SpecConfig
+from posttrain.engine.spec_decode import ngram_propose, verify
+from posttrain.models import CausalLM, ModelConfig, char_tokenizer, load_model
+from posttrain.types import SamplingParams
+
+
+def _chi2_pvalue(observed: torch.Tensor, expected_p: torch.Tensor) -> float:
+    """Pearson chi-square goodness of fit; cells with expected count < 5 are pooled."""
+    n = observed.sum()
+    exp = expected_p * n
+    small = exp < 5
+    obs = torch.cat([observed[~small], observed[small].sum()[None]]) if small.any() else observed
+    exp = torch.cat([exp[~small], exp[small].sum()[None]]) if small.any() else exp
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    dof = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def test_ngram_proposer_copies_what_followed_the_suffix():
+    assert ngram_propose([1, 2, 3, 4, 9, 1, 2, 3], k=2, n_max=3, n_min=1) == [4, 9]
+    assert ngram_propose([1, 2, 3], k=2, n_max=3, n_min=2) == []
+
+
+def test_rejection_rule_output_is_distributed_as_the_target():
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    q = torch.tensor([0.1, 0.6, 0.1, 0.2])
+    rows, g = 40_000, torch.Generator().manual_seed(0)
+    drafts = torch.multinomial(q, rows, replacement=True, generator=g)[:, None]
+    n_acc, nxt = verify(p.expand(rows, 2, 4), drafts, torch.ones(rows, dtype=torch.long), q.expand(rows, 1, 4), False, g)
+    first = torch.where(n_acc == 1, drafts[:, 0], nxt)  # the token emitted at the drafted position
+    assert _chi2_pvalue(torch.bincount(first, minlength=4).double(), p.double()) > 1e-3
+
+
+def test_rejection_rule_with_lookup_drafts_keeps_the_target():
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    rows, g = 40_000, torch.Generator().manual_seed(1)
+    drafts = torch.full((rows, 1), 2)  # a deterministic proposal: q is one-hot
+    n_acc, nxt = verify(p.expand(rows, 2, 4), drafts, torch.ones(rows, dtype=torch.long), None, False, g)
+    first = torch.where(n_acc == 1, drafts[:, 0], nxt)
+    assert _chi2_pvalue(torch.bincount(first, minlength=4).double(), p.double()) > 1e-3
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_model_dir):
+    target, tok = load_model(tiny_model_dir)
+    return target, tok
+
+
+def test_greedy_speculative_is_token_identical(pair):
+    target, tok = pair
+    prompts = ["abcabcabcabc", "12+34=46; 12+34=", "xyz"]
+    plain = LocalEngine(target, tok).generate(prompts, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))
+    for spec in (SpecConfig("ngram", k=4), SpecConfig("draft", k=3, draft_model=target)):
+        eng = LocalEngine(target, tok, speculative=spec)
+        got = eng.generate(prompts, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))
+        for a, b in zip(plain, got):
+            assert a[0].token_ids == b[0].token_ids
+            torch.testing.assert_close(torch.tensor(a[0].logprobs), torch.tensor(b[0].logprobs), atol=1e-5, rtol=1e-5)
+        m = eng.metrics()
+        if spec.method == "draft":  # the target as its own draft: every proposal is accepted
+            assert m["spec_acceptance_rate"] == 1.0 and m["tokens_per_forward"] > 2.5
+
+
+def _peaky_model(vocab: int, seed: int) -> CausalLM:
+    cfg = ModelConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    m = CausalLM(cfg)
+    m.init_weights(torch.Generator().manual_seed(seed), std=0.6)  # far from uniform: a meaningful test
+    return m.eval()
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_sampled_distribution_matches_plain_sampling(method):
+    """Chi-square over the joint of three sampled tokens against the target's exact probabilities."""
+    vocab = 6
+    target, draft = _peaky_model(vocab, 0), _peaky_model(vocab, 1)
+    tok = char_tokenizer()
+    prompt = [1, 2, 3, 1, 2]
+    spec = SpecConfig(method, k=3, ngram_min=1, draft_model=draft if method == "draft" else None)
+    eng = LocalEngine(target, tok, speculative=spec, max_batch_rows=4096)
+    params = SamplingParams(n=4000, max_tokens=4, temperature=1.0, ignore_eos=True, seed=5)
+    comps = eng.generate([prompt], params)[0]
+    assert eng.metrics()["spec_accepted"] > 0
+    seqs = torch.tensor([c.token_ids[1:4] for c in comps])  # tokens 2-4: the speculated ones
+    first = torch.tensor([c.token_ids[0] for c in comps])
+    # exact P(x2, x3, x4 | x1 = most common first token) by enumeration
+    x1 = int(torch.bincount(first).argmax())
+    sel = seqs[first == x1]
+    grid = torch.cartesian_prod(*[torch.arange(vocab)] * 3)  # [V^3, 3]
+    ids = torch.cat([torch.tensor(prompt + [x1]).expand(len(grid), -1), grid], 1)
+    with torch.no_grad():
+        logp = torch.log_softmax(target(ids)[:, :-1].double(), -1)
+    pos = len(prompt)
+    lp = sum(logp[torch.arange(len(grid)), pos + j, grid[:, j]] for j in range(3))
+    expected = lp.exp()
+    codes = sel[:, 0] * vocab * vocab + sel[:, 1] * vocab + sel[:, 2]
+    observed = torch.bincount(codes, minlength=vocab**3).double()
+    assert math.isclose(float(expected.sum()), 1.0, rel_tol=1e-6)
+    assert _chi2_pvalue(observed, expected) > 1e-3
