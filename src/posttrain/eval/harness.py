@@ -125,6 +125,28 @@ def _record(task: Task, repeat: int, j: int, c: Completion, v: Verdict, tokens_i
     )
 
 
+def _sample_chunk(engine: Any, verifier: Any, todo: list[Task], repeat: int, params: SamplingParams,
+                  timeout: float | None) -> list[SampleRecord]:
+    """One engine call for `todo`, graded in one batch: a record per (task, sample)."""
+    before = _usage(engine)
+    groups, latencies = _generate(engine, [t.prompt for t in todo], params)
+    after = _usage(engine)
+    flat_tasks = [t for t, g in zip(todo, groups) for _ in g]
+    verdicts = score_sync(verifier, flat_tasks, [c.text for g in groups for c in g], timeout)
+    # a server's token counts come from its usage totals; the local engine's from its tokenizer
+    used_in = (after[0] - before[0]) / len(todo) if before and after else None
+    used_out = (after[1] - before[1]) / max(len(flat_tasks), 1) if before and after else None
+    out, offset = [], 0
+    for task, group, latency in zip(todo, groups, latencies):
+        t_in = _tokens_in(engine, task.prompt) if used_in is None else used_in
+        for j, c in enumerate(group):
+            t_out = len(c.token_ids) if c.token_ids else used_out
+            out.append(_record(task, repeat, j, c, verdicts[offset], None if t_in is None else t_in / len(group),
+                               t_out, latency / len(group)))
+            offset += 1
+    return out
+
+
 def _check_resumable(old: dict[str, Any], new: dict[str, Any], path: Path) -> None:
     for key in _SAMPLING_KEYS:
         if old.get(key) != new.get(key):
@@ -169,24 +191,9 @@ def evaluate(
             if todo:
                 params = SamplingParams(n=spec.n, temperature=spec.temperature, top_p=spec.top_p,
                                         max_tokens=spec.max_tokens, seed=chunk_seed(spec.seed, index))
-                before = _usage(engine)
-                groups, latencies = _generate(engine, [t.prompt for t in todo], params)
-                after = _usage(engine)
-                flat_tasks = [t for t, g in zip(todo, groups) for _ in g]
-                verdicts = score_sync(suite.verifier, flat_tasks, [c.text for g in groups for c in g], spec.verify_timeout_s)
-                used_in = (after[0] - before[0]) / len(todo) if before and after else None
-                used_out = (after[1] - before[1]) / max(len(flat_tasks), 1) if before and after else None
-                new, offset = [], 0
-                for task, group, latency in zip(todo, groups, latencies):
-                    t_in = _tokens_in(engine, task.prompt) if used_in is None else used_in
-                    for j, c in enumerate(group):
-                        t_out = len(c.token_ids) if c.token_ids else used_out
-                        rec = _record(task, repeat, j, c, verdicts[offset], None if t_in is None else t_in / len(group),
-                                      t_out, latency / len(group))
-                        offset += 1
-                        if rec.key not in done:
-                            new.append(rec)
-                            done[rec.key] = rec
+                new = [r for r in _sample_chunk(engine, suite.verifier, todo, repeat, params, spec.verify_timeout_s)
+                       if r.key not in done]
+                done.update((r.key, r) for r in new)
                 if store is not None:
                     store.append(new)
             finished += 1
