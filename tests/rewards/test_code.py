@@ -208,3 +208,22 @@ def test_split_check_counts_each_assert_statement():
     task = Task("t", "p", meta={"tests": tests, "entry_point": "sq", "split_check": True})
     v = safe_verify(FAST, task, "def sq(x):\n    return x * x\n")
     assert v.score == 0.5 and "not reached: TypeError" in details(v)["failures"][0]["error"]
+
+
+def test_identical_responses_are_judged_once_and_share_the_verdict(monkeypatch):
+    import posttrain.rewards.code as code
+
+    runs = []
+    real = code.shared_sandbox()
+
+    class Counting:
+        async def arun(self, *args, **kwargs):
+            runs.append(json.loads(kwargs["stdin"])["items"])
+            return await real.arun(*args, **kwargs)
+
+    monkeypatch.setattr(code, "shared_sandbox", lambda prefork=True: Counting())
+    good, bad = "def sq(x):\n    return x * x\n", "def sq(x):\n    return -1\n"
+    verdicts = score_sync(FAST, [SQ] * 6, [good, bad, good, good, bad, good])
+    assert [v.score for v in verdicts] == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    assert sum(len(items) for items in runs) == 2
+    assert verdicts[0] is not verdicts[2]
