@@ -251,7 +251,7 @@ def _print_comparison(c) -> None:
     con.print(view)
     for name, rows in (("regressed", c.regressed), ("improved", c.improved)):
         if rows:
-            t = Table(title=f"{len(rows)} task(s) {name} (Fisher exact, BH q <= {c.alpha})")
+            t = Table(title=f"{len(rows)} {name} (Fisher, BH q <= {c.alpha})")
             for col in ("task", "A", "B", "p", "q"):
                 t.add_column(col)
             for r in rows[:50]:
