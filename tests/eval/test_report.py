@@ -43,6 +43,8 @@ def _run_dir(path):
         store.log_eval(2, "held_out", {"greedy_accuracy": 0.5}, {"a": 1.0, "b": 1.0})
         store.log_eval(4, "held_out", {"greedy_accuracy": 0.4}, {"a": 1.0, "b": 0.0})
         store.log_eval_samples(4, "held_out", [("b", 0, EVIL, 0.0, 0, "ok", "exact@abc", "expected 3")])
+        store.log_step(5, {"reward": 0.5}, samples=[(0, j, "g", f"rollout {j}", 3, "stop", 1.0, 1, "ok", "exact@abc", "", 5)
+                                                    for j in range(2)])
     return path
 
 
@@ -84,7 +86,7 @@ def test_report_renders_in_chromium_with_the_expected_figures(tmp_path):
     assert dom.count('class="bar"') == 40  # 20 tasks x 2 evals
     passk = dom[dom.index('id="fig-passk"'):dom.index('id="fig-tasks-0"')]
     assert passk.count('class="pt"') == 6  # k = 1, 2, 4 for two evals
-    assert dom.count('class="sample"') == 2 * 160 + 1
+    assert dom.count('class="sample"') == 2 * 160 + 1 + 2  # two evals, one eval sample, two rollouts
     assert 'id="regressions"' in dom and "REGRESSION" in dom and 'class="regressed"' in dom
     assert 'id="run-regressions"' in dom and ">b</td>" in dom  # task b passed at step 2, fails at step 4
 

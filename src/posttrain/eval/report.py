@@ -245,7 +245,7 @@ def _eval_sections(evals: list[tuple[EvalRun, dict[str, Any]]]) -> tuple[list[st
 
 
 def _run_sections(path: Path) -> tuple[str, list[str], str]:
-    from posttrain.eval.training import eval_samples, regression_flags, task_series
+    from posttrain.eval.training import eval_samples, regression_flags, rollout_samples, task_series
     from posttrain.store.run_store import RunStore
 
     store = RunStore(path / "run.sqlite")
@@ -272,7 +272,7 @@ def _run_sections(path: Path) -> tuple[str, list[str], str]:
         series = task_series(store)
         n_tasks = sum(len(v) for v in series.values())
         table += f'<p class="muted">{n_tasks} per-task series across {len({s for s, _, _ in evals})} evaluated steps.</p>'
-        samples = eval_samples(store, limit=MAX_SAMPLES)
+        samples = eval_samples(store, limit=MAX_SAMPLES) + rollout_samples(store, limit=500)
         return table, figs, _samples(samples, {}, path.name)
     finally:
         store.close()

@@ -74,3 +74,13 @@ def regression_flags(store: RunStore) -> list[dict[str, Any]]:
 def eval_samples(store: RunStore, limit: int = 3000) -> list[dict[str, Any]]:
     """The newest stored evaluation responses, shaped for the report's drill-down."""
     return [{**r, "where": f"{r['name']} @ step {r['step']}", "passed": bool(r["passed"])} for r in store.eval_samples(limit=limit)]
+
+
+def rollout_samples(store: RunStore, limit: int = 500) -> list[dict[str, Any]]:
+    """The newest step's training rollouts (completion and verdict), shaped like `eval_samples`."""
+    rows = store.db.execute(
+        "SELECT step, group_idx, sample_idx, task_id, completion, score, passed, status, verifier, details FROM samples "
+        "WHERE step = (SELECT MAX(step) FROM samples) ORDER BY group_idx, sample_idx LIMIT ?", (limit,))
+    return [{"task_id": t, "response": c, "score": sc, "passed": bool(p), "status": st, "verifier": v, "details": d,
+             "where": f"rollout @ step {s} g{g} s{j}"} for s, g, j, t, c, sc, p, st, v, d in rows]
+
