@@ -245,7 +245,12 @@ def _eval_sections(evals: list[tuple[EvalRun, dict[str, Any]]]) -> tuple[list[st
 
 
 def _run_sections(path: Path) -> tuple[str, list[str], str]:
-    from posttrain.eval.training import eval_samples, regression_flags, rollout_samples, task_series
+    from posttrain.eval.training import (
+        eval_samples,
+        regression_flags,
+        rollout_samples,
+        task_series,
+    )
     from posttrain.store.run_store import RunStore
 
     store = RunStore(path / "run.sqlite")
