@@ -221,7 +221,12 @@ class LocalEngine:
 
     def _slots_for(self, req: Request) -> int:
         extra = self.spec.k + 1 if self.spec is not None else 0
-        return (0 if self.cascade else len(req.prompt)) + req.params.max_tokens + extra + 2
+        return (0 if self._shares(req) else len(req.prompt)) + req.params.max_tokens + extra + 2
+
+    def _shares(self, req: Request) -> bool:
+        """Its samples read the prompt from the prompt store (cascade); a lone sample copies it into its row,
+        which keeps the decode step to plain attention."""
+        return self.cascade and req.params.n > 1
 
     def _admit(self) -> None:
         while self.waiting:
@@ -306,8 +311,9 @@ class LocalEngine:
         if self.prefix is not None:
             pr = req.prompt_row
             self.prefix.insert(req.prompt, lambda lo, hi: [c[pr, :, lo:hi] for c in self.pkv.k + self.pkv.v])
-        base = p_len if self.cascade else 0
-        if not self.cascade:
+        shared = self._shares(req)
+        base = p_len if shared else 0
+        if not shared:
             self.pkv.copy_rows(self.kv, [req.prompt_row] * n, rows, p_len)
             self._free_prompt_row(req)
         seqs = [Sequence(req, j, list(req.prompt), row, p_len, base) for j, row in enumerate(rows)]
@@ -391,13 +397,13 @@ class LocalEngine:
 
     def _shared(self, seqs: list[Sequence]) -> SharedPrefix | None:
         """Each running row's group in the prompt store, for cascade attention."""
-        if not self.cascade:
+        if not self.cascade or not any(s.base for s in seqs):
             return None
         groups = len(self.p_owner)
         count = [0] * groups
         group, member = [], []
         for s in seqs:
-            g = s.request.prompt_row
+            g = s.request.prompt_row if s.base else 0  # a row holding its own prompt: any group, all masked
             group.append(g)
             member.append(count[g])
             count[g] += 1
@@ -485,7 +491,7 @@ class LocalEngine:
             req.unfinished -= 1
             if req.unfinished == 0:
                 req.status = RequestStatus.FINISHED
-                if self.cascade:
+                if self._shares(req):
                     self._free_prompt_row(req)
 
     def _kv_source(self, s: Sequence):

@@ -225,6 +225,17 @@ class CausalLM(nn.Module):
                 else:
                     p.normal_(0.0, std, generator=generator)
 
+    def _rope(self, position_ids: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """`rope_cos_sin` by table lookup: the same values, computed once per length instead of every step."""
+        need = int(position_ids.max()) + 1 if position_ids.numel() else 1
+        table = getattr(self, "_rope_table", None)
+        if table is None or table[0].shape[1] < need or table[0].dtype != dtype or table[0].device != position_ids.device:
+            length = max(need, 2 * table[0].shape[1] if table is not None else 256)
+            positions = torch.arange(length, device=position_ids.device)[None]
+            cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, dtype)
+            table = self._rope_table = (cos[:, :, 0], sin[:, :, 0])  # [1, L, D]
+        return table[0][0][position_ids][:, :, None], table[1][0][position_ids][:, :, None]
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -244,7 +255,7 @@ class CausalLM(nn.Module):
         else:
             position_ids, mask = cache.prepare(input_ids, position_ids, attention_mask)
         h = self.model.embed_tokens(input_ids)
-        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, h.dtype)
+        cos, sin = self._rope(position_ids, h.dtype)
         for i, layer in enumerate(self.model.layers):
             h = layer(h, cos, sin, mask, cache, i)
         if cache is not None:
