@@ -16,8 +16,10 @@ Each task carries, in `meta`, Python assert-style tests (`assert f(4) == 11`)
 at hidden inputs as well as the shown ones, the function name and the
 template that turns a response into a module (`def f(x):\n    return
 {response}\n`); the sandboxed unit-test verifier (`rewards/code.py`,
-kind `python_tests`) runs them, so any program with the same behaviour scores
-full marks and a lookup table of the shown examples does not. Expected
+kind `python_tests`, wrapped in `dedup` so a batch's identical responses run
+once) runs them, so any program with the same behaviour scores full marks,
+partial credit is the fraction of tests passed, and a lookup table of the
+shown examples fails the hidden inputs. Expected
 outputs are computed here from the task's own specification, never by
 running model output on the host. The split is a hash of the specification,
 as in `arithmetic.py`, so a held-out problem is never trained on.
