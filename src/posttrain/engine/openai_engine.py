@@ -253,8 +253,8 @@ class OpenAIEngine:
                 body["logprobs"] = True
         else:
             body["prompt"] = prompt
-            if self.logprobs:
-                body["logprobs"] = 1
+            if self.logprobs:  # 0: the sampled token's only (vLLM, SGLang, posttrain serve); hosted APIs want >= 1
+                body["logprobs"] = 0 if self.extras else 1
         return body
 
     async def _request(
