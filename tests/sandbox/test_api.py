@@ -38,6 +38,14 @@ def test_prefork_interpreter_behaves_like_python_c(sandbox):
     assert crash.exit_code == 1 and "ZeroDivisionError" in crash.stderr
 
 
+def test_prefork_interpreter_handles_signals_like_python_c(sandbox):
+    code = ("import os, signal\nprint([str(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGPIPE, "
+            "signal.SIGXFSZ, signal.SIGTERM, signal.SIGCHLD)], flush=True)\nos.kill(os.getpid(), signal.SIGTERM)")
+    pre, cmd = sandbox.run(code=code, prefork=True), sandbox.run(code=code)
+    assert pre.stdout == cmd.stdout and "default_int_handler" in pre.stdout, (pre, cmd)
+    assert pre.signal == cmd.signal == signal.SIGTERM  # a task is not its namespace's init
+
+
 def test_prefork_interpreter_imports_workspace_modules_and_hashes_like_a_command(sandbox):
     files = {"sol.py": "def add(a, b):\n    return a + b\n"}
     code = "from sol import add; print(add(2, 3), hash('posttrain'))"
@@ -70,7 +78,7 @@ def test_pytest_style_tests_run_inside(sandbox):
 def test_arun_runs_concurrently_from_asyncio(sandbox):
     async def many():
         t = time.monotonic()
-        rs = await asyncio.gather(*(sandbox.arun(code="import time; time.sleep(0.5)") for _ in range(4)))
+        rs = await asyncio.gather(*(sandbox.arun(code="import time; time.sleep(0.5)", prefork=True) for _ in range(4)))
         return rs, time.monotonic() - t
 
     rs, elapsed = asyncio.run(many())

@@ -6,17 +6,18 @@ Covers, in this process (started by ``launcher.ServerHandle``):
    a read-only root of runtime binds (``/usr``, the Python prefix, a few ``/etc`` files),
    and a PID namespace of which it is init, so that when it dies every sandbox dies with it.
    It never runs untrusted code; it only forks.
-2. Per execution: fork G straight into a fresh PID namespace (``_fork_init``: the server
-   unshares CLONE_NEWPID for its children, forks, and setns()es back). G, init of the task,
-   joins the task's cgroups through files the manager opened, reports its host pid to the
-   manager (SCM_CREDENTIALS), unshares mount, IPC, UTS and (unless networking is opted in)
-   network namespaces, mounts a fresh /proc, a size-capped /tmp, /dev/shm and /work (tmpfs,
-   or an overlay over a session's layers), sets rlimits, drops every capability, sets
-   no_new_privs, installs the seccomp filter, and starts the task T as pid 2: a command by
-   posix_spawn, or, in the pre-forked interpreter mode, a fork that runs Python source
-   in-process (no interpreter start-up). G stays as init, reaping, and reports T's status;
-   the server reaps G and reports G's own status and resource usage.
-   When G exits the kernel kills everything left in its PID namespace (daemons included).
+2. Per execution (``_start``): in a fresh PID namespace (the server unshares CLONE_NEWPID
+   for its children and setns()es back), G, pid 1, is an idle init that shares the server's
+   memory and does nothing but sleep (``_syscalls.clone_idle``), and T, pid 2, is a fork of
+   the server that confines itself (``_task_main``): joins the task's cgroups through files
+   the manager opened, unshares mount, IPC, UTS and (unless networking is opted in) network
+   namespaces, mounts a fresh /proc, a size-capped /tmp, /dev/shm and /work (tmpfs, or an
+   overlay over a session's layers), sets rlimits, drops every capability, sets
+   no_new_privs, installs the seccomp filter, and becomes the task: execve of a command, or,
+   in the pre-forked interpreter mode, Python source run in-process (no interpreter
+   start-up). The server sends the manager a pidfd of G first, reaps T and reports its wait
+   status, then kills G: the kernel then kills everything left in the namespace (daemons
+   included). Orphans of the task are reaped then, not while it runs (G runs no code).
 3. Session workspaces: a size-capped tmpfs per session inside this server's mount namespace
    holding overlay layers; snapshot renames the upper layer into a new lower one, rollback
    discards layers. Nothing is mounted on the host, so nothing can leak there.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import ctypes
 import io
 import json
 import os
@@ -48,6 +50,7 @@ import socket
 import sys
 import traceback
 import types
+from dataclasses import dataclass
 
 from posttrain.sandbox import _syscalls as sc
 from posttrain.sandbox import _wire, seccomp
@@ -143,12 +146,15 @@ def _build_root(config: dict) -> list[str]:
 # ----------------------------------------------------------------------------- one execution
 
 
-def _task_init(req: dict, fds: list[int], seccomp_program: bytes | None) -> None:
-    """G: init of the task's PID namespace: joins the task's cgroups, says hello, builds the
-    task's namespaces, forks the task, reaps. Never returns."""
+def _task_main(req: dict, fds: list[int], seccomp_program: bytes | None) -> None:
+    """T, pid 2 of its PID namespace: joins the task's cgroups, builds the task's other
+    namespaces and confinement, then becomes the task (execve of a command, or Python source
+    run in this already-started interpreter). Never returns."""
     status = socket.socket(fileno=fds[0])
     named = {"stdin": fds[1], "stdout": fds[2], "stderr": fds[3]}
+    command = req.get("code") is None
     try:
+        sc.set_name(b"sandbox-task")  # until it becomes the task
         sc.set_pdeathsig(signal.SIGKILL)
         # Join the task's cgroups through cgroup.procs files the manager opened as root
         # (cgroup v1 checks the opener's credentials); "0" means the writer itself. The fds
@@ -156,11 +162,10 @@ def _task_init(req: dict, fds: list[int], seccomp_program: bytes | None) -> None
         for fd in fds[4:]:
             os.write(fd, b"0")
             os.close(fd)
-        _wire.send(status, {"hello": True})  # the manager reads our host pid off SCM_CREDENTIALS
         flags = sc.CLONE_NEWNS | sc.CLONE_NEWIPC | sc.CLONE_NEWUTS
         if not req["network"]:
             flags |= sc.CLONE_NEWNET
-        sc.unshare(flags)  # PID: already done by the server's fork (``_fork_init``)
+        sc.unshare(flags)  # PID: already done by the server (``_start``)
         limits = req["limits"]
         disk = int(limits["disk_mb"]) << 20
         sc.sethostname("sandbox")
@@ -189,78 +194,48 @@ def _task_init(req: dict, fds: list[int], seccomp_program: bytes | None) -> None
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(base64.b64decode(content))
+        exe = _resolve(req, named["stderr"]) if command else None
         if seccomp_program is not None:
             seccomp.install(seccomp_program)
-        # Non-dumpable: the task (same uid) cannot open /proc/1/mem or /proc/1/fd/* to forge
-        # the status this process reports.
-        sc.prctl(sc.PR_SET_DUMPABLE, 0)
-        task = _spawn_command(req, named) if req.get("code") is None else os.fork()
+        sc.set_name(_TASK_NAME)
+        os.dup2(named["stdin"], 0)
+        os.dup2(named["stdout"], 1)
+        os.dup2(named["stderr"], 2)
+        # Nothing but stdio reaches the task: not the status socket, not the pipes' originals.
+        status.detach()
+        os.closerange(3, 1 << 16)
     except BaseException as e:  # noqa: BLE001 - any set-up failure is the sandbox's
         try:
             _wire.send(status, {"setup_error": f"{type(e).__name__}: {e}"})
         finally:
             os._exit(EXIT_SETUP_FAILED)
-    if task == 0:
-        _task(req, named, status)
-    if task < 0:  # the command could not be started: report it as the shell would
-        try:
-            _wire.send(status, {"task_wstatus": (-task) << 8})
-        finally:
-            os._exit(0)
-    # Init of the namespace: the task is pid 2 so that it can signal itself (init ignores
-    # signals it has no handler for); reap orphans until the task ends, then report and
-    # exit, which kills whatever is left in the namespace.
-    for fd in named.values():
-        os.close(fd)
-    while True:
-        try:
-            pid, wstatus = os.wait()
-        except ChildProcessError:
-            os._exit(EXIT_SETUP_FAILED)
-        if pid == task:
-            try:
-                _wire.send(status, {"task_wstatus": wstatus})
-            finally:
-                os._exit(0)
+    if command:
+        _exec_command(req, exe)
+    sc.prctl(sc.PR_SET_DUMPABLE, 1)  # as a plain interpreter: its own /proc/self is its own
+    _run_python_inline(req["code"], req.get("argv") or [], req["env"])
 
 
-def _spawn_command(req: dict, fds: dict[str, int]) -> int:
-    """T for a command: posix_spawn (vfork + exec, no copy of this interpreter's memory).
-    Returns its pid, or -126/-127 after writing the reason to the task's stderr."""
+def _resolve(req: dict, stderr: int) -> str | int:
+    """The executable a command names, or the exit code of a shell that could not find it."""
     argv, env = req["argv"], req["env"]
     exe = shutil.which(argv[0], path=env.get("PATH")) if "/" not in argv[0] else argv[0]
     if exe is None:
-        os.write(fds["stderr"], f"sandbox: {argv[0]}: command not found\n".encode())
-        return -127
-    actions = [(os.POSIX_SPAWN_DUP2, fds["stdin"], 0), (os.POSIX_SPAWN_DUP2, fds["stdout"], 1),
-               (os.POSIX_SPAWN_DUP2, fds["stderr"], 2)]
-    try:  # every other fd this process holds is close-on-exec
-        return os.posix_spawn(exe, argv, env, file_actions=actions,
-                              setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
-    except OSError as e:
-        os.write(fds["stderr"], f"sandbox: {argv[0]}: {e.strerror}\n".encode())
-        return -126
+        os.write(stderr, f"sandbox: {argv[0]}: command not found\n".encode())
+        return 127
+    return exe
 
 
-def _task(req: dict, fds: dict[str, int], status: socket.socket) -> None:
-    """T for Python source in the pre-forked interpreter: pid 2 of its namespace. Never returns."""
+def _exec_command(req: dict, exe: str | int) -> None:
+    """Become the command (stdio already in place). Never returns."""
+    if isinstance(exe, int):
+        os._exit(exe)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # ignored by Python; an execve keeps that
+        signal.signal(sig, signal.SIG_DFL)
     try:
-        sc.set_name(_TASK_NAME)
-        sc.prctl(sc.PR_SET_DUMPABLE, 1)
-        os.dup2(fds["stdin"], 0)
-        os.dup2(fds["stdout"], 1)
-        os.dup2(fds["stderr"], 2)
-        keep = status.fileno()
-        os.closerange(3, keep)
-        os.closerange(keep + 1, 1 << 16)
-        os.set_inheritable(keep, False)
-    except BaseException as e:  # noqa: BLE001
-        try:
-            _wire.send(status, {"setup_error": f"{type(e).__name__}: {e}"})
-        finally:
-            os._exit(EXIT_SETUP_FAILED)
-    status.close()
-    _run_python_inline(req["code"], req.get("argv") or [], req["env"])
+        os.execve(exe, req["argv"], req["env"])
+    except OSError as e:
+        os.write(2, f"sandbox: {req['argv'][0]}: {e.strerror}\n".encode())
+    os._exit(126)
 
 
 def _set_rlimits(limits: dict) -> None:
@@ -277,6 +252,7 @@ def _set_rlimits(limits: dict) -> None:
 
 def _run_python_inline(code: str, argv: list[str], env: dict[str, str]) -> None:
     """The pre-forked interpreter: behave like ``python -c code`` without starting Python."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the server runs without it
     os.environ.clear()
     os.environ.update(env)
     sys.argv = ["-c", *argv]
@@ -353,47 +329,78 @@ def _session_op(req: dict) -> dict:
 # ----------------------------------------------------------------------------- main loop
 
 
-def _fork_init(req: dict, fds: list[int], program: bytes | None, pidns: int, inherited: list[int]) -> int:
-    """Fork G directly into a fresh PID namespace, of which it is init.
+@dataclass
+class _Execution:
+    """What the server tracks of one running execution."""
 
-    Why no intermediate process: a new PID namespace takes effect only for children, so an
-    earlier design forked a keeper that unshared and forked again. Profiling (perf, 2 cores)
-    showed every fork of this interpreter costing ~1.5 ms of page-table copies, copy-on-write
-    faults and exit-time unmapping, about a quarter of a pre-forked run's CPU. Instead the
-    server points its own pid_for_children at a fresh namespace (unshare), forks G straight
-    into it, and points it back (setns to its own namespace); G joins the cgroups, says hello
-    and unshares the other namespaces itself, and the server reaps G and reports its status.
+    task: int
+    init: int
+    init_pidfd: int
+    status: socket.socket
+    stack: ctypes.Array
+
+
+def _start(req: dict, fds: list[int], program: bytes | None, pidns: int, inherited: list[int]) -> _Execution:
+    """Start an execution: its init G and its task T, in a fresh PID namespace.
+
+    G, pid 1, is ``clone_idle``: a process that shares the server's memory and descriptor
+    table and only sleeps, so it costs microseconds. It is there because a PID namespace
+    needs an init, and the task must not be it: init ignores every signal it has no handler
+    for, even the task's own ``kill(getpid(), SIGTERM)``. T, pid 2, is a fork of the server
+    that confines itself (``_task_main``). The server reaps T itself (its wait status is the
+    task's), then kills G, which takes down whatever is left in the namespace.
+
+    History: G used to be a fork of this interpreter that confined itself and forked T.
+    Profiling (perf, 2 cores) showed each fork of a Python interpreter costing ~2.5 ms of page
+    table copies, copy-on-write faults and unmapping at exit: a fifth of a pre-forked run.
     """
-    sc.unshare(sc.CLONE_NEWPID)
-    pid = -1
+    stack = ctypes.create_string_buffer(sc.IDLE_STACK_BYTES)
+    sc.unshare(sc.CLONE_NEWPID)  # for our children from now on, until the setns below
+    init = task = init_pidfd = -1
+    status = socket.socket(fileno=os.dup(fds[0]))  # ours, for the final status
     try:
-        pid = os.fork()
-        if pid == 0:
+        init = sc.clone_idle(stack)
+        init_pidfd = os.pidfd_open(init)
+        # First on the status socket, before T can write there: the manager may kill G.
+        _wire.send(status, {"hello": True}, [init_pidfd])
+        task = os.fork()
+        if task == 0:
             try:
-                for fd in inherited:  # the control socket, other executions' status and pidfds
+                for fd in (*inherited, init_pidfd, status.detach()):  # control socket, others' fds
                     os.close(fd)
-                sc.set_name(b"sandbox-init")
-                _task_init(req, fds, program)
+                _task_main(req, fds, program)
             finally:
                 os._exit(EXIT_SETUP_FAILED)
+    except BaseException:
+        status.close()
+        if init_pidfd >= 0:
+            os.close(init_pidfd)
+        if init > 0:
+            os.kill(init, signal.SIGKILL)
+            os.waitpid(init, 0)
+        raise
     finally:
-        if pid != 0:
+        if task != 0:
             try:
                 sc.setns(pidns, sc.CLONE_NEWPID)
             except OSError:
                 # Children would land in this execution's namespace from now on: no safe
                 # way on. Exiting kills every sandbox; the manager starts a new server.
                 os._exit(1)
-    return pid
+    return _Execution(task, init, init_pidfd, status, stack)
 
 
-def _report_exit(pid: int, status_fd: int) -> None:
-    """Reap G and send its wait status and resource usage (what the task's own status
-    message cannot say when G itself was killed) on the execution's status socket."""
-    with socket.socket(fileno=status_fd) as sock:
-        _, wstatus, ru = os.wait4(pid, 0)
+def _report_exit(ex: _Execution) -> None:
+    """Reap T, kill G (the kernel then kills the rest of the namespace), and send T's wait
+    status and resource usage on the execution's status socket."""
+    _, wstatus, ru = os.wait4(ex.task, 0)
+    try:
+        signal.pidfd_send_signal(ex.init_pidfd, signal.SIGKILL)
+    except OSError:
+        pass
+    with ex.status as sock:
         try:
-            _wire.send(sock, {"wstatus": wstatus, "utime": ru.ru_utime, "stime": ru.ru_stime,
+            _wire.send(sock, {"task_wstatus": wstatus, "utime": ru.ru_utime, "stime": ru.ru_stime,
                               "maxrss_kb": ru.ru_maxrss})
         except OSError:  # the manager stopped listening
             pass
@@ -403,6 +410,11 @@ def _serve(ctl: socket.socket, config: dict) -> None:
     global _TASK_NAME
     _TASK_NAME = sc.get_name()
     sc.set_name(b"sandbox-server")
+    # Every task's init shares this memory: no signal may have a handler that would run in
+    # it (Python's SIGINT handler would raise KeyboardInterrupt here), and nothing in a
+    # namespace may open the memory, descriptors or root through /proc/1.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    sc.prctl(sc.PR_SET_DUMPABLE, 0)
     warnings = _build_root(config)
     sc.drop_bounding_set()
     for mod in config.get("preload", []):
@@ -410,18 +422,29 @@ def _serve(ctl: socket.socket, config: dict) -> None:
             __import__(mod)
         except Exception as e:  # noqa: BLE001
             warnings.append(f"preload {mod!r} failed: {e}")
+    for sig in signal.valid_signals():
+        handler = signal.getsignal(sig)
+        if handler not in (signal.SIG_DFL, signal.SIG_IGN, None):
+            signal.signal(sig, signal.SIG_DFL)
     program = seccomp.filter_for_machine() if config.get("seccomp", True) else None
     if program is None:
         warnings.append(f"no seccomp filter for {os.uname().machine}: dangerous syscalls are not filtered")
     pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-    inits: dict[int, tuple[int, int]] = {}  # pidfd -> (pid of G, our copy of its status socket)
+    running: dict[int, _Execution] = {}  # pidfd of T -> its execution
+    dying: dict[int, tuple[int, ctypes.Array]] = {}  # pidfd of a killed G -> (pid, stack)
     _wire.send(ctl, {"ready": True, "warnings": warnings})
     while True:
-        ready, _, _ = select.select([ctl, *inits], [], [])
-        for pidfd in ready:
-            if pidfd is not ctl:
-                os.close(pidfd)
-                _report_exit(*inits.pop(pidfd))
+        ready, _, _ = select.select([ctl, *running, *dying], [], [])
+        for fd in ready:
+            if fd in running:
+                os.close(fd)
+                ex = running.pop(fd)
+                _report_exit(ex)
+                dying[ex.init_pidfd] = (ex.init, ex.stack)
+            elif fd in dying:
+                pid, _stack = dying.pop(fd)
+                os.waitpid(pid, 0)
+                os.close(fd)  # only now may its stack be freed
         if ctl not in ready:
             continue
         req, fds = _wire.recv(ctl)
@@ -429,13 +452,18 @@ def _serve(ctl: socket.socket, config: dict) -> None:
             os._exit(0)  # manager gone: dying as PID-namespace init kills every sandbox
         if req["op"] == "exec":
             try:
-                inherited = [ctl.fileno(), pidns, *inits, *(st for _, st in inits.values())]
-                pid = _fork_init(req, fds, program, pidns, inherited)
+                inherited = [ctl.fileno(), pidns, *running, *dying,
+                             *(x for ex in running.values() for x in (ex.init_pidfd, ex.status.fileno()))]
+                ex = _start(req, fds, program, pidns, inherited)
                 try:
-                    inits[os.pidfd_open(pid)] = (pid, os.dup(fds[0]))
+                    running[os.pidfd_open(ex.task)] = ex
                 except OSError:
-                    os.kill(pid, signal.SIGKILL)  # untracked, it could not be reaped
-                    os.waitpid(pid, 0)
+                    os.kill(ex.task, signal.SIGKILL)  # untracked, it could not be reaped
+                    os.waitpid(ex.task, 0)
+                    signal.pidfd_send_signal(ex.init_pidfd, signal.SIGKILL)
+                    os.waitpid(ex.init, 0)
+                    os.close(ex.init_pidfd)
+                    ex.status.close()
                     raise
             except OSError as e:
                 with socket.socket(fileno=os.dup(fds[0])) as sock:

@@ -1,8 +1,9 @@
 """Thin ctypes wrappers over the Linux calls the sandbox needs and Python 3.11 lacks.
 
 Covers: unshare, setns, namespace setup (mount, umount2, pivot_root, sethostname),
-capability dropping (capset, bounding set, securebits), no_new_privs, PDEATHSIG, and
-bringing up the loopback interface of a fresh network namespace.
+capability dropping (capset, bounding set, securebits), no_new_privs, PDEATHSIG,
+bringing up the loopback interface of a fresh network namespace, and ``clone_idle``: a
+process that shares its creator's memory and only sleeps (a PID namespace's init).
 
 Does not cover: seccomp filters (``seccomp.py``), cgroups (``cgroups.py``), or any policy;
 every function here raises ``OSError`` with the errno of the failing call and nothing else.
@@ -15,11 +16,14 @@ import ctypes
 import errno
 import fcntl
 import os
+import signal
 import socket
 import struct
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
+CLONE_VM = 0x00000100
+CLONE_FILES = 0x00000400
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
@@ -64,6 +68,8 @@ _libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 _libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _libc.syscall.restype = ctypes.c_long
+_libc.clone.restype = ctypes.c_int
+_libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
 
 
 def _check(ret: int, what: str) -> int:
@@ -188,3 +194,28 @@ def loopback_up() -> None:
         ifreq = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(s.fileno(), siocgifflags, ifreq))[1]
         fcntl.ioctl(s.fileno(), siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
+
+
+# The code an idle init runs: x86_64 ``syscall(SYS_pause)`` (a bare assembly stub that touches
+# no thread state); elsewhere glibc's ``pause`` (a direct syscall in a single-threaded process).
+if os.uname().machine == "x86_64":
+    _IDLE_FN, _IDLE_ARG = ctypes.cast(_libc.syscall, ctypes.c_void_p).value, 34  # __NR_pause
+else:
+    _IDLE_FN, _IDLE_ARG = ctypes.cast(_libc.pause, ctypes.c_void_p).value, 0
+IDLE_STACK_BYTES = 4096
+
+
+def clone_idle(stack: ctypes.Array) -> int:
+    """Start a process that shares this one's memory and descriptor table (CLONE_VM |
+    CLONE_FILES) and does nothing but ``pause()`` until it is killed; returns its pid.
+
+    What it is for: the init of a fresh PID namespace (call after ``unshare(CLONE_NEWPID)``).
+    Sharing the address space means no page tables are copied and none are torn down at its
+    exit, so it costs a few microseconds where forking this interpreter costs milliseconds.
+    It runs no Python and no code of its own, on ``stack`` (``IDLE_STACK_BYTES``, which the
+    caller keeps alive until the process is reaped). Callers must make sure that no signal
+    has a handler when they call this (the handler would run here, on shared memory), and
+    that their memory is non-dumpable (PR_SET_DUMPABLE 0) so that nothing in the namespace
+    can open /proc/1/mem, /proc/1/fd or /proc/1/root. Its exit signal is SIGCHLD."""
+    top = (ctypes.addressof(stack) + len(stack) - 64) & ~0xF
+    return _check(_libc.clone(_IDLE_FN, top, CLONE_VM | CLONE_FILES | signal.SIGCHLD, _IDLE_ARG), "clone")

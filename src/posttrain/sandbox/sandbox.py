@@ -22,7 +22,6 @@ import queue
 import select
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
@@ -395,9 +394,8 @@ class Sandbox:
         try:
             if self._cg.roots:
                 cg = cgroups.TaskCgroup(self._cg, self.manager, f"t{next(self._counter)}",
-                                        memory_bytes=limits.memory_mb << 20, pids=limits.pids)
+                                        memory_bytes=limits.memory_mb << 20, pids=limits.pids - 1)
             status, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            status.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
@@ -412,10 +410,9 @@ class Sandbox:
                     os.close(fd)
                 pipes = []
             pump = _Pump(out_r, err_r, in_w, stdin, limits.output_bytes)
-            hello, host_pid = self._recv_hello(status, timeout_s=10.0)
-            if not hello.get("hello"):
+            hello, pidfd = self._recv_hello(status, timeout_s=10.0)
+            if not hello.get("hello") or pidfd < 0:
                 raise SandboxUnavailable(hello.get("setup_error") or hello.get("error") or "no hello from the task's init")
-            pidfd = os.pidfd_open(host_pid)
             return self._supervise(status, pump, pidfd, cg, limits, t0)
         except (OSError, SandboxUnavailable, ValueError) as e:
             self._kill(cg, pidfd)
@@ -432,19 +429,17 @@ class Sandbox:
 
     @staticmethod
     def _recv_hello(sock: socket.socket, timeout_s: float) -> tuple[dict, int]:
+        """The server's first message on an execution's status socket, and the pidfd of the
+        execution's init (killing it kills everything in the execution) that rides along."""
         ready, _, _ = select.select([sock], [], [], timeout_s)
         if not ready:
             raise SandboxUnavailable("the task's init did not start")
-        data, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(12))
-        if not data:
+        msg, fds = _wire.recv(sock)
+        if msg is None:
             raise SandboxUnavailable("the task's init exited before starting the task")
-        pid = None
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-                pid = struct.unpack("iII", payload[:12])[0]
-        if not pid:
-            raise SandboxUnavailable("the task's init sent no credentials")
-        return json.loads(data), pid
+        for fd in fds[1:]:
+            os.close(fd)
+        return msg, (fds[0] if fds else -1)
 
     @staticmethod
     def _kill(cg: cgroups.TaskCgroup | None, pidfd: int) -> None:
@@ -494,6 +489,8 @@ class Sandbox:
                     status_open = False
                 elif "setup_error" in msg:
                     final = msg
+                elif "error" in msg:  # the server could not start the task
+                    final = {"setup_error": msg["error"]}
                 elif "task_wstatus" in msg:
                     final = {**(final or {}), **msg} if not (final and "setup_error" in final) else final
                 elif "wstatus" in msg:
