@@ -422,3 +422,36 @@ def test_an_engine_failure_mid_stream_is_an_error_event(tiny_model_dir):
             list(client.completions.create(model=MODEL, prompt="1", max_tokens=1, stream=True))
         r = httpx.post(server.url + "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "1"}], "max_tokens": 1, "stream": True})
         assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]")
+
+
+class GatedEngine(BrokenEngine):
+    """Answers only once the test opens the gate; counts the prompts it was asked for."""
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__(tokenizer)
+        self.fail, self.gate, self.prompts = False, threading.Event(), []
+
+    def generate(self, prompts, params):
+        self.gate.wait(30)
+        self.prompts.extend(prompts)
+        return super().generate(prompts, params)
+
+
+def test_a_request_whose_client_left_never_reaches_the_engine(tiny_model_dir):
+    import time
+
+    _, tok = load_model(tiny_model_dir)
+    engine = GatedEngine(tok)
+    with ServerThread(create_app(engine, ServeConfig(MODEL, max_context=64, max_concurrency=1, batch_window_s=0))) as server:
+        url = server.url + "/v1/completions"
+        blocker = threading.Thread(target=lambda: httpx.post(url, json={"model": MODEL, "prompt": "A", "max_tokens": 1}, timeout=30))
+        blocker.start()  # occupies the engine until the gate opens
+        time.sleep(0.3)
+        with pytest.raises(httpx.ReadTimeout):  # this client gives up while its request still waits
+            httpx.post(url, json={"model": MODEL, "prompt": "B", "max_tokens": 1}, timeout=0.5)
+        time.sleep(0.6)  # the server notices within its poll interval
+        engine.gate.set()
+        blocker.join()
+        r = httpx.post(url, json={"model": MODEL, "prompt": "C", "max_tokens": 1, "seed": 1}, timeout=30)
+        assert r.status_code == 200
+    assert [tok.decode(p) for p in engine.prompts] == ["A", "C"]

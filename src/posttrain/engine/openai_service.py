@@ -18,7 +18,7 @@ import logging
 import queue
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,8 @@ from posttrain.engine.request_batcher import GeneratedGroup, RequestBatcher, Top
 from posttrain.types import Completion, SamplingParams
 
 log = logging.getLogger("posttrain.serve")
+
+DISCONNECT_POLL_S = 0.25  # how often a waiting request checks that its client is still there
 
 
 @dataclass
@@ -181,8 +183,16 @@ class Service:
             log.exception("generation failed")  # the traceback stays in the server log
             raise APIError(500, f"generation failed: {type(exc).__name__}: {exc}", "server_error") from None
 
-    async def generate(self, job: Prepared) -> list[GeneratedGroup]:
-        return await self._result(self._submit(job))
+    async def generate(self, job: Prepared, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[GeneratedGroup] | None:
+        """The job's groups; None if the client went away first (a job still waiting is then dropped)."""
+        future = self._submit(job)
+        if is_disconnected is not None:
+            waiter = asyncio.wrap_future(future)
+            while not (await asyncio.wait({waiter}, timeout=DISCONNECT_POLL_S))[0]:
+                if await is_disconnected():
+                    future.cancel()  # a job not yet started never reaches the engine; a running one ends unheard
+                    return None
+        return await self._result(future)
 
     def start_stream(self, job: Prepared) -> AsyncIterator[TokenEvent | list[GeneratedGroup]]:
         """Submit now (a full queue is a 429 before any byte is sent); iterate for events, then the groups."""
@@ -196,13 +206,16 @@ class Service:
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(events.put_nowait, done))
 
         async def iterate():
-            while (item := await events.get()) is not done:
-                yield item
-            groups = await self._result(future)
-            if not live:
-                for event in replay_events(groups, self.tokenizer.decode):
-                    yield event
-            yield groups
+            try:
+                while (item := await events.get()) is not done:
+                    yield item
+                groups = await self._result(future)
+                if not live:
+                    for event in replay_events(groups, self.tokenizer.decode):
+                        yield event
+                yield groups
+            finally:
+                future.cancel()  # the client left before its job started: it never reaches the engine
 
         return iterate()
 

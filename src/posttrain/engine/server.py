@@ -12,8 +12,8 @@ model). The API logic lives in `openai_service.py`, request records in
 Does not cover: authentication, tool calls, images, echo/suffix, penalties.
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: FastAPI must resolve the route annotations, some of
+# which (Request) are imported inside create_app to keep FastAPI an optional import
 import json
 import logging
 import threading
@@ -54,7 +54,7 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
 
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     service = Service(engine, config, chat_template)
@@ -108,18 +108,24 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
         service.check_model(name)
         return model_card()
 
+    async def respond(job, render, http: Request):
+        groups = await service.generate(job, http.is_disconnected)
+        if groups is None:  # nobody is listening any more
+            return Response(status_code=499)
+        return render(groups)
+
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest):
+    async def completions(req: CompletionRequest, http: Request):
         service.check_model(req.model)
         prompts = service.encode_prompts(req.prompts())
         job = service.prepare(req, prompts, req.max_tokens, 16, req.logprobs or 0)
         rid = f"cmpl-{uuid.uuid4().hex[:24]}"
         if req.stream:
             return stream(service.completion_chunks(req, rid, service.start_stream(job)))
-        return service.completion_body(req, rid, await service.generate(job))
+        return await respond(job, lambda groups: service.completion_body(req, rid, groups), http)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest):
+    async def chat_completions(req: ChatCompletionRequest, http: Request):
         service.check_model(req.model)
         try:
             ids = service.chat_template.encode([m.model_dump() for m in req.messages], service.tokenizer)
@@ -130,7 +136,7 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if req.stream:
             return stream(service.chat_chunks(req, rid, service.start_stream(job)))
-        return service.chat_body(req, rid, await service.generate(job))
+        return await respond(job, lambda groups: service.chat_body(req, rid, groups), http)
 
     return app
 
