@@ -227,3 +227,9 @@ def test_identical_responses_are_judged_once_and_share_the_verdict(monkeypatch):
     assert [v.score for v in verdicts] == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
     assert sum(len(items) for items in runs) == 2
     assert verdicts[0] is not verdicts[2]
+
+
+def test_a_large_module_level_table_does_not_break_loading():
+    prog = "TABLE = list(range(2_000_000))\nSMALL = (1, 2)\ndef sq(x):\n    return TABLE[x] * TABLE[x] if x >= 0 else x * x\n"
+    task = Task("t", "p", meta={"tests": ASSERTS + "assert SMALL == (1, 2)\n", "entry_point": "sq"})
+    assert safe_verify(FAST, task, prog).score == 1.0
