@@ -76,10 +76,15 @@ class NotData(TypeError):
     """A value that is not plain data cannot cross the process boundary."""
 
 
-def encode(v, depth: int = 0):
-    """Plain data -> JSON-able tree; lists are arrays, everything else that JSON cannot say is tagged."""
+def encode(v, depth: int = 0, budget: list[int] | None = None):
+    """Plain data -> JSON-able tree; lists are arrays, everything else that JSON cannot say is tagged.
+    ``budget`` ([n]) caps the number of nodes: over it, ``NotData``."""
     if depth > MAX_DEPTH:
         raise NotData("value nested too deeply")
+    if budget is not None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise NotData("value too large")
     if v is None or type(v) in (bool, str):
         return v
     if isinstance(v, str):
@@ -90,15 +95,15 @@ def encode(v, depth: int = 0):
         return float(v)
     d = depth + 1
     if isinstance(v, list):
-        return [encode(x, d) for x in v]
+        return [encode(x, d, budget) for x in v]
     if isinstance(v, tuple):
-        return {"t": [encode(x, d) for x in v]}
+        return {"t": [encode(x, d, budget) for x in v]}
     if isinstance(v, dict):
-        return {"d": [[encode(k, d), encode(x, d)] for k, x in v.items()]}
+        return {"d": [[encode(k, d, budget), encode(x, d, budget)] for k, x in v.items()]}
     if isinstance(v, frozenset):
-        return {"f": [encode(x, d) for x in v]}
+        return {"f": [encode(x, d, budget) for x in v]}
     if isinstance(v, set):
-        return {"s": [encode(x, d) for x in v]}
+        return {"s": [encode(x, d, budget) for x in v]}
     if isinstance(v, (bytes, bytearray)):
         return {"b": base64.b64encode(bytes(v)).decode()}
     if isinstance(v, complex):
@@ -219,7 +224,7 @@ def _child_loop(sock: socket.socket) -> None:
                         names.append(k)
                         continue
                     try:  # constants the tests may name; large tables stay behind (tests call functions)
-                        enc = encode(v)
+                        enc = encode(v, 0, [4096])
                         size = len(json.dumps(enc))
                     except (NotData, TypeError, ValueError, RecursionError):
                         continue
