@@ -278,3 +278,42 @@ def test_signalling_the_harness_gets_no_credit_and_no_error(sig):
             "    return 0\n")
     for style in STYLES:
         assert_no_credit(judge(hack, style))
+
+
+def test_cleanup_between_responses_of_one_batch(monkeypatch):
+    """A response that leaves a process re-planting files behind, without killing the harness: the
+    batch stays one sandbox execution and the next response sees none of it."""
+    import posttrain.rewards.code as code
+
+    runs = []
+    real = code.shared_sandbox()
+
+    class Counting:
+        async def arun(self, *args, **kwargs):
+            runs.append(len(json.loads(kwargs["stdin"])["items"]))
+            return await real.arun(*args, **kwargs)
+
+    monkeypatch.setattr(code, "shared_sandbox", lambda prefork=True: Counting())
+    planter = """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    while True:
+        for path in ('/work/random.py', '/tmp/planted', '/dev/shm/planted'):
+            try:
+                open(path, 'w').write('raise SystemExit(0)\\n')
+            except OSError:
+                pass
+        time.sleep(0.002)
+time.sleep(0.05)
+def sq(x):
+    return 0
+"""
+    good = ("import os, random\n"
+            "assert not any(os.path.exists(p) for p in ('/tmp/planted', '/dev/shm/planted', '/work/random.py'))\n"
+            "assert sorted(int(p) for p in os.listdir('/proc') if p.isdigit())[-1] - os.getpid() <= 0\n"
+            "def sq(x):\n    return x * x\n")
+    task = Task("sq", "p", meta={"tests": ASSERTS, "entry_point": "sq"})
+    verdicts = score_sync(PythonTests(call_timeout_s=1.0, timeout_s=4.0, max_concurrency=1), [task] * 3, [planter, good, good + "# another response\n"])
+    assert [v.score for v in verdicts] == [0.0, 1.0, 1.0], [v.details for v in verdicts]
+    assert runs == [3]
