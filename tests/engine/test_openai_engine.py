@@ -8,12 +8,18 @@ import random
 import socket
 import threading
 import time
+from typing import Self
 
 import httpx
 import pytest
 
 from posttrain.engine import LocalEngine
-from posttrain.engine.openai_engine import EngineRequestError, OpenAIEngine, Price, backoff_delay
+from posttrain.engine.openai_engine import (
+    EngineRequestError,
+    OpenAIEngine,
+    Price,
+    backoff_delay,
+)
 from posttrain.engine.server import ServeConfig, ServerThread, create_app
 from posttrain.models import load_model
 from posttrain.types import FinishReason, SamplingParams
@@ -121,7 +127,7 @@ class FakeServer:
 
         self.thread = ServerThread(app)
 
-    def __enter__(self) -> "FakeServer":
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 

@@ -14,7 +14,12 @@ from posttrain.engine import LocalEngine
 from posttrain.engine.chat import ChatTemplate
 from posttrain.engine.extras import MissingExtraError
 from posttrain.engine.openai_service import text_deltas
-from posttrain.engine.server import ServeConfig, ServerThread, create_app, require_serve_extra
+from posttrain.engine.server import (
+    ServeConfig,
+    ServerThread,
+    create_app,
+    require_serve_extra,
+)
 from posttrain.models import load_model
 from posttrain.models.logprobs import token_logprobs
 from posttrain.types import Completion, FinishReason, SamplingParams
@@ -143,7 +148,7 @@ def test_plain_chat_template_prompts_like_a_completion(client):
 
 
 def test_seed_reproduces_samples_even_among_other_traffic(client):
-    kwargs = dict(model=MODEL, prompt="9+9=", n=4, max_tokens=6, temperature=1.0, seed=1234)
+    kwargs = {"model": MODEL, "prompt": "9+9=", "n": 4, "max_tokens": 6, "temperature": 1.0, "seed": 1234}
     first = [c.text for c in client.completions.create(**kwargs).choices]
     results: list[list[str]] = []
 
@@ -385,7 +390,7 @@ def test_text_deltas_hold_back_incomplete_utf8():
     vocab = {"a": 0, "<0xC3>": 1, "<0xA9>": 2, "b": 3}
     backend = HFTokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
     backend.decoder = decoders.ByteFallback()
-    decode = lambda ids: backend.decode(ids)  # noqa: E731
+    decode = lambda ids: backend.decode(ids)
     ids = [0, 1, 2, 3]
     assert decode(ids) == "aéb"
     assert text_deltas(decode, ids, "aéb") == ["a", "", "é", "b"]

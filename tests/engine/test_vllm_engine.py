@@ -10,7 +10,13 @@ import torch
 from conftest import make_tiny_model
 
 from posttrain.engine.extras import MissingExtraError
-from posttrain.engine.vllm_engine import GPUUnavailableError, VLLMEngine, completion_from_vllm, sampling_kwargs, vllm_prompt
+from posttrain.engine.vllm_engine import (
+    GPUUnavailableError,
+    VLLMEngine,
+    completion_from_vllm,
+    sampling_kwargs,
+    vllm_prompt,
+)
 from posttrain.models import load_model
 from posttrain.models.logprobs import token_logprobs
 from posttrain.types import FinishReason, SamplingParams

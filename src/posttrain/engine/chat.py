@@ -71,11 +71,11 @@ class ChatTemplate:
     special_tokens: tuple[tuple[str, str], ...] = ()  # (name, text): bos_token, eos_token, ...
 
     @classmethod
-    def plain(cls) -> "ChatTemplate":
+    def plain(cls) -> ChatTemplate:
         return cls(None)
 
     @classmethod
-    def from_checkpoint(cls, directory: str | Path) -> "ChatTemplate":
+    def from_checkpoint(cls, directory: str | Path) -> ChatTemplate:
         """The checkpoint's template when it ships one, else the plain template."""
         directory = Path(directory)
         source: str | None = None
@@ -108,7 +108,7 @@ class ChatTemplate:
             )
         except ChatTemplateError:
             raise
-        except Exception as exc:  # a template bug or a template-raised refusal: the user's request fails, not the server
+        except Exception as exc:  # noqa: BLE001 - a template bug or a template-raised refusal: the user's request fails, not the server
             raise ChatTemplateError(f"chat template failed: {exc}") from None
 
     def encode(self, messages: list[dict[str, Any]], tokenizer: Tokenizer) -> list[int]:

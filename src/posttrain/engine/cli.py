@@ -7,7 +7,7 @@ Does not cover: the server itself (`server.py`).
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
         max_concurrency: Annotated[int, typer.Option(help="Most requests in the engine at once; more wait their turn.")] = 64,
-        name: Annotated[Optional[str], typer.Option(help="Model id clients send (default: the directory's name, or 'builtin').")] = None,
+        name: Annotated[str | None, typer.Option(help="Model id clients send (default: the directory's name, or 'builtin').")] = None,
         max_tokens: Annotated[int, typer.Option(help="Default max_tokens for chat requests that set none.")] = 256,
         seed: Annotated[int, typer.Option(help="Seed of the engine's sampler (requests may also send their own seed).")] = 0,
     ) -> None:
@@ -55,7 +55,11 @@ def register(app: typer.Typer) -> None:
 
         with _friendly():
             from posttrain.engine.extras import MissingExtraError
-            from posttrain.engine.server import ServeConfig, create_app, require_serve_extra
+            from posttrain.engine.server import (
+                ServeConfig,
+                create_app,
+                require_serve_extra,
+            )
 
             try:
                 require_serve_extra()

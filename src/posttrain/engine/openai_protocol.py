@@ -12,7 +12,7 @@ Does not cover: producing responses (`server.py`) or the HTTP client side
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -46,25 +46,25 @@ class _Sampling(BaseModel):
 
     model: str
     n: int = Field(1, ge=1, le=MAX_N)
-    temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
-    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
-    max_tokens: Optional[int] = Field(None, ge=1)
-    stop: Optional[Union[str, list[str]]] = None
-    seed: Optional[int] = None
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
     stream: bool = False
-    stream_options: Optional[StreamOptions] = None
+    stream_options: StreamOptions | None = None
     # vLLM-style extras
     top_k: int = Field(0, ge=-1)  # 0 or -1: disabled
     min_p: float = Field(0.0, ge=0.0, le=1.0)
     ignore_eos: bool = False
-    stop_token_ids: Optional[list[int]] = None
+    stop_token_ids: list[int] | None = None
     return_token_ids: bool = False
     # accepted only at their neutral values
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    logit_bias: Optional[dict[str, float]] = None
-    best_of: Optional[int] = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    best_of: int | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -102,10 +102,10 @@ class _Sampling(BaseModel):
 class CompletionRequest(_Sampling):
     """POST /v1/completions. `prompt`: a string, a list of strings, token ids, or a list of token-id lists."""
 
-    prompt: Union[str, list[str], list[int], list[list[int]]]
-    logprobs: Optional[int] = Field(None, ge=0, le=MAX_LOGPROBS)
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     echo: bool = False
-    suffix: Optional[str] = None
+    suffix: str | None = None
 
     @model_validator(mode="after")
     def _refuse_completion_extras(self):
@@ -130,7 +130,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: str
-    content: Optional[Union[str, list[dict[str, Any]]]] = None
+    content: str | list[dict[str, Any]] | None = None
 
 
 class ChatCompletionRequest(_Sampling):
@@ -138,11 +138,11 @@ class ChatCompletionRequest(_Sampling):
 
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
-    top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_LOGPROBS)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    tools: Optional[list[dict[str, Any]]] = None
-    tool_choice: Optional[Any] = None
-    response_format: Optional[dict[str, Any]] = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any | None = None
+    response_format: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _refuse_chat_extras(self):
@@ -159,7 +159,7 @@ class ChatCompletionRequest(_Sampling):
         return self
 
     @property
-    def max_new_tokens(self) -> Optional[int]:
+    def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
     @property

@@ -24,7 +24,12 @@ from typing import Any
 
 from posttrain.engine.base import CompletionDelta
 from posttrain.engine.chat import ChatTemplate
-from posttrain.engine.openai_protocol import APIError, ChatCompletionRequest, CompletionRequest, bad_request
+from posttrain.engine.openai_protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    bad_request,
+)
 from posttrain.engine.request_batcher import GeneratedGroup, RequestBatcher, TopLogprobs
 from posttrain.types import Completion, SamplingParams
 

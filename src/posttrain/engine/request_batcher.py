@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import queue
-from collections import deque
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -148,7 +149,7 @@ class RequestBatcher:
             self.stats.max_jobs_together = max(self.stats.max_jobs_together, len(in_flight))
             try:
                 deltas = self.engine.step()
-            except Exception as exc:  # every job in flight learns why; the worker lives on
+            except Exception as exc:  # noqa: BLE001 - every job in flight learns why; the worker lives on
                 for job in in_flight:
                     job.future.set_exception(exc)
                 routes.clear()
@@ -171,7 +172,7 @@ class RequestBatcher:
             for i, prompt in enumerate(job.prompts):
                 req = self.engine.submit(prompt, job.params, generator, stream=True, index=i)
                 routes[req.id] = job
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the job fails, not the worker
             job.future.set_exception(exc)
             for rid in [rid for rid, j in routes.items() if j is job]:
                 routes.pop(rid)  # an orphaned sibling runs on unheard; nothing waits for it
@@ -185,7 +186,7 @@ class RequestBatcher:
         if job.on_delta is not None:
             try:
                 job.on_delta(d)
-            except Exception:  # a listener gone away (client disconnected) never stops the engine
+            except Exception:  # noqa: BLE001 - a listener gone away (client disconnected) never stops the engine
                 job.on_delta = None
         if d.finish_reason is None:
             return
@@ -205,7 +206,7 @@ class RequestBatcher:
                 top = self._top_logprobs(prompt, comps, job.params, job.top_logprobs) if job.top_logprobs else None
                 result.append(GeneratedGroup(prompt, comps, top))
             job.future.set_result(result)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the job fails, not the worker
             job.future.set_exception(exc)
 
     # ---- merged mode
@@ -243,7 +244,7 @@ class RequestBatcher:
         params = dataclasses.replace(live[0].params, max_tokens=max(j.params.max_tokens for j in live))
         try:
             groups = self.engine.generate([p for j in live for p in j.prompts], params)
-        except Exception as exc:  # every job of the call learns why; the worker lives on
+        except Exception as exc:  # noqa: BLE001 - every job of the call learns why; the worker lives on
             for j in live:
                 j.future.set_exception(exc)
             return

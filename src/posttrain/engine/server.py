@@ -20,11 +20,17 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Self
 
 from posttrain.engine.chat import ChatTemplate, ChatTemplateError
 from posttrain.engine.extras import require
-from posttrain.engine.openai_protocol import APIError, ChatCompletionRequest, CompletionRequest, bad_request, validation_message
+from posttrain.engine.openai_protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    bad_request,
+    validation_message,
+)
 from posttrain.engine.openai_service import ServeConfig, Service
 
 __all__ = ["ServeConfig", "ServerThread", "create_app", "require_serve_extra"]
@@ -175,7 +181,7 @@ class ServerThread:
         self.server.should_exit = True
         self.thread.join(10)
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

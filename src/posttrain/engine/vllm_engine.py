@@ -117,7 +117,7 @@ class VLLMEngine:
         self._init(llm, vllm, model)
 
     @classmethod
-    def from_llm(cls, llm: Any, vllm_module: Any = None, model_dir: str | Path | None = None) -> "VLLMEngine":
+    def from_llm(cls, llm: Any, vllm_module: Any = None, model_dir: str | Path | None = None) -> VLLMEngine:
         """Wrap a `vllm.LLM` built elsewhere (custom parallelism, a colocated trainer)."""
         self = cls.__new__(cls)
         self._init(llm, vllm_module if vllm_module is not None else require("vllm", "vllm", "VLLMEngine"), model_dir)
