@@ -217,38 +217,69 @@ def test_stop_strings_cut_the_text(client):
     assert cut.choices[0].finish_reason == "stop"
 
 
-def _ask_concurrently(url: str, k: int) -> list[str]:
+def _ask_concurrently(url: str, k: int) -> list[threading.Thread]:
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-    out: list[str] = []
 
     def ask(i):
-        out.append(client.completions.create(model=MODEL, prompt=f"{i}+1=", max_tokens=3 + i % 3).choices[0].text)
+        assert client.completions.create(model=MODEL, prompt=f"{i}+1=", max_tokens=3 + i % 3).choices
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(k)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
-    return out
+    return threads
+
+
+def _wait_until(condition, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
 
 
 def test_concurrent_clients_run_in_one_continuous_batch(served):
     server, _, app = served
-    stats = app.state.service.batcher.stats
-    assert app.state.service.batcher.continuous
-    stats.max_jobs_together = 0
-    assert len(_ask_concurrently(server.url, 8)) == 8
-    assert stats.max_jobs_together > 1  # requests were in the engine at the same step
+    batcher = app.state.service.batcher
+    assert batcher.continuous
+    batcher.stats.max_jobs_together = 0
+    long_one = threading.Thread(
+        target=lambda: httpx.post(server.url + "/v1/completions", json={"model": MODEL, "prompt": "0=", "max_tokens": 200, "ignore_eos": True}, timeout=60)
+    )
+    long_one.start()  # a long completion: the others join the batch while it runs
+    _wait_until(lambda: batcher.stats.engine_calls > 0 and batcher.stats.max_jobs_together >= 1)
+    for t in _ask_concurrently(server.url, 8):
+        t.join()
+    long_one.join()
+    assert batcher.stats.max_jobs_together > 1  # requests were in the engine at the same step
+
+
+class GatedGenerateOnly(GenerateOnly):
+    """Its first generate call waits for the gate, so that the requests behind it pile up."""
+
+    def __init__(self, engine: LocalEngine) -> None:
+        super().__init__(engine)
+        self.gate = threading.Event()
+
+    def generate(self, prompts, params):
+        if not self.calls:
+            self.gate.wait(30)
+        return super().generate(prompts, params)
 
 
 def test_engines_without_steps_get_merged_generate_calls(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
-    engine = GenerateOnly(LocalEngine(model, tok))
-    app = create_app(engine, ServeConfig(MODEL, batch_window_s=0.05))
+    engine = GatedGenerateOnly(LocalEngine(model, tok))
+    app = create_app(engine, ServeConfig(MODEL, batch_window_s=0))
+    batcher = app.state.service.batcher
     with ServerThread(app) as server:
-        assert len(_ask_concurrently(server.url, 8)) == 8
-    assert len(engine.calls) < 8  # unseeded requests with equal sampling parameters shared calls
-    assert app.state.service.batcher.stats.max_jobs_together > 1
+        threads = _ask_concurrently(server.url, 8)
+        _wait_until(lambda: batcher.stats.jobs >= 1 and batcher.stats.jobs + batcher._queue.qsize() == 8)  # first call at the gate, the rest queued
+        engine.gate.set()
+        for t in threads:
+            t.join()
+    assert len(engine.calls) == 2  # the waiting requests (equal parameters but max_tokens) shared one call
+    assert batcher.stats.max_jobs_together > 1
 
 
 @pytest.mark.parametrize(
@@ -430,31 +461,31 @@ def test_an_engine_failure_mid_stream_is_an_error_event(tiny_model_dir):
 
 
 class GatedEngine(BrokenEngine):
-    """Answers only once the test opens the gate; counts the prompts it was asked for."""
+    """Answers only once the test opens the gate; records the prompts it was asked for on entry."""
 
     def __init__(self, tokenizer) -> None:
         super().__init__(tokenizer)
         self.fail, self.gate, self.prompts = False, threading.Event(), []
 
     def generate(self, prompts, params):
-        self.gate.wait(30)
         self.prompts.extend(prompts)
+        self.gate.wait(30)
         return super().generate(prompts, params)
 
 
 def test_a_request_whose_client_left_never_reaches_the_engine(tiny_model_dir):
-    import time
-
     _, tok = load_model(tiny_model_dir)
     engine = GatedEngine(tok)
-    with ServerThread(create_app(engine, ServeConfig(MODEL, max_context=64, max_concurrency=1, batch_window_s=0))) as server:
+    app = create_app(engine, ServeConfig(MODEL, max_context=64, max_concurrency=1, batch_window_s=0))
+    queued = app.state.service.batcher._queue
+    with ServerThread(app) as server:
         url = server.url + "/v1/completions"
-        blocker = threading.Thread(target=lambda: httpx.post(url, json={"model": MODEL, "prompt": "A", "max_tokens": 1}, timeout=30))
+        blocker = threading.Thread(target=lambda: httpx.post(url, json={"model": MODEL, "prompt": "A", "max_tokens": 1}, timeout=60))
         blocker.start()  # occupies the engine until the gate opens
-        time.sleep(0.3)
+        _wait_until(lambda: engine.prompts)
         with pytest.raises(httpx.ReadTimeout):  # this client gives up while its request still waits
             httpx.post(url, json={"model": MODEL, "prompt": "B", "max_tokens": 1}, timeout=0.5)
-        time.sleep(0.6)  # the server notices within its poll interval
+        _wait_until(lambda: all(job.future.cancelled() for job in list(queued.queue)) and queued.qsize() == 1)
         engine.gate.set()
         blocker.join()
         r = httpx.post(url, json={"model": MODEL, "prompt": "C", "max_tokens": 1, "seed": 1}, timeout=30)
