@@ -95,6 +95,7 @@ class FakeServer:
 
         self.script, self.delay_s = list(script), delay_s
         self.attempts, self.in_flight, self.max_in_flight = 0, 0, 0
+        self.released = False
         self.lock = threading.Lock()
         app = FastAPI()
 
@@ -112,7 +113,12 @@ class FakeServer:
                     return JSONResponse({"error": {"message": "boom"}}, 500)
                 if step == "400":
                     return JSONResponse({"error": {"message": "bad prompt"}}, 400)
-                await asyncio.sleep(1.0 if step == "slow" else self.delay_s)
+                if step == "slow":  # outlives the client's timeout; ends early when the test is over
+                    for _ in range(100):
+                        if self.released:
+                            break
+                        await asyncio.sleep(0.05)
+                await asyncio.sleep(self.delay_s)
                 n = body.get("n", 1)
                 return {
                     "choices": [
@@ -132,6 +138,7 @@ class FakeServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.released = True
         self.thread.stop()
 
     @property
@@ -145,7 +152,7 @@ def _engine(url: str, **kwargs) -> OpenAIEngine:
 
 def test_retries_through_429_500_and_a_timeout():
     with FakeServer(["429", "500", "slow"]) as fake:
-        engine = _engine(fake.url, timeout_s=0.3, max_retries=3)
+        engine = _engine(fake.url, timeout_s=1.0, max_retries=3)
         (c,), = engine.generate(["x"], SamplingParams(max_tokens=2))
     assert fake.attempts == 4
     assert c.token_ids == [7, 8] and c.logprobs == [-0.1, -0.2] and c.text == "ok" and c.finish_reason is FinishReason.LENGTH
@@ -180,13 +187,13 @@ def test_connection_refused_is_retried_then_reported():
 
 
 def test_concurrency_limit_holds():
-    with FakeServer([], delay_s=0.1) as fake:
+    with FakeServer([], delay_s=0.3) as fake:
         engine = _engine(fake.url, max_concurrency=2)
         start = time.perf_counter()
         groups = engine.generate([f"p{i}" for i in range(6)], SamplingParams(n=2))
         elapsed = time.perf_counter() - start
     assert [len(g) for g in groups] == [2] * 6
-    assert fake.max_in_flight == 2 and elapsed >= 0.25  # 6 requests, 2 at a time, 0.1 s each
+    assert fake.max_in_flight == 2 and elapsed >= 0.85  # 6 requests, 2 at a time, 0.3 s each
 
 
 class ForceOneChoice(httpx.AsyncHTTPTransport):
