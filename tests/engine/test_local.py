@@ -226,3 +226,27 @@ def test_bad_requests_are_clear_errors(engine):
         SamplingParams(min_p=2.0)
     with pytest.raises(ValueError, match="stop"):
         SamplingParams(stop=("",))
+
+
+def test_sliding_window_attends_to_sinks_and_the_last_window(tmp_path):
+    """One layer: a token's K/V depend on it and its position only, so attending to just the kept
+    tokens (first `sinks` + last `window`, original positions) is an exact reference."""
+    from conftest import make_tiny_model
+
+    model, tok = load_model(make_tiny_model(tmp_path / "one", layers=1, seed=3))
+    spec = WindowSpec(window=8, sinks=2)
+    prompt = [5 + (7 * i) % 60 for i in range(37)]
+    eng = LocalEngine(model, tok, sliding_window=spec, prefill_chunk=4, max_prefill_tokens=4)
+    got = eng.generate([prompt], _greedy(6, ignore_eos=True))[0][0]
+    seq, want, want_lp = list(prompt), [], []
+    with torch.no_grad():
+        for _ in range(6):
+            t = len(seq) - 1
+            kept = [p for p in range(len(seq)) if p < spec.sinks or p > t - spec.window]
+            logits = model(torch.tensor([[seq[p] for p in kept]]), position_ids=torch.tensor([kept]))[0, -1]
+            nxt = int(logits.argmax())
+            want.append(nxt)
+            want_lp.append(float(torch.log_softmax(logits, -1)[nxt]))
+            seq.append(nxt)
+    assert got.token_ids == want
+    torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want_lp), atol=1e-5, rtol=1e-5)
