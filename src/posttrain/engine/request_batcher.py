@@ -5,9 +5,10 @@ one worker thread that feeds them to the engine (which is not thread-safe) in
 one of two ways:
 - continuous (engines with `submit`/`step`, such as `LocalEngine`): every
   waiting job is submitted as soon as it arrives and the worker keeps calling
-  `step()`, so requests join and leave the running batch token by token; each
-  step's `CompletionDelta`s are routed to their job (to a streaming client as
-  they happen); a job's `n` samples stay one group; a seeded job runs alone
+  `step()`, so requests join and leave the running batch token by token; a
+  streaming job's `CompletionDelta`s reach its client as each step makes them,
+  other jobs are collected when their requests finish; a job's `n` samples stay
+  one group; a seeded job runs alone
   (the engine's rows move as other requests come and go, and with them which
   draw of the seeded generator each sample gets), so a seed reproduces;
 - merged (any other `Engine`: only `generate`): what is pending is merged into
@@ -56,8 +57,9 @@ class GenerationJob:
     top_logprobs: int = 0
     on_delta: Callable[[CompletionDelta], None] | None = None  # called on the worker thread
     future: Future = field(default_factory=Future)
-    slots: list[list[Completion | None]] = field(default_factory=list)  # [prompt][sample], continuous mode
+    slots: list[list[Completion | None]] = field(default_factory=list)  # [prompt][sample], streamed jobs
     remaining: int = 0
+    requests: list[Any] = field(default_factory=list)  # the engine's request records, continuous mode
 
 
 @dataclass
@@ -158,6 +160,11 @@ class RequestBatcher:
             self.stats.engine_calls += 1
             for d in deltas:
                 self._route(d, routes, in_flight)
+            for job in [j for j in in_flight if j.on_delta is None and all(_finished(r) for r in j.requests)]:
+                in_flight.remove(job)
+                for r in job.requests:
+                    routes.pop(r.id, None)
+                self._finish(job, [list(r.completions) for r in job.requests])
 
     def _start(self, job: GenerationJob, routes: dict[int, GenerationJob], in_flight: list[GenerationJob]) -> None:
         if not job.future.set_running_or_notify_cancel():
@@ -170,8 +177,11 @@ class RequestBatcher:
         generator = torch.Generator().manual_seed(job.params.seed) if job.params.seed is not None else None
         try:
             for i, prompt in enumerate(job.prompts):
-                req = self.engine.submit(prompt, job.params, generator, stream=True, index=i)
+                # only a streaming job asks for per-token deltas (the engine detokenises each one);
+                # the others are collected from their requests when those finish
+                req = self.engine.submit(prompt, job.params, generator, stream=job.on_delta is not None, index=i)
                 routes[req.id] = job
+                job.requests.append(req)
         except Exception as exc:  # noqa: BLE001 - the job fails, not the worker
             job.future.set_exception(exc)
             for rid in [rid for rid, j in routes.items() if j is job]:
@@ -261,6 +271,11 @@ class RequestBatcher:
         if not isinstance(model, torch.nn.Module):  # a foreign engine: only the sampled token is known
             return [[[(t, lp)] for t, lp in zip(c.token_ids, c.logprobs)] for c in comps]
         return top_logprobs(model, prompt, [c.token_ids for c in comps], params, k)
+
+
+def _finished(request: Any) -> bool:
+    """A `LocalEngine` request is done (its status enum's value is "finished")."""
+    return getattr(request.status, "value", request.status) == "finished"
 
 
 def top_logprobs(model, prompt: list[int], completions: list[list[int]], params: SamplingParams, k: int) -> list[TopLogprobs]:
