@@ -86,6 +86,13 @@ def test_arun_runs_concurrently_from_asyncio(sandbox):
     assert elapsed < 1.9  # four half-second sleeps overlapped
 
 
+def test_pool_serves_successive_event_loops(sandbox):
+    pool = SandboxPool(sandbox, max_concurrency=2)
+    for _ in range(2):  # each asyncio.run() is a new loop; the pool must not stay bound to the first
+        rs = asyncio.run(pool.map([dict(code="print(1)", prefork=True)] * 3))
+        assert [r.stdout for r in rs] == ["1\n"] * 3
+
+
 def test_pool_applies_backpressure(sandbox):
     pool = SandboxPool(sandbox, max_concurrency=1, max_queue=1)
 

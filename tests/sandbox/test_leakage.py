@@ -16,6 +16,21 @@ def test_files_tmp_and_shm_do_not_leak_to_the_next_run(sandbox):
     assert sandbox.run(code=PROBE).stdout == "[]\n"
 
 
+def test_reused_cgroups_carry_no_memory_cpu_or_oom_of_the_previous_run(sandbox):
+    """Consecutive executions reuse warm cgroups (reset, not rebuilt): the next one must see
+    none of the previous run's memory peak, CPU time or OOM kill, nor its processes."""
+    hog = "x = bytearray(96 << 20)\nimport time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    for first in (dict(code=hog, prefork=True), dict(code="x = bytearray(512 << 20)", prefork=True),
+                  dict(command="sleep 100 & sleep 100 & exit 0")):
+        before = sandbox.run(**first)
+        assert before.status in (ExecStatus.OK, ExecStatus.OOM), before
+        for _ in range(3):  # whichever idle group it lands in
+            r = sandbox.run(code="print(len([p for p in __import__('os').listdir('/proc') if p.isdigit()]))",
+                            prefork=True)
+            assert r.status is ExecStatus.OK and r.stdout == "2\n", r  # its init and itself
+            assert r.peak_memory_bytes < (32 << 20) and r.cpu_s < 0.2, r
+
+
 def test_files_tmp_and_shm_do_not_leak_between_concurrent_runs(sandbox):
     hold = PLANT + "\nimport time; time.sleep(1.5)"
 

@@ -4,7 +4,10 @@ Covers: probing what this machine offers (cgroup v2 with memory/pids controllers
 v1 ``memory``, ``pids`` and ``cpuacct`` hierarchies; the v2 ``cgroup.kill`` file, which works
 on a hybrid host even without controllers), creating one group per execution under
 ``posttrain-sandbox/<manager>``, reading peak memory, OOM kills and CPU time, and removing
-it. ``sweep_orphans`` removes the groups of managers that died (SIGKILL included).
+it. ``SlotPool`` keeps v1 groups warm between executions (reset, not rebuilt: creating and
+removing three groups cost ~1 ms a run) and reuses one only when its reset provably left
+nothing of the previous run. ``sweep_orphans`` removes the groups of managers that died
+(SIGKILL included).
 
 Does not cover: CPU bandwidth (``cpu.max``) or I/O throttling; anything missing is reported
 by ``CgroupSupport.warnings`` so the caller can degrade loudly, never silently.
@@ -13,8 +16,10 @@ by ``CgroupSupport.warnings`` so the caller can degrade loudly, never silently.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -23,13 +28,22 @@ PREFIX = "posttrain-sandbox"
 
 
 def _write(path: str, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)  # no buffered file object: one write(2)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
 def _read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks).decode()
+    finally:
+        os.close(fd)
 
 
 def process_start_time(pid: int) -> str | None:
@@ -107,6 +121,10 @@ def probe() -> CgroupSupport:
     return s
 
 
+KERNEL_RESIDUE_BYTES = 1 << 20
+"""Most kernel memory a reused group may still have charged (see ``TaskCgroup.reset``)."""
+_USER_PAGES = ("rss", "rss_huge", "cache", "shmem", "mapped_file", "swap", "unevictable", "dirty", "writeback")
+
 _NO_SWAP_PARENTS: set[str] = set()
 """Manager groups whose swappiness is 0, so that their new children inherit it."""
 
@@ -123,6 +141,8 @@ class TaskCgroup:
 
     def __init__(self, support: CgroupSupport, manager: str, name: str, memory_bytes: int, pids: int):
         self.support = support
+        self.key = (memory_bytes, pids)
+        self.oom_base = 0  # OOM kills counted before this execution (a reused v1 group)
         self.paths: dict[str, str] = {}
         for root in support.roots:
             parent = f"{root}/{PREFIX}/{manager}"
@@ -198,7 +218,7 @@ class TaskCgroup:
                 else:
                     st.peak_memory_bytes = int(_read(f"{p}/memory.max_usage_in_bytes"))
                     events = dict(line.split() for line in _read(f"{p}/memory.oom_control").splitlines())
-                st.oom_kills = int(events.get("oom_kill", 0))
+                st.oom_kills = int(events.get("oom_kill", 0)) - self.oom_base
             if s.cpu:
                 p = self.paths[s.cpu]
                 if s.cpu_v2:
@@ -209,6 +229,39 @@ class TaskCgroup:
         except (OSError, ValueError, KeyError):
             pass
         return st
+
+    def reset(self) -> bool:
+        """Make a v1 group set as good as new for the next execution; False when that cannot
+        be shown, and then it must not be reused. Call only after the execution's PID
+        namespace is gone. Checks that no process is left (pids.current is 0), reclaims
+        every page still charged (memory.force_empty) and checks that no page of the
+        previous task is (rss, cache, shmem, mapped_file, swap and unevictable all 0, read
+        from memory.stat), restarts the peak (max_usage_in_bytes) and CPU (cpuacct.usage)
+        counters, and records the OOM-kill count, which cannot be reset, as the next
+        execution's baseline. What may still be charged is kernel memory of the previous
+        namespaces that the kernel frees asynchronously (~100 KiB after a network namespace;
+        more than ``KERNEL_RESIDUE_BYTES`` and the group is not reused). The limits stay: a
+        group is only reused for the same (memory, pids) limits."""
+        s = self.support
+        if s.memory_v2 or s.pids_v2 or s.cpu_v2 or s.kill or not (s.memory and s.pids and s.cpu):
+            return False
+        try:
+            if int(_read(f"{self.paths[s.pids]}/pids.current")) != 0:
+                return False
+            mem = self.paths[s.memory]
+            _write(f"{mem}/memory.force_empty", "0")
+            stat = dict(line.split() for line in _read(f"{mem}/memory.stat").splitlines())
+            if any(int(stat.get(k, 0)) for k in _USER_PAGES):
+                return False
+            if int(_read(f"{mem}/memory.usage_in_bytes")) > KERNEL_RESIDUE_BYTES:
+                return False
+            _write(f"{mem}/memory.max_usage_in_bytes", "0")
+            _write(f"{self.paths[s.cpu]}/cpuacct.usage", "0")
+            events = dict(line.split() for line in _read(f"{mem}/memory.oom_control").splitlines())
+            self.oom_base = int(events.get("oom_kill", 0))
+        except (OSError, ValueError, KeyError):
+            return False
+        return True
 
     def close(self, timeout_s: float = 2.0) -> bool:
         """Remove the groups; kills stragglers first. False if one could not be removed."""
@@ -240,11 +293,63 @@ def _remove_group(path: str, deadline: float) -> bool:
         time.sleep(0.002)
 
 
+_NAMES = itertools.count()
+
+
+class SlotPool:
+    """Warm execution cgroups of one manager, keyed by their (memory, pids) limits.
+
+    ``acquire`` hands out an idle group with those limits or creates one; ``release`` (after
+    the execution's namespace is gone) resets it with ``TaskCgroup.reset`` and keeps it for
+    the next execution, or removes it when the reset cannot show it clean, when ``keep``
+    groups are idle already, or when the pool is closed. Thread-safe."""
+
+    def __init__(self, support: CgroupSupport, manager: str, keep: int):
+        self.support, self.manager, self.keep = support, manager, keep
+        self._idle: dict[tuple[int, int], list[TaskCgroup]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def acquire(self, memory_bytes: int, pids: int) -> TaskCgroup:
+        with self._lock:
+            idle = self._idle.get((memory_bytes, pids))
+            if idle:
+                return idle.pop()
+        # Names are unique in this process: several Sandboxes of one manager share its parent group.
+        return TaskCgroup(self.support, self.manager, f"t{next(_NAMES)}", memory_bytes=memory_bytes, pids=pids)
+
+    def release(self, cg: TaskCgroup) -> bool:
+        """False if the group had to be removed and could not be."""
+        with self._lock:
+            full = self._closed or sum(map(len, self._idle.values())) >= self.keep
+        if not full and cg.reset():
+            with self._lock:
+                if not self._closed:
+                    self._idle.setdefault(cg.key, []).append(cg)
+                    return True
+        return cg.close()
+
+    def close(self) -> bool:
+        """Remove every idle group; later releases remove theirs."""
+        with self._lock:
+            self._closed = True
+            idle = [cg for groups in self._idle.values() for cg in groups]
+            self._idle.clear()
+        return all([cg.close() for cg in idle])
+
+
 def remove_manager(support: CgroupSupport, manager: str) -> None:
-    """Remove this manager's (empty) parent groups, on close."""
+    """Remove this manager's (empty) parent groups, on close; kept while another Sandbox of
+    this process still has groups there."""
     deadline = time.monotonic() + 1.0
     for root in support.roots:
-        _remove_group(f"{root}/{PREFIX}/{manager}", deadline)
+        parent = f"{root}/{PREFIX}/{manager}"
+        try:
+            if any(os.path.isdir(f"{parent}/{x}") for x in os.listdir(parent)):
+                continue
+        except OSError:
+            continue
+        _remove_group(parent, deadline)
 
 
 def _candidate_roots() -> list[str]:

@@ -30,12 +30,14 @@ class SandboxPool:
         self._owns = sandbox is None
         self.max_queue = max_queue
         self._sem: asyncio.Semaphore | None = None
+        self._sem_loop: asyncio.AbstractEventLoop | None = None
         self.waiting = 0
         self.running = 0
 
     def _semaphore(self) -> asyncio.Semaphore:
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.max_concurrency)
+        loop = asyncio.get_running_loop()  # one per event loop: a pool outlives asyncio.run()
+        if self._sem is None or self._sem_loop is not loop:
+            self._sem, self._sem_loop = asyncio.Semaphore(self.max_concurrency), loop
         return self._sem
 
     async def run(self, command=None, **kwargs) -> ExecResult:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import itertools
 import json
 import os
 import queue
@@ -234,16 +233,16 @@ class Sandbox:
         self.manager = cgroups.manager_tag()
         self.warnings: list[str] = []
         self.isolated = True
-        self._counter = itertools.count()
         self._closed = False
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=max_concurrency or 4 * (os.cpu_count() or 1), thread_name_prefix="sandbox")
+        workers = max_concurrency or 4 * (os.cpu_count() or 1)
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox")
         if sweep:
             from posttrain.sandbox.sweep import sweep_leftovers
             sweep_leftovers()
         self._cg = cgroups.probe() if os.geteuid() == 0 else cgroups.CgroupSupport(
             warnings=["not root: no cgroups; memory and process limits fall back to rlimits"])
         self.warnings += self._cg.warnings
+        self._slots = cgroups.SlotPool(self._cg, self.manager, keep=workers)
         self._reaper: queue.Queue = queue.Queue()
         threading.Thread(target=self._reap, name="sandbox-reaper", daemon=True).start()
         self._server: ServerHandle | None = None
@@ -289,7 +288,8 @@ class Sandbox:
                         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                         self._await_exit(pidfd)
                     os.close(pidfd)
-                if cg is not None and not cg.close():
+                # The namespace is gone: the cgroups are reset for the next execution, or removed.
+                if cg is not None and not self._slots.release(cg):
                     self.warnings.append(f"could not remove cgroup {cg.paths}")
             except OSError as e:
                 self.warnings.append(f"teardown failed: {e}")
@@ -299,6 +299,8 @@ class Sandbox:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self._reaper.join()
+        if not self._slots.close():
+            self.warnings.append("could not remove every idle cgroup")
         if self._cg.roots:
             cgroups.remove_manager(self._cg, self.manager)
         with self._server_lock:
@@ -393,8 +395,8 @@ class Sandbox:
         pump = None
         try:
             if self._cg.roots:
-                cg = cgroups.TaskCgroup(self._cg, self.manager, f"t{next(self._counter)}",
-                                        memory_bytes=limits.memory_mb << 20, pids=limits.pids - 1)
+                # pids - 1: the namespace's init is outside the group (it shares the server's memory).
+                cg = self._slots.acquire(limits.memory_mb << 20, limits.pids - 1)
             status, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
