@@ -120,6 +120,9 @@ def eval_cmd(
     repeat: int = typer.Option(1, "--repeat", min=1, help="Run the eval R times with the same seeds; reports each task's flip rate."),
     batch: int = typer.Option(32, "--batch", min=1, help="Tasks per engine call."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the suite's first N tasks."),
+    suite_opt: Optional[list[str]] = typer.Option(
+        None, "--suite-opt", help="A suite option KEY=VALUE, e.g. --suite-opt size=50 (repeatable)."
+    ),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for meta, every response and the summary (default: evals/<suite>-<model>-<time>)."),
     price: Optional[str] = typer.Option(None, "--price", help="IN,OUT[,PER_HOUR]: USD per million input/output tokens (and per hour of generation)."),
     prices: Optional[Path] = typer.Option(None, "--prices", help="JSON price table {model: {input_per_mtok, output_per_mtok, per_hour}}."),
@@ -134,11 +137,13 @@ def eval_cmd(
         from posttrain.eval.harness import EvalSpec, evaluate, rescore
         from posttrain.eval.metrics import Price, price_for
         from posttrain.eval.records import EvalDir, EvalDirError
-        from posttrain.tasks.suites import load_suite
+        from posttrain.tasks.suites import load_suite, parse_suite_options
 
         k_values = _parse_ks(ks)
         table = _price_table(price, prices)
-        options = {"limit": limit} if limit else {}
+        options = parse_suite_options(suite_opt)
+        if limit:
+            options["limit"] = limit
         modes = sum(x is not None for x in (model, responses, rescore_dir))
         if modes != 1:
             raise UserError("eval: give exactly one of --model (sample), --responses FILE (grade) or --rescore DIR (re-grade)")

@@ -1,7 +1,7 @@
 """Commands of the `tasks` package, mounted on the `posttrain` app by `register`.
 
 Covers: `posttrain tasks list` (registered suites) and `posttrain tasks validate SUITE
-[--limit N] [--json]` (every gold answer through the suite's verifier: pass rate and each
+[--limit N] [--suite-opt K=V]... [--json]` (every gold answer through the suite's verifier: pass rate and each
 failure; exit 0 when all score full marks, 1 when any does not, 2 for a user error such as an
 unknown suite or a missing extra). Does not cover: evaluation of a model (`posttrain eval`).
 """
@@ -40,15 +40,21 @@ def validate_cmd(
     suite: str = typer.Argument(..., help="Suite name (see `posttrain tasks list`) or a .jsonl path."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N tasks."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a summary."),
+    suite_opt: Optional[list[str]] = typer.Option(
+        None, "--suite-opt", "-o", help="A suite option KEY=VALUE, e.g. -o size=50 -o answer_format=tag (repeatable)."
+    ),
 ) -> None:
     """Run every task's reference answer through the suite's verifier; the gold must score full marks."""
     from posttrain.cli import _friendly
 
     with _friendly():
-        from posttrain.tasks.suites import load_suite
+        from posttrain.tasks.suites import load_suite, parse_suite_options
         from posttrain.tasks.validate import validate_suite
 
-        loaded = load_suite(suite, limit=limit) if limit is not None else load_suite(suite)
+        options = parse_suite_options(suite_opt)
+        if limit is not None:
+            options["limit"] = limit
+        loaded = load_suite(suite, **options)
         report = validate_suite(loaded, limit=limit)
     if as_json:
         typer.echo(json.dumps(report.to_dict()))

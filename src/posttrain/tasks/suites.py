@@ -136,3 +136,20 @@ def _jsonl_suite(path: Path, on_error: str = "fail", limit: int | None = None, *
         tasks = tasks[:limit]
     return Suite(path.stem, tasks, build_verifier("per_task"), description=f"{len(tasks)} tasks from {path}",
                  meta={"path": str(path)})
+
+
+def parse_suite_options(pairs: list[str] | None) -> dict[str, Any]:
+    """`["size=50", "answer_format='tag'"]` -> options for `load_suite`; values are TOML literals, else strings."""
+    import tomllib
+
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise TaskFileError(f"suite option {pair!r}: expected KEY=VALUE")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw  # a bare word: a string
+        options[key.strip()] = value
+    return options

@@ -56,13 +56,18 @@ def _full_marks(v: Verdict) -> bool:
 
 
 def validate_suite(suite: Suite, limit: int | None = None, timeout: float | None = None) -> ValidationReport:
-    """Run each task's `answer` through `suite.verifier`; a task without an answer is a failure."""
+    """Run each task's reference response through `suite.verifier`; a task without one is a failure.
+
+    The reference response is `meta["reference_response"]` when the task has one (the gold answer
+    written the way the verifier expects a response, e.g. inside `<answer>` tags), else `answer`.
+    """
     from posttrain.rewards import score_sync
 
     tasks = suite.tasks[:limit] if limit is not None else list(suite.tasks)
     start = time.perf_counter()
     with_gold = [t for t in tasks if t.answer is not None]
-    verdicts = score_sync(suite.verifier, with_gold, [t.answer for t in with_gold], timeout) if with_gold else []
+    responses = [str(t.meta.get("reference_response", t.answer)) for t in with_gold]
+    verdicts = score_sync(suite.verifier, with_gold, responses, timeout) if with_gold else []
     report = ValidationReport(suite.name, len(tasks), 0)
     by_id = {t.id: v for t, v in zip(with_gold, verdicts)}
     for t in tasks:
