@@ -231,7 +231,7 @@ def test_bad_requests_are_clear_errors(engine):
 def test_sliding_window_attends_to_sinks_and_the_last_window(tmp_path):
     """One layer: a token's K/V depend on it and its position only, so attending to just the kept
     tokens (first `sinks` + last `window`, original positions) is an exact reference."""
-    from conftest import make_tiny_model
+    from tiny_models import make_tiny_model
 
     model, tok = load_model(make_tiny_model(tmp_path / "one", layers=1, seed=3))
     spec = WindowSpec(window=8, sinks=2)

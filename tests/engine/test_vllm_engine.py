@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import make_tiny_model
+from tiny_models import make_tiny_model
 
 from posttrain.engine.extras import MissingExtraError
 from posttrain.engine.vllm_engine import (
