@@ -157,6 +157,9 @@ def eval_cmd(
             if suite is None:
                 raise UserError("eval: --suite is required")
             loaded = load_suite(suite, **options)
+            prewarm = getattr(loaded.verifier, "prewarm", None)
+            if callable(prewarm):
+                prewarm()  # start the verifier's sandbox while the responses load
             if responses is not None:
                 from posttrain.eval.responses import read_responses, score_responses
                 from posttrain.eval.summary import summarize

@@ -125,6 +125,13 @@ def shared_sandbox(prefork: bool = True):
         return sb
 
 
+def _prewarm_quietly() -> None:
+    try:
+        shared_sandbox()
+    except Exception:  # noqa: BLE001 - the first real call reports the same failure as a verdict
+        pass
+
+
 def close_shared_sandboxes() -> None:
     with _SANDBOX_LOCK:
         for sb in _SANDBOXES.values():
@@ -179,6 +186,10 @@ class PythonTests:
 
     def version_key(self) -> str:
         return hashlib.sha256(HARNESS_PATH.read_bytes()).hexdigest()[:12]
+
+    def prewarm(self) -> None:
+        """Start the shared sandbox in the background (a one-shot command overlaps it with loading its inputs)."""
+        threading.Thread(target=_prewarm_quietly, name="posttrain-sandbox-prewarm", daemon=True).start()
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
         out: list[Verdict | None] = [None] * len(tasks)
