@@ -260,9 +260,11 @@ class GatedGenerateOnly(GenerateOnly):
     def __init__(self, engine: LocalEngine) -> None:
         super().__init__(engine)
         self.gate = threading.Event()
+        self.entered = threading.Event()
 
     def generate(self, prompts, params):
-        if not self.calls:
+        if not self.calls and not self.entered.is_set():
+            self.entered.set()
             self.gate.wait(30)
         return super().generate(prompts, params)
 
@@ -273,8 +275,10 @@ def test_engines_without_steps_get_merged_generate_calls(tiny_model_dir):
     app = create_app(engine, ServeConfig(MODEL, batch_window_s=0))
     batcher = app.state.service.batcher
     with ServerThread(app) as server:
-        threads = _ask_concurrently(server.url, 8)
-        _wait_until(lambda: batcher.stats.jobs >= 1 and batcher.stats.jobs + batcher._queue.qsize() == 8)  # first call at the gate, the rest queued
+        threads = _ask_concurrently(server.url, 1)
+        _wait_until(engine.entered.is_set)  # the first request is in the engine, held at the gate
+        threads += _ask_concurrently(server.url, 7)
+        _wait_until(lambda: batcher._queue.qsize() == 7)  # the rest wait behind it
         engine.gate.set()
         for t in threads:
             t.join()
