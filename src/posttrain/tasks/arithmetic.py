@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from posttrain.tasks.base import Split, split_of
+from posttrain.tasks.base import GeneratedSource, Split, split_of
 from posttrain.types import Task
 
 Family = Literal["add", "sub", "addsub", "mul", "chain"]
@@ -21,7 +21,7 @@ FAMILIES: tuple[str, ...] = ("add", "sub", "addsub", "mul", "chain")
 
 
 @dataclass
-class ArithmeticSource:
+class ArithmeticSource(GeneratedSource):
     """Arithmetic problems whose split is decided by a hash of the problem.
 
     The split key is canonical: `a+b` and `b+a` (and any reordering of a
@@ -92,19 +92,3 @@ class ArithmeticSource:
         # The key is the canonical expression alone, so one problem has one split across families and difficulties.
         return split_of(task.meta["split_key"], self.held_out_fraction)
 
-    def sample(self, rng: random.Random, split: Split = "train") -> Task:
-        for _ in range(100_000):
-            task = self._draw(rng)
-            if self.split_of(task) == split:
-                return task
-        raise RuntimeError(f"{self.name}: could not draw a {split} task (is the split fraction extreme?)")
-
-    def take(self, n: int, split: Split = "held_out", seed: int = 0) -> list[Task]:
-        rng = random.Random(f"{self.name}:{split}:{seed}")
-        seen: dict[str, Task] = {}
-        attempts = 0
-        while len(seen) < n and attempts < 50 * n + 1000:
-            task = self.sample(rng, split)
-            seen.setdefault(task.id, task)
-            attempts += 1
-        return list(seen.values())

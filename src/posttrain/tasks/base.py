@@ -53,3 +53,37 @@ class TaskSource(Protocol):
     def take(self, n: int, split: Split = "held_out", seed: int = 0) -> list[Task]:
         """Up to n distinct tasks of `split`, identical for identical arguments."""
         ...
+
+
+class GeneratedSource:
+    """Base for procedural sources: `sample` and `take` by rejection on the hash split.
+
+    Subclasses provide `name`, `held_out_fraction`, `_draw(rng) -> Task` and
+    `split_of(task) -> Split` (usually `split_of(task.meta["split_key"], ...)`).
+    """
+
+    name: str
+    held_out_fraction: float
+
+    def _draw(self, rng: random.Random) -> Task:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def split_of(self, task: Task) -> Split:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def sample(self, rng: random.Random, split: Split = "train") -> Task:
+        for _ in range(100_000):
+            task = self._draw(rng)
+            if self.split_of(task) == split:
+                return task
+        raise RuntimeError(f"{self.name}: could not draw a {split} task (is the split fraction extreme?)")
+
+    def take(self, n: int, split: Split = "held_out", seed: int = 0) -> list[Task]:
+        rng = random.Random(f"{self.name}:{split}:{seed}")
+        seen: dict[str, Task] = {}
+        attempts = 0
+        while len(seen) < n and attempts < 50 * n + 1000:
+            task = self.sample(rng, split)
+            seen.setdefault(task.id, task)
+            attempts += 1
+        return list(seen.values())

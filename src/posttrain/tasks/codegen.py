@@ -32,7 +32,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from posttrain.tasks.base import Split, split_of
+from posttrain.tasks.base import GeneratedSource, Split, split_of
 from posttrain.tasks.suites import Suite, register_suite
 from posttrain.types import Task
 
@@ -85,7 +85,7 @@ def tests_source(inputs: list[int], outputs: list[int], entry_point: str = ENTRY
 
 
 @dataclass
-class CodeSource:
+class CodeSource(GeneratedSource):
     """Code-writing problems whose split is decided by a hash of the specification (see module docstring)."""
 
     family: CodeFamily = "ops"
@@ -166,22 +166,6 @@ class CodeSource:
     def split_of(self, task: Task) -> Split:
         return split_of(task.meta["split_key"], self.held_out_fraction)
 
-    def sample(self, rng: random.Random, split: Split = "train") -> Task:
-        for _ in range(100_000):
-            task = self._draw(rng)
-            if self.split_of(task) == split:
-                return task
-        raise RuntimeError(f"{self.name}: could not draw a {split} task (is the split fraction extreme?)")
-
-    def take(self, n: int, split: Split = "held_out", seed: int = 0) -> list[Task]:
-        rng = random.Random(f"{self.name}:{split}:{seed}")
-        seen: dict[str, Task] = {}
-        attempts = 0
-        while len(seen) < n and attempts < 50 * n + 1000:
-            task = self.sample(rng, split)
-            seen.setdefault(task.id, task)
-            attempts += 1
-        return list(seen.values())
 
 
 _OPTIONS = ("max_ops", "operators", "n_tests")
