@@ -235,19 +235,9 @@ def test_a_large_module_level_table_does_not_break_loading():
     assert safe_verify(FAST, task, prog).score == 1.0
 
 
-def test_a_batch_is_one_sandbox_execution_when_nothing_goes_wrong(monkeypatch):
+def test_a_batch_is_one_sandbox_execution_when_nothing_goes_wrong(sandbox_runs):
     """Guards the fast path: the harness cleans up between responses instead of falling back to one run each."""
-    import posttrain.rewards.code as code
-
-    runs = []
-    real = code.shared_sandbox()
-
-    class Counting:
-        async def arun(self, *args, **kwargs):
-            runs.append(len(json.loads(kwargs["stdin"])["items"]))
-            return await real.arun(*args, **kwargs)
-
-    monkeypatch.setattr(code, "shared_sandbox", lambda prefork=True: Counting())
+    runs = sandbox_runs
     responses = [f"def sq(x):\n    return x * x + {i} * 0\n" for i in range(6)]
     verdicts = score_sync(PythonTests(max_concurrency=1), [SQ] * 6, responses)
     assert [v.score for v in verdicts] == [1.0] * 6 and runs == [6]

@@ -280,20 +280,10 @@ def test_signalling_the_harness_gets_no_credit_and_no_error(sig):
         assert_no_credit(judge(hack, style))
 
 
-def test_cleanup_between_responses_of_one_batch(monkeypatch):
+def test_cleanup_between_responses_of_one_batch(sandbox_runs):
     """A response that leaves a process re-planting files behind, without killing the harness: the
     batch stays one sandbox execution and the next response sees none of it."""
-    import posttrain.rewards.code as code
-
-    runs = []
-    real = code.shared_sandbox()
-
-    class Counting:
-        async def arun(self, *args, **kwargs):
-            runs.append(len(json.loads(kwargs["stdin"])["items"]))
-            return await real.arun(*args, **kwargs)
-
-    monkeypatch.setattr(code, "shared_sandbox", lambda prefork=True: Counting())
+    runs = sandbox_runs
     planter = """
 import os, time
 if os.fork() == 0:

@@ -130,6 +130,11 @@ def _token_ids_from_tokens(tokens: list[str] | None) -> list[int] | None:
     return [int(t.removeprefix("token_id:")) for t in tokens]
 
 
+class RemoteWeightsError(NotImplementedError):
+    """A client engine cannot push weights into a server it does not run (a `NotImplementedError` for callers
+    that probe `load_weights`)."""
+
+
 class OpenAIEngine:
     """Generate through an OpenAI-compatible HTTP server.
 
@@ -212,7 +217,7 @@ class OpenAIEngine:
                 yield CompletionDelta(i, j, i, list(c.token_ids), list(c.logprobs), c.text, c.finish_reason, c)
 
     def load_weights(self, state: Any, version: int) -> None:
-        raise NotImplementedError(
+        raise RemoteWeightsError(
             "OpenAIEngine cannot load weights into a remote server; update the server itself "
             "(e.g. VLLMEngine.load_weights in its process) and call set_version(version) here"
         )

@@ -173,17 +173,21 @@ def _recv(sock: socket.socket, deadline: float):
 # ----------------------------------------------------------------------------- C: the candidate
 
 
+def _only_fd(keep: int) -> None:
+    """Close every descriptor but `keep`; stdin/stdout/stderr become /dev/null."""
+    os.closerange(0, keep)
+    os.closerange(keep + 1, 1 << 16)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
+
+
 def _child(sock: socket.socket, memory_bytes: int) -> None:
     """Serve the solution's functions to H. Never returns. Everything after the preamble is untrusted."""
     try:
-        keep = sock.fileno()
-        os.closerange(0, keep)
-        os.closerange(keep + 1, 1 << 16)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        if null > 2:
-            os.close(null)
+        _only_fd(sock.fileno())
         sys.stdin = open(0, "r", closefd=False)  # noqa: SIM115
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
@@ -252,12 +256,7 @@ def _child_loop(sock: socket.socket) -> None:
 
 
 def _zygote(ctl: socket.socket, memory_bytes: int) -> None:
-    keep = ctl.fileno()
-    os.closerange(0, keep)
-    os.closerange(keep + 1, 1 << 16)
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
+    _only_fd(ctl.fileno())
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     import gc
 

@@ -20,6 +20,7 @@ batch concurrently; cheap ones pay one function call per item.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import functools
 import hashlib
@@ -57,7 +58,7 @@ class Verifier(Protocol):
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]: ...
 
 
-class SyncVerifier:
+class SyncVerifier(abc.ABC):
     """Base for verifiers that judge one response at a time with cheap, pure Python.
 
     Subclasses implement `verify(task, response) -> Verdict`; an exception in
@@ -66,8 +67,9 @@ class SyncVerifier:
 
     name: str = "sync"
 
-    def verify(self, task: Task, response: str) -> Verdict:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def verify(self, task: Task, response: str) -> Verdict:
+        """One verdict for one response."""
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
         return [_guarded_one(self, t, r) for t, r in zip(tasks, responses)]

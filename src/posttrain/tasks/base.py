@@ -8,6 +8,7 @@ Does not cover: which task to train on next (that is the curriculum's job).
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import random
 from typing import Literal, Protocol, runtime_checkable
@@ -55,7 +56,7 @@ class TaskSource(Protocol):
         ...
 
 
-class GeneratedSource:
+class GeneratedSource(abc.ABC):
     """Base for procedural sources: `sample` and `take` by rejection on the hash split.
 
     Subclasses provide `name`, `held_out_fraction`, `_draw(rng) -> Task` and
@@ -65,11 +66,13 @@ class GeneratedSource:
     name: str
     held_out_fraction: float
 
-    def _draw(self, rng: random.Random) -> Task:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _draw(self, rng: random.Random) -> Task:
+        """One task of either split."""
 
-    def split_of(self, task: Task) -> Split:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def split_of(self, task: Task) -> Split:
+        """The task's split, from its canonical key."""
 
     def sample(self, rng: random.Random, split: Split = "train") -> Task:
         for _ in range(100_000):
