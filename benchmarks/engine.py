@@ -46,6 +46,7 @@ from pathlib import Path
 import torch
 
 from posttrain.engine import LocalEngine, SpecConfig
+from posttrain.engine.native_decode import load_kernel
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer, load_model, save_model
 from posttrain.types import SamplingParams
 
@@ -146,6 +147,7 @@ def batch1(native, tok, hf, rounds: int) -> dict:
         "batch1_local_ms_per_token": round(local_ms, 3),
         "batch1_speedup": round(hf_ms / local_ms, 2),
         "batch1_identical": outs["hf"] == outs["local"],
+        "batch1_native_kernel": load_kernel() is not None,  # the compiled decode step (engine/native_decode.py)
     }
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from posttrain.engine.base import CompletionDelta, Prompt
+from posttrain.engine.fused import FusedDecoder
 from posttrain.engine.kv import SharedPrefix, SlotCache, WindowSpec
 from posttrain.engine.prefix_cache import PrefixCache
 from posttrain.engine.sampling import choose, find_stop, process_for
@@ -48,7 +49,8 @@ class LocalEngine:
     Knobs: `max_batch_rows` running sequences at most; `prefill_chunk` prompt
     tokens per sequence per step and `max_prefill_tokens` per step in all
     (bounding a step's latency and memory); `prefix_cache_tokens` of KV kept
-    across requests (0 disables); `sliding_window`; `speculative`.
+    across requests (0 disables); `sliding_window`; `speculative`;
+    `fused_decode` (the packed one-token step of engine/fused.py, on by default).
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class LocalEngine:
         cache_completions: bool = True,
         sliding_window: WindowSpec | None = None,
         speculative: SpecConfig | None = None,
+        fused_decode: bool = True,
     ) -> None:
         if prefill_chunk < 1 or max_prefill_tokens < prefill_chunk:
             raise ValueError("need prefill_chunk >= 1 and max_prefill_tokens >= prefill_chunk")
@@ -86,6 +89,8 @@ class LocalEngine:
         self.cache_completions = cache_completions
         self.policy_version = 0
         self.cascade = sliding_window is None  # samples share their prompt's KV instead of copying it
+        # the packed one-token decode step (engine/fused.py) where it applies; the model's forward elsewhere
+        self.fused = FusedDecoder(model) if fused_decode and sliding_window is None and FusedDecoder.supports(model) else None
         self.kv: SlotCache | None = None  # running rows: what each sample adds to its prompt
         self.pkv: SlotCache | None = None  # prompt store: one row per admitted request
         self.waiting: deque[Request] = deque()
@@ -114,6 +119,8 @@ class LocalEngine:
     def set_version(self, version: int) -> None:
         """The weights changed (in place, shared with the learner): retag, and forget KV computed with the old ones."""
         self.policy_version = version
+        if self.fused is not None:
+            self.fused.invalidate()
         if self.prefix is not None:
             self.prefix.clear()
 
@@ -327,9 +334,13 @@ class LocalEngine:
     def _decode(self, deltas: list[CompletionDelta]) -> None:
         seqs = self.running
         b = len(seqs)
-        ids = torch.tensor([s.all[-1] for s in seqs])[:, None]
         start = [s.n_cached - s.base for s in seqs]
-        logits = self.model(ids, cache=self.kv.bind(slice(0, b), start, None, 1, self._shared(seqs)))[:, 0]  # [b, V]
+        shared = self._shared(seqs)
+        if self.fused is not None and shared is None:
+            logits = self.fused.step(torch.tensor([s.all[-1] for s in seqs]), start, torch.tensor(start), self.kv)
+        else:
+            ids = torch.tensor([s.all[-1] for s in seqs])[:, None]
+            logits = self.model(ids, cache=self.kv.bind(slice(0, b), start, None, 1, shared))[:, 0]  # [b, V]
         for s in seqs:
             s.n_cached += 1
         self.stats["decode_forwards"] += 1

@@ -1,0 +1,164 @@
+"""The packed decode step (engine/fused.py) and its C kernel (engine/native_decode.py) against the model's forward."""
+
+import logging
+
+import pytest
+import torch
+
+from posttrain.engine import LocalEngine
+from posttrain.engine import native_decode
+from posttrain.engine.fused import FusedDecoder, rotate_half_matrix
+from posttrain.engine.kv import SlotCache
+from posttrain.models import CausalLM, ModelConfig, char_tokenizer
+from posttrain.models.logprobs import token_logprobs
+from posttrain.types import SamplingParams
+
+KERNEL = native_decode.load_kernel()
+
+
+def _model(seed=0, heads=4, kv_heads=2, bias=False, hidden=32, layers=2):
+    cfg = ModelConfig(
+        vocab_size=char_tokenizer().vocab_size,
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        attention_bias=bias,
+        max_position_embeddings=512,
+    )
+    m = CausalLM(cfg)
+    m.init_weights(torch.Generator().manual_seed(seed), std=0.2)
+    with torch.no_grad():  # non-trivial norm weights and biases, so folding them is tested
+        for name, p in m.named_parameters():
+            if name.endswith("norm.weight") or name.endswith(".bias"):
+                p.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(seed + 1))
+    return m.eval()
+
+
+def _prefilled(model, prompts):
+    """Two identical caches holding each prompt in its own row."""
+    caches = [SlotCache(model.config, len(prompts) + 1, 64) for _ in range(2)]
+    with torch.inference_mode():
+        for r, p in enumerate(prompts):
+            for c in caches:
+                model(torch.tensor([p]), cache=c.bind(torch.tensor([r]), [0], None, len(p)))
+    return caches
+
+
+PATHS = [
+    pytest.param(False, id="torch"),
+    pytest.param(True, id="native", marks=pytest.mark.skipif(KERNEL is None, reason="no C compiler")),
+]
+
+
+@pytest.mark.parametrize("native", PATHS)
+@pytest.mark.parametrize("heads,kv_heads,bias", [(4, 2, False), (4, 4, False), (4, 1, True)])
+def test_decode_step_equals_the_model_forward(native, heads, kv_heads, bias):
+    """Ragged rows (each at its own length) and a lone row: same logits and same cached keys/values."""
+    model = _model(heads=heads, kv_heads=kv_heads, bias=bias)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, 90, (n,), generator=g).tolist() for n in (5, 11, 8)]
+    ref_cache, cache = _prefilled(model, prompts)
+    fused = FusedDecoder(model, native=native)
+    assert (fused.kernel is not None) == native
+    lens = [len(p) for p in prompts]
+    with torch.inference_mode():
+        for step in range(4):
+            ids = torch.randint(3, 90, (3,), generator=g)
+            ref = model(ids[:, None], cache=ref_cache.bind(slice(0, 3), lens, None, 1))[:, 0]
+            out = fused.step(ids, lens, torch.tensor(lens), cache)
+            torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-5)
+            lens = [n + 1 for n in lens]
+        one = torch.tensor([7])
+        ref = model(one[:, None], cache=ref_cache.bind(slice(0, 1), lens[:1], None, 1))[:, 0]
+        torch.testing.assert_close(fused.step(one, lens[:1], torch.tensor(lens[:1]), cache), ref, atol=2e-5, rtol=1e-5)
+    for a, b in zip(ref_cache.k + ref_cache.v, cache.k + cache.v):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("native", PATHS)
+def test_in_place_weight_updates_are_seen_without_being_told(native):
+    """An optimizer step on the shared model bumps version counters: the packed copy is rebuilt."""
+    model = _model()
+    fused = FusedDecoder(model, native=native)
+    ref_cache, cache = _prefilled(model, [[5, 6, 7]])
+    with torch.inference_mode():
+        fused.step(torch.tensor([9]), [3], torch.tensor([3]), cache)
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight.mul_(-2.0)
+        model.model.norm.weight.add_(0.5)
+    ref_cache, cache = _prefilled(model, [[5, 6, 7]])
+    with torch.inference_mode():
+        ref = model(torch.tensor([[9]]), cache=ref_cache.bind(slice(0, 1), [3], None, 1))[:, 0]
+        torch.testing.assert_close(fused.step(torch.tensor([9]), [3], torch.tensor([3]), cache), ref, atol=2e-5, rtol=1e-5)
+
+
+def test_cache_overflow_is_a_clear_error():
+    model = _model()
+    fused = FusedDecoder(model)
+    cache = SlotCache(model.config, 1, 4)
+    with torch.inference_mode(), pytest.raises(ValueError, match="overflow"):
+        fused.step(torch.tensor([3]), [3], torch.tensor([3]), cache)
+
+
+def test_rotate_half_matrix_is_rotate_half():
+    x = torch.randn(5, 8)
+    assert torch.equal(x @ rotate_half_matrix(8), torch.cat((-x[:, 4:], x[:, :4]), dim=1))
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0, max_tokens=24), SamplingParams(temperature=0.8, max_tokens=24, seed=4)])
+def test_engine_with_and_without_the_fused_step_agree(params):
+    """Same tokens, logprobs equal to 1e-5, and equal to the learner's (trainer parity) on the fast path."""
+    model = _model(hidden=64, layers=3)
+    tok = char_tokenizer()
+    prompts = ["12+30=", "a longer prompt here"]
+    fast = LocalEngine(model, tok, seed=1).generate(prompts, params)
+    slow = LocalEngine(model, tok, seed=1, fused_decode=False).generate(prompts, params)
+    for gf, gs, prompt in zip(fast, slow, prompts):
+        assert gf[0].token_ids == gs[0].token_ids
+        torch.testing.assert_close(torch.tensor(gf[0].logprobs), torch.tensor(gs[0].logprobs), atol=1e-5, rtol=1e-5)
+        ids = torch.tensor([tok.encode(prompt) + gf[0].token_ids])
+        with torch.no_grad():
+            t = params.temperature or 1.0
+            lp = token_logprobs(model(ids)[:, :-1], ids[:, 1:], temperature=t)[0, len(tok.encode(prompt)) - 1 :]
+        if params.temperature:
+            torch.testing.assert_close(lp, torch.tensor(gf[0].logprobs), atol=1e-5, rtol=1e-5)
+
+
+def test_kernel_is_disabled_by_the_environment(monkeypatch):
+    monkeypatch.setenv("POSTTRAIN_NATIVE_KERNELS", "0")
+    native_decode.load_kernel.cache_clear()
+    try:
+        assert native_decode.load_kernel() is None
+    finally:
+        native_decode.load_kernel.cache_clear()
+
+
+def test_no_compiler_falls_back_with_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(native_decode, "_compiler", lambda: None)
+    native_decode.load_kernel.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert native_decode.load_kernel() is None
+        assert "no C compiler" in caplog.text
+        model = _model()
+        assert FusedDecoder(model).kernel is None  # and the engine still decodes, with PyTorch kernels
+        out = LocalEngine(model, char_tokenizer()).generate(["1+1="], SamplingParams(temperature=0, max_tokens=3))
+        assert len(out[0][0].token_ids) == 3
+    finally:
+        native_decode.load_kernel.cache_clear()
+
+
+@pytest.mark.skipif(KERNEL is None, reason="no C compiler")
+def test_a_failing_build_falls_back_with_the_compiler_message(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(native_decode, "SOURCE", native_decode.SOURCE + "\nthis is not C;\n")
+    native_decode.load_kernel.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert native_decode.load_kernel() is None
+        assert "failed" in caplog.text
+        assert not list((tmp_path / "kernels").glob("*.so"))  # nothing half-built left to load later
+    finally:
+        native_decode.load_kernel.cache_clear()
