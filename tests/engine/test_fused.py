@@ -67,12 +67,12 @@ def test_decode_step_equals_the_model_forward(native, heads, kv_heads, bias):
         for step in range(4):
             ids = torch.randint(3, 90, (3,), generator=g)
             ref = model(ids[:, None], cache=ref_cache.bind(slice(0, 3), lens, None, 1))[:, 0]
-            out = fused.step(ids, lens, torch.tensor(lens), cache)
+            out = fused.step(ids, lens, cache)
             torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-5)
             lens = [n + 1 for n in lens]
         one = torch.tensor([7])
         ref = model(one[:, None], cache=ref_cache.bind(slice(0, 1), lens[:1], None, 1))[:, 0]
-        torch.testing.assert_close(fused.step(one, lens[:1], torch.tensor(lens[:1]), cache), ref, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(fused.step(one, lens[:1], cache), ref, atol=2e-5, rtol=1e-5)
     for a, b in zip(ref_cache.k + ref_cache.v, cache.k + cache.v):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
 
@@ -84,14 +84,14 @@ def test_in_place_weight_updates_are_seen_without_being_told(native):
     fused = FusedDecoder(model, native=native)
     ref_cache, cache = _prefilled(model, [[5, 6, 7]])
     with torch.inference_mode():
-        fused.step(torch.tensor([9]), [3], torch.tensor([3]), cache)
+        fused.step(torch.tensor([9]), [3], cache)
     with torch.no_grad():
         model.model.layers[1].mlp.up_proj.weight.mul_(-2.0)
         model.model.norm.weight.add_(0.5)
     ref_cache, cache = _prefilled(model, [[5, 6, 7]])
     with torch.inference_mode():
         ref = model(torch.tensor([[9]]), cache=ref_cache.bind(slice(0, 1), [3], None, 1))[:, 0]
-        torch.testing.assert_close(fused.step(torch.tensor([9]), [3], torch.tensor([3]), cache), ref, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(fused.step(torch.tensor([9]), [3], cache), ref, atol=2e-5, rtol=1e-5)
 
 
 def test_cache_overflow_is_a_clear_error():
@@ -99,7 +99,7 @@ def test_cache_overflow_is_a_clear_error():
     fused = FusedDecoder(model)
     cache = SlotCache(model.config, 1, 4)
     with torch.inference_mode(), pytest.raises(ValueError, match="overflow"):
-        fused.step(torch.tensor([3]), [3], torch.tensor([3]), cache)
+        fused.step(torch.tensor([3]), [3], cache)
 
 
 def test_rotate_half_matrix_is_rotate_half():
@@ -162,3 +162,24 @@ def test_a_failing_build_falls_back_with_the_compiler_message(monkeypatch, tmp_p
         assert not list((tmp_path / "kernels").glob("*.so"))  # nothing half-built left to load later
     finally:
         native_decode.load_kernel.cache_clear()
+
+
+@pytest.mark.skipif(KERNEL is None, reason="no C compiler")
+def test_several_tokens_per_row_equal_the_model_forward():
+    """Speculative verification: rows feed 1 + k tokens (some padded) causally in one kernel call."""
+    model = _model(heads=4, kv_heads=2, bias=True)
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, 90, (n,), generator=g).tolist() for n in (6, 9)]
+    ref_cache, cache = _prefilled(model, prompts)
+    fused = FusedDecoder(model)
+    ids = torch.randint(3, 90, (2, 5), generator=g)
+    lens, n_valid = [6, 9], [5, 3]
+    with torch.inference_mode():
+        ref = model(ids, cache=ref_cache.bind(slice(0, 2), lens, n_valid, 5))
+        out = fused.forward_tokens(ids, lens, n_valid, cache)
+    torch.testing.assert_close(out[0], ref[0], atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(out[1, :3], ref[1, :3], atol=2e-5, rtol=1e-5)  # padding logits are junk in both
+    for a, b in zip(ref_cache.k + ref_cache.v, cache.k + cache.v):  # real tokens stored, padding stored nowhere real
+        torch.testing.assert_close(a[:, :, :-1], b[:, :, :-1], atol=2e-5, rtol=1e-5)
+    with torch.inference_mode():
+        assert fused.forward_tokens(torch.zeros((4, 5), dtype=torch.long), [0] * 4, None, SlotCache(model.config, 4, 16)) is None  # too wide

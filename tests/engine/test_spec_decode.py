@@ -104,3 +104,27 @@ def test_sampled_distribution_matches_plain_sampling(method):
     observed = torch.bincount(codes, minlength=vocab**3).double()
     assert math.isclose(float(expected.sum()), 1.0, rel_tol=1e-6)
     assert _chi2_pvalue(observed, expected) > 1e-3
+
+
+def test_small_lookup_verify_keeps_the_target_and_agrees_with_the_tensor_rule():
+    """The plain-Python verify used at batch 1: the emitted token is distributed as p, and the
+    acceptance rate equals the tensor path's p(draft)."""
+    from posttrain.engine import spec_decode
+
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    g = torch.Generator().manual_seed(2)
+    counts, accepted, n = torch.zeros(4), 0, 20_000
+    for _ in range(n):
+        a, x = spec_decode._verify_lookup_small(p.expand(1, 2, 4), torch.tensor([[2]]), torch.tensor([1]), False, g)
+        counts[2 if int(a) == 1 else int(x)] += 1
+        accepted += int(a)
+    assert _chi2_pvalue(counts.double(), p.double()) > 1e-3
+    assert abs(accepted / n - 0.15) < 0.01
+    # greedy: accepts exactly the argmax chain and then emits the argmax
+    probs = torch.tensor([[[0.1, 0.7, 0.2], [0.6, 0.3, 0.1], [0.2, 0.2, 0.6]]])
+    a, x = spec_decode._verify_lookup_small(probs, torch.tensor([[1, 0]]), torch.tensor([2]), True, None)
+    assert (int(a), int(x)) == (2, 2)
+    a, x = spec_decode._verify_lookup_small(probs, torch.tensor([[1, 2]]), torch.tensor([2]), True, None)
+    assert (int(a), int(x)) == (1, 0)
+    a, x = spec_decode._verify_lookup_small(probs, torch.tensor([[1, 2]]), torch.tensor([0]), True, None)  # no drafts
+    assert (int(a), int(x)) == (0, 1)

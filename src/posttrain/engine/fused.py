@@ -38,7 +38,9 @@ from posttrain.engine.kv import SlotCache
 from posttrain.engine.native_decode import load_kernel
 from posttrain.models.llama import CausalLM
 
-NATIVE_MAX_ROWS = 8  # up to this many rows the C kernel streams the weights once for all; beyond, MKL matmuls win
+# up to this many tokens per forward the C kernel (which streams every weight matrix once for all of
+# them) is the faster path; beyond, the step is compute-bound and MKL's matmuls win
+NATIVE_MAX_TOKENS = 16
 
 
 def rotate_half_matrix(d: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -58,6 +60,36 @@ class _Layer:
         self.w_qkv, self.b_qkv, self.w_o, self.w_gu, self.w_down = w_qkv, b_qkv, w_o, w_gu, w_down
 
 
+PANEL = 16  # the C kernel's column panel width (two AVX registers)
+
+
+def _panels(w: Tensor) -> Tensor:
+    """[K, N] -> [ceil(N / 16), K, 16], zero-padded: the C kernel streams one panel front to back per column block."""
+    k, n = w.shape
+    np_ = -(-n // PANEL)
+    padded = torch.zeros((k, np_ * PANEL), dtype=torch.float32)
+    padded[:, :n] = w
+    return padded.view(k, np_, PANEL).permute(1, 0, 2)
+
+
+def _flat_pack(mats: list[Tensor], shape_fn) -> tuple[list[Tensor], Tensor]:
+    """Copy `shape_fn(m)` of every matrix into one contiguous buffer, in step order -> (views, buffer).
+
+    At these sizes decode is bound by reading the weights, and one sequential run is what the
+    hardware prefetcher handles best.
+    """
+    with torch.no_grad():
+        shaped = [shape_fn(m) for m in mats]
+        flat = torch.empty(sum(x.numel() for x in shaped), dtype=torch.float32)
+        views, off = [], 0
+        for x in shaped:
+            v = flat[off : off + x.numel()].view(x.shape)
+            v.copy_(x)
+            views.append(v)
+            off += x.numel()
+    return views, flat
+
+
 class FusedDecoder:
     """The model's decode step in packed form; `step` returns the logits of one new token per row."""
 
@@ -71,6 +103,12 @@ class FusedDecoder:
         self.eps = torch.tensor(cfg.rms_norm_eps, dtype=torch.float32)
         self._params: list[Tensor] = []
         self._versions: list[int] = []
+        self._packed: set[str] = set()  # layouts packed from the current weights
+        self._native: tuple | None = None  # (panel buffer, biases, ctypes pointer array) for the C kernel
+        self._kv_ptrs: tuple | None = None
+        self._call_args: tuple | None = None  # the kernel's arguments that change only with the weights or tables
+        self._index_bufs = tuple((ctypes.c_int64 * NATIVE_MAX_TOKENS)() for _ in range(4))  # rows, slots, positions, ids
+        self._logits_buf = torch.empty((NATIVE_MAX_TOKENS, cfg.vocab_size), dtype=torch.float32)
         self.layers: list[_Layer] = []
         self.w_head: Tensor | None = None
         self._rope: tuple[Tensor, Tensor] | None = None  # cos and sin tables [L, D]
@@ -83,19 +121,38 @@ class FusedDecoder:
 
     # -- weights --------------------------------------------------------------------------
     def invalidate(self) -> None:
-        self._params, self._versions = [], []
+        self._packed.clear()
 
-    def ensure(self) -> None:
-        """Repack if any parameter changed since the last pack."""
-        params = self._params
-        if params and all(p._version == v for p, v in zip(params, self._versions)):
+    def ensure(self, layout: str = "torch") -> None:
+        """Pack the weights for `layout` ("torch": [K, N] matrices for `torch.mm`; "native": the C kernel's
+        16-column panels), again whenever any parameter changed since the last pack."""
+        if self._params and [p._version for p in self._params] != self._versions:
+            self._packed.clear()
+        if layout in self._packed:
             return
-        self._pack()
+        if not self._packed:
+            self._params = list(self.model.parameters())
+            self._versions = [p._version for p in self._params]
+        mats, biases = self._matrices()
+        if layout == "torch":
+            views, _ = _flat_pack(mats, lambda w: w)
+            self.layers = [_Layer(views[4 * i], biases[i], *views[4 * i + 1 : 4 * i + 4]) for i in range(len(biases))]
+            self.w_head = views[-1]
+        else:
+            panels, flat = _flat_pack(mats, _panels)
+            ptrs = []
+            for i, bias in enumerate(biases):
+                ptrs += [panels[4 * i].data_ptr(), None if bias is None else bias.data_ptr(), *(x.data_ptr() for x in panels[4 * i + 1 : 4 * i + 4])]
+            ptrs.append(panels[-1].data_ptr())
+            self._native = (flat, biases, (ctypes.c_void_p * len(ptrs))(*ptrs))
+            self._call_args = None
+        self._packed.add(layout)
 
-    def _pack(self) -> None:
+    def _matrices(self) -> tuple[list[Tensor], list[Tensor | None]]:
+        """Per layer [K, N] matrices (qkv, o, gate|up, down) with norm weights and 1/sqrt(D) folded in, then the head."""
         m, cfg = self.model, self.model.config
         scale = self.d**-0.5
-        parts: list[Tensor] = []  # every packed matrix, in the order a step reads them
+        mats: list[Tensor] = []  # every matrix, in the order a step reads them
         biases: list[Tensor | None] = []
         with torch.no_grad():
             for layer in m.model.layers:
@@ -104,35 +161,18 @@ class FusedDecoder:
                 g_post = layer.post_attention_layernorm.weight.float()[None, :]
                 w_qkv = torch.cat((a.q_proj.weight.float() * scale, a.k_proj.weight.float(), a.v_proj.weight.float())) * g_in
                 w_gu = torch.cat((mlp.gate_proj.weight, mlp.up_proj.weight)).float() * g_post
-                parts += [w_qkv.t(), a.o_proj.weight.float().t(), w_gu.t(), mlp.down_proj.weight.float().t()]
+                mats += [w_qkv.t(), a.o_proj.weight.float().t(), w_gu.t(), mlp.down_proj.weight.float().t()]
                 if cfg.attention_bias:
-                    biases.append(torch.cat((a.q_proj.bias.float() * scale, a.k_proj.bias.float(), a.v_proj.bias.float()))[None])
+                    bias = torch.cat((a.q_proj.bias.float() * scale, a.k_proj.bias.float(), a.v_proj.bias.float()))
+                    biases.append(bias[None].contiguous())
                 else:
                     biases.append(None)
-            parts.append((m.lm_head.weight.float() * m.model.norm.weight.float()[None, :]).t())
-            # one contiguous buffer: the step streams it front to back (at these sizes decode is bound by
-            # reading the weights, and one sequential run is what the prefetcher handles best)
-            flat = torch.empty(sum(p.numel() for p in parts), dtype=torch.float32)
-            views, off = [], 0
-            for p in parts:
-                v = flat[off : off + p.numel()].view(p.shape)
-                v.copy_(p)
-                views.append(v)
-                off += p.numel()
-        self.layers = [_Layer(views[4 * i], biases[i], *views[4 * i + 1 : 4 * i + 4]) for i in range(len(biases))]
-        self.w_head = views[-1]
-        self._flat = flat
-        ptrs = []
-        for lw in self.layers:
-            ptrs += [lw.w_qkv.data_ptr(), None if lw.b_qkv is None else lw.b_qkv.data_ptr(), lw.w_o.data_ptr(), lw.w_gu.data_ptr(), lw.w_down.data_ptr()]
-        ptrs.append(self.w_head.data_ptr())
-        self._mat_ptrs = (ctypes.c_void_p * len(ptrs))(*ptrs)
-        self._params = list(m.parameters())
-        self._versions = [p._version for p in self._params]
+            mats.append((m.lm_head.weight.float() * m.model.norm.weight.float()[None, :]).t())
+        return mats, biases
 
     # -- the step -------------------------------------------------------------------------
-    def _rope_rows(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        need = int(positions.max()) + 1
+    def _rope_tables(self, need: int) -> tuple[Tensor, Tensor]:
+        """cos and sin [L, D] for positions 0..L-1, L >= need (grown by doubling)."""
         if self._rope is None or self._rope[0].shape[0] < need:
             length = max(need, 2 * self._rope[0].shape[0] if self._rope is not None else 512)
             cfg = self.model.config
@@ -140,26 +180,56 @@ class FusedDecoder:
             freqs = torch.arange(length, dtype=torch.float32)[:, None] * inv
             emb = torch.cat((freqs, freqs), dim=-1)
             self._rope = (emb.cos(), emb.sin())
-        cos, sin = self._rope
-        return cos[positions][:, None], sin[positions][:, None]  # [b, 1, D]
+        return self._rope
 
-    def _native_step(self, ids: Tensor, starts: list[int], positions: Tensor, cache: SlotCache) -> Tensor:
-        b, cfg = ids.shape[0], self.model.config
-        self._rope_rows(positions)  # grow the tables to cover these positions
-        cos, sin = self._rope
-        logits = torch.empty((b, cfg.vocab_size), dtype=torch.float32)
-        n = cfg.num_hidden_layers
-        kc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in cache.k])
-        vc = (ctypes.c_void_p * n)(*[t.data_ptr() for t in cache.v])
-        st = torch.tensor(starts, dtype=torch.int64)
-        pos = positions.to(torch.int64).contiguous()
-        ids = ids.to(torch.int64).contiguous()
-        emb = self.model.model.embed_tokens.weight
-        rc = self.kernel.pt_decode_step(
-            b, n, self.hidden, self.hq, self.hkv, self.d, self.inter, cfg.vocab_size,
-            self._mat_ptrs, kc, vc, cache.slots, st.data_ptr(), pos.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-            ids.data_ptr(), emb.data_ptr(), float(cfg.rms_norm_eps), logits.data_ptr(),
-        )  # fmt: skip
+    def _cache_pointers(self, cache: SlotCache):
+        """ctypes arrays of the cache's per-layer key and value base pointers (rebuilt when `grow` replaced them)."""
+        held = self._kv_ptrs
+        if held is None or held[0] is not cache.k[0] or held[1] is not cache.v[0]:
+            n = len(cache.k)
+            held = self._kv_ptrs = (
+                cache.k[0], cache.v[0],
+                (ctypes.c_void_p * n)(*[x.data_ptr() for x in cache.k]),
+                (ctypes.c_void_p * n)(*[x.data_ptr() for x in cache.v]),
+                list(cache.k), list(cache.v),  # keep the tensors alive while their addresses are held
+            )  # fmt: skip
+        return held[2], held[3]
+
+    def forward_tokens(self, ids: Tensor, starts: list[int], n_valid: list[int] | None, cache: SlotCache) -> Tensor | None:
+        """ids [b, t]: row i's tokens go to slots starts[i].. (only the first n_valid[i] are real) ->
+        logits [b, t, V] from the C kernel, or None when it is unavailable or the forward is too wide for it
+        (the caller then runs the model's forward). Positions equal slots: rows hold their whole sequence."""
+        b, t = ids.shape
+        if self.kernel is None or b * t > NATIVE_MAX_TOKENS or not cache.k[0].is_contiguous():
+            return None
+        cfg = self.model.config
+        valid_to = [t] * b if n_valid is None else n_valid
+        if max(s + n for s, n in zip(starts, valid_to)) > cache.slots - 1:
+            raise ValueError(f"KV cache row overflow: {max(s + n for s, n in zip(starts, valid_to))} tokens > {cache.slots - 1} slots")
+        self.ensure("native")
+        m = b * t
+        rows, slot, pos, tok = self._index_bufs
+        ids_l = ids.reshape(-1).tolist()
+        k = 0
+        for i, s0 in enumerate(starts):  # fill preallocated ctypes arrays: cheaper than tensor ops at this size
+            nv = t if n_valid is None else n_valid[i]
+            for j in range(t):
+                rows[k], pos[k], slot[k], tok[k] = i, s0 + j, (s0 + j if j < nv else -1), ids_l[k]
+                k += 1
+        if self._rope is None or self._rope[0].shape[0] < max(starts) + t:
+            self._rope_tables(max(starts) + t)
+            self._call_args = None
+        if self._call_args is None:
+            cos, sin = self._rope
+            self._call_args = (
+                (cfg.num_hidden_layers, self.hidden, self.hq, self.hkv, self.d, self.inter, cfg.vocab_size, self._native[2]),
+                (rows, slot, pos, cos.data_ptr(), sin.data_ptr(), tok, self.model.model.embed_tokens.weight.data_ptr(), cfg.rms_norm_eps),
+            )  # fmt: skip
+        head, tail = self._call_args
+        out = self._logits_buf
+        kc, vc = self._cache_pointers(cache)
+        rc = self.kernel.pt_forward_tokens(m, *head, kc, vc, cache.slots, *tail, out.data_ptr())
+        logits = out[:m].view(b, t, cfg.vocab_size).clone()
         if rc != 0:
             raise MemoryError("native decode kernel could not allocate its scratch buffer")
         return logits
@@ -169,17 +239,19 @@ class FusedDecoder:
         n = torch.linalg.vector_norm(h, dim=-1, keepdim=True)
         return torch.rsqrt(torch.addcmul(self.eps, n, n, value=1.0 / self.hidden))
 
-    def step(self, ids: Tensor, starts: list[int], positions: Tensor, cache: SlotCache) -> Tensor:
-        """ids [b] (row i's newest token, stored at slot starts[i], position positions[i]) -> logits [b, V]."""
-        self.ensure()
+    def step(self, ids: Tensor, starts: list[int], cache: SlotCache) -> Tensor:
+        """ids [b]: row i's newest token, stored at slot starts[i] (= its position) -> logits [b, V]."""
         b = ids.shape[0]
         hq, hkv, d, rep, inter = self.hq, self.hkv, self.d, self.rep, self.inter
         sizes = (hq * d, hkv * d, hkv * d)
         span = max(starts) + 1
         if span > cache.slots - 1:
             raise ValueError(f"KV cache row overflow: {span} tokens > {cache.slots - 1} slots")
-        if self.kernel is not None and b <= NATIVE_MAX_ROWS and cache.k[0].is_contiguous():
-            return self._native_step(ids, starts, positions, cache)
+        if self.kernel is not None and b <= NATIVE_MAX_TOKENS:
+            out = self.forward_tokens(ids[:, None], starts, None, cache)
+            if out is not None:
+                return out[:, 0]
+        self.ensure("torch")
         uniform = min(starts) == span - 1
         if uniform:
             mask = rows_t = slot_t = None
@@ -187,7 +259,9 @@ class FusedDecoder:
             st = torch.tensor(starts)
             mask = torch.zeros((b * hkv, 1, span)).masked_fill_(torch.arange(span)[None, None] > st.repeat_interleave(hkv)[:, None, None], float("-inf"))
             rows_t, slot_t = torch.arange(b), st
-        cos, sin = self._rope_rows(positions)  # [b, 1, D]
+        cos, sin = self._rope_tables(span)
+        pos = torch.tensor(starts)
+        cos, sin = cos[pos][:, None], sin[pos][:, None]  # [b, 1, D]
         rot = self.rot
         h = self.model.model.embed_tokens.weight.index_select(0, ids)  # [b, H]
         for i, lw in enumerate(self.layers):

@@ -337,7 +337,7 @@ class LocalEngine:
         start = [s.n_cached - s.base for s in seqs]
         shared = self._shared(seqs)
         if self.fused is not None and shared is None:
-            logits = self.fused.step(torch.tensor([s.all[-1] for s in seqs]), start, torch.tensor(start), self.kv)
+            logits = self.fused.step(torch.tensor([s.all[-1] for s in seqs]), start, self.kv)
         else:
             ids = torch.tensor([s.all[-1] for s in seqs])[:, None]
             logits = self.model(ids, cache=self.kv.bind(slice(0, b), start, None, 1, shared))[:, 0]  # [b, V]
@@ -373,32 +373,48 @@ class LocalEngine:
         n_draft = torch.tensor([len(p) for p in props])
         n_valid = (n_draft + 1).tolist()
         start = [s.n_cached - s.base for s in seqs]
-        cache = self.kv.bind(slice(0, b), start, None if min(n_valid) == 1 + k else n_valid, 1 + k, self._shared(seqs))
-        logits = self.model(ids, cache=cache)  # [b, 1+k, V]
+        ragged = None if min(n_valid) == 1 + k else n_valid
+        shared = self._shared(seqs)
+        logits = None
+        if self.fused is not None and shared is None:  # the compiled kernel verifies a few rows' drafts in one pass
+            logits = self.fused.forward_tokens(ids, start, ragged, self.kv)
+        if logits is None:
+            logits = self.model(ids, cache=self.kv.bind(slice(0, b), start, ragged, 1 + k, shared))  # [b, 1+k, V]
         self.stats["decode_forwards"] += 1
         self.stats["decode_row_steps"] += b
-        n_acc = torch.empty(b, dtype=torch.long)
-        nxt = torch.empty(b, dtype=torch.long)
-        logp = torch.empty(logits.shape, dtype=torch.float32)
-        for (params, gen), idx in group_rows(seqs).items():
-            sel = slice(None) if idx is None else idx
-            processed = process_for(logits[sel], params)
-            logp[sel] = torch.log_softmax(processed, -1)
-            qs = None if q is None else q[sel][:, :k]
-            a, x = verify(logp[sel].exp(), ids[sel, 1:], n_draft[sel], qs, params.temperature == 0, gen or self.generator)
-            n_acc[sel], nxt[sel] = a, x
+        groups = group_rows(seqs)
+        if len(groups) == 1:  # one request (or one set of params): no per-group copies
+            (params, gen), _ = next(iter(groups.items()))
+            logp = torch.log_softmax(process_for(logits, params), -1)
+            qs = None if q is None else q[:, :k]
+            n_acc, nxt = verify(logp.exp(), ids[:, 1:], n_draft, qs, params.temperature == 0, gen or self.generator)
+        else:
+            n_acc = torch.empty(b, dtype=torch.long)
+            nxt = torch.empty(b, dtype=torch.long)
+            logp = torch.empty(logits.shape, dtype=torch.float32)
+            for (params, gen), idx in groups.items():
+                processed = process_for(logits[idx], params)
+                logp[idx] = torch.log_softmax(processed, -1)
+                qs = None if q is None else q[idx][:, :k]
+                a, x = verify(logp[idx].exp(), ids[idx, 1:], n_draft[idx], qs, params.temperature == 0, gen or self.generator)
+                n_acc[idx], nxt[idx] = a, x
         n_acc_l, nxt_l = n_acc.tolist(), nxt.tolist()
-        finished, emitted = [], 0
+        # every emitted token's logprob in one gather: row i emits its a_i accepted drafts, then nxt_i
+        toks = [props[i][: n_acc_l[i]] + [nxt_l[i]] for i in range(b)]
+        row_idx = [i for i in range(b) for _ in toks[i]]
+        pos_idx = [j for i in range(b) for j in range(len(toks[i]))]
+        flat_lps = logp[row_idx, pos_idx, [t for x in toks for t in x]].tolist()
+        finished, emitted, at = [], 0, 0
         for i, s in enumerate(seqs):
             a = n_acc_l[i]
-            toks = props[i][:a] + [nxt_l[i]]
-            lps = logp[i, torch.arange(a + 1), torch.tensor(toks)].tolist()
+            lps = flat_lps[at : at + a + 1]
+            at += a + 1
             s.n_cached += 1 + a
             if self.draft is not None:
                 s.draft_cached += min(a, k - 1)
             self.stats["spec_proposed"] += len(props[i])
             self.stats["spec_accepted"] += a
-            for t, lp in zip(toks, lps):
+            for t, lp in zip(toks[i], lps):
                 emitted += 1
                 if self._emit(s, t, lp, deltas):
                     finished.append(s)

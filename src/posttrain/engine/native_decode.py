@@ -39,7 +39,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11")
+CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=fast")
 
 SOURCE = r"""
 #include <math.h>
@@ -47,25 +47,114 @@ SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 
-/* y[r, :] += x[r, :] @ W  for r < b;  W is [K, N] row-major, streamed once for all rows. */
-static void gemv_acc(int b, int K, int N, const float *restrict x, const float *restrict W, float *restrict y) {
-    int k = 0;
-    for (; k + 4 <= K; k += 4) {
-        const float *w0 = W + (size_t)k * N, *w1 = w0 + N, *w2 = w1 + N, *w3 = w2 + N;
-        for (int r = 0; r < b; r++) {
-            const float *xr = x + (size_t)r * K + k;
-            const float x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
-            float *restrict yr = y + (size_t)r * N;
-            for (int n = 0; n < N; n++) yr[n] += x0 * w0[n] + x1 * w1[n] + x2 * w2[n] + x3 * w3[n];
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));  /* an unaligned load/store of 8 floats */
+
+static inline float hsum(v8 a) {
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+/* a . b in eight lanes (one AVX register): a strict left-to-right float sum cannot be vectorised */
+static inline float dot(const float *a, const float *b, int n) {
+    v8 acc = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc += *(const v8u *)(a + i) * *(const v8u *)(b + i);
+    float s = hsum(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* y += a * x over n floats */
+static inline void axpy(float a, const float *x, float *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) *(v8u *)(y + i) += a * *(const v8u *)(x + i);
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* acc[r, 0:16] += x[r, :] @ P for r < R: P is one [K, 16] column panel, streamed once for all R rows,
+ * the R x 16 accumulators live in registers */
+static inline __attribute__((always_inline)) void panel_tile(const int R, int K, const float *restrict x, int ldx,
+                                                             const float *restrict P, float *restrict acc) {
+    v8 a0[4], a1[4];
+    for (int r = 0; r < R; r++) { a0[r] = *(const v8u *)(acc + r * 16); a1[r] = *(const v8u *)(acc + r * 16 + 8); }
+    for (int k = 0; k < K; k++) {
+        const v8 w0 = *(const v8u *)(P + (size_t)k * 16), w1 = *(const v8u *)(P + (size_t)k * 16 + 8);
+        for (int r = 0; r < R; r++) {
+            const float xv = x[(size_t)r * ldx + k];
+            a0[r] += xv * w0;
+            a1[r] += xv * w1;
         }
     }
-    for (; k < K; k++) {
-        const float *w0 = W + (size_t)k * N;
-        for (int r = 0; r < b; r++) {
-            const float x0 = x[(size_t)r * K + k];
-            float *restrict yr = y + (size_t)r * N;
-            for (int n = 0; n < N; n++) yr[n] += x0 * w0[n];
+    for (int r = 0; r < R; r++) { *(v8u *)(acc + r * 16) = a0[r]; *(v8u *)(acc + r * 16 + 8) = a1[r]; }
+}
+
+/* y[r, :] += x[r, :] @ W for r < b; W packed as ceil(N/16) panels of [K, 16] (zero-padded columns) */
+static void gemm_acc(int b, int K, int N, const float *restrict x, const float *restrict W, float *restrict y) {
+    const int np = (N + 15) / 16;
+    float acc[4 * 16];
+    for (int p = 0; p < np; p++) {
+        const float *P = W + (size_t)p * K * 16;
+        const int n0 = p * 16, w = N - n0 < 16 ? N - n0 : 16;
+        for (int r0 = 0; r0 < b; r0 += 4) {
+            const int R = b - r0 < 4 ? b - r0 : 4;
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < 16; c++) acc[r * 16 + c] = c < w ? y[(size_t)(r0 + r) * N + n0 + c] : 0.f;
+            const float *xr = x + (size_t)r0 * K;
+            switch (R) {
+                case 4: panel_tile(4, K, xr, K, P, acc); break;
+                case 3: panel_tile(3, K, xr, K, P, acc); break;
+                case 2: panel_tile(2, K, xr, K, P, acc); break;
+                default: panel_tile(1, K, xr, K, P, acc); break;
+            }
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < w; c++) y[(size_t)(r0 + r) * N + n0 + c] = acc[r * 16 + c];
         }
+    }
+}
+
+/* o = softmax(q . K[t] for t < n) @ V for one query head (the 1/sqrt(D) scale is in q); sc: n floats of scratch */
+static void attend(const float *q, const float *K, const float *V, int64_t n, int D, float *sc, float *o) {
+    float mx = -INFINITY;
+    if (D % 8 == 0) {
+        int64_t t = 0;
+        for (; t + 4 <= n; t += 4) {  /* four keys at a time: independent accumulators, q loaded once */
+            const float *k0 = K + t * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
+            v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int i = 0; i < D; i += 8) {
+                const v8 qv = *(const v8u *)(q + i);
+                a0 += qv * *(const v8u *)(k0 + i);
+                a1 += qv * *(const v8u *)(k1 + i);
+                a2 += qv * *(const v8u *)(k2 + i);
+                a3 += qv * *(const v8u *)(k3 + i);
+            }
+            sc[t] = hsum(a0); sc[t + 1] = hsum(a1); sc[t + 2] = hsum(a2); sc[t + 3] = hsum(a3);
+        }
+        for (; t < n; t++) sc[t] = dot(q, K + t * D, D);
+    } else {
+        for (int64_t t = 0; t < n; t++) sc[t] = dot(q, K + t * D, D);
+    }
+    for (int64_t t = 0; t < n; t++) if (sc[t] > mx) mx = sc[t];
+    float z = 0.f;
+    for (int64_t t = 0; t < n; t++) { sc[t] = expf(sc[t] - mx); z += sc[t]; }
+    const float inv = 1.0f / z;
+    if (D % 32 == 0) {  /* the output in registers, 32 columns at a time: no store/reload per key */
+        for (int c = 0; c < D; c += 32) {
+            v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t t = 0; t < n; t++) {
+                const float *vt = V + t * D + c;
+                const float p = sc[t];
+                a0 += p * *(const v8u *)(vt);
+                a1 += p * *(const v8u *)(vt + 8);
+                a2 += p * *(const v8u *)(vt + 16);
+                a3 += p * *(const v8u *)(vt + 24);
+            }
+            *(v8u *)(o + c) = a0 * inv; *(v8u *)(o + c + 8) = a1 * inv;
+            *(v8u *)(o + c + 16) = a2 * inv; *(v8u *)(o + c + 24) = a3 * inv;
+        }
+    } else {
+        for (int i = 0; i < D; i++) o[i] = 0.f;
+        for (int64_t t = 0; t < n; t++) axpy(sc[t], V + t * D, o, D);
+        for (int i = 0; i < D; i++) o[i] *= inv;
     }
 }
 
@@ -73,8 +162,7 @@ static void gemv_acc(int b, int K, int N, const float *restrict x, const float *
 static void rms_scale(int b, int H, const float *h, float *out, float eps) {
     for (int r = 0; r < b; r++) {
         const float *hr = h + (size_t)r * H;
-        float ss = 0.f;
-        for (int i = 0; i < H; i++) ss += hr[i] * hr[i];
+        const float ss = dot(hr, hr, H);
         const float s = 1.0f / sqrtf(ss / (float)H + eps);
         for (int i = 0; i < H; i++) out[(size_t)r * H + i] = hr[i] * s;
     }
@@ -90,81 +178,74 @@ static void rope(float *x, const float *c, const float *s, int D) {
 }
 
 /*
- * One decode step for b rows.
+ * One forward of M new tokens (several per cache row for speculative verification, one for decode).
  * mats: per layer 5 pointers (w_qkv [H, (Hq+2Hkv)D], b_qkv [(Hq+2Hkv)D] or NULL, w_o [HqD, H],
- *       w_gu [H, 2I], w_down [I, H]), then w_head [H, V].
- * kc, vc: per layer the cache base pointer, laid out [row, Hkv, slot, D] with row stride
- *         Hkv*slots*D. Row r's new token goes to slot starts[r] and attends to slots 0..starts[r].
- * rope_cos/rope_sin: [L, D] tables; pos[r] selects the row.
- * ids: [b] token ids; embed: [V, H]. logits: [b, V] out.
+ *       w_gu [H, 2I], w_down [I, H]), then w_head [H, V]; every matrix [K, N] packed in 16-column panels.
+ * kc, vc: per layer the cache base pointer, laid out [row, Hkv, slot, D] with row stride Hkv*slots*D.
+ * Token m lives in cache row rows[m] at slot slot[m] (its position pos[m]) and attends to slots
+ * 0..slot[m] of its row, which includes the tokens of this forward before it: every token's keys
+ * and values are stored before any attends. slot[m] < 0 marks padding: nothing is stored, its logits are junk.
+ * rope_cos/rope_sin: [L, D] tables indexed by position. ids: [M]; embed: [V, H]. logits: [M, V] out.
  */
-int pt_decode_step(int b, int n_layers, int H, int Hq, int Hkv, int D, int I, int V,
-                   const float *const *mats, float *const *kc, float *const *vc, int64_t slots,
-                   const int64_t *starts, const int64_t *pos, const float *rope_cos, const float *rope_sin,
-                   const int64_t *ids, const float *embed, float eps, float *logits) {
+int pt_forward_tokens(int M, int n_layers, int H, int Hq, int Hkv, int D, int I, int V,
+                      const float *const *mats, float *const *kc, float *const *vc, int64_t slots,
+                      const int64_t *rows, const int64_t *slot, const int64_t *pos,
+                      const float *rope_cos, const float *rope_sin,
+                      const int64_t *ids, const float *embed, float eps, float *logits) {
     const int nq = Hq * D, nk = Hkv * D, nqkv = nq + 2 * nk, rep = Hq / Hkv;
-    int64_t span = 0;
-    for (int r = 0; r < b; r++) if (starts[r] + 1 > span) span = starts[r] + 1;
-    size_t need = (size_t)b * (H + H + nqkv + nq + 2 * (size_t)I + I) + (size_t)span;
+    int64_t span = 1;
+    for (int m = 0; m < M; m++) if (slot[m] + 1 > span) span = slot[m] + 1;
+    size_t need = (size_t)M * (H + H + nqkv + nq + 2 * (size_t)I + I) + (size_t)span;
     float *buf = (float *)malloc(need * sizeof(float));
     if (!buf) return -1;
-    float *h = buf, *x = h + (size_t)b * H, *qkv = x + (size_t)b * H, *att = qkv + (size_t)b * nqkv;
-    float *gu = att + (size_t)b * nq, *act = gu + (size_t)b * 2 * I, *sc = act + (size_t)b * I;
-    for (int r = 0; r < b; r++) memcpy(h + (size_t)r * H, embed + (size_t)ids[r] * H, sizeof(float) * H);
+    float *h = buf, *x = h + (size_t)M * H, *qkv = x + (size_t)M * H, *att = qkv + (size_t)M * nqkv;
+    float *gu = att + (size_t)M * nq, *act = gu + (size_t)M * 2 * I, *sc = act + (size_t)M * I;
+    for (int m = 0; m < M; m++) memcpy(h + (size_t)m * H, embed + (size_t)ids[m] * H, sizeof(float) * H);
     const int64_t row_stride = (int64_t)Hkv * slots * D, head_stride = slots * D;
     for (int l = 0; l < n_layers; l++) {
-        const float *const *m = mats + 5 * l;
-        rms_scale(b, H, h, x, eps);
-        if (m[1]) { for (int r = 0; r < b; r++) memcpy(qkv + (size_t)r * nqkv, m[1], sizeof(float) * nqkv); }
-        else memset(qkv, 0, sizeof(float) * (size_t)b * nqkv);
-        gemv_acc(b, H, nqkv, x, m[0], qkv);
-        for (int r = 0; r < b; r++) {
-            float *q = qkv + (size_t)r * nqkv, *k = q + nq, *v = k + nk;
-            const float *c = rope_cos + pos[r] * D, *s = rope_sin + pos[r] * D;
+        const float *const *w = mats + 5 * l;
+        rms_scale(M, H, h, x, eps);
+        if (w[1]) { for (int m = 0; m < M; m++) memcpy(qkv + (size_t)m * nqkv, w[1], sizeof(float) * nqkv); }
+        else memset(qkv, 0, sizeof(float) * (size_t)M * nqkv);
+        gemm_acc(M, H, nqkv, x, w[0], qkv);
+        for (int m = 0; m < M; m++) {  /* RoPE, then store keys and values */
+            if (slot[m] < 0) continue;
+            float *q = qkv + (size_t)m * nqkv, *k = q + nq, *v = k + nk;
+            const float *c = rope_cos + pos[m] * D, *s = rope_sin + pos[m] * D;
             for (int j = 0; j < Hq; j++) rope(q + j * D, c, s, D);
-            for (int g = 0; g < Hkv; g++) rope(k + g * D, c, s, D);
-            const int64_t slot = starts[r], n = slot + 1;
-            float *orow = att + (size_t)r * nq;
             for (int g = 0; g < Hkv; g++) {
-                float *K = kc[l] + r * row_stride + g * head_stride, *Vv = vc[l] + r * row_stride + g * head_stride;
-                memcpy(K + slot * D, k + g * D, sizeof(float) * D);
-                memcpy(Vv + slot * D, v + g * D, sizeof(float) * D);
-                for (int j = 0; j < rep; j++) {
-                    const float *qh = q + (g * rep + j) * D;
-                    float mx = -INFINITY;
-                    for (int64_t t = 0; t < n; t++) {
-                        const float *kt = K + t * D;
-                        float a = 0.f;
-                        for (int i = 0; i < D; i++) a += qh[i] * kt[i];
-                        sc[t] = a;
-                        if (a > mx) mx = a;
-                    }
-                    float z = 0.f;
-                    for (int64_t t = 0; t < n; t++) { sc[t] = expf(sc[t] - mx); z += sc[t]; }
-                    const float inv = 1.0f / z;
-                    float *o = orow + (g * rep + j) * D;
-                    for (int i = 0; i < D; i++) o[i] = 0.f;
-                    for (int64_t t = 0; t < n; t++) {
-                        const float p = sc[t] * inv, *vt = Vv + t * D;
-                        for (int i = 0; i < D; i++) o[i] += p * vt[i];
-                    }
-                }
+                rope(k + g * D, c, s, D);
+                const int64_t base = rows[m] * row_stride + g * head_stride + slot[m] * D;
+                memcpy(kc[l] + base, k + g * D, sizeof(float) * D);
+                memcpy(vc[l] + base, v + g * D, sizeof(float) * D);
             }
         }
-        gemv_acc(b, nq, H, att, m[2], h);  /* residual add: h += attention @ W_o */
-        rms_scale(b, H, h, x, eps);
-        memset(gu, 0, sizeof(float) * (size_t)b * 2 * I);
-        gemv_acc(b, H, 2 * I, x, m[3], gu);
-        for (int r = 0; r < b; r++) {
-            const float *g = gu + (size_t)r * 2 * I, *u = g + I;
-            float *a = act + (size_t)r * I;
+        /* attention: each token's query heads over its row's slots up to its own */
+        for (int m = 0; m < M; m++) {
+            float *orow = att + (size_t)m * nq;
+            if (slot[m] < 0) { memset(orow, 0, sizeof(float) * nq); continue; }
+            const int64_t seen = slot[m] + 1;
+            for (int g = 0; g < Hkv; g++) {
+                const float *K = kc[l] + rows[m] * row_stride + g * head_stride;
+                const float *Vv = vc[l] + rows[m] * row_stride + g * head_stride;
+                for (int j = 0; j < rep; j++)
+                    attend(qkv + (size_t)m * nqkv + (g * rep + j) * D, K, Vv, seen, D, sc, orow + (g * rep + j) * D);
+            }
+        }
+        gemm_acc(M, nq, H, att, w[2], h);  /* residual add: h += attention @ W_o */
+        rms_scale(M, H, h, x, eps);
+        memset(gu, 0, sizeof(float) * (size_t)M * 2 * I);
+        gemm_acc(M, H, 2 * I, x, w[3], gu);
+        for (int m = 0; m < M; m++) {
+            const float *g = gu + (size_t)m * 2 * I, *u = g + I;
+            float *a = act + (size_t)m * I;
             for (int i = 0; i < I; i++) a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         }
-        gemv_acc(b, I, H, act, m[4], h);  /* residual add: h += silu(gate) * up @ W_down */
+        gemm_acc(M, I, H, act, w[4], h);  /* residual add: h += silu(gate) * up @ W_down */
     }
-    rms_scale(b, H, h, x, eps);
-    memset(logits, 0, sizeof(float) * (size_t)b * V);
-    gemv_acc(b, H, V, x, mats[5 * n_layers], logits);
+    rms_scale(M, H, h, x, eps);
+    memset(logits, 0, sizeof(float) * (size_t)M * V);
+    gemm_acc(M, H, V, x, mats[5 * n_layers], logits);
     free(buf);
     return 0;
 }
@@ -215,8 +296,8 @@ def load_kernel() -> ctypes.CDLL | None:
     except OSError as e:
         log.warning("loading the native decode kernel failed, using PyTorch kernels: %s", e)
         return None
-    fn = dll.pt_decode_step
+    fn = dll.pt_forward_tokens
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    fn.argtypes = [i32] * 8 + [p, p, p, i64, p, p, p, p, p, p, ctypes.c_float, p]
+    fn.argtypes = [i32] * 8 + [p, p, p, i64, p, p, p, p, p, p, p, ctypes.c_float, p]
     fn.restype = i32
     return dll

@@ -70,34 +70,82 @@ def verify(
     """-> (accepted count [b], the token that follows the accepted drafts [b])."""
     b, kp1, _ = p.shape
     k = kp1 - 1
-    rows = torch.arange(b)
+    if q is None and p.numel() <= SMALL_VERIFY:
+        return _verify_lookup_small(p, drafts, n_draft, greedy, generator)
     if k == 0:
         n_acc = torch.zeros(b, dtype=torch.long)
     else:
-        p_d = p[:, :k].gather(-1, drafts[..., None]).squeeze(-1)  # [b, K]
+        in_range = torch.arange(k)[None, :] < n_draft[:, None]
         if greedy:
             ok = drafts == p[:, :k].argmax(-1)
         else:
-            q_d = torch.ones_like(p_d) if q is None else q.gather(-1, drafts[..., None]).squeeze(-1)
+            p_d = p[:, :k].gather(-1, drafts[..., None]).squeeze(-1)  # [b, K]
             u = torch.rand(p_d.shape, generator=generator)
-            ok = u * q_d < p_d  # u < p/q without dividing by a zero q
-        ok &= torch.arange(k)[None, :] < n_draft[:, None]
-        n_acc = ok.long().cumprod(-1).sum(-1)  # accepted prefix length
-    at = p[rows, n_acc]  # [b, V] target distribution where the next token is drawn
+            # accept with probability min(1, p/q): u < p/q, written without dividing by a zero q
+            ok = u < p_d if q is None else u * q.gather(-1, drafts[..., None]).squeeze(-1) < p_d
+        n_acc = (ok & in_range).cumprod(-1).sum(-1)  # accepted prefix length
+    at = p[torch.arange(b), n_acc]  # [b, V] target distribution where the next token is drawn
     if greedy:
         return n_acc, at.argmax(-1)
-    rejected = n_acc < n_draft
-    final = at.clone()
-    if bool(rejected.any()):
-        r = rejected.nonzero().squeeze(-1)
-        d = drafts[r, n_acc[r]]
-        if q is None:
-            resid = final[r].scatter(-1, d[:, None], 0.0)
+    if k > 0:  # where a draft was rejected, draw from the residual max(p - q, 0) instead (multinomial normalises)
+        rejected = (n_acc < n_draft)[:, None]
+        d = drafts.gather(1, n_acc.clamp(max=k - 1)[:, None])  # the rejected draft token
+        if q is None:  # a deterministic proposal: q is one-hot on the draft, the residual is p without it
+            resid = at.scatter(1, d, 0.0)
         else:
-            resid = (final[r] - q[r, n_acc[r]]).clamp(min=0.0)
-        mass = resid.sum(-1, keepdim=True)
-        final[r] = torch.where(mass > 0, resid / mass.clamp(min=1e-30), final[r])
-    return n_acc, torch.multinomial(final, 1, generator=generator).squeeze(-1)
+            resid = (at - q[torch.arange(b), n_acc.clamp(max=k - 1)]).clamp(min=0.0)
+            resid = torch.where(resid.sum(-1, keepdim=True) > 0, resid, at)  # p == q there: never rejected in exact arithmetic
+        at = torch.where(rejected, resid, at)
+    return n_acc, torch.multinomial(at, 1, generator=generator).squeeze(-1)
+
+
+SMALL_VERIFY = 8192  # probabilities up to which a lookup verify runs in plain Python (a few rows x k x vocab)
+
+
+def _verify_lookup_small(p: Tensor, drafts: Tensor, n_draft: Tensor, greedy: bool, generator) -> tuple[Tensor, Tensor]:
+    """`verify` for deterministic proposals on a few rows, in plain Python: the same rule with two tensor
+    ops instead of twenty (at batch 1 the per-op cost, not arithmetic, is what a verify step spends).
+
+    Row i accepts draft j with probability p_j(d_j) (q is one-hot), stops at the first rejection, and then
+    draws from p without the rejected token (the normalised residual), or from p at the position after
+    the last draft when all were accepted; the draw is an inverse-CDF lookup with its own uniform.
+    """
+    P = p.tolist()
+    D, N = drafts.tolist(), n_draft.tolist()
+    b, k = len(P), len(P[0]) - 1 if P else 0
+    U = None if greedy else torch.rand((b, k + 1), generator=generator, dtype=torch.float64).tolist()
+    n_acc, nxt = [], []
+    for i in range(b):
+        rows, a = P[i], 0
+        while a < N[i]:
+            d = D[i][a]
+            row = rows[a]
+            if (d != max(range(len(row)), key=row.__getitem__)) if greedy else (U[i][a] >= row[d]):
+                break
+            a += 1
+        row = rows[a]
+        if greedy:
+            x = max(range(len(row)), key=row.__getitem__)
+        else:
+            if a < N[i]:  # rejected: the residual of a one-hot proposal is p without the draft token
+                row = list(row)
+                row[D[i][a]] = 0.0
+            x = _inverse_cdf(row, U[i][k])
+        n_acc.append(a)
+        nxt.append(x)
+    return torch.tensor(n_acc), torch.tensor(nxt)
+
+
+def _inverse_cdf(weights: list[float], u: float) -> int:
+    """Index drawn with probability weights[j] / sum(weights), from one uniform u in [0, 1)."""
+    target, acc, last = u * sum(weights), 0.0, 0
+    for j, w in enumerate(weights):
+        if w > 0.0:
+            acc += w
+            last = j
+            if target < acc:
+                return j
+    return last  # rounding left target at the very top: the last token with mass
 
 
 class DraftProposer:
