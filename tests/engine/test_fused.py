@@ -183,3 +183,16 @@ def test_several_tokens_per_row_equal_the_model_forward():
         torch.testing.assert_close(a[:, :, :-1], b[:, :, :-1], atol=2e-5, rtol=1e-5)
     with torch.inference_mode():
         assert fused.forward_tokens(torch.zeros((4, 5), dtype=torch.long), [0] * 4, None, SlotCache(model.config, 4, 16)) is None  # too wide
+
+
+def test_engines_over_one_model_share_one_packed_copy_until_it_changes():
+    model = _model()
+    a, b = FusedDecoder(model), FusedDecoder(model)
+    a.ensure("torch")
+    b.ensure("torch")
+    assert a.w_head is b.w_head  # packed once
+    with torch.no_grad():
+        model.lm_head.weight.add_(1.0)
+    b.ensure("torch")
+    assert b.w_head is not a.w_head  # repacked from the new weights
+    torch.testing.assert_close(b.w_head, (model.lm_head.weight * model.model.norm.weight[None, :]).t())

@@ -128,3 +128,30 @@ def test_small_lookup_verify_keeps_the_target_and_agrees_with_the_tensor_rule():
     assert (int(a), int(x)) == (1, 0)
     a, x = spec_decode._verify_lookup_small(probs, torch.tensor([[1, 2]]), torch.tensor([0]), True, None)  # no drafts
     assert (int(a), int(x)) == (0, 1)
+
+
+def test_lookup_carries_its_alignment_over_a_substitution():
+    from posttrain.engine.spec_decode import lookup_propose
+
+    text = [10, 11, 12, 13, 14, 15, 16, 17]
+    seq = text + [99] + text[:3]  # copying the text: 10 11 12 so far
+    assert lookup_propose(seq, 3, 4, 2) == ([13, 14, 15], 3)  # suffix "11 12" found: read on from index 3
+    typo = text + [99] + [10, 11, 50]  # the copy substituted 50 for 12: no suffix matches any more ...
+    assert lookup_propose(typo, 3, 4, 2) == ([], -1)
+    assert lookup_propose(typo, 3, 4, 2, carry=3) == ([13, 14, 15], 3)  # ... but the carried source still reads on
+    assert lookup_propose(typo, 3, 4, 2, carry=len(typo)) == ([], -1)  # a source must lie in the history
+
+
+def test_speculative_engine_with_carry_matches_plain_sampling_in_distribution(pair):
+    """The carried alignment only changes what is proposed: T=1 first-token frequencies equal plain decoding's."""
+    target, tok = pair
+    prompt = "abcdabcdabcdab"
+    params = SamplingParams(temperature=1.0, max_tokens=3, ignore_eos=True, n=400, seed=3)
+    spec = LocalEngine(target, tok, speculative=SpecConfig("ngram", k=3, ngram_max=3, ngram_min=2, carry=True))
+    plain = LocalEngine(target, tok)
+    with torch.no_grad():
+        p = torch.softmax(target(torch.tensor([tok.encode(prompt)]))[0, -1], -1)
+    for eng in (spec, plain):
+        firsts = [c.token_ids[0] for c in eng.generate([prompt], params)[0]]
+        counts = torch.bincount(torch.tensor(firsts), minlength=p.shape[0]).double()
+        assert _chi2_pvalue(counts, p.double()) > 1e-3

@@ -30,6 +30,7 @@ windows, other dtypes. The engine falls back to the model's forward for those.
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import torch
 from torch import Tensor
@@ -90,6 +91,11 @@ def _flat_pack(mats: list[Tensor], shape_fn) -> tuple[list[Tensor], Tensor]:
     return views, flat
 
 
+# model -> layout -> (parameter versions, parameters, packed payload): one packed copy per model, however many
+# engines (each with its own decoder and scratch buffers) run over it; a payload is never mutated once built
+_PACKS: "weakref.WeakKeyDictionary[CausalLM, dict]" = weakref.WeakKeyDictionary()
+
+
 class FusedDecoder:
     """The model's decode step in packed form; `step` returns the logits of one new token per row."""
 
@@ -122,10 +128,12 @@ class FusedDecoder:
     # -- weights --------------------------------------------------------------------------
     def invalidate(self) -> None:
         self._packed.clear()
+        self._params = []
 
     def ensure(self, layout: str = "torch") -> None:
         """Pack the weights for `layout` ("torch": [K, N] matrices for `torch.mm`; "native": the C kernel's
-        16-column panels), again whenever any parameter changed since the last pack."""
+        16-column panels), again whenever any parameter changed since the last pack. Packs are shared by
+        every decoder over the same model object (engines are often rebuilt over one model)."""
         if self._params and [p._version for p in self._params] != self._versions:
             self._packed.clear()
         if layout in self._packed:
@@ -133,18 +141,28 @@ class FusedDecoder:
         if not self._packed:
             self._params = list(self.model.parameters())
             self._versions = [p._version for p in self._params]
-        mats, biases = self._matrices()
-        if layout == "torch":
-            views, _ = _flat_pack(mats, lambda w: w)
-            self.layers = [_Layer(views[4 * i], biases[i], *views[4 * i + 1 : 4 * i + 4]) for i in range(len(biases))]
-            self.w_head = views[-1]
+        shared = _PACKS.setdefault(self.model, {})
+        hit = shared.get(layout)
+        if hit is not None and hit[0] == self._versions and all(a is b for a, b in zip(hit[1], self._params)):
+            payload = hit[2]
         else:
-            panels, flat = _flat_pack(mats, _panels)
-            ptrs = []
-            for i, bias in enumerate(biases):
-                ptrs += [panels[4 * i].data_ptr(), None if bias is None else bias.data_ptr(), *(x.data_ptr() for x in panels[4 * i + 1 : 4 * i + 4])]
-            ptrs.append(panels[-1].data_ptr())
-            self._native = (flat, biases, (ctypes.c_void_p * len(ptrs))(*ptrs))
+            mats, biases = self._matrices()
+            if layout == "torch":
+                views, _ = _flat_pack(mats, lambda w: w)
+                layers = [_Layer(views[4 * i], biases[i], *views[4 * i + 1 : 4 * i + 4]) for i in range(len(biases))]
+                payload = (layers, views[-1])
+            else:
+                panels, flat = _flat_pack(mats, _panels)
+                ptrs = []
+                for i, bias in enumerate(biases):
+                    ptrs += [panels[4 * i].data_ptr(), None if bias is None else bias.data_ptr(), *(x.data_ptr() for x in panels[4 * i + 1 : 4 * i + 4])]
+                ptrs.append(panels[-1].data_ptr())
+                payload = (flat, biases, (ctypes.c_void_p * len(ptrs))(*ptrs))  # the tensors stay alive with their pointers
+            shared[layout] = (list(self._versions), list(self._params), payload)
+        if layout == "torch":
+            self.layers, self.w_head = payload
+        else:
+            self._native = payload
             self._call_args = None
         self._packed.add(layout)
 

@@ -31,7 +31,7 @@ from posttrain.engine.kv import SharedPrefix, SlotCache, WindowSpec
 from posttrain.engine.prefix_cache import PrefixCache
 from posttrain.engine.sampling import choose, find_stop, process_for
 from posttrain.engine.sequence import Request, RequestStatus, Sequence
-from posttrain.engine.spec_decode import DraftProposer, SpecConfig, group_rows, ngram_propose, verify
+from posttrain.engine.spec_decode import DraftProposer, SpecConfig, group_rows, lookup_propose, verify
 from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer
 from posttrain.types import Completion, FinishReason, SamplingParams
@@ -358,20 +358,25 @@ class LocalEngine:
             return self._decode(deltas)
         q = None
         if self.draft is None:
-            props = [ngram_propose(s.all, k, cfg.ngram_max, cfg.ngram_min) if k else [] for s, k in zip(seqs, ks)]
+            props, srcs = [], []
+            for s, kk in zip(seqs, ks):
+                p, src = lookup_propose(s.all, kk, cfg.ngram_max, cfg.ngram_min, s.lookup_at if cfg.carry else -1) if kk else ([], -1)
+                props.append(p)
+                srcs.append(src)
         else:
             kd = max(ks)
             drafts_t, q = self.draft.propose(seqs, kd)
             props = [drafts_t[i, : ks[i]].tolist() for i in range(b)]
         k = max(len(p) for p in props)
         if k == 0:
+            if self.draft is None and cfg.carry:  # one plain token: sources advance with it
+                for s in seqs:
+                    if s.lookup_at >= 0:
+                        s.lookup_at += 1
             return self._decode(deltas)
-        ids = torch.zeros((b, 1 + k), dtype=torch.long)
-        for i, (s, p) in enumerate(zip(seqs, props)):
-            ids[i, 0] = s.all[-1]
-            ids[i, 1 : 1 + len(p)] = torch.tensor(p, dtype=torch.long)
-        n_draft = torch.tensor([len(p) for p in props])
-        n_valid = (n_draft + 1).tolist()
+        ids = torch.tensor([[s.all[-1], *p] + [0] * (k - len(p)) for s, p in zip(seqs, props)])
+        n_valid = [len(p) + 1 for p in props]
+        n_draft = torch.tensor(n_valid) - 1
         start = [s.n_cached - s.base for s in seqs]
         ragged = None if min(n_valid) == 1 + k else n_valid
         shared = self._shared(seqs)
@@ -412,6 +417,10 @@ class LocalEngine:
             s.n_cached += 1 + a
             if self.draft is not None:
                 s.draft_cached += min(a, k - 1)
+            elif srcs[i] >= 0:  # the source of the next token, assuming what was emitted replaced what was read
+                s.lookup_at = srcs[i] + 1 + a
+            elif s.lookup_at >= 0:
+                s.lookup_at += 1 + a
             self.stats["spec_proposed"] += len(props[i])
             self.stats["spec_accepted"] += a
             for t, lp in zip(toks[i], lps):

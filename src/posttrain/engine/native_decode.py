@@ -50,6 +50,45 @@ SOURCE = r"""
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));  /* an unaligned load/store of 8 floats */
 
+typedef int v8i __attribute__((vector_size(32)));
+
+static inline v8 vsplat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
+static inline v8 vselect(v8i m, v8 a, v8 b) { return (v8)((m & (v8i)a) | (~m & (v8i)b)); }
+
+/* e^x in eight lanes (Cephes' expf: range reduction by ln 2, a degree-6 polynomial, 2^n through the
+ * exponent bits; within 2 ulp of libm's expf), for the softmax and SiLU loops */
+static inline v8 exp_v8(v8 x) {
+    x = vselect(x > vsplat(88.3762626647949f), vsplat(88.3762626647949f), x);
+    x = vselect(x < vsplat(-87.3365447504f), vsplat(-87.3365447504f), x);
+    v8 fx = x * vsplat(1.44269504088896341f) + vsplat(0.5f);
+    v8 n = __builtin_convertvector(__builtin_convertvector(fx, v8i), v8);  /* truncation toward zero */
+    n = n - vselect(n > fx, vsplat(1.0f), vsplat(0.0f));                    /* -> floor */
+    x = x - n * vsplat(0.693359375f) - n * vsplat(-2.12194440e-4f);
+    v8 y = vsplat(1.9875691500e-4f);
+    y = y * x + vsplat(1.3981999507e-3f);
+    y = y * x + vsplat(8.3334519073e-3f);
+    y = y * x + vsplat(4.1665795894e-2f);
+    y = y * x + vsplat(1.6666665459e-1f);
+    y = y * x + vsplat(5.0000001201e-1f);
+    y = y * (x * x) + x + vsplat(1.0f);
+    v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+    return y * (v8)e;
+}
+
+/* x[i] = e^(x[i] - shift), returning the sum */
+static float exp_shift_sum(float *x, int64_t n, float shift) {
+    v8 acc = vsplat(0.f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8 e = exp_v8(*(v8u *)(x + i) - vsplat(shift));
+        *(v8u *)(x + i) = e;
+        acc += e;
+    }
+    float z = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) { x[i] = expf(x[i] - shift); z += x[i]; }
+    return z;
+}
+
 static inline float hsum(v8 a) {
     return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
 }
@@ -71,21 +110,41 @@ static inline void axpy(float a, const float *x, float *y, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-/* acc[r, 0:16] += x[r, :] @ P for r < R: P is one [K, 16] column panel, streamed once for all R rows,
- * the R x 16 accumulators live in registers */
-static inline __attribute__((always_inline)) void panel_tile(const int R, int K, const float *restrict x, int ldx,
-                                                             const float *restrict P, float *restrict acc) {
-    v8 a0[4], a1[4];
-    for (int r = 0; r < R; r++) { a0[r] = *(const v8u *)(acc + r * 16); a1[r] = *(const v8u *)(acc + r * 16 + 8); }
-    for (int k = 0; k < K; k++) {
+/* acc[r, 0:16] += x[r, :] @ P for r < R: P is one [K, 16] column panel, streamed once for all R rows.
+ * The R x 16 accumulators live in registers, and K is split S ways (k = S*j + s go to partial sums s)
+ * so that R * 2 * S >= 8 independent FMA chains hide the FMA latency even for a single row. */
+static inline __attribute__((always_inline)) void panel_tile(const int R, const int S, int K, const float *restrict x,
+                                                             int ldx, const float *restrict P, float *restrict acc) {
+    v8 a0[4][4], a1[4][4];
+    for (int r = 0; r < R; r++) {
+        a0[0][r] = *(const v8u *)(acc + r * 16);
+        a1[0][r] = *(const v8u *)(acc + r * 16 + 8);
+        for (int s = 1; s < S; s++) { a0[s][r] = vsplat(0.f); a1[s][r] = vsplat(0.f); }
+    }
+    int k = 0;
+    for (; k + S <= K; k += S) {
+        for (int s = 0; s < S; s++) {
+            const v8 w0 = *(const v8u *)(P + (size_t)(k + s) * 16), w1 = *(const v8u *)(P + (size_t)(k + s) * 16 + 8);
+            for (int r = 0; r < R; r++) {
+                const float xv = x[(size_t)r * ldx + k + s];
+                a0[s][r] += xv * w0;
+                a1[s][r] += xv * w1;
+            }
+        }
+    }
+    for (; k < K; k++) {
         const v8 w0 = *(const v8u *)(P + (size_t)k * 16), w1 = *(const v8u *)(P + (size_t)k * 16 + 8);
         for (int r = 0; r < R; r++) {
             const float xv = x[(size_t)r * ldx + k];
-            a0[r] += xv * w0;
-            a1[r] += xv * w1;
+            a0[0][r] += xv * w0;
+            a1[0][r] += xv * w1;
         }
     }
-    for (int r = 0; r < R; r++) { *(v8u *)(acc + r * 16) = a0[r]; *(v8u *)(acc + r * 16 + 8) = a1[r]; }
+    for (int r = 0; r < R; r++) {
+        for (int s = 1; s < S; s++) { a0[0][r] += a0[s][r]; a1[0][r] += a1[s][r]; }
+        *(v8u *)(acc + r * 16) = a0[0][r];
+        *(v8u *)(acc + r * 16 + 8) = a1[0][r];
+    }
 }
 
 /* y[r, :] += x[r, :] @ W for r < b; W packed as ceil(N/16) panels of [K, 16] (zero-padded columns) */
@@ -101,10 +160,10 @@ static void gemm_acc(int b, int K, int N, const float *restrict x, const float *
                 for (int c = 0; c < 16; c++) acc[r * 16 + c] = c < w ? y[(size_t)(r0 + r) * N + n0 + c] : 0.f;
             const float *xr = x + (size_t)r0 * K;
             switch (R) {
-                case 4: panel_tile(4, K, xr, K, P, acc); break;
-                case 3: panel_tile(3, K, xr, K, P, acc); break;
-                case 2: panel_tile(2, K, xr, K, P, acc); break;
-                default: panel_tile(1, K, xr, K, P, acc); break;
+                case 4: panel_tile(4, 1, K, xr, K, P, acc); break;
+                case 3: panel_tile(3, 2, K, xr, K, P, acc); break;
+                case 2: panel_tile(2, 2, K, xr, K, P, acc); break;
+                default: panel_tile(1, 4, K, xr, K, P, acc); break;
             }
             for (int r = 0; r < R; r++)
                 for (int c = 0; c < w; c++) y[(size_t)(r0 + r) * N + n0 + c] = acc[r * 16 + c];
@@ -134,9 +193,7 @@ static void attend(const float *q, const float *K, const float *V, int64_t n, in
         for (int64_t t = 0; t < n; t++) sc[t] = dot(q, K + t * D, D);
     }
     for (int64_t t = 0; t < n; t++) if (sc[t] > mx) mx = sc[t];
-    float z = 0.f;
-    for (int64_t t = 0; t < n; t++) { sc[t] = expf(sc[t] - mx); z += sc[t]; }
-    const float inv = 1.0f / z;
+    const float inv = 1.0f / exp_shift_sum(sc, n, mx);
     if (D % 32 == 0) {  /* the output in registers, 32 columns at a time: no store/reload per key */
         for (int c = 0; c < D; c += 32) {
             v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
@@ -239,7 +296,12 @@ int pt_forward_tokens(int M, int n_layers, int H, int Hq, int Hkv, int D, int I,
         for (int m = 0; m < M; m++) {
             const float *g = gu + (size_t)m * 2 * I, *u = g + I;
             float *a = act + (size_t)m * I;
-            for (int i = 0; i < I; i++) a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            int i = 0;
+            for (; i + 8 <= I; i += 8) {
+                const v8 gv = *(const v8u *)(g + i);
+                *(v8u *)(a + i) = gv / (vsplat(1.0f) + exp_v8(-gv)) * *(const v8u *)(u + i);
+            }
+            for (; i < I; i++) a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         }
         gemm_acc(M, I, H, act, w[4], h);  /* residual add: h += silu(gate) * up @ W_down */
     }

@@ -57,4 +57,5 @@ class Sequence:
     stop_at: int = -1  # text index where a stop string begins
     sent_text: int = 0  # chars of text already streamed
     draft_cached: int = 0  # tokens whose KV the draft model holds
+    lookup_at: int = -1  # prompt lookup: index in `all` of the source token aligned with the next one (-1: none)
     completion: Completion | None = None

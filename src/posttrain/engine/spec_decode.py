@@ -2,7 +2,11 @@
 
 Covers: `SpecConfig`; the prompt-lookup proposer (the longest recent n-gram
 match in the sequence's own tokens proposes what followed it: free, and
-strong when the output copies the input); the draft-model proposer (a smaller
+strong when the output copies the input), with the alignment carried over
+a substitution (when no suffix matches, as right after a token that differs
+from its source, keep reading the source where the last proposal left off:
+an edit that changes a word does not lose its place in the text being
+copied); the draft-model proposer (a smaller
 `CausalLM` with its own slot cache, caught up lazily on the tokens it has not
 seen); and `verify`, the standard rule (Leviathan et al. 2023; Chen et al.
 2023): accept draft d with probability min(1, p(d)/q(d)), on the first
@@ -34,6 +38,7 @@ class SpecConfig:
     ngram_max: int = 3  # longest suffix n-gram looked up
     ngram_min: int = 1  # shortest
     draft_model: CausalLM | None = None
+    carry: bool = True  # prompt lookup: without a suffix match, continue from where the last proposal's source left off
 
     def __post_init__(self) -> None:
         if self.method not in ("ngram", "draft"):
@@ -48,6 +53,17 @@ class SpecConfig:
 
 def ngram_propose(tokens: list[int], k: int, n_max: int, n_min: int, horizon: int = 4096) -> list[int]:
     """Up to k tokens that followed the latest earlier occurrence of the longest matching suffix n-gram."""
+    return lookup_propose(tokens, k, n_max, n_min, -1, horizon)[0]
+
+
+def lookup_propose(tokens: list[int], k: int, n_max: int, n_min: int, carry: int = -1, horizon: int = 4096) -> tuple[list[int], int]:
+    """-> (up to k proposed tokens, the index in `tokens` they were read from, or -1).
+
+    The longest suffix n-gram (n_max down to n_min) that occurred before proposes what followed its
+    latest occurrence. Without a match, `carry` (an index into `tokens`, from the previous step's
+    source advanced by the tokens emitted since) proposes tokens[carry:], so a substitution does
+    not lose the alignment. Proposals depend on the history only, so verification stays exact.
+    """
     L = len(tokens)
     lo = max(0, L - horizon)
     for n in range(min(n_max, L - 1), n_min - 1, -1):
@@ -55,8 +71,10 @@ def ngram_propose(tokens: list[int], k: int, n_max: int, n_min: int, horizon: in
         first = pat[0]
         for i in range(L - n - 1, lo - 1, -1):
             if tokens[i] == first and tokens[i : i + n] == pat:
-                return tokens[i + n : i + n + k]
-    return []
+                return tokens[i + n : i + n + k], i + n
+    if 0 <= carry < L:
+        return tokens[carry : carry + k], carry
+    return [], -1
 
 
 def verify(
