@@ -22,8 +22,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
-import numpy as np
+from posttrain.rewards.hygiene import linear_percentile
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -61,8 +65,10 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     return prod
 
 
-def pass_at_k_table(n: int, k: int) -> np.ndarray:
+def pass_at_k_table(n: int, k: int) -> "np.ndarray":
     """pass@k for every c in 0..n (shape [n+1]): a lookup table for simulations over many tasks."""
+    import numpy as np
+
     return np.array([pass_at_k(n, c, k) for c in range(n + 1)])
 
 
@@ -124,9 +130,23 @@ class Interval:
         return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "se": self.se, "n": self.n}
 
 
-def _finite(values: Sequence[float]) -> np.ndarray:
+def _finite(values: Sequence[float]) -> "np.ndarray":
+    import numpy as np  # only the resampling paths need it: a plain summary stays numpy-free (CLI start-up)
+
     arr = np.asarray(values, dtype=float)
     return arr[~np.isnan(arr)]
+
+
+def _finite_floats(values) -> list[float]:
+    if hasattr(values, "tolist"):  # a numpy array: one conversion instead of one per element
+        values = values.tolist()
+    out = []
+    for v in values:
+        if v is not None:
+            f = float(v)
+            if not math.isnan(f):
+                out.append(f)
+    return out
 
 
 def task_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
@@ -140,24 +160,28 @@ def task_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
     one ~95% (tests/eval/test_metrics.py). NaN entries (tasks with fewer than
     k samples) are skipped.
     """
-    arr = _finite(values)
+    arr = _finite_floats(values)
     m = len(arr)
     if m == 0:
         return Interval(math.nan, math.nan, math.nan, math.nan, 0)
-    mean = float(arr.mean())
+    mean = math.fsum(arr) / m
     if m == 1:
         return Interval(mean, math.nan, math.nan, math.nan, 1)
-    sd = float(arr.std(ddof=1))
+    dev = [x - mean for x in arr]
+    ss = math.fsum(d * d for d in dev)
+    sd = math.sqrt(ss / (m - 1))
     se = sd / math.sqrt(m)
     t = t_quantile(0.5 + confidence / 2, m - 1)
-    pop_sd = float(arr.std())
-    skew = float(((arr - mean) ** 3).mean()) / pop_sd**3 if pop_sd > 0 else 0.0
+    pop_sd = math.sqrt(ss / m)
+    skew = math.fsum(d * d * d for d in dev) / m / pop_sd**3 if pop_sd > 0 else 0.0
     shift = skew * (2 * t * t + 1) / (6 * math.sqrt(m))
     return Interval(mean, mean - se * (t - shift), mean + se * (t + shift), se, m)
 
 
-def bootstrap_indices(n_items: int, reps: int, seed: int) -> np.ndarray:
+def bootstrap_indices(n_items: int, reps: int, seed: int) -> "np.ndarray":
     """[reps, n_items] indices drawn with replacement (seeded): shared by paired resamples."""
+    import numpy as np
+
     return np.random.default_rng(seed).integers(0, n_items, size=(reps, n_items))
 
 
@@ -167,6 +191,8 @@ def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, reps: int = 
     m = len(arr)
     if m == 0:
         return Interval(math.nan, math.nan, math.nan, math.nan, 0)
+    import numpy as np
+
     means = arr[bootstrap_indices(m, reps, seed)].mean(axis=1)
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
@@ -175,8 +201,8 @@ def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, reps: int = 
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100, linear interpolation) of the finite values; NaN when there are none."""
-    arr = _finite([v for v in values if v is not None])
-    return float(np.percentile(arr, q)) if len(arr) else math.nan
+    arr = sorted(_finite_floats(values))
+    return linear_percentile(arr, q / 100) if arr else math.nan
 
 
 @dataclass(frozen=True)

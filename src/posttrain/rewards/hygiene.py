@@ -50,8 +50,8 @@ class LengthCapped:
         return out
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default `percentile` method)."""
+def linear_percentile(sorted_values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of sorted values by linear interpolation between closest ranks (numpy's default method)."""
     pos = (len(sorted_values) - 1) * q
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
@@ -64,8 +64,8 @@ def verifier_latency_metrics(verdicts: Sequence[Verdict]) -> dict[str, float]:
     out = {"verifier_timeouts": float(sum(v.status is VerdictStatus.TIMEOUT for v in verdicts))}
     if times:
         out.update(
-            verifier_latency_p50=_percentile(times, 0.5),
-            verifier_latency_p95=_percentile(times, 0.95),
+            verifier_latency_p50=linear_percentile(times, 0.5),
+            verifier_latency_p95=linear_percentile(times, 0.95),
             verifier_latency_max=times[-1],
         )
     return out
