@@ -54,6 +54,17 @@ def test_prefork_interpreter_imports_workspace_modules_and_hashes_like_a_command
     assert pre.status is ExecStatus.OK and pre.stdout == cmd.stdout, (pre, cmd)
 
 
+def test_prefork_interpreter_imports_installed_packages_from_a_lean_server(sandbox):
+    """The fork-server starts without `site` (every task's fork copies its heap) yet puts site-packages on
+    sys.path as `site` would: installed packages import as under `python -c`, while the server's own
+    module set stays small (no .pth import lines run, no dataclasses/inspect/typing/shutil/traceback)."""
+    code = ("import sys; heavy = sorted(m for m in ('certifi', 'dataclasses', 'inspect', 'typing', 'shutil', "
+            "'traceback', 'pathlib') if m in sys.modules); import pytest, numpy; print(heavy, numpy.__name__)")
+    r = sandbox.run(code=code, prefork=True)
+    assert r.status is ExecStatus.OK, r
+    assert r.stdout.startswith("[] "), r.stdout  # imported by nothing before the task's own code ran
+
+
 def test_prefork_interpreter_is_as_confined_as_a_command(sandbox):
     r = sandbox.run(code="import os; print(os.path.exists('/etc/shadow'), open('/proc/self/status').read().count('0000000000000000'))",
                     prefork=True)

@@ -12,7 +12,8 @@ modules, stays small (fork time grows with the parent's memory map).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False  # not `from typing import ...`: the fork-server imports this package and stays small
 
 _EXPORTS = {
     "ExecResult": "result", "ExecStatus": "result", "Limits": "limits", "PoolBusy": "pool",

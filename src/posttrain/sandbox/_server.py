@@ -44,13 +44,10 @@ import json
 import os
 import resource
 import select
-import shutil
 import signal
 import socket
 import sys
-import traceback
 import types
-from dataclasses import dataclass
 
 from posttrain.sandbox import _syscalls as sc
 from posttrain.sandbox import _wire, seccomp
@@ -218,11 +215,20 @@ def _task_main(req: dict, fds: list[int], seccomp_program: bytes | None) -> None
 def _resolve(req: dict, stderr: int) -> str | int:
     """The executable a command names, or the exit code of a shell that could not find it."""
     argv, env = req["argv"], req["env"]
-    exe = shutil.which(argv[0], path=env.get("PATH")) if "/" not in argv[0] else argv[0]
+    exe = _which(argv[0], env.get("PATH") or os.defpath) if "/" not in argv[0] else argv[0]
     if exe is None:
         os.write(stderr, f"sandbox: {argv[0]}: command not found\n".encode())
         return 127
     return exe
+
+
+def _which(name: str, path: str) -> str | None:
+    """``shutil.which`` for a bare command name (the server does not import shutil: see ``_serve``)."""
+    for d in path.split(os.pathsep):
+        cand = os.path.join(d or ".", name)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
 
 
 def _exec_command(req: dict, exe: str | int) -> None:
@@ -276,6 +282,8 @@ def _run_python_inline(code: str, argv: list[str], env: dict[str, str]) -> None:
             print(e.code, file=sys.stderr)
             rc = 1
     except BaseException:  # noqa: BLE001 - mirror the interpreter's top level
+        import traceback  # here, not in the server: see ``_serve``
+
         traceback.print_exc()
         rc = 1
     for stream in (sys.stdout, sys.stderr):
@@ -290,6 +298,8 @@ def _run_python_inline(code: str, argv: list[str], env: dict[str, str]) -> None:
 
 
 def _session_op(req: dict) -> dict:
+    import shutil  # rare, and in the server only: see ``_serve``
+
     sid = req["sid"]
     if not sid.isalnum():
         return {"error": "bad session id"}
@@ -329,15 +339,13 @@ def _session_op(req: dict) -> dict:
 # ----------------------------------------------------------------------------- main loop
 
 
-@dataclass
 class _Execution:
     """What the server tracks of one running execution."""
 
-    task: int
-    init: int
-    init_pidfd: int
-    status: socket.socket
-    stack: ctypes.Array
+    __slots__ = ("task", "init", "init_pidfd", "status", "stack")
+
+    def __init__(self, task: int, init: int, init_pidfd: int, status: socket.socket, stack: ctypes.Array) -> None:
+        self.task, self.init, self.init_pidfd, self.status, self.stack = task, init, init_pidfd, status, stack
 
 
 def _start(req: dict, fds: list[int], program: bytes | None, pidns: int, inherited: list[int]) -> _Execution:
@@ -480,7 +488,37 @@ def _serve(ctl: socket.socket, config: dict) -> None:
             reply.close()
 
 
+def add_site_paths() -> None:
+    """Put site-packages on sys.path as ``site`` would (each directory, then the path lines of its .pth
+    files), without executing the .pth files' ``import`` lines: pre-forked tasks import installed
+    packages as under ``python -c``, and the server's heap (which every task's fork copies) holds only
+    what it needs."""
+    import site
+
+    for d in site.getsitepackages():
+        if not os.path.isdir(d) or d in sys.path:
+            continue
+        sys.path.append(d)
+        for name in sorted(os.listdir(d)):
+            if not name.endswith(".pth"):
+                continue
+            try:
+                with open(os.path.join(d, name), encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+            except (OSError, UnicodeDecodeError):
+                continue
+            for line in lines:
+                line = line.strip()
+                if not line or line.startswith(("#", "import ", "import\t")):
+                    continue
+                path = os.path.join(d, line)
+                if os.path.isdir(path) and path not in sys.path:
+                    sys.path.append(path)
+
+
 def main() -> None:
+    if sys.flags.no_site:
+        add_site_paths()
     config = json.loads(sys.argv[1])
     ctl = socket.socket(fileno=int(config["ctl_fd"]))
     os.set_inheritable(ctl.fileno(), False)  # never across a task's execve, whatever else happens
@@ -502,6 +540,8 @@ def main() -> None:
             sc.set_pdeathsig(signal.SIGKILL)
             _serve(ctl, config)
         except BaseException as e:  # noqa: BLE001
+            import traceback
+
             _log_fail(ctl, f"server set-up failed: {type(e).__name__}: {e}\n{traceback.format_exc()}")
             os._exit(1)
     ctl.close()

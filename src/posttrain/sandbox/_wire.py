@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any
 
 MAX_MESSAGE = 1 << 17  # inline bodies above this travel in a memfd
 _FD_SPACE = 16
 
 
-def send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
+def send(sock: socket.socket, obj: dict[str, object], fds: list[int] | tuple[int, ...] = ()) -> None:
     data = json.dumps(obj, separators=(",", ":")).encode()
     if len(data) > MAX_MESSAGE:
         memfd = os.memfd_create("sandbox-request", os.MFD_CLOEXEC)
@@ -31,7 +30,7 @@ def send(sock: socket.socket, obj: dict[str, Any], fds: list[int] | tuple[int, .
     socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
 
 
-def recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+def recv(sock: socket.socket) -> tuple[dict[str, object] | None, list[int]]:
     """One message and its fds; ``(None, [])`` on EOF."""
     data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE + 1024, _FD_SPACE)
     for fd in fds:  # SCM_RIGHTS fds arrive inheritable; none may reach an exec'd task

@@ -51,7 +51,10 @@ class ServerHandle:
         env = {"PYTHONHASHSEED": "0", "PYTHONPATH": package_root, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                "PYTHONNOUSERSITE": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-m", SERVER_MODULE, json.dumps(config)],
+            # -S: no `site` at start-up; the server adds site-packages itself (``_server.add_site_paths``)
+            # without running .pth import lines, which can pull a dozen modules (certifi, pathlib, zipfile, ...)
+            # into the heap that every pre-forked task copies.
+            [sys.executable, "-s", "-S", "-m", SERVER_MODULE, json.dumps(config)],
             pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, cwd="/", start_new_session=True, env=env,
         )
