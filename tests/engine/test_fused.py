@@ -16,11 +16,11 @@ from posttrain.types import SamplingParams
 KERNEL = native_decode.load_kernel()
 
 
-def _model(seed=0, heads=4, kv_heads=2, bias=False, hidden=32, layers=2):
+def _model(seed=0, heads=4, kv_heads=2, bias=False, hidden=32, layers=2, inter=None):
     cfg = ModelConfig(
         vocab_size=char_tokenizer().vocab_size,
         hidden_size=hidden,
-        intermediate_size=3 * hidden,
+        intermediate_size=inter or 3 * hidden,
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
@@ -53,10 +53,14 @@ PATHS = [
 
 
 @pytest.mark.parametrize("native", PATHS)
-@pytest.mark.parametrize("heads,kv_heads,bias", [(4, 2, False), (4, 4, False), (4, 1, True)])
-def test_decode_step_equals_the_model_forward(native, heads, kv_heads, bias):
+@pytest.mark.parametrize(
+    "heads,kv_heads,bias,hidden,inter",
+    [(4, 2, False, 32, None), (4, 4, False, 32, None), (4, 1, True, 32, None), (2, 2, False, 128, None),
+     (4, 2, True, 40, 37)],  # head_dim 8, 8, 8, 64 (the 32-wide output tiles) and 10 with an odd MLP (every tail loop)
+)
+def test_decode_step_equals_the_model_forward(native, heads, kv_heads, bias, hidden, inter):
     """Ragged rows (each at its own length) and a lone row: same logits and same cached keys/values."""
-    model = _model(heads=heads, kv_heads=kv_heads, bias=bias)
+    model = _model(heads=heads, kv_heads=kv_heads, bias=bias, hidden=hidden, inter=inter)
     g = torch.Generator().manual_seed(3)
     prompts = [torch.randint(3, 90, (n,), generator=g).tolist() for n in (5, 11, 8)]
     ref_cache, cache = _prefilled(model, prompts)
