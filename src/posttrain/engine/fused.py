@@ -1,30 +1,34 @@
-"""A lean decode step for the engine: one new token per running row, with packed weights.
+"""The engine's decode fast path: packed weights, and a forward of a few new tokens per running row.
 
-Covers: the T = 1 decode forward of the native Llama/Qwen2 model over the
-engine's plain slot cache (rows [0, b) of `SlotCache`, each at its own
-length), in float32. At the sizes posttrain runs on a CPU a decode step is
-bound by per-kernel overhead, not arithmetic, so this path does the same maths
-as `CausalLM.forward` in about half the kernels:
-- q, k, v and their RoPE partners `rotate_half(q)`, `rotate_half(k)` come from
-  one matmul (rotate_half is a signed column permutation, so it folds into the
-  weights exactly), and RoPE is then one multiply and one `addcmul`;
-- the RMSNorm weights fold into the next matmul's columns and 1/sqrt(head_dim)
-  into the query columns; the norm itself is `vector_norm` + `addcmul` + `rsqrt`;
-- gate and up projections are one matmul; the residual adds ride in `addmm`;
-- attention is two small batched matmuls and a softmax over the row's filled
-  slots (grouped-query heads become extra query rows, the cache is never copied).
-Numerically it is the model's forward up to float rounding (|delta logit| ~ 1e-6;
-tests check it against the reference forward and the learner's logprobs).
+Covers: the decode forward of the native Llama/Qwen2 model over the engine's
+plain slot cache (rows [0, b) of `SlotCache`, each at its own length, every
+row holding its whole sequence), in float32, from a repacked copy of the
+weights: q|k|v and gate|up as single matrices, the RMSNorm weights folded into
+the next matrix's columns and 1/sqrt(head_dim) into the query columns, every
+matrix in one contiguous buffer in the order a step reads it. Two paths:
+- `forward_tokens`: up to `NATIVE_MAX_TOKENS` tokens per forward (batch-1
+  decode, a few concurrent rows, speculative verification of 1 + k tokens per
+  row) in one call of the compiled C kernel (engine/native_decode.py) on the
+  weights packed in 16-column panels;
+- `step`: one token per row for wider batches (or without a C compiler) in
+  PyTorch on the same matrices: ~15 kernels per layer instead of the model's
+  ~35 (RoPE's rotate_half is a [D, D] signed permutation matmul, the residual
+  adds ride in `addmm`, attention is two batched matmuls and a softmax).
+At the sizes posttrain decodes on a CPU, a step is bound by per-kernel
+overhead, not arithmetic. Numerically both are the model's forward up to float
+rounding (|delta logit| ~ 1e-6; tests compare logits, cached keys/values and
+the learner's logprobs).
 
 The packed weights are a copy, rebuilt whenever any parameter changed: every
 in-place update (optimizer steps, `load_state_dict`) bumps a tensor's version
 counter, which `ensure` compares before each step, so a learner sharing the
 model with the engine never decodes with stale weights. Replacing parameter
 objects outright needs `invalidate()` (the engine's `set_version` calls it).
+Packs are shared by the decoders of all engines over one model object.
 
-Does not cover: prefill and speculative verification (several tokens per row:
-they use `CausalLM.forward`), cascade rows that read a shared prompt, sliding
-windows, other dtypes. The engine falls back to the model's forward for those.
+Does not cover: prefill (long chunks: `CausalLM.forward` with MKL), cascade
+rows that read a shared prompt, sliding windows, other dtypes; the engine uses
+the model's forward for those.
 """
 
 from __future__ import annotations
