@@ -1,28 +1,32 @@
-"""The decode step as one compiled C function: the engine's batch-1 (small-batch) fast path.
+"""The decode forward as one compiled C function: the engine's batch-1 (small-batch) fast path.
 
-Covers: a C kernel for the one-token decode forward of the native Llama/Qwen2
-model in float32 over the engine's plain slot cache, built on first use with
-the system C compiler (`cc -O3 -march=native`, about a second) into
-`$POSTTRAIN_CACHE/kernels/` (default `~/.cache/posttrain/kernels`), keyed by a
-hash of its source and flags, and called through ctypes on the packed weights
-of `engine/fused.py`.
+Covers: a C kernel (`pt_forward_tokens`) for the forward of a few new tokens
+per row of the native Llama/Qwen2 model in float32 over the engine's plain
+slot cache (one token per row when decoding, 1 + k when verifying speculative
+drafts), built on first use with the system C compiler (`cc -O3
+-march=native`, about a second) into `$POSTTRAIN_CACHE/kernels/` (default
+`~/.cache/posttrain/kernels`), keyed by a hash of its source, compiler and
+flags, installed atomically, and called through ctypes on the panel-packed
+weights of `engine/fused.py`.
 
 Why: at the sizes posttrain decodes on a CPU one token of one sequence costs a
 few hundred tiny PyTorch kernels (~3-5 us of dispatch each), and that
-overhead, not arithmetic, sets batch-1 latency. One C call per step streams
-each weight matrix once (rows of several sequences share the pass), keeps the
-activations in L1, and does RMSNorm, RoPE, attention, SwiGLU and the residual
-adds in the same loops. Larger batches are compute-bound and go to MKL
-through `FusedDecoder.step` instead.
+overhead, not arithmetic, sets batch-1 latency. One C call per forward streams
+each weight panel once for all its tokens (register-tiled FMA, the K loop
+split so that even one row hides FMA latency), keeps the activations in L1,
+and does RMSNorm, RoPE, attention (an 8-lane exp in the softmax) and SwiGLU in
+the same loops. Wider forwards are compute-bound and go to MKL through
+`FusedDecoder.step` or the model's forward instead.
 Numerics: the same maths in float32 with a different summation order (and FMA
-contraction), so logits agree with the reference forward to ~1e-6; tests check
-it against `CausalLM.forward` and the learner's logprobs.
+contraction; the vector exp is within 2 ulp of libm's), so logits agree with
+the reference forward to ~1e-6; tests check it against `CausalLM.forward` and
+the learner's logprobs.
 
 Falls back (returns None from `load_kernel`, and the engine uses the PyTorch
 path) when there is no C compiler, the build fails, or
 `POSTTRAIN_NATIVE_KERNELS=0`; the reason is logged once.
-Does not cover: prefill, speculative verification, cascade rows, sliding
-windows, dtypes other than float32, non-x86/ARM quirks beyond what `-march=native` gives.
+Does not cover: prefill, cascade rows, sliding windows, dtypes other than
+float32, compilers other than GCC/Clang (the code uses their vector extensions).
 """
 
 from __future__ import annotations
