@@ -234,7 +234,7 @@ class TaskCgroup:
         """Make a v1 group set as good as new for the next execution; False when that cannot
         be shown, and then it must not be reused. Call only after the execution's PID
         namespace is gone. Checks that no process is left (pids.current is 0), reclaims
-        every page still charged (memory.force_empty) and checks that no page of the
+        every page still charged (memory.force_empty, when memory.stat shows any) and checks that no page of the
         previous task is (rss, cache, shmem, mapped_file, swap and unevictable all 0, read
         from memory.stat), restarts the peak (max_usage_in_bytes) and CPU (cpuacct.usage)
         counters, and records the OOM-kill count, which cannot be reset, as the next
@@ -249,10 +249,12 @@ class TaskCgroup:
             if int(_read(f"{self.paths[s.pids]}/pids.current")) != 0:
                 return False
             mem = self.paths[s.memory]
-            _write(f"{mem}/memory.force_empty", "0")
             stat = dict(line.split() for line in _read(f"{mem}/memory.stat").splitlines())
-            if any(int(stat.get(k, 0)) for k in _USER_PAGES):
-                return False
+            if any(int(stat.get(k, 0)) for k in _USER_PAGES):  # reclaim only when something is left (a walk)
+                _write(f"{mem}/memory.force_empty", "0")
+                stat = dict(line.split() for line in _read(f"{mem}/memory.stat").splitlines())
+                if any(int(stat.get(k, 0)) for k in _USER_PAGES):
+                    return False
             if int(_read(f"{mem}/memory.usage_in_bytes")) > KERNEL_RESIDUE_BYTES:
                 return False
             _write(f"{mem}/memory.max_usage_in_bytes", "0")
