@@ -199,3 +199,28 @@ def test_engines_over_one_model_share_one_packed_copy_until_it_changes():
     b.ensure("torch")
     assert b.w_head is not a.w_head  # repacked from the new weights
     torch.testing.assert_close(b.w_head, (model.lm_head.weight * model.model.norm.weight[None, :]).t())
+
+
+def test_growing_the_rope_tables_on_the_wide_path_does_not_leave_the_kernel_stale_addresses():
+    """A wide batch (PyTorch step) past position 512 grows the RoPE tables; the next narrow forward
+    (C kernel, which caches the tables' addresses) must read the new ones."""
+    assert KERNEL is not None, NO_KERNEL
+    model = _model()
+    rows, slots = 17, 700  # 17 rows: wider than the kernel path
+    ref_cache, cache = (SlotCache(model.config, rows, slots) for _ in range(2))
+    fused = FusedDecoder(model)
+    g = torch.Generator().manual_seed(9)
+    with torch.inference_mode():
+        prompt = torch.randint(3, 90, (1, 600), generator=g).expand(rows, -1).contiguous()
+        for c in (ref_cache, cache):  # every row holds 600 tokens
+            model(prompt, cache=c.bind(slice(0, rows), [0] * rows, None, 600))
+        one = torch.tensor([5])
+        model(one[:, None], cache=ref_cache.bind(slice(0, 1), [600], None, 1))
+        fused.forward_tokens(one[:, None], [600], None, cache)  # narrow: the kernel caches the 1024-long tables
+        wide = torch.randint(3, 90, (rows,), generator=g)
+        starts = [601] * rows
+        ref = model(wide[:, None], cache=ref_cache.bind(slice(0, rows), starts, None, 1))[:, 0]
+        torch.testing.assert_close(fused.step(wide, starts, cache), ref, atol=2e-5, rtol=1e-5)
+        fused._rope_tables(2048)  # grown from outside the kernel's path
+        ref = model(one[:, None], cache=ref_cache.bind(slice(0, 1), [602], None, 1))[:, 0]
+        torch.testing.assert_close(fused.forward_tokens(one[:, None], [602], None, cache)[:, 0], ref, atol=2e-5, rtol=1e-5)

@@ -194,8 +194,10 @@ class FusedDecoder:
 
     # -- the step -------------------------------------------------------------------------
     def _rope_tables(self, need: int) -> tuple[Tensor, Tensor]:
-        """cos and sin [L, D] for positions 0..L-1, L >= need (grown by doubling)."""
+        """cos and sin [L, D] for positions 0..L-1, L >= need (grown by doubling; growing drops the kernel's
+        cached arguments, which hold the old tables' addresses)."""
         if self._rope is None or self._rope[0].shape[0] < need:
+            self._call_args = None
             length = max(need, 2 * self._rope[0].shape[0] if self._rope is not None else 512)
             cfg = self.model.config
             inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, self.d, 2, dtype=torch.float32) / self.d))
@@ -238,11 +240,8 @@ class FusedDecoder:
             for j in range(t):
                 rows[k], pos[k], slot[k], tok[k] = i, s0 + j, (s0 + j if j < nv else -1), ids_l[k]
                 k += 1
-        if self._rope is None or self._rope[0].shape[0] < max(starts) + t:
-            self._rope_tables(max(starts) + t)
-            self._call_args = None
+        cos, sin = self._rope_tables(max(starts) + t)
         if self._call_args is None:
-            cos, sin = self._rope
             self._call_args = (
                 (cfg.num_hidden_layers, self.hidden, self.hq, self.hkv, self.d, self.inter, cfg.vocab_size, self._native[2]),
                 (rows, slot, pos, cos.data_ptr(), sin.data_ptr(), tok, self.model.model.embed_tokens.weight.data_ptr(), cfg.rms_norm_eps),

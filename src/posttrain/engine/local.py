@@ -336,11 +336,11 @@ class LocalEngine:
         b = len(seqs)
         start = [s.n_cached - s.base for s in seqs]
         shared = self._shared(seqs)
+        last = torch.tensor([s.all[-1] for s in seqs])
         if self.fused is not None and shared is None:
-            logits = self.fused.step(torch.tensor([s.all[-1] for s in seqs]), start, self.kv)
+            logits = self.fused.step(last, start, self.kv)
         else:
-            ids = torch.tensor([s.all[-1] for s in seqs])[:, None]
-            logits = self.model(ids, cache=self.kv.bind(slice(0, b), start, None, 1, shared))[:, 0]  # [b, V]
+            logits = self.model(last[:, None], cache=self.kv.bind(slice(0, b), start, None, 1, shared))[:, 0]  # [b, V]
         for s in seqs:
             s.n_cached += 1
         self.stats["decode_forwards"] += 1

@@ -130,13 +130,6 @@ class Interval:
         return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "se": self.se, "n": self.n}
 
 
-def _finite(values: Sequence[float]) -> "np.ndarray":
-    import numpy as np  # only the resampling paths need it: a plain summary stays numpy-free (CLI start-up)
-
-    arr = np.asarray(values, dtype=float)
-    return arr[~np.isnan(arr)]
-
-
 def _finite_floats(values) -> list[float]:
     if hasattr(values, "tolist"):  # a numpy array: one conversion instead of one per element
         values = values.tolist()
@@ -187,12 +180,12 @@ def bootstrap_indices(n_items: int, reps: int, seed: int) -> "np.ndarray":
 
 def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, reps: int = 2000, seed: int = 0) -> Interval:
     """Mean of per-task estimates with a percentile-bootstrap interval, resampling whole tasks."""
-    arr = _finite(values)
+    import numpy as np  # only resampling needs it: a plain summary stays numpy-free (CLI start-up)
+
+    arr = np.asarray(_finite_floats(values), dtype=float)
     m = len(arr)
     if m == 0:
         return Interval(math.nan, math.nan, math.nan, math.nan, 0)
-    import numpy as np
-
     means = arr[bootstrap_indices(m, reps, seed)].mean(axis=1)
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
