@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from posttrain.errors import UserError
+
 app = typer.Typer(
     help="posttrain: post-train language models with RL from verifiable rewards.",
     no_args_is_help=True,
@@ -29,10 +31,6 @@ err = Console(stderr=True)
 out = Console()
 
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a config field: --set rl.lr=1e-4 (repeatable).")]
-
-
-class UserError(Exception):
-    """An error whose message is the whole story for the user."""
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

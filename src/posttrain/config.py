@@ -11,6 +11,7 @@ addition with GRPO on a laptop CPU.
 
 from __future__ import annotations
 
+from posttrain.errors import UserError
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration problem, already phrased for a user (one line per problem)."""
 
 

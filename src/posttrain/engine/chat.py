@@ -14,6 +14,7 @@ with `ChatTemplateError`), or generation-side parsing of the reply.
 
 from __future__ import annotations
 
+from posttrain.errors import UserError
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,7 +26,7 @@ from posttrain.models.tokenizer import Tokenizer
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(UserError, ValueError):
     """The messages cannot be rendered: the text says which message and why."""
 
 

@@ -8,11 +8,12 @@ Does not cover: installing anything.
 
 from __future__ import annotations
 
+from posttrain.errors import UserError
 import importlib
 from types import ModuleType
 
 
-class MissingExtraError(ImportError):
+class MissingExtraError(UserError, ImportError):
     """An optional dependency is absent; the message names the extra that installs it."""
 
 

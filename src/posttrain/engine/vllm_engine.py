@@ -19,6 +19,7 @@ Does not cover: the OpenAI server mode of vLLM (use `OpenAIEngine` against
 
 from __future__ import annotations
 
+from posttrain.errors import UserError
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from posttrain.engine.extras import require
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 
-class GPUUnavailableError(RuntimeError):
+class GPUUnavailableError(UserError, RuntimeError):
     """vLLM is installed but this machine shows it no CUDA GPU."""
 
 

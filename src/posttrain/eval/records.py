@@ -17,6 +17,7 @@ Does not cover: computing metrics (see `summary.py`) or running models.
 
 from __future__ import annotations
 
+from posttrain.errors import UserError
 import json
 import math
 from collections.abc import Iterable
@@ -27,7 +28,7 @@ from typing import Any
 META, TASKS, SAMPLES, SUMMARY = "meta.json", "tasks.jsonl", "samples.jsonl", "summary.json"
 
 
-class EvalDirError(ValueError):
+class EvalDirError(UserError, ValueError):
     """A path that is not an evaluation directory, or one made with other settings."""
 
 

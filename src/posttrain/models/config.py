@@ -8,13 +8,14 @@ attention, MoE. Those are refused with a clear error rather than loaded wrong.
 
 from __future__ import annotations
 
+from posttrain.errors import UserError
 from dataclasses import asdict, dataclass
 from typing import Any
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(UserError, ValueError):
     """A checkpoint asks for something the native model does not implement."""
 
 

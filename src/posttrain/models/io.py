@@ -8,6 +8,7 @@ Does not cover: PyTorch `.bin` pickles (unsafe to load), quantised weights.
 
 from __future__ import annotations
 
+from posttrain.errors import UserError
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint directory is missing files or holds weights that do not fit its config."""
 
 

@@ -10,6 +10,7 @@ Does not cover: the asynchronous (bounded-staleness) mode or agent rollouts.
 
 from __future__ import annotations
 
+from posttrain.errors import UserError
 import json
 import math
 import shutil
@@ -37,7 +38,7 @@ from posttrain.tasks import tasks_from_config
 from posttrain.types import Group, SamplingParams
 
 
-class RunExistsError(RuntimeError):
+class RunExistsError(UserError, RuntimeError):
     """A run directory already holds a run and neither resume nor overwrite was asked for."""
 
 

@@ -10,6 +10,7 @@ Does not cover: what a request means (``_server.py``) or supervising an executio
 
 from __future__ import annotations
 
+from posttrain.errors import UserError
 import json
 import os
 import select
@@ -24,7 +25,7 @@ from posttrain.sandbox import _wire
 SERVER_MODULE = "posttrain.sandbox._server"
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(UserError, RuntimeError):
     """Namespaces (or the server) cannot be set up on this machine."""
 
 

@@ -26,6 +26,7 @@ Covers: loading, validation, test files, and the hash split of loaded tasks.
 
 from __future__ import annotations
 
+from posttrain.errors import UserError
 import json
 import random
 import warnings
@@ -37,7 +38,7 @@ from posttrain.tasks.base import Split, split_of
 from posttrain.types import Task
 
 
-class TaskFileError(ValueError):
+class TaskFileError(UserError, ValueError):
     """A task file could not be loaded; the message lists every problem with file and line."""
 
 
