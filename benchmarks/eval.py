@@ -42,10 +42,10 @@ def _timed(cmd: list[str]) -> tuple[float, str]:
 def _in_process_posttrain(sample_file: Path) -> tuple[float, float]:
     from posttrain.eval.responses import read_responses, score_responses
     from posttrain.eval.summary import summarize
-    from posttrain.tasks.suites import load_suite
+    from posttrain.tasks.domains import load_domain
 
     start = time.perf_counter()
-    suite = load_suite("humaneval")
+    suite = load_domain("humaneval").suite()
     summary = summarize(score_responses(suite, read_responses(sample_file)))
     return time.perf_counter() - start, summary["pass@1"]
 

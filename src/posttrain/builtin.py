@@ -27,10 +27,10 @@ from typing import Callable
 import torch
 
 from posttrain.config import BaseModelConfig
-from posttrain.engine.local import LocalEngine
+from posttrain.engine.build import build_engine
 from posttrain.eval.accuracy import evaluate_accuracy
 from posttrain.models.config import ModelConfig
-from posttrain.models.io import load_model, save_model
+from posttrain.models.io import save_model
 from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer, char_tokenizer
 from posttrain.rewards.verifiers import ExactMatch
@@ -123,7 +123,7 @@ def pretrain_base(
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
     rng = random.Random(cfg.seed)
     held_out = source.take(cfg.eval_size, "held_out", seed=cfg.seed)
-    engine = LocalEngine(model, tokenizer)
+    engine = build_engine(None, model, tokenizer)
     if isinstance(source, CodeSource):
         from posttrain.rewards.registry import make_verifier
         from posttrain.tasks.codegen import VERIFIER
@@ -179,9 +179,3 @@ def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | No
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         return BaseBuild(final, accuracy, steps, seconds, False, in_band)
-
-
-def load_base(cfg: BaseModelConfig) -> tuple[CausalLM, Tokenizer, BaseBuild]:
-    build = ensure_base(cfg)
-    model, tokenizer = load_model(build.path)
-    return model, tokenizer, build

@@ -17,7 +17,7 @@ from typing import Callable
 
 from posttrain.builtin import ensure_base
 from posttrain.config import ConfigError, RunConfig
-from posttrain.engine.local import LocalEngine
+from posttrain.engine.base import Engine
 from posttrain.eval.accuracy import evaluate_accuracy
 from posttrain.rl.trainer import StepResult, Trainer
 
@@ -42,7 +42,7 @@ class QuickstartResult:
         return asdict(self)
 
 
-def _measure(engine: LocalEngine, tasks, verifier, max_tokens: int, samples: int, seed: int) -> tuple[float, float]:
+def _measure(engine: Engine, tasks, verifier, max_tokens: int, samples: int, seed: int) -> tuple[float, float]:
     greedy = evaluate_accuracy(engine, tasks, verifier, max_tokens).accuracy
     sampled = evaluate_accuracy(engine, tasks, verifier, max_tokens, temperature=1.0, samples=samples, seed=seed).accuracy
     return greedy, sampled
@@ -72,7 +72,7 @@ def run_quickstart(
     # Greedy decoding and the seeded pass@1 draw leave the trainer's sampling RNG untouched.
     trainer = Trainer(cfg, overwrite=True, on_step=on_step, on_eval=on_eval)  # a rerun of a seed replaces its run
     try:
-        held_out, verifier, max_tokens = trainer.held_out, trainer.verifier, cfg.sampling.max_tokens
+        held_out, verifier, max_tokens = trainer.held_out, trainer.verifier, trainer.params.max_tokens
         if not held_out:
             raise ConfigError("quickstart: the task source has no held-out tasks; raise tasks.held_out_fraction")
         say(f"evaluating the base model on {len(held_out)} held-out problems")

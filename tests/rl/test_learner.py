@@ -15,7 +15,7 @@ def _group(tok, prompt, completions, scores, statuses=None):
         ids = tok.encode(text, add_bos=False) + [tok.eos_id]
         status = statuses[i] if statuses else VerdictStatus.OK
         trajs.append(
-            Trajectory(task, p_ids, Completion(ids, text, [-1.0] * len(ids), FinishReason.STOP), Verdict(score, score > 0, status))
+            Trajectory.single_turn(task, p_ids, Completion(ids, text, [-1.0] * len(ids), FinishReason.STOP), Verdict(score, score > 0, status))
         )
     return Group(task, trajs)
 

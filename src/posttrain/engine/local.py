@@ -111,6 +111,22 @@ class LocalEngine:
             "spec_accepted": 0,
         }
 
+    usage = None
+    max_concurrency = 64
+
+    @property
+    def max_context(self) -> int:
+        return int(self.model.config.max_position_embeddings)
+
+    async def agenerate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        return self.generate(prompts, params)
+
+    def sampler_state(self) -> Tensor:
+        return self.generator.get_state()
+
+    def load_sampler_state(self, state: Tensor) -> None:
+        self.generator.set_state(state)
+
     # -- weights ------------------------------------------------------------------------------
     def load_weights(self, state: dict[str, Tensor], version: int) -> None:
         self.model.load_state_dict(state, strict=False)

@@ -137,11 +137,11 @@ def eval_cmd(
         from posttrain.eval.harness import EvalSpec, evaluate, rescore
         from posttrain.eval.metrics import Price, price_for
         from posttrain.eval.records import EvalDir, EvalDirError
-        from posttrain.tasks.suites import load_suite, parse_suite_options
+        from posttrain.tasks.domains import load_domain, parse_options
 
         k_values = _parse_ks(ks)
         table = _price_table(price, prices)
-        options = parse_suite_options(suite_opt)
+        options = parse_options(suite_opt)
         if limit:
             options["limit"] = limit
         modes = sum(x is not None for x in (model, responses, rescore_dir))
@@ -149,14 +149,14 @@ def eval_cmd(
             raise UserError("eval: give exactly one of --model (sample), --responses FILE (grade) or --rescore DIR (re-grade)")
         try:
             if rescore_dir is not None:
-                run, changed = rescore(rescore_dir, load_suite(suite, **options) if suite else None,
+                run, changed = rescore(rescore_dir, load_domain(suite, **options).suite() if suite else None,
                                        price_of(EvalDir(rescore_dir).meta()), verify_timeout)
                 err.print(f"re-graded {len(run.records)} responses in {rescore_dir}: {changed} verdicts changed")
                 _emit(run.meta["summary"], as_json, f"{run.meta.get('suite')} (re-graded)", {"changed": changed})
                 return
             if suite is None:
                 raise UserError("eval: --suite is required")
-            loaded = load_suite(suite, **options)
+            loaded = load_domain(suite, **options).suite()
             prewarm = getattr(loaded.verifier, "prewarm", None)
             if callable(prewarm):
                 prewarm()  # start the verifier's sandbox while the responses load
@@ -179,7 +179,7 @@ def eval_cmd(
                     store.write_summary(summary)
                 _emit(summary, as_json, f"{loaded.name}: {responses.name}", {"suite": suite})
                 return
-            from posttrain.eval.models import resolve_model
+            from posttrain.resolve import resolve_model
 
             spec = EvalSpec(model=model, suite=suite, n=samples, ks=k_values, temperature=temperature, top_p=top_p,
                             max_tokens=max_tokens, seed=seed, repeat=repeat, batch=batch, suite_options=options,

@@ -19,9 +19,9 @@ tasks_app = typer.Typer(help="Task suites: list them, prove their graders.", no_
 @tasks_app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """List the registered suites (a name ending in ':<name>' takes an argument; any .jsonl path works too)."""
-    from posttrain.tasks.suites import list_suites
+    from posttrain.tasks.domains import list_domains
 
-    suites = list_suites()
+    suites = list_domains()
     if as_json:
         typer.echo(json.dumps({"suites": [{"name": n, "description": d} for n, d in suites]}))
         return
@@ -48,13 +48,13 @@ def validate_cmd(
     from posttrain.cli import _friendly
 
     with _friendly():
-        from posttrain.tasks.suites import load_suite, parse_suite_options
+        from posttrain.tasks.domains import load_domain, parse_options
         from posttrain.tasks.validate import validate_suite
 
-        options = parse_suite_options(suite_opt)
+        options = parse_options(suite_opt)
         if limit is not None:
             options["limit"] = limit
-        loaded = load_suite(suite, **options)
+        loaded = load_domain(suite, **options).suite()
         report = validate_suite(loaded, limit=limit)
     if as_json:
         typer.echo(json.dumps(report.to_dict()))

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from posttrain.cli import app
 from posttrain.eval.harness import EvalSpec, evaluate
-from posttrain.eval.models import ModelSpecError, resolve_model
-from posttrain.tasks.suites import load_suite
+from posttrain.resolve import ModelSpecError, resolve_model
+from posttrain.tasks.domains import load_domain
 
 runner = CliRunner()
 
@@ -30,14 +30,14 @@ def test_bad_specs_are_user_errors(tmp_path, tiny_model_dir):
 
 def test_run_directory_at_a_step(tmp_path, tiny_model_dir):
     from posttrain.models.io import load_model
-    from posttrain.rl.checkpoint import save_checkpoint
+    from posttrain.store.checkpoints import TrainerState, save_checkpoint
     from posttrain.store.run_store import RunStore
 
     run = tmp_path / "run"
     RunStore(run / "run.sqlite").close()
     model, tok = load_model(tiny_model_dir)
     for step in (1, 2):
-        save_checkpoint(run, step, model, tok, {"step": step})
+        save_checkpoint(run, step, model, tok, TrainerState(step, {}, {}, None, None, 1.0))
     got = resolve_model(f"{run}@1")
     assert got.info["step"] == 1 and got.info["path"].endswith("step_000001")
     with pytest.raises(ModelSpecError, match=r"no checkpoint at step 7 \(stored: 1, 2\)"):
@@ -74,7 +74,7 @@ def _fake_openai(request: httpx.Request) -> httpx.Response:
 def test_endpoint_model_through_the_openai_engine():
     resolved = resolve_model("http://fake.local/v1", engine_options={"transport": httpx.MockTransport(_fake_openai)})
     assert resolved.info["served_model"] == "fake-model"
-    suite = load_suite("arith:add", limit=5)
+    suite = load_domain("arith:add", limit=5).suite()
     run = evaluate(resolved.engine, suite, EvalSpec(model="http://fake.local/v1", suite="arith:add", max_tokens=8))
     s = run.meta["summary"]
     assert s["pass@1"] == 1.0 and s["tokens_in"] == 5 * 7 and s["tokens_out"] == 5 * 2 and s["latency_p50"] > 0
