@@ -29,7 +29,7 @@ import math
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from posttrain.aio import run_sync
@@ -56,6 +56,14 @@ class Verifier(Protocol):
     name: str
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]: ...
+
+
+@runtime_checkable
+class VersionKeyed(Protocol):
+    """A verifier whose behaviour depends on state its dataclass fields do not show (a judge's prompt
+    template, a suite's tests): `version_key()` adds it to the version hash."""
+
+    def version_key(self) -> str: ...
 
 
 class SyncVerifier(abc.ABC):
@@ -91,16 +99,17 @@ def verifier_version(verifier: object) -> str:
     state its fields do not show (a judge's prompt template, a suite's tests).
     """
     params = ""
-    if hasattr(verifier, "__dataclass_fields__"):
+    if is_dataclass(verifier) and not isinstance(verifier, type):
         params = repr(sorted((f.name, _version_repr(getattr(verifier, f.name))) for f in fields(verifier)))
-    extra = verifier.version_key() if hasattr(verifier, "version_key") else ""
-    return hashlib.sha256((_class_source(type(verifier)) + params + str(extra)).encode()).hexdigest()[:12]
+    extra = verifier.version_key() if isinstance(verifier, VersionKeyed) else ""
+    cls: Any = type(verifier)
+    return hashlib.sha256((_class_source(cls) + params + str(extra)).encode()).hexdigest()[:12]
 
 
 def _version_repr(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_version_repr(v) for v in value) + "]"
-    if hasattr(value, "verify_batch") and hasattr(value, "name"):
+    if isinstance(value, Verifier):
         return f"{value.name}@{verifier_version(value)}"
     return repr(value)
 
