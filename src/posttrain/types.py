@@ -75,6 +75,8 @@ class Verdict:
     verifier: str = ""  # "<name>@<version hash>", so results trace to checking code
     details: str = ""
     breakdown: dict[str, float] = field(default_factory=dict)  # per-part scores of a composite (Rubric)
+    info: dict[str, Any] = field(default_factory=dict)  # structured findings (tests passed/total, compiler
+    # diagnostics) for programs; `details` is the same for people
     latency_s: float | None = None  # time the verifier spent on this item (set by `rewards.score`)
 
     @property
