@@ -285,6 +285,15 @@ class TrainConfig(_Section):
     """Newest checkpoints kept on disk; older ones are deleted (and dropped from the store's index)."""
     store_samples: bool = True
     """Store every sampled completion with its verdict in the run store."""
+    keep_best: bool = True
+    """Keep the best model by the held-out metric as <run>/best (ties go to the later step); `--model RUN`
+    then resolves to it."""
+    best_metric: Literal["greedy_accuracy"] = "greedy_accuracy"
+    """The held-out metric that selects best/ and that the early warning watches."""
+    warn_drop: float = Field(0.05, ge=0.0, le=1.0)
+    """Early warning: the held-out metric this far below its best..."""
+    warn_patience: int = Field(2, ge=1)
+    """...for this many evaluations in a row says so (live progress, the run store's `alerts`)."""
 
 
 class RunConfig(_Section):

@@ -32,6 +32,7 @@ def evaluate_in_training(engine: Any, suite: Any, name: str, store: RunStore, st
     per_task = {t["task_id"]: t["pass_rate"] for t in summary["tasks"]}
     metrics = {k: v for k, v in headline(summary).items()
                if k in ("pass@1", "mean_score", "n_tasks", "n_errors", "latency_p50", "tokens_out")}
+    metrics["greedy_accuracy"] = metrics["pass@1"]  # one greedy sample per task: the two are the same number
     lost = new_failures(store, name, per_task, step)
     metrics["regressed_tasks"] = len(lost)
     store.log_eval(step, name, metrics, per_task)

@@ -18,9 +18,9 @@ import math
 import shutil
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -33,6 +33,7 @@ from posttrain.rl.advantages import group_relative_advantages, has_signal
 from posttrain.rl.build import Components, build
 from posttrain.rl.learner import pack_groups
 from posttrain.rl.rollout import run_sync
+from posttrain.rl.selection import Best, observe
 from posttrain.store.checkpoints import (
     TrainerState,
     latest_checkpoint,
@@ -101,7 +102,7 @@ class Trainer:
         self.init_path = p.init_path
         self.step = 0
         self.informative_rate = 1.0  # running share of groups with reward variance: sizes refills
-        self.best: dict[str, Any] | None = None
+        self.best: Best | None = None
         self.store = p.store or RunStore(store_path)
         if resume:
             self._restore()
@@ -136,11 +137,11 @@ class Trainer:
         self.engine.load_sampler_state(state.engine_rng)
         torch.set_rng_state(state.torch_rng)
         self.informative_rate = state.informative_rate
-        self.best = state.best
+        self.best = Best(**state.best) if state.best else None
         self.step = step
         self.engine.load_weights(self.model.state_dict(), version=step)
         self.store.truncate_after(step)
-        self.store.set_info(resumed_from=step)
+        self.store.set_info(resumed_from=step, alerts=[a for a in self.store.alerts() if a["step"] <= step])
 
     # the loop
     def collect(self) -> tuple[list[Group], list[Group], int, int]:
@@ -243,13 +244,50 @@ class Trainer:
             suite_metrics = evaluate_in_training(self.engine, suite, name, self.store, self.step, max_tokens)
             metrics[f"{name}/pass@1"] = suite_metrics["pass@1"]
             metrics[f"{name}/regressed_tasks"] = suite_metrics["regressed_tasks"]
+        self._track_best(metrics)
         if self.writer is not None:
             for key, value in metrics.items():
-                if key == "greedy_accuracy" or key.endswith(("pass@1", "regressed_tasks")):
+                if key in ("greedy_accuracy", "best", "regressing") or key.endswith(("pass@1", "regressed_tasks")):
                     self.writer.add_scalar(f"eval/{key}", value, self.step)
         if self.on_eval:
             self.on_eval(self.step, metrics)
         return metrics
+
+    def _track_best(self, metrics: dict[str, float]) -> None:
+        """Keep best/ (the best held-out metric so far, ties to the later step) and warn on a sustained drop."""
+        cfg = self.cfg.train
+        value = metrics.get(cfg.best_metric)
+        if value is None:
+            return
+        self.best, improved, regressing = observe(self.best, self.step, value, cfg.warn_drop, cfg.warn_patience)
+        best = self.best
+        if improved:
+            if cfg.keep_best:
+                self._save_best()
+            self.store.set_info(best={"step": best.step, "metric": cfg.best_metric, "value": best.value})
+        metrics.update(best=best.value, best_step=best.step, regressing=float(regressing))
+        if regressing:
+            message = (f"held-out {cfg.best_metric} {value:.3f} has been more than {cfg.warn_drop:g} below its best "
+                       f"{best.value:.3f} (step {best.step}) for {best.below} evaluations; best/ keeps the best model")
+            self.store.add_alert({"step": self.step, "kind": "held_out_regression", "metric": cfg.best_metric,
+                                  "value": value, "best": best.value, "best_step": best.step, "message": message})
+            warnings.warn(message, stacklevel=2)
+
+    def _save_best(self) -> None:
+        from posttrain.models.io import save_model
+
+        out, tmp = self.run_dir / "best", self.run_dir / "best.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_model(self.model, self.tokenizer, tmp)
+        (tmp / "posttrain.json").write_text(json.dumps({"step": self.step, "metric": self.cfg.train.best_metric,
+                                                        "value": self.best.value if self.best else None}))
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+
+    def best_model_dir(self) -> Path | None:
+        """<run>/best when held-out selection kept one."""
+        out = self.run_dir / "best"
+        return out if (out / "config.json").exists() else None
 
     def state(self) -> TrainerState:
         return TrainerState(
@@ -259,7 +297,7 @@ class Trainer:
             engine_rng=self.engine.sampler_state(),
             torch_rng=torch.get_rng_state(),
             informative_rate=self.informative_rate,
-            best=self.best,
+            best=asdict(self.best) if self.best else None,
         )
 
     def checkpoint(self) -> Path:

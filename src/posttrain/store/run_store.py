@@ -145,6 +145,14 @@ class RunStore:
                 "INSERT OR REPLACE INTO run(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in values.items()]
             )
 
+    def add_alert(self, alert: dict[str, Any]) -> None:
+        """A run monitor's signal (e.g. held-out regression), appended to the run's `alerts` list."""
+        alerts = self.info().get("alerts", [])
+        self.set_info(alerts=[*alerts, alert])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return list(self.info().get("alerts", []))
+
     def info(self) -> dict[str, Any]:
         return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM run")}
 
