@@ -42,6 +42,10 @@ class RunExistsError(UserError, RuntimeError):
     """A run directory already holds a run and neither resume nor overwrite was asked for."""
 
 
+class NoCheckpointError(UserError, FileNotFoundError):
+    """`--resume` asked for a run that has no checkpoint to continue from."""
+
+
 @dataclass
 class StepResult:
     step: int
@@ -126,7 +130,7 @@ class Trainer:
     def _restore(self) -> None:
         found = latest_checkpoint(self.run_dir)
         if found is None:
-            raise FileNotFoundError(f"{self.run_dir}: no checkpoint to resume from (checkpoint_every = {self.cfg.train.checkpoint_every})")
+            raise NoCheckpointError(f"{self.run_dir}: no checkpoint to resume from (checkpoint_every = {self.cfg.train.checkpoint_every})")
         step, path = found
         model, _ = load_model(path)
         self.model.load_state_dict(model.state_dict())
