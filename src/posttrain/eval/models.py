@@ -4,7 +4,9 @@ Covers: `builtin` (the built-in tiny base model, built or found in the
 cache), an HF-format checkpoint directory, a training run directory
 (its `final/` model, or `RUN@STEP` for a stored checkpoint), and an
 http(s) URL of an OpenAI-compatible server (`URL#served-model-name`; the
-name defaults to the server's first listed model).
+name defaults to the server's first listed model); and what `posttrain serve
+MODEL` names (`load_served_model`: a checkpoint directory or `builtin`, with
+its chat template).
 Does not cover: generation itself (the engines do that).
 """
 
@@ -12,9 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from posttrain.tasks.jsonl import TaskFileError
+
+if TYPE_CHECKING:
+    from posttrain.engine.chat import ChatTemplate
+    from posttrain.engine.local import LocalEngine
 
 
 class ModelSpecError(TaskFileError):
@@ -96,3 +102,35 @@ def resolve_model(spec: str, seed: int = 0, engine_options: dict[str, Any] | Non
             raise ModelSpecError(f"--model {spec}: not a checkpoint (no config.json) nor a run directory (no run.sqlite)")
     model, tokenizer = load_model(path)
     return ResolvedModel(LocalEngine(model, tokenizer, seed=seed), spec, {"path": str(path), "step": step})
+
+
+@dataclass
+class ServedModel:
+    """What `posttrain serve` serves: the engine, the chat template its checkpoint ships, the default model id."""
+
+    engine: LocalEngine
+    template: ChatTemplate
+    name: str
+
+
+def load_served_model(model: str, seed: int = 0) -> ServedModel:
+    """The model `posttrain serve MODEL` names: a checkpoint directory, or `builtin` (built or found in the cache)."""
+    from posttrain.engine.chat import ChatTemplate
+    from posttrain.engine.local import LocalEngine
+    from posttrain.models.io import load_model
+
+    if model == "builtin":
+        from posttrain.builtin import ensure_base
+        from posttrain.config import load_config
+
+        path = ensure_base(load_config(None, []).model.base).path
+        name = "builtin"
+    else:
+        path = Path(model)
+        if not path.is_dir():
+            raise ModelSpecError(
+                f"{model}: not a checkpoint directory (expected config.json, model.safetensors, tokenizer.json), nor 'builtin'"
+            )
+        name = path.resolve().name
+    net, tokenizer = load_model(path)
+    return ServedModel(LocalEngine(net, tokenizer, seed=seed), ChatTemplate.from_checkpoint(path), name)
