@@ -130,7 +130,8 @@ class Trainer:
     def _restore(self) -> None:
         found = latest_checkpoint(self.run_dir)
         if found is None:
-            raise NoCheckpointError(f"{self.run_dir}: no checkpoint to resume from (checkpoint_every = {self.cfg.train.checkpoint_every})")
+            every = self.cfg.train.checkpoint_every
+            raise NoCheckpointError(f"{self.run_dir}: no checkpoint to resume from (checkpoint_every = {every})")
         step, path = found
         model, _ = load_model(path)
         self.model.load_state_dict(model.state_dict())
