@@ -15,12 +15,13 @@ addition with GRPO on a laptop CPU.
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from posttrain.errors import UserError
 
 
 class ConfigError(UserError, ValueError):
@@ -352,7 +353,7 @@ def _format_error(exc: ValidationError, raw: dict[str, Any]) -> str:
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
-            lines.append(f"config: unknown key {loc!r} (check the spelling; see `posttrain config`)")
+            lines.append(f"config: unknown key {loc!r} (check the spelling; `posttrain config` prints every key)")
         else:
             value = err.get("input")
             shown = "" if isinstance(value, dict) else f" = {value!r}"

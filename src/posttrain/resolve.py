@@ -7,7 +7,8 @@ when held-out selection kept one, else `final/`, else its newest
 checkpoint; `RUN@STEP` for a stored checkpoint), and an http(s) URL of an
 OpenAI-compatible server (`URL#served-model-name`; the name defaults to
 the server's first listed model). `locate_model` gives local weights (the
-trainer, `posttrain serve`); `resolve_model` an engine (`posttrain eval`).
+trainer); `resolve_model` an engine (`posttrain eval`); `load_served_model`
+an engine with the checkpoint's chat template (`posttrain serve`).
 Does not cover: generation itself (the engines) or building the base model
 (`posttrain.builtin`, the recipe this resolver calls).
 """
@@ -134,3 +135,25 @@ def resolve_model(spec: str, seed: int = 0, engine_options: dict[str, Any] | Non
         info["note"] = where.note
     engine_cfg = EngineConfig(**(engine_options or {}))
     return ResolvedModel(build_engine(engine_cfg, model, tokenizer, seed), spec, info)
+
+
+@dataclass
+class ServedModel:
+    """What `posttrain serve MODEL` serves: an engine, the chat template of its checkpoint, the model id."""
+
+    engine: Any
+    template: Any  # a `posttrain.engine.chat.ChatTemplate`
+    name: str
+    note: str = ""
+
+
+def load_served_model(model: str, seed: int = 0) -> ServedModel:
+    """The model `posttrain serve MODEL` names: `builtin`, a checkpoint directory, or a run (best/ or final/)."""
+    from posttrain.engine.build import build_engine
+    from posttrain.engine.chat import ChatTemplate
+    from posttrain.models.io import load_model
+
+    where = locate_model(model)
+    net, tokenizer = load_model(where.path)
+    name = "builtin" if model == "builtin" else Path(model.rpartition("@")[0] or model).resolve().name
+    return ServedModel(build_engine(None, net, tokenizer, seed), ChatTemplate.from_checkpoint(where.path), name, where.note)

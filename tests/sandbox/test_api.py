@@ -10,9 +10,9 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from posttrain.cli.sandbox import app
 from posttrain.sandbox import ExecResult, ExecStatus, Limits, PoolBusy, Sandbox, SandboxPool, SandboxUnavailable
 from posttrain.sandbox import cgroups, launcher
-from posttrain.sandbox.cli import app
 from posttrain.sandbox.sandbox import classify
 
 

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import httpx
 
 from posttrain.engine.base import CompletionDelta
+from posttrain.pricing import Price
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -43,17 +44,6 @@ class EngineRequestError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True)
-class Price:
-    """US dollars per million tokens."""
-
-    input_per_mtok: float
-    output_per_mtok: float
-
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
 
 
 @dataclass

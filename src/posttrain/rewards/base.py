@@ -66,6 +66,13 @@ class VersionKeyed(Protocol):
     def version_key(self) -> str: ...
 
 
+@runtime_checkable
+class Prewarmable(Protocol):
+    """A verifier with a slow start (a sandbox pool) that can begin it early, while responses load."""
+
+    def prewarm(self) -> None: ...
+
+
 class SyncVerifier(abc.ABC):
     """Base for verifiers that judge one response at a time with cheap, pure Python.
 

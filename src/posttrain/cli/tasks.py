@@ -1,9 +1,9 @@
-"""Commands of the `tasks` package, mounted on the `posttrain` app by `register`.
+"""`posttrain tasks list` and `posttrain tasks validate SUITE`: the registered suites, and proof of their graders.
 
-Covers: `posttrain tasks list` (registered suites) and `posttrain tasks validate SUITE
-[--limit N] [--suite-opt K=V]... [--json]` (every gold answer through the suite's verifier: pass rate and each
-failure; exit 0 when all score full marks, 1 when any does not, 2 for a user error such as an
-unknown suite or a missing extra). Does not cover: evaluation of a model (`posttrain eval`).
+Covers: `list [--json]` (registered suites) and `validate SUITE [--limit N] [--suite-opt K=V]... [--json]` (every
+gold answer through the suite's verifier: pass rate and each failure; exit 0 when all score full marks, 1 when
+any does not, 2 for a user error such as an unknown suite or a missing extra).
+Does not cover: evaluation of a model (`posttrain eval`, `cli/eval.py`) or the validation itself (`tasks/validate.py`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from typing import Optional
 
 import typer
 
-tasks_app = typer.Typer(help="Task suites: list them, prove their graders.", no_args_is_help=True)
+from posttrain.cli.common import friendly
+
+app = typer.Typer(help="Task suites: list them, prove their graders.", no_args_is_help=True)
 
 
-@tasks_app.command("list")
+@app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
     """List the registered suites (a name ending in ':<name>' takes an argument; any .jsonl path works too)."""
     from posttrain.tasks.domains import list_domains
@@ -35,7 +37,7 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print one JSON 
     Console().print(table)
 
 
-@tasks_app.command("validate")
+@app.command("validate")
 def validate_cmd(
     suite: str = typer.Argument(..., help="Suite name (see `posttrain tasks list`) or a .jsonl path."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N tasks."),
@@ -45,9 +47,7 @@ def validate_cmd(
     ),
 ) -> None:
     """Run every task's reference answer through the suite's verifier; the gold must score full marks."""
-    from posttrain.cli import _friendly
-
-    with _friendly():
+    with friendly():
         from posttrain.tasks.domains import load_domain, parse_options
         from posttrain.tasks.validate import validate_suite
 
@@ -64,8 +64,3 @@ def validate_cmd(
         typer.echo(f"{report.suite}: {report.passed}/{report.total} gold answers score full marks "
                    f"({100 * report.pass_rate:.1f}%) in {report.seconds:.1f} s  verifier {report.verifier}")
     raise typer.Exit(0 if report.ok else 1)
-
-
-def register(app: typer.Typer) -> None:
-    """Add this package's commands to the top-level app (imports stay lazy inside each command)."""
-    app.add_typer(tasks_app, name="tasks", help="Task suites: list them, prove their graders.")
