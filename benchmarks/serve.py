@@ -26,8 +26,8 @@ import time
 import torch
 
 from posttrain.engine.local import LocalEngine
-from posttrain.engine.openai_engine import OpenAIEngine
-from posttrain.engine.server import ServeConfig, ServerThread, create_app
+from posttrain.engine.remote.openai_engine import OpenAIEngine
+from posttrain.engine.serve.server import ServeConfig, ServerThread, create_app
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer
 from posttrain.types import SamplingParams
 

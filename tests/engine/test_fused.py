@@ -1,4 +1,4 @@
-"""The packed decode step (engine/fused.py) and its C kernel (engine/native_decode.py) against the model's forward."""
+"""The packed decode step (engine/local/fused.py) and its C kernel (engine/local/native_decode.py) against the model's forward."""
 
 import logging
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from posttrain.engine import LocalEngine
-from posttrain.engine import native_decode
-from posttrain.engine.fused import FusedDecoder, rotate_half_matrix
-from posttrain.engine.kv import SlotCache
+from posttrain.engine.local import native_decode
+from posttrain.engine.local.fused import FusedDecoder, rotate_half_matrix
+from posttrain.engine.local.kv import SlotCache
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer
 from posttrain.models.logprobs import token_logprobs
 from posttrain.types import SamplingParams
@@ -156,7 +156,9 @@ def test_no_compiler_falls_back_with_a_warning(monkeypatch, caplog):
 def test_a_failing_build_falls_back_with_the_compiler_message(monkeypatch, tmp_path, caplog):
     assert KERNEL is not None, NO_KERNEL
     monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))
-    monkeypatch.setattr(native_decode, "SOURCE", native_decode.SOURCE + "\nthis is not C;\n")
+    broken = tmp_path / "decode_kernel.c"
+    broken.write_text(native_decode.kernel_source() + "\nthis is not C;\n")
+    monkeypatch.setattr(native_decode, "KERNEL_SOURCE", broken)
     native_decode.load_kernel.cache_clear()
     try:
         with caplog.at_level(logging.WARNING):

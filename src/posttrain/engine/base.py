@@ -15,7 +15,8 @@ HTTP server code against, and nothing they may probe for:
   `tokenizer` (encode/decode in the engine's own vocabulary), `usage`
   (request/token/cost totals, kept by remote engines) and `max_context`
   (the model's context length: a request asking for more tokens than fit is
-  clamped, with a note in the log, not failed);
+  clamped, with a note in the log, not failed; a prompt that alone fills the
+  context is a `ContextLengthError`);
 - `max_concurrency`: how many requests a caller should keep in flight.
 Does not cover: any implementation (the local engine, the adapters).
 
@@ -43,9 +44,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from posttrain.errors import UserError
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 Prompt = str | list[int]
+
+
+class ContextLengthError(UserError, ValueError):
+    """A prompt leaves no room for a completion in the model's context."""
 
 
 @dataclass(slots=True)

@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
 
         with _friendly():
             from posttrain.engine.extras import MissingExtraError
-            from posttrain.engine.server import (
+            from posttrain.engine.serve.server import (
                 ServeConfig,
                 create_app,
                 require_serve_extra,

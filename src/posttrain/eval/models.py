@@ -65,7 +65,7 @@ def _served_model(url: str, transport: Any = None) -> str:
 def resolve_model(spec: str, seed: int = 0, engine_options: dict[str, Any] | None = None) -> ResolvedModel:
     """The engine `spec` names; a spec naming nothing raises `ModelSpecError` with the reason."""
     if spec.startswith(("http://", "https://")):
-        from posttrain.engine.openai_engine import (
+        from posttrain.engine.remote.openai_engine import (
             OpenAIEngine,  # lazy: only endpoint evals need httpx
         )
 
