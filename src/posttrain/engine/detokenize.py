@@ -9,8 +9,12 @@ finished completion whose pieces concatenate to exactly its text (text past it,
 cut by a stop string, never appears); `find_stop`, the earliest stop string in
 a text.
 Does not cover: when to stop or what to hold back while streaming (the engine
-decides: engine/local/engine.py), tokenizers whose decoded text of a sequence is
-not its windows' texts joined (none of HF `tokenizers`' decoders).
+decides: engine/local/engine.py); decoders under which a later token changes
+text already decided. One of HF's does, on junk output (a random model's):
+`ByteFallback` turns a run of <0xNN> tokens that is not UTF-8 as a whole into
+one U+FFFD per byte, so an ASCII byte token followed by junk bytes streams as
+its character but reads as U+FFFD in the final text (valid runs, the
+characters a vocabulary lacks, stream exactly: tests/engine/test_streaming.py).
 """
 
 from __future__ import annotations
