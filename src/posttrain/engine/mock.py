@@ -85,7 +85,12 @@ class MockEngine:
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
         with self._lock:
             self.calls.append((list(prompts), params))
-            groups = [[self._completion(p, params) for _ in range(params.n)] for p in prompts]
+            start = self._next
+            try:
+                groups = [[self._completion(p, params) for _ in range(params.n)] for p in prompts]
+            except Exception:
+                self._next = start  # a failed call takes no responses
+                raise
             self.usage.requests += len(prompts)
             self.usage.prompt_tokens += sum(self._prompt_len(p) for p in prompts)
             self.usage.completion_tokens += sum(len(c.token_ids) for g in groups for c in g)
