@@ -114,6 +114,11 @@ def test_local_engine_satisfies_the_engine_protocol(engine):
     assert streamed[-1].completion == want[0][0]
     engine.load_weights(engine.model.state_dict(), version=5)
     assert engine.policy_version == 5 and engine.generate(["7+7="], params)[0][0].policy_version == 5
+    state = engine.sampler_state()
+    unseeded = SamplingParams(n=3, max_tokens=6, temperature=1.0)
+    first = engine.generate(["7+7="], unseeded)
+    engine.load_sampler_state(state)
+    assert engine.generate(["7+7="], unseeded) == first  # resumed to the same draws
 
 
 def test_concurrent_agenerate_calls_share_one_batch_and_equal_generate(tiny_model_dir):

@@ -61,6 +61,12 @@ def test_async_weights_and_versions():
     engine.load_weights({"w": 1}, version=3)
     assert engine.weights == {"w": 1} and engine.generate(["p"], SamplingParams())[0][0].policy_version == 3
     assert engine.max_context == 64 and engine.max_concurrency >= 1
+    script = MockEngine(["a", "b", "c"])
+    script.generate(["p"], SamplingParams())
+    state = script.sampler_state()
+    after = script.generate(["p"], SamplingParams(n=2))
+    script.load_sampler_state(state)
+    assert script.generate(["p"], SamplingParams(n=2)) == after == [[c for c in after[0]]]
 
 
 def test_it_imports_without_torch():

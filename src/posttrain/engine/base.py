@@ -15,9 +15,9 @@ HTTP server code against, and nothing they may probe for:
   `tokenizer` (encode/decode in the engine's own vocabulary), `usage`
   (request/token/cost totals, kept by remote engines) and `max_context`
   (the model's context length: a request asking for more tokens than fit is
-  clamped, with a note in the log, not failed; a prompt that alone fills the
-  context is a `ContextLengthError`);
-- `max_concurrency`: how many requests a caller should keep in flight.
+  clamped, with a note in the log, not failed);
+- `max_concurrency`: how many requests a caller should keep in flight;
+- `sampler_state` / `load_sampler_state`: the sampling RNG, for exact resume.
 Does not cover: any implementation (the local engine, the adapters).
 
 >>> class EchoEngine:
@@ -34,6 +34,10 @@ Does not cover: any implementation (the local engine, the adapters).
 ...         yield from ()
 ...     def load_weights(self, state, version):
 ...         self.policy_version = version
+...     def sampler_state(self):
+...         return None
+...     def load_sampler_state(self, state):
+...         pass
 >>> isinstance(EchoEngine(), Engine)
 True
 """
@@ -51,7 +55,8 @@ Prompt = str | list[int]
 
 
 class ContextLengthError(UserError, ValueError):
-    """A prompt leaves no room for a completion in the model's context."""
+    """A prompt that alone fills the model's context: no room is left for a completion (a request
+    that merely asks for too many tokens is clamped instead)."""
 
 
 @dataclass(slots=True)
@@ -122,4 +127,12 @@ class Engine(Protocol):
     def load_weights(self, state: Mapping[str, Any], version: int) -> None:
         """Adopt new policy weights (every parameter, names as in the model's state dict);
         completions from now on carry `version`."""
+        ...
+
+    def sampler_state(self) -> Any:
+        """The engine's own sampling RNG state (what a checkpoint needs to resume to the same samples)."""
+        ...
+
+    def load_sampler_state(self, state: Any) -> None:
+        """Restore what `sampler_state` returned."""
         ...

@@ -117,6 +117,13 @@ class MockEngine:
         self.weights = state
         self.policy_version = version
 
+    def sampler_state(self) -> int:
+        """How far into `responses` the script is (a resumed run picks up the same responses)."""
+        return self._next
+
+    def load_sampler_state(self, state: int) -> None:
+        self._next = int(state)
+
     # ---- one completion
 
     def _text(self, prompt: Prompt) -> str:

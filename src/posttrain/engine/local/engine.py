@@ -176,6 +176,13 @@ class LocalEngine:
                     dst.copy_(t)
         self.set_version(version)
 
+    def sampler_state(self) -> Tensor:
+        """The engine's own generator (unseeded requests draw from it), for an exact resume."""
+        return self.generator.get_state()
+
+    def load_sampler_state(self, state: Tensor) -> None:
+        self.generator.set_state(state)
+
     def set_version(self, version: int) -> None:
         """The weights changed (in place, shared with the learner): retag, and forget KV computed with the old ones."""
         self.policy_version = version

@@ -231,6 +231,13 @@ class OpenAIEngine:
             "(e.g. VLLMEngine.load_weights in its process) and call set_version(version) here"
         )
 
+    def sampler_state(self) -> None:
+        """None: the server samples (a request's `seed` is what reproduces it)."""
+        return None
+
+    def load_sampler_state(self, state: None) -> None:
+        pass
+
     def set_version(self, version: int) -> None:
         """Tag later completions with the policy version the server now holds."""
         self.policy_version = version

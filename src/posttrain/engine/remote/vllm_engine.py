@@ -179,5 +179,12 @@ class VLLMEngine:
                 self.llm.reset_prefix_cache()
             self.policy_version = version
 
+    def sampler_state(self) -> None:
+        """None: vLLM keeps its generators to itself (a request's `seed` is what reproduces it)."""
+        return None
+
+    def load_sampler_state(self, state: None) -> None:
+        pass
+
     def set_version(self, version: int) -> None:
         self.policy_version = version
