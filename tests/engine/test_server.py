@@ -12,8 +12,8 @@ import torch
 
 from posttrain.engine import LocalEngine
 from posttrain.engine.chat import ChatTemplate
-from posttrain.engine.extras import MissingExtraError
 from posttrain.engine.detokenize import text_deltas
+from posttrain.engine.extras import MissingExtraError
 from posttrain.engine.serve.server import (
     ServeConfig,
     ServerThread,

@@ -43,10 +43,10 @@ from posttrain.engine.detokenize import IncrementalText, find_stop
 from posttrain.engine.local.fused import FusedDecoder
 from posttrain.engine.local.kv import SharedPrefix, SlotCache, WindowSpec
 from posttrain.engine.local.prefix_cache import PrefixCache
-from posttrain.engine.sampling import choose, process_for
 from posttrain.engine.local.sequence import Request, RequestStatus, Sequence
 from posttrain.engine.local.spec_decode import DraftProposer, SpecConfig, group_rows, lookup_propose, verify
 from posttrain.engine.local.worker import EngineWorker
+from posttrain.engine.sampling import choose, process_for
 from posttrain.errors import UserError
 from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer
@@ -616,7 +616,7 @@ class LocalEngine:
         new = s.text.push(tok) if s.text is not None else ""
         if tok in req.stop_ids:
             s.finish = FinishReason.STOP
-        elif new and params.stop and self._hit_stop(s, new, params.stop):
+        elif new and params.stop and self._hit_stop(s, s.text, new, params.stop):
             s.finish = FinishReason.STOP
         elif len(s.out) >= req.max_tokens:
             s.finish = FinishReason.LENGTH
@@ -630,12 +630,12 @@ class LocalEngine:
             deltas.append(self._delta(s, tok, lp))
         return s.finish is not None
 
-    def _hit_stop(self, s: Sequence, new: str, stops: tuple[str, ...]) -> bool:
-        """Whether a stop string ends in the text `new` just added (only the text's tail is searched)."""
-        tail = s.text.tail(len(new) + max(len(x) for x in stops) - 1)
+    def _hit_stop(self, s: Sequence, text: IncrementalText, new: str, stops: tuple[str, ...]) -> bool:
+        """Whether a stop string ends in the text `new` just added to `text` (only its tail is searched)."""
+        tail = text.tail(len(new) + max(len(x) for x in stops) - 1)
         at = find_stop(tail, stops)
         if at >= 0:
-            s.stop_at = s.text.length - len(tail) + at
+            s.stop_at = text.length - len(tail) + at
         return at >= 0
 
     def _delta(self, s: Sequence, tok: int, lp: float) -> CompletionDelta:
@@ -644,9 +644,11 @@ class LocalEngine:
         if s.completion is not None:
             text = s.completion.text[s.sent_text :]
         else:
+            so_far = s.text
+            assert so_far is not None  # a streamed sequence keeps its text
             stops = s.request.params.stop
-            upto = s.text.length - (max(len(x) for x in stops) - 1 if stops else 0)
-            text = s.text.tail(s.text.length - s.sent_text)[: upto - s.sent_text] if upto > s.sent_text else ""
+            upto = so_far.length - (max(len(x) for x in stops) - 1 if stops else 0)
+            text = so_far.tail(so_far.length - s.sent_text)[: upto - s.sent_text] if upto > s.sent_text else ""
         s.sent_text += len(text)
         return CompletionDelta(s.request.index, s.index, s.request.id, [tok], [lp], text, s.finish, s.completion)
 
@@ -673,7 +675,7 @@ class LocalEngine:
 
     def _kv_source(self, s: Sequence):
         """Per layer keys then values [H_kv, n, D] of a sequence's cached tokens (prompt + row)."""
-        n_row, pr, row = s.n_cached - s.base, s.request.prompt_row, s.row
+        pr, row = s.request.prompt_row, s.row
 
         def source(lo: int, hi: int) -> list[Tensor]:
             base = s.base
