@@ -74,9 +74,7 @@ class SteppingEngine(Protocol):
     model: CausalLM
     tokenizer: TextTokenizer
 
-    def submit(
-        self, prompt: list[int] | str, params: SamplingParams, generator: torch.Generator | None = None, stream: bool = False, index: int = 0
-    ) -> Request: ...
+    def submit_all(self, prompts: list[list[int] | str], params: SamplingParams, stream: bool = False) -> list[Request]: ...
 
     def step(self) -> list[CompletionDelta]: ...
 
@@ -180,23 +178,16 @@ class EngineWorker:
         n = job.params.n
         job.slots = [[None] * n for _ in job.prompts]
         job.remaining = n * len(job.prompts)
-        # one generator per seeded job, as `generate` does: the job's samples depend on its seed alone
-        generator = torch.Generator().manual_seed(job.params.seed) if job.params.seed is not None else None
         try:
-            for p in job.prompts:  # validate everything before queueing anything, as `generate` does
-                if len(p) == 0:
-                    raise ValueError("empty prompt: every prompt needs at least one token")
-            for i, prompt in enumerate(job.prompts):
-                # only a streaming job asks for per-token deltas (the engine detokenises each one);
-                # the others are collected from their requests when those finish
-                req = self.engine.submit(prompt, job.params, generator, stream=job.on_delta is not None, index=i)
-                routes[req.id] = job
-                job.requests.append(req)
+            # as `generate` does: every prompt checked before any is queued, one generator per seeded job (its
+            # samples depend on its seed alone); only a streaming job asks for per-token deltas (the engine
+            # detokenises each one), the others are collected from their requests when those finish
+            job.requests = self.engine.submit_all(job.prompts, job.params, stream=job.on_delta is not None)
         except Exception as exc:  # noqa: BLE001 - the job fails, not the worker
             job.future.set_exception(exc)
-            for rid in [rid for rid, j in routes.items() if j is job]:
-                routes.pop(rid)  # an orphaned sibling runs on unheard; nothing waits for it
             return
+        for req in job.requests:
+            routes[req.id] = job
         in_flight.append(job)
 
     def _route(self, d: CompletionDelta, routes: dict[int, GenerationJob], in_flight: list[GenerationJob]) -> None:
