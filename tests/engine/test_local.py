@@ -191,6 +191,21 @@ def test_generate_and_stream_go_through_the_running_worker(tiny_model_dir):
     engine.close()
 
 
+def test_an_engine_dropped_without_close_is_collected_and_its_worker_stops(tiny_model_dir):
+    import gc
+    import weakref
+
+    model, tok = load_model(tiny_model_dir)
+    engine = LocalEngine(model, tok)
+    asyncio.run(engine.agenerate(["1+1="], _greedy(3)))
+    thread, ref = engine.start_worker().thread, weakref.ref(engine)
+    del engine
+    gc.collect()
+    assert ref() is None  # the worker thread does not keep the engine (and its KV caches) alive
+    thread.join(10)
+    assert not thread.is_alive()
+
+
 def test_load_weights_copies_a_foreign_state_and_is_free_for_the_models_own(engine, monkeypatch):
     copies = []
     real_copy = torch.Tensor.copy_

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -91,7 +92,9 @@ class EngineWorker:
     streams_live = True  # `on_delta` sees tokens as they are produced
 
     def __init__(self, engine: SteppingEngine, max_jobs: int = 64, max_queue: int = 1024) -> None:
-        self.engine = engine
+        # weak: an engine dropped without `close()` is collected, and its worker stops (a thread holding it
+        # strongly would keep its model and KV caches alive for the life of the process)
+        self._engine = weakref.ref(engine)
         self.max_jobs = max_jobs  # jobs in flight at once (read on every step: may be changed while running)
         self.max_queue = max_queue
         self.stats = BatcherStats()
@@ -99,6 +102,11 @@ class EngineWorker:
         self.waiting: queue.Queue[GenerationJob | None] = queue.Queue()
         self.thread = threading.Thread(target=self._run, name="posttrain-engine-worker", daemon=True)
         self.thread.start()
+        weakref.finalize(engine, self.waiting.put, None)
+
+    @property
+    def engine(self) -> SteppingEngine | None:
+        return self._engine()
 
     def submit(
         self,
@@ -128,10 +136,12 @@ class EngineWorker:
         in_flight: list[GenerationJob] = []
         pending: deque[GenerationJob] = deque()
         closing = False
+        engine: SteppingEngine | None = None
         while True:
             if not in_flight and not pending:
                 if closing:
                     return
+                engine = None  # nothing in flight: let a forgotten engine be collected while we wait
                 job = self.waiting.get()
                 if job is None:
                     return
@@ -154,8 +164,13 @@ class EngineWorker:
             if not in_flight:
                 continue
             self.stats.max_jobs_together = max(self.stats.max_jobs_together, len(in_flight))
+            engine = self._engine()  # held while there is work, never while waiting for it
+            if engine is None:
+                for job in in_flight:
+                    job.future.set_exception(RuntimeError("the engine was garbage-collected while this job ran"))
+                return
             try:
-                deltas = self.engine.step()
+                deltas = engine.step()
             except Exception as exc:  # noqa: BLE001 - every job in flight learns why; the worker lives on
                 for job in in_flight:
                     job.future.set_exception(exc)
@@ -182,7 +197,10 @@ class EngineWorker:
             # as `generate` does: every prompt checked before any is queued, one generator per seeded job (its
             # samples depend on its seed alone); only a streaming job asks for per-token deltas (the engine
             # detokenises each one), the others are collected from their requests when those finish
-            job.requests = self.engine.submit_all(job.prompts, job.params, stream=job.on_delta is not None)
+            engine = self._engine()
+            if engine is None:
+                raise RuntimeError("the engine was garbage-collected")
+            job.requests = engine.submit_all(job.prompts, job.params, stream=job.on_delta is not None)
         except Exception as exc:  # noqa: BLE001 - the job fails, not the worker
             job.future.set_exception(exc)
             return
@@ -213,11 +231,18 @@ class EngineWorker:
         try:
             result = []
             for req, comps in zip(job.requests, groups):
-                top = top_logprobs(self.engine.model, req.prompt, [c.token_ids for c in comps], job.params, job.top_logprobs) if job.top_logprobs else None
+                top = top_logprobs(self._model(), req.prompt, [c.token_ids for c in comps], job.params, job.top_logprobs) if job.top_logprobs else None
                 result.append(GeneratedGroup(list(req.prompt), comps, top))
             job.future.set_result(result)
         except Exception as exc:  # noqa: BLE001 - the job fails, not the worker
             job.future.set_exception(exc)
+
+
+    def _model(self) -> CausalLM:
+        engine = self._engine()
+        if engine is None:
+            raise RuntimeError("the engine was garbage-collected")
+        return engine.model
 
 
 @torch.inference_mode()
