@@ -11,7 +11,7 @@ from posttrain.pricing import Price, parse_price, price_of, price_table
 
 
 def test_engine_and_eval_share_one_price():
-    from posttrain.engine.openai_engine import Price as EnginePrice
+    from posttrain.engine.remote.openai_engine import Price as EnginePrice
     from posttrain.eval import Price as EvalPackagePrice
     from posttrain.eval.metrics import Price as MetricsPrice
 

@@ -61,7 +61,7 @@ def _run_checkpoint(run_dir: Path, step: str | None) -> ModelLocation:
     try:
         wanted = int(step)
     except ValueError:
-        raise ModelSpecError(f"--model {run_dir}@{step}: the step must be an integer") from None
+        raise ModelSpecError(f"{run_dir}@{step}: the step must be an integer") from None
     if wanted not in found:
         have = ", ".join(str(s) for s in sorted(found)) or "none"
         raise ModelSpecError(f"run {run_dir} has no checkpoint at step {wanted} (stored: {have})")
@@ -92,13 +92,14 @@ def locate_model(
     root, _, step_text = spec.rpartition("@") if "@" in spec else (spec, "", "")
     path = Path(root)
     if not path.exists():
-        raise ModelSpecError(f"--model {spec}: no such directory (use a checkpoint dir, a run dir[@step], builtin or a URL)")
+        raise ModelSpecError(f"{spec}: not a checkpoint directory (no such directory; use a checkpoint dir, "
+                             "a run dir[@step], builtin or a URL)")
     if (path / "run.sqlite").exists():
         return _run_checkpoint(path, step_text or None)
     if step_text:
-        raise ModelSpecError(f"--model {spec}: @step needs a training run directory (one with run.sqlite)")
+        raise ModelSpecError(f"{spec}: @step needs a training run directory (one with run.sqlite)")
     if not (path / "config.json").exists():
-        raise ModelSpecError(f"--model {spec}: not a checkpoint (no config.json) nor a run directory (no run.sqlite)")
+        raise ModelSpecError(f"{spec}: not a checkpoint (no config.json) nor a run directory (no run.sqlite)")
     return ModelLocation(path, None)
 
 

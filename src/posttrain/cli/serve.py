@@ -2,7 +2,7 @@
 
 Covers: the command's options and the checks a user can act on before the server starts (the `serve` extra,
 a busy port, a path that is no checkpoint), each one line with exit code 2.
-Does not cover: the server itself (`engine/server.py`) or what MODEL names (`resolve.py`, `load_served_model`).
+Does not cover: the server itself (`engine/serve/server.py`) or what MODEL names (`resolve.py`, `load_served_model`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def serve(
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     with friendly():
-        from posttrain.engine.server import ServeConfig, create_app, require_serve_extra
+        from posttrain.engine.serve.server import ServeConfig, create_app, require_serve_extra
         from posttrain.resolve import load_served_model
 
         require_serve_extra()  # a MissingExtraError (a UserError) names the pip command

@@ -48,9 +48,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from posttrain.errors import UserError
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 Prompt = str | list[int]
+
+
+class ContextLengthError(UserError, ValueError):
+    """A prompt that alone fills the model's context: no room is left for a completion (a request
+    that merely asks for too many tokens is clamped instead)."""
 
 
 @dataclass(slots=True)

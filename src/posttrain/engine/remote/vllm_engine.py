@@ -9,7 +9,8 @@ them), so importance ratios against the learner mean what they say; and
 `load_weights`, which pushes a state dict (HF parameter names, as the native
 model's are) into every worker with `LLM.collective_rpc`, calling each
 worker's `model_runner.model.load_weights`, then empties vLLM's prefix cache
-(`LLM.reset_prefix_cache`) so no KV computed by the old weights is reused.
+(`LLM.reset_prefix_cache`) so no KV computed by the old weights is reused;
+`agenerate` (calls take turns on a thread: vLLM's `LLM` is not thread-safe).
 vLLM is an optional extra (`pip install 'posttrain[vllm]'`), imported only
 when an engine is built; without it, or without a CUDA GPU, construction
 raises one clear error.
@@ -19,13 +20,15 @@ Does not cover: the OpenAI server mode of vLLM (use `OpenAIEngine` against
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
-from collections.abc import Iterator
+import asyncio
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from posttrain.engine.base import CompletionDelta
 from posttrain.engine.extras import require
+from posttrain.errors import UserError
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 
@@ -56,10 +59,10 @@ def sampling_kwargs(params: SamplingParams) -> dict[str, Any]:
     }
     if params.stop_token_ids:
         kwargs["stop_token_ids"] = list(params.stop_token_ids)
-    for name in ("stop", "min_p"):  # fields newer SamplingParams may carry
-        value = getattr(params, name, None)
-        if value:
-            kwargs[name] = list(value) if name == "stop" else value
+    if params.stop:
+        kwargs["stop"] = list(params.stop)
+    if params.min_p:
+        kwargs["min_p"] = params.min_p
     return kwargs
 
 
@@ -73,7 +76,7 @@ def completion_from_vllm(output: Any, version: int) -> Completion:
     token_ids = list(output.token_ids)
     logprobs: list[float] = []
     for tid, step in zip(token_ids, output.logprobs or []):
-        entry = step[tid]  # a Logprob record, keyed by token id
+        entry = step[tid]  # a Logprob record, keyed by token id (a bare float in some vLLM versions)
         logprobs.append(float(getattr(entry, "logprob", entry)))
     finish = FinishReason.LENGTH if output.finish_reason == "length" else FinishReason.STOP
     return Completion(token_ids, output.text, logprobs, finish, version)
@@ -124,23 +127,37 @@ class VLLMEngine:
         self._init(llm, vllm_module if vllm_module is not None else require("vllm", "vllm", "VLLMEngine"), model_dir)
         return self
 
+    usage = None  # nothing remote to total: the GPU is in this process
+    max_context: int | None = None  # vLLM enforces its own `max_model_len` and says so
+    max_concurrency = 1  # calls run one at a time (vLLM batches inside a call: pass many prompts per call)
+
     def _init(self, llm: Any, vllm: Any, model_dir: str | Path | None) -> None:
         self.llm, self._vllm = llm, vllm
         self.policy_version = 0
+        self._lock = threading.Lock()  # vLLM's offline LLM is not thread-safe
         self.tokenizer = None  # a posttrain Tokenizer when the model is a local HF-format directory
         if model_dir is not None and (Path(model_dir) / "tokenizer.json").exists():
             from posttrain.models.tokenizer import Tokenizer
 
             self.tokenizer = Tokenizer.load(model_dir)
 
+    def encode(self, prompts: list[str]) -> list[list[int]] | None:
+        """Token ids with the checkpoint's tokenizer (None when the model is not a local directory with one)."""
+        return None if self.tokenizer is None else [self.tokenizer.encode(p) for p in prompts]
+
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         """For each prompt, `params.n` completions (grouped in prompt order)."""
         if not prompts:
             return []
         sp = self._vllm.SamplingParams(**sampling_kwargs(params))
-        outputs = self.llm.generate([vllm_prompt(p) for p in prompts], sp, use_tqdm=False)
-        version = self.policy_version
+        with self._lock:
+            outputs = self.llm.generate([vllm_prompt(p) for p in prompts], sp, use_tqdm=False)
+            version = self.policy_version
         return [[completion_from_vllm(o, version) for o in sorted(out.outputs, key=lambda o: o.index)] for out in outputs]
+
+    async def agenerate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        """`generate` on a worker thread; concurrent calls take turns (one vLLM call batches its own prompts)."""
+        return await asyncio.to_thread(self.generate, prompts, params)
 
     def stream(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> Iterator[CompletionDelta]:
         """The `Engine` stream, not incremental: each completion arrives whole, as its final delta."""
@@ -148,16 +165,26 @@ class VLLMEngine:
             for j, c in enumerate(group):
                 yield CompletionDelta(i, j, i, list(c.token_ids), list(c.logprobs), c.text, c.finish_reason, c)
 
-    def load_weights(self, state: dict[str, Any], version: int) -> None:
+    def load_weights(self, state: Mapping[str, Any], version: int) -> None:
         """Copy `state` (HF names) into every worker's model, then drop prefix-cache entries of the old weights."""
         weights = list(state.items())
-        if hasattr(self.llm, "collective_rpc"):
-            self.llm.collective_rpc(_load_weights_on_worker, args=(weights,))
-        else:  # vLLM before collective_rpc: the single in-process worker
-            self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights=weights)
-        if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()
-        self.policy_version = version
+        # These probe the vLLM object, not a posttrain capability: `LLM.collective_rpc` and
+        # `LLM.reset_prefix_cache` exist only in some vLLM releases, and the extra accepts a range of them.
+        with self._lock:
+            if hasattr(self.llm, "collective_rpc"):
+                self.llm.collective_rpc(_load_weights_on_worker, args=(weights,))
+            else:  # vLLM before collective_rpc: the single in-process worker
+                self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights=weights)
+            if hasattr(self.llm, "reset_prefix_cache"):
+                self.llm.reset_prefix_cache()
+            self.policy_version = version
+
+    def sampler_state(self) -> None:
+        """None: vLLM keeps its generators to itself (a request's `seed` is what reproduces it)."""
+        return None
+
+    def load_sampler_state(self, state: None) -> None:
+        pass
 
     def set_version(self, version: int) -> None:
         self.policy_version = version

@@ -8,33 +8,58 @@ the others back); group prefix sharing (a prompt is prefilled once, in a
 prompt-store row, and its n samples attend to that one copy through cascade
 attention, never duplicating it; with a sliding window the KV is copied to
 each sample's row instead); the
-cross-request prefix cache (engine/prefix_cache.py); chunked prefill under a
+cross-request prefix cache (engine/local/prefix_cache.py); chunked prefill under a
 per-step token budget; sampling with temperature, top-k, top-p, min-p, stop
 strings and token ids, per-request seeds, and behaviour logprobs of the
 processed distribution; optional sliding window with attention sinks; exact
-speculative decoding (engine/spec_decode.py); `generate` and `stream` on top.
+speculative decoding (engine/local/spec_decode.py); `generate` and `stream` on top,
+and `agenerate` through a worker thread (engine/local/worker.py) that every
+concurrent caller shares; the context limit (a request asking for more tokens
+than fit is clamped to what fits, noted once in the log); `load_weights`.
 Does not cover: multiple devices, preemption (admission reserves every row a
 request needs, so nothing is ever evicted mid-flight), beam search.
+
+Threads: the engine is not thread-safe. Before `agenerate` is first called it
+belongs to whichever thread calls it; once its worker runs, `generate`,
+`stream` and `agenerate` from any thread go through the worker, and calling
+`submit` or `step` from another thread is an error. `close()` stops the
+worker (a later `agenerate` starts a new one).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import queue
+import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch import Tensor
 
-from posttrain.engine.base import CompletionDelta, Prompt
-from posttrain.engine.fused import FusedDecoder
-from posttrain.engine.kv import SharedPrefix, SlotCache, WindowSpec
-from posttrain.engine.prefix_cache import PrefixCache
-from posttrain.engine.sampling import choose, find_stop, process_for
-from posttrain.engine.sequence import Request, RequestStatus, Sequence
-from posttrain.engine.spec_decode import DraftProposer, SpecConfig, group_rows, lookup_propose, verify
+from posttrain.engine.base import CompletionDelta, ContextLengthError, Prompt
+from posttrain.engine.detokenize import IncrementalText, find_stop
+from posttrain.engine.local.fused import FusedDecoder
+from posttrain.engine.local.kv import SharedPrefix, SlotCache, WindowSpec
+from posttrain.engine.local.prefix_cache import PrefixCache
+from posttrain.engine.local.sequence import Request, RequestStatus, Sequence
+from posttrain.engine.local.spec_decode import DraftProposer, SpecConfig, group_rows, lookup_propose, verify
+from posttrain.engine.local.worker import EngineWorker
+from posttrain.engine.sampling import choose, process_for
+from posttrain.errors import UserError
 from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer
 from posttrain.types import Completion, FinishReason, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+class WeightsMismatchError(UserError, KeyError):
+    """`load_weights` got a state whose names (or shapes) are not the model's: the message lists them."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return str(self.args[0])
 
 
 class LocalEngine:
@@ -50,8 +75,13 @@ class LocalEngine:
     tokens per sequence per step and `max_prefill_tokens` per step in all
     (bounding a step's latency and memory); `prefix_cache_tokens` of KV kept
     across requests (0 disables); `sliding_window`; `speculative`;
-    `fused_decode` (the packed one-token step of engine/fused.py, on by default).
+    `fused_decode` (the packed one-token step of engine/local/fused.py, on by default);
+    `max_context` (prompt + completion tokens; default the model's
+    `max_position_embeddings`, unbounded with a sliding window);
+    `max_concurrency` (requests the worker keeps in the batch at once).
     """
+
+    usage = None  # no remote traffic to total: `metrics()` has the engine's own counters
 
     def __init__(
         self,
@@ -68,11 +98,15 @@ class LocalEngine:
         sliding_window: WindowSpec | None = None,
         speculative: SpecConfig | None = None,
         fused_decode: bool = True,
+        max_context: int | None = None,
+        max_concurrency: int = 64,
     ) -> None:
         if prefill_chunk < 1 or max_prefill_tokens < prefill_chunk:
             raise ValueError("need prefill_chunk >= 1 and max_prefill_tokens >= prefill_chunk")
         if sliding_window is not None and speculative is not None:
             raise ValueError("speculative decoding does not combine with a sliding window (rejected tokens would evict kept ones)")
+        if max_context is not None and max_context < 2 or max_concurrency < 1:
+            raise ValueError("need max_context >= 2 (or None) and max_concurrency >= 1")
         self.model = model
         self.tokenizer = tokenizer
         self.generator = torch.Generator().manual_seed(seed)
@@ -88,8 +122,14 @@ class LocalEngine:
         )
         self.cache_completions = cache_completions
         self.policy_version = 0
+        # a sliding window keeps any length in bounded memory: no context limit unless one is given
+        self.max_context = max_context if max_context is not None or sliding_window is not None else model.config.max_position_embeddings
+        self.max_concurrency = max_concurrency
+        self._clamp_noted = False
+        self._worker: EngineWorker | None = None
+        self._owner = threading.RLock()  # held by a direct generate/stream, and to start or stop the worker
         self.cascade = sliding_window is None  # samples share their prompt's KV instead of copying it
-        # the packed one-token decode step (engine/fused.py) where it applies; the model's forward elsewhere
+        # the packed one-token decode step (engine/local/fused.py) where it applies; the model's forward elsewhere
         self.fused = FusedDecoder(model) if fused_decode and sliding_window is None and FusedDecoder.supports(model) else None
         self.kv: SlotCache | None = None  # running rows: what each sample adds to its prompt
         self.pkv: SlotCache | None = None  # prompt store: one row per admitted request
@@ -111,26 +151,37 @@ class LocalEngine:
             "spec_accepted": 0,
         }
 
-    usage = None
-    max_concurrency = 64
+    # -- weights ------------------------------------------------------------------------------
+    def load_weights(self, state: Mapping[str, Tensor], version: int) -> None:
+        """Adopt `state` (every parameter of the model, by its state-dict name) and tag later completions `version`.
 
-    @property
-    def max_context(self) -> int:
-        return int(self.model.config.max_position_embeddings)
-
-    async def agenerate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        return self.generate(prompts, params)
+        Free when the tensors are the model's own (a learner sharing the module passes
+        `model.state_dict()`): those are not copied. Raises `WeightsMismatchError`
+        naming missing, unexpected or misshapen entries, before changing anything.
+        """
+        own = self.model.state_dict(keep_vars=True)
+        aliases: dict[int, list[str]] = {}  # tied weights: one tensor under several names, any of which will do
+        for name, t in own.items():
+            aliases.setdefault(id(t), []).append(name)
+        missing = [names[0] for names in aliases.values() if not any(n in state for n in names)]
+        unexpected = [k for k in state if k not in own]
+        misshapen = [f"{k} {tuple(state[k].shape)} != {tuple(own[k].shape)}" for k in state if k in own and state[k].shape != own[k].shape]
+        if missing or unexpected or misshapen:
+            parts = [f"{label}: {_names(items)}" for label, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshapen)) if items]
+            raise WeightsMismatchError(f"load_weights needs exactly the model's state dict; {'; '.join(parts)}")
+        with torch.no_grad():
+            for name, t in state.items():
+                dst = own[name]
+                if not _same_memory(t, dst):
+                    dst.copy_(t)
+        self.set_version(version)
 
     def sampler_state(self) -> Tensor:
+        """The engine's own generator (unseeded requests draw from it), for an exact resume."""
         return self.generator.get_state()
 
     def load_sampler_state(self, state: Tensor) -> None:
         self.generator.set_state(state)
-
-    # -- weights ------------------------------------------------------------------------------
-    def load_weights(self, state: dict[str, Tensor], version: int) -> None:
-        self.model.load_state_dict(state, strict=False)
-        self.set_version(version)
 
     def set_version(self, version: int) -> None:
         """The weights changed (in place, shared with the learner): retag, and forget KV computed with the old ones."""
@@ -154,20 +205,12 @@ class LocalEngine:
         s["tokens_per_forward"] = s["decode_tokens"] / max(s["decode_row_steps"], 1)
         return s
 
-    def reset_stats(self) -> None:
-        for k in self.stats:
-            self.stats[k] = 0
-        if self.prefix is not None:
-            self.prefix.lookup_tokens = self.prefix.hit_tokens = 0
-
     # -- requests -----------------------------------------------------------------------------
     def encode(self, prompts: list[str]) -> list[list[int]]:
         return [self.tokenizer.encode(p) for p in prompts]
 
-    def submit(
-        self, prompt: Prompt, params: SamplingParams, generator: torch.Generator | None = None, stream: bool = False, index: int = 0
-    ) -> Request:
-        """Queue one prompt for `params.n` samples; `step()` runs it. Raises ValueError on bad input."""
+    def _ids(self, prompt: Prompt, params: SamplingParams) -> list[int]:
+        """The prompt's token ids, checked. Raises ValueError (ContextLengthError for a prompt too long)."""
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         if not ids:
             raise ValueError("empty prompt: every prompt needs at least one token")
@@ -176,12 +219,39 @@ class LocalEngine:
             raise ValueError(f"prompt token ids must lie in [0, {vocab}), got {min(ids)}..{max(ids)}")
         if params.n > self.max_batch_rows:
             raise ValueError(f"n={params.n} exceeds the engine's max_batch_rows={self.max_batch_rows}")
+        if self.max_context is not None and len(ids) >= self.max_context:
+            raise ContextLengthError(
+                f"the prompt has {len(ids)} tokens; this model's context holds {self.max_context} (prompt and completion together)"
+            )
+        return ids
+
+    def _budget(self, prompt_len: int, max_tokens: int) -> int:
+        """`max_tokens`, cut to what fits in the context after the prompt (said once per engine)."""
+        if self.max_context is None or prompt_len + max_tokens <= self.max_context:
+            return max_tokens
+        room = self.max_context - prompt_len
+        if not self._clamp_noted:
+            self._clamp_noted = True
+            log.warning(
+                "a request asked for %d new tokens after a %d-token prompt; this model's context holds %d, so it gets %d "
+                "(such completions end with finish reason 'length'; noted once per engine)",
+                max_tokens, prompt_len, self.max_context, room,
+            )
+        return room
+
+    def submit(
+        self, prompt: Prompt, params: SamplingParams, generator: torch.Generator | None = None, stream: bool = False, index: int = 0
+    ) -> Request:
+        """Queue one prompt for `params.n` samples; `step()` runs it. Raises ValueError on bad input."""
+        self._check_thread()
+        ids = self._ids(prompt, params)
         if generator is None and params.seed is not None:
             generator = torch.Generator().manual_seed(params.seed)
         stop_ids = set(params.stop_token_ids)
         if self.tokenizer.eos_id is not None and not params.ignore_eos:
             stop_ids.add(self.tokenizer.eos_id)
-        req = Request(self._next_id, ids, params, generator, stream, index=index, stop_ids=frozenset(stop_ids))
+        max_tokens = self._budget(len(ids), params.max_tokens)
+        req = Request(self._next_id, ids, params, generator, stream, index=index, stop_ids=frozenset(stop_ids), max_tokens=max_tokens)
         self._next_id += 1
         self.stats["prompt_tokens_submitted"] += len(ids) * params.n
         self.waiting.append(req)
@@ -194,34 +264,82 @@ class LocalEngine:
         """Bytes of KV held in preallocated caches (running rows + prompt store)."""
         return sum(c.nbytes() for c in (self.kv, self.pkv) if c is not None)
 
+    def submit_all(self, prompts: list[Prompt], params: SamplingParams, stream: bool = False) -> list[Request]:
+        """`submit` every prompt, sharing one generator when seeded (as `generate` does); every prompt is
+        checked before any is queued."""
+        ids = [self._ids(p, params) for p in prompts]
+        generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+        return [self.submit(p, params, generator, stream, i) for i, p in enumerate(ids)]
+
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
         """For each prompt, `params.n` completions (grouped in prompt order)."""
         if not prompts:
             return []
-        reqs = self._submit_all(prompts, params, stream=False)
-        while any(r.status is not RequestStatus.FINISHED for r in reqs):
-            self.step()
-        return [r.completions for r in reqs]
+        with self._owner:
+            worker = self._worker
+            if worker is None:
+                reqs = self.submit_all(prompts, params)
+                while any(r.status is not RequestStatus.FINISHED for r in reqs):
+                    self.step()
+                return [r.completions for r in reqs]
+        return [g.completions for g in worker.submit(prompts, params).result()]
+
+    async def agenerate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """`generate` for async callers: every concurrent call (from any coroutine, loop or thread) joins the
+        one continuous batch of the engine's worker thread, started on first use. A seeded call runs alone,
+        so it returns exactly what `generate` would."""
+        if not prompts:
+            return []
+        groups = await asyncio.wrap_future(self.start_worker().submit(prompts, params))
+        return [g.completions for g in groups]
 
     def stream(self, prompts: list[Prompt], params: SamplingParams) -> Iterator[CompletionDelta]:
         """Per-token deltas of the completions `generate` would return, as each step produces them."""
-        reqs = self._submit_all(prompts, params, stream=True)
-        ours = {r.id for r in reqs}
-        while any(r.status is not RequestStatus.FINISHED for r in reqs):
-            for d in self.step():
-                if d.request_id in ours:
-                    yield d
+        with self._owner:
+            worker = self._worker
+            if worker is None:
+                reqs = self.submit_all(prompts, params, stream=True)
+                ours = {r.id for r in reqs}
+                while any(r.status is not RequestStatus.FINISHED for r in reqs):
+                    for d in self.step():
+                        if d.request_id in ours:
+                            yield d
+                return
+        deltas: queue.SimpleQueue[CompletionDelta | None] = queue.SimpleQueue()
+        future = worker.submit(prompts, params, on_delta=deltas.put)
+        future.add_done_callback(lambda _: deltas.put(None))  # after the job's last delta
+        while (d := deltas.get()) is not None:
+            yield d
+        future.result()  # the job's error, if it failed
 
-    def _submit_all(self, prompts: list[Prompt], params: SamplingParams, stream: bool) -> list[Request]:
-        for p in prompts:  # validate everything before queueing anything
-            if len(p) == 0:
-                raise ValueError("empty prompt: every prompt needs at least one token")
-        generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
-        return [self.submit(p, params, generator, stream, i) for i, p in enumerate(prompts)]
+    # -- the worker ---------------------------------------------------------------------------
+    def start_worker(self, max_jobs: int | None = None, max_queue: int | None = None) -> EngineWorker:
+        """The engine's worker thread, started if it is not running (waits for a direct `generate` in
+        progress on another thread); `max_jobs` (default `max_concurrency`) and `max_queue` update its limits."""
+        with self._owner:
+            if self._worker is None:
+                self._worker = EngineWorker(self, max_jobs or self.max_concurrency, max_queue or 1024)
+            else:
+                self._worker.max_jobs = max_jobs or self._worker.max_jobs
+                self._worker.max_queue = max_queue or self._worker.max_queue
+            return self._worker
+
+    def close(self) -> None:
+        """Stop the worker thread once the jobs already submitted are done (no-op when none runs)."""
+        with self._owner:
+            if self._worker is not None:
+                self._worker.close()
+                self._worker = None
+
+    def _check_thread(self) -> None:
+        worker = self._worker
+        if worker is not None and threading.current_thread() is not worker.thread:
+            raise RuntimeError("LocalEngine.submit/step called outside its worker thread while the worker runs: use generate, stream or agenerate")
 
     # -- the step loop ------------------------------------------------------------------------
     def step(self) -> list[CompletionDelta]:
         """Admit, prefill one chunk per admitted prompt, decode every running sequence -> stream deltas."""
+        self._check_thread()
         deltas: list[CompletionDelta] = []
         was_training = self.model.training
         if was_training:
@@ -244,7 +362,7 @@ class LocalEngine:
 
     def _slots_for(self, req: Request) -> int:
         extra = self.spec.k + 1 if self.spec is not None else 0
-        return (0 if self._shares(req) else len(req.prompt)) + req.params.max_tokens + extra + 2
+        return (0 if self._shares(req) else len(req.prompt)) + req.max_tokens + extra + 2
 
     def _shares(self, req: Request) -> bool:
         """Its samples read the prompt from the prompt store (cascade); a lone sample copies it into its row,
@@ -291,7 +409,7 @@ class LocalEngine:
         if p_rows > self.pkv.rows or len(req.prompt) + 2 > self.pkv.slots:
             self.pkv.grow(2 * self.pkv.rows if p_rows > self.pkv.rows else 0, len(req.prompt) + 2)
         if self.draft is not None:
-            self.draft.ensure(self.kv.rows, len(req.prompt) + req.params.max_tokens + self.spec.k + 3)  # whole sequences
+            self.draft.ensure(self.kv.rows, len(req.prompt) + req.max_tokens + self.spec.k + 3)  # whole sequences
 
     def _prefill(self, deltas: list[CompletionDelta]) -> None:
         reqs = self.prefilling
@@ -339,7 +457,12 @@ class LocalEngine:
         if not shared:
             self.pkv.copy_rows(self.kv, [req.prompt_row] * n, rows, p_len)
             self._free_prompt_row(req)
-        seqs = [Sequence(req, j, list(req.prompt), row, p_len, base) for j, row in enumerate(rows)]
+        # text as it grows, for streaming and stop strings (a plain request decodes once, when it finishes)
+        texts = req.stream or bool(req.params.stop)
+        seqs = [
+            Sequence(req, j, list(req.prompt), row, p_len, base, text=IncrementalText(self.tokenizer.decode) if texts else None)
+            for j, row in enumerate(rows)
+        ]
         req.samples, req.unfinished, req.status = seqs, n, RequestStatus.RUNNING
         self.running.extend(seqs)
         self.reserved -= n
@@ -369,7 +492,7 @@ class LocalEngine:
     def _decode_spec(self, deltas: list[CompletionDelta]) -> None:
         seqs, cfg = self.running, self.spec
         b = len(seqs)
-        ks = [max(0, min(cfg.k, s.request.params.max_tokens - len(s.out) - 1)) for s in seqs]
+        ks = [max(0, min(cfg.k, s.request.max_tokens - len(s.out) - 1)) for s in seqs]
         if max(ks) == 0:
             return self._decode(deltas)
         q = None
@@ -490,39 +613,43 @@ class LocalEngine:
         s.logprobs.append(lp)
         self.stats["generated_tokens"] += 1
         req, params = s.request, s.request.params
+        new = s.text.push(tok) if s.text is not None else ""
         if tok in req.stop_ids:
             s.finish = FinishReason.STOP
-        elif params.stop and self._hit_stop(s, params.stop):
+        elif new and params.stop and self._hit_stop(s, s.text, new, params.stop):
             s.finish = FinishReason.STOP
-        elif len(s.out) >= params.max_tokens:
+        elif len(s.out) >= req.max_tokens:
             s.finish = FinishReason.LENGTH
         if s.finish is not None:
-            text = self.tokenizer.decode(s.out)
+            text = self.tokenizer.decode(s.out)  # once per completion: the text `generate` returns
             if s.stop_at >= 0:
-                text = text[: s.stop_at]
+                at = find_stop(text, params.stop)
+                text = text[:at] if at >= 0 else text
             s.completion = Completion(s.out, text, s.logprobs, s.finish, self.policy_version)
         if req.stream:
             deltas.append(self._delta(s, tok, lp))
         return s.finish is not None
 
-    def _hit_stop(self, s: Sequence, stops: tuple[str, ...]) -> bool:
-        longest = max(len(x) for x in stops)
-        tail = self.tokenizer.decode(s.out[-(longest + 2) :])
-        if not any(x in tail for x in stops):
-            return False
-        s.stop_at = find_stop(self.tokenizer.decode(s.out), stops)
-        return s.stop_at >= 0
+    def _hit_stop(self, s: Sequence, text: IncrementalText, new: str, stops: tuple[str, ...]) -> bool:
+        """Whether a stop string ends in the text `new` just added to `text` (only its tail is searched)."""
+        tail = text.tail(len(new) + max(len(x) for x in stops) - 1)
+        at = find_stop(tail, stops)
+        if at >= 0:
+            s.stop_at = text.length - len(tail) + at
+        return at >= 0
 
     def _delta(self, s: Sequence, tok: int, lp: float) -> CompletionDelta:
+        """The text this token made visible: final text once finished; before, the incremental text less
+        what may yet become a stop string."""
         if s.completion is not None:
-            visible = s.completion.text
+            text = s.completion.text[s.sent_text :]
         else:
-            visible = self.tokenizer.decode(s.out)
-            if s.request.params.stop:  # hold back what may yet become a stop string
-                visible = visible[: max(0, len(visible) - max(len(x) for x in s.request.params.stop) + 1)]
-            visible = visible.rstrip("\ufffd")  # an incomplete multi-byte character
-        text = visible[s.sent_text :] if len(visible) >= s.sent_text else ""
-        s.sent_text = max(s.sent_text, len(visible))
+            so_far = s.text
+            assert so_far is not None  # a streamed sequence keeps its text
+            stops = s.request.params.stop
+            upto = so_far.length - (max(len(x) for x in stops) - 1 if stops else 0)
+            text = so_far.tail(so_far.length - s.sent_text)[: upto - s.sent_text] if upto > s.sent_text else ""
+        s.sent_text += len(text)
         return CompletionDelta(s.request.index, s.index, s.request.id, [tok], [lp], text, s.finish, s.completion)
 
     def _retire(self, finished: list[Sequence]) -> None:
@@ -548,7 +675,7 @@ class LocalEngine:
 
     def _kv_source(self, s: Sequence):
         """Per layer keys then values [H_kv, n, D] of a sequence's cached tokens (prompt + row)."""
-        n_row, pr, row = s.n_cached - s.base, s.request.prompt_row, s.row
+        pr, row = s.request.prompt_row, s.row
 
         def source(lo: int, hi: int) -> list[Tensor]:
             base = s.base
@@ -559,3 +686,13 @@ class LocalEngine:
             return [torch.cat((p, r), dim=1) for p, r in zip(prompts, rows)]
 
         return source
+
+
+def _same_memory(a: Tensor, b: Tensor) -> bool:
+    """`a` is `b`'s own storage (same address, layout and type): a learner sharing the module passed it."""
+    return a.data_ptr() == b.data_ptr() and a.dtype == b.dtype and a.device == b.device and a.stride() == b.stride()
+
+
+def _names(items: list[str], most: int = 8) -> str:
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more

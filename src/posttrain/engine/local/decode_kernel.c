@@ -1,51 +1,11 @@
-"""The decode forward as one compiled C function: the engine's batch-1 (small-batch) fast path.
+/* pt_forward_tokens: the decode forward of the native Llama/Qwen2 model for a few new tokens per row,
+ * in float32, over the engine's plain slot cache and the panel-packed weights of engine/local/fused.py.
+ *
+ * Built on first use by engine/local/native_decode.py (`cc -O3 -march=native`, GCC/Clang vector
+ * extensions) and called through ctypes; that module's docstring says why it exists and how it
+ * falls back. The build cache is keyed by a hash of this file, the compiler and the flags: editing
+ * this file rebuilds it. */
 
-Covers: a C kernel (`pt_forward_tokens`) for the forward of a few new tokens
-per row of the native Llama/Qwen2 model in float32 over the engine's plain
-slot cache (one token per row when decoding, 1 + k when verifying speculative
-drafts), built on first use with the system C compiler (`cc -O3
--march=native`, about a second) into `$POSTTRAIN_CACHE/kernels/` (default
-`~/.cache/posttrain/kernels`), keyed by a hash of its source, compiler and
-flags, installed atomically, and called through ctypes on the panel-packed
-weights of `engine/fused.py`.
-
-Why: at the sizes posttrain decodes on a CPU one token of one sequence costs a
-few hundred tiny PyTorch kernels (~3-5 us of dispatch each), and that
-overhead, not arithmetic, sets batch-1 latency. One C call per forward streams
-each weight panel once for all its tokens (register-tiled FMA, the K loop
-split so that even one row hides FMA latency), keeps the activations in L1,
-and does RMSNorm, RoPE, attention (an 8-lane exp in the softmax) and SwiGLU in
-the same loops. Wider forwards are compute-bound and go to MKL through
-`FusedDecoder.step` or the model's forward instead.
-Numerics: the same maths in float32 with a different summation order (and FMA
-contraction; the vector exp is within 2 ulp of libm's), so logits agree with
-the reference forward to ~1e-6; tests check it against `CausalLM.forward` and
-the learner's logprobs.
-
-Falls back (returns None from `load_kernel`, and the engine uses the PyTorch
-path) when there is no C compiler, the build fails, or
-`POSTTRAIN_NATIVE_KERNELS=0`; the reason is logged once.
-Does not cover: prefill, cascade rows, sliding windows, dtypes other than
-float32, compilers other than GCC/Clang (the code uses their vector extensions).
-"""
-
-from __future__ import annotations
-
-import ctypes
-import functools
-import hashlib
-import logging
-import os
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
-
-log = logging.getLogger(__name__)
-
-CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=fast")
-
-SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -315,55 +275,3 @@ int pt_forward_tokens(int M, int n_layers, int H, int Hq, int Hkv, int D, int I,
     free(buf);
     return 0;
 }
-"""
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("POSTTRAIN_CACHE") or Path.home() / ".cache" / "posttrain") / "kernels"
-
-
-def _compiler() -> str | None:
-    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if cc and shutil.which(cc):
-            return cc
-    return None
-
-
-@functools.cache
-def load_kernel() -> ctypes.CDLL | None:
-    """The compiled kernel (built once per source/flags/compiler), or None with the reason logged."""
-    if os.environ.get("POSTTRAIN_NATIVE_KERNELS", "1") == "0":
-        log.info("native decode kernel disabled by POSTTRAIN_NATIVE_KERNELS=0")
-        return None
-    cc = _compiler()
-    if cc is None:
-        log.warning("no C compiler found (cc/gcc/clang): the engine decodes with PyTorch kernels (slower at batch 1)")
-        return None
-    key = hashlib.sha256("\0".join((SOURCE, cc, *CFLAGS)).encode()).hexdigest()[:16]
-    root = _cache_root()
-    lib = root / f"decode-{key}.so"
-    if not lib.exists():
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=root) as tmp:
-                src = Path(tmp) / "decode.c"
-                src.write_text(SOURCE)
-                out = Path(tmp) / "decode.so"
-                proc = subprocess.run([cc, *CFLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True, timeout=120)
-                if proc.returncode != 0:
-                    log.warning("building the native decode kernel failed, using PyTorch kernels: %s", proc.stderr.strip()[-2000:])
-                    return None
-                os.replace(out, lib)  # atomic: concurrent builders never load a half-written file
-        except (OSError, subprocess.SubprocessError) as e:
-            log.warning("building the native decode kernel failed, using PyTorch kernels: %s", e)
-            return None
-    try:
-        dll = ctypes.CDLL(str(lib))
-    except OSError as e:
-        log.warning("loading the native decode kernel failed, using PyTorch kernels: %s", e)
-        return None
-    fn = dll.pt_forward_tokens
-    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    fn.argtypes = [i32] * 8 + [p, p, p, i64, p, p, p, p, p, p, p, ctypes.c_float, p]
-    fn.restype = i32
-    return dll

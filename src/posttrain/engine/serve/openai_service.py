@@ -1,6 +1,8 @@
 """The OpenAI API's logic without HTTP: validated requests in, response bodies and stream chunks out.
 
-Covers: prompt encoding and checks (token ids in range, context length),
+Covers: prompt encoding and checks (token ids in range, context length: a
+prompt that fills the context is a 400, `max_tokens` beyond what is left is
+cut to fit, with a note in the log once per server),
 `SamplingParams` from a request (temperature, top_p, top_k, min_p, max_tokens,
 stop strings, stop token ids, seed, ignore_eos), submitting to the
 `RequestBatcher`, and turning engine results into OpenAI bodies: completions
@@ -24,13 +26,15 @@ from typing import Any
 
 from posttrain.engine.base import CompletionDelta
 from posttrain.engine.chat import ChatTemplate
-from posttrain.engine.openai_protocol import (
+from posttrain.engine.detokenize import text_deltas
+from posttrain.engine.local.worker import GeneratedGroup, TopLogprobs
+from posttrain.engine.serve.batcher import RequestBatcher
+from posttrain.engine.serve.openai_protocol import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
     bad_request,
 )
-from posttrain.engine.request_batcher import GeneratedGroup, RequestBatcher, TopLogprobs
 from posttrain.types import Completion, SamplingParams
 
 log = logging.getLogger("posttrain.serve")
@@ -47,7 +51,7 @@ class ServeConfig:
     max_queue: int = 1024  # waiting requests beyond this are answered 429
     batch_window_s: float = 0.002  # engines without continuous batching: how long to wait for company
     default_max_tokens: int = 256  # chat requests without max_tokens (bounded by the context left)
-    max_context: int | None = None  # prompt + completion tokens; None: the model's max_position_embeddings
+    max_context: int | None = None  # prompt + completion tokens; None: the engine's own `max_context` (unbounded if none)
 
 
 @dataclass
@@ -63,29 +67,6 @@ class TokenEvent:
 
     delta: CompletionDelta
     top: TopLogprobs | None = None
-
-
-def text_deltas(decode, token_ids: list[int], final_text: str) -> list[str]:
-    """One text piece per token whose concatenation is exactly `final_text`.
-
-    Incremental in O(T) decodes of short windows (a token's text can depend on its
-    neighbours, and an incomplete UTF-8 sequence is held back until it completes);
-    text past `final_text` (a stop string the engine cut) is never emitted.
-    """
-    pieces, emitted = [], 0
-    prefix_at, read_at = 0, 0  # decode(ids[prefix_at:read_at]) is text already accounted for
-    for k in range(1, len(token_ids) + 1):
-        prefix = decode(token_ids[prefix_at:read_at])
-        text = decode(token_ids[prefix_at:k])
-        new = text[len(prefix) :] if len(text) > len(prefix) and not text.endswith("\ufffd") else ""
-        if new:
-            prefix_at, read_at = read_at, k
-        upto = min(len(final_text), emitted + len(new))
-        pieces.append(final_text[emitted:upto])
-        emitted = upto
-    if pieces:
-        pieces[-1] += final_text[emitted:]
-    return pieces
 
 
 def replay_events(groups: list[GeneratedGroup], decode) -> Iterator[TokenEvent]:
@@ -111,8 +92,8 @@ class Service:
         self.tokenizer = engine.tokenizer
         self.config = config
         self.chat_template = chat_template or ChatTemplate.plain()
-        model_cfg = getattr(getattr(engine, "model", None), "config", None)
-        self.max_context = config.max_context or getattr(model_cfg, "max_position_embeddings", None) or 2048
+        self.max_context: int | None = config.max_context or engine.max_context
+        self._clamp_noted = False
         self.created = int(time.time())
         self.batcher = RequestBatcher(engine, config.max_concurrency, config.batch_window_s, config.max_queue)
 
@@ -138,20 +119,7 @@ class Service:
         return out
 
     def prepare(self, req: CompletionRequest | ChatCompletionRequest, prompts: list[list[int]], max_tokens: int | None, default: int, top_k_logprobs: int) -> Prepared:
-        longest = max(len(p) for p in prompts)
-        room = self.max_context - longest
-        where = "messages" if isinstance(req, ChatCompletionRequest) else "prompt"
-        if room < 1:
-            raise bad_request(f"This model's maximum context length is {self.max_context} tokens; the prompt has {longest}", where, "context_length_exceeded")
-        if max_tokens is None:
-            max_tokens = min(default, room)
-        elif max_tokens > room:
-            raise bad_request(
-                f"This model's maximum context length is {self.max_context} tokens; you requested {longest + max_tokens} "
-                f"({longest} in the prompt, {max_tokens} to generate)",
-                "max_tokens",
-                "context_length_exceeded",
-            )
+        max_tokens = self._budget(prompts, req, max_tokens, default)
         vocab = self.tokenizer.vocab_size
         stop_ids = tuple(req.stop_token_ids or ())
         if any(not 0 <= t < vocab for t in stop_ids):
@@ -172,6 +140,27 @@ class Service:
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         return Prepared(prompts, params, top_k_logprobs)
+
+    def _budget(self, prompts: list[list[int]], req: CompletionRequest | ChatCompletionRequest, max_tokens: int | None, default: int) -> int:
+        """Tokens to generate: as asked (chat: `default` when unset), cut to what the context leaves after the longest prompt."""
+        if self.max_context is None:
+            return default if max_tokens is None else max_tokens
+        longest = max(len(p) for p in prompts)
+        room = self.max_context - longest
+        if room < 1:
+            where = "messages" if isinstance(req, ChatCompletionRequest) else "prompt"
+            raise bad_request(f"This model's maximum context length is {self.max_context} tokens; the prompt has {longest}", where, "context_length_exceeded")
+        if max_tokens is None:
+            return min(default, room)
+        if max_tokens > room:
+            if not self._clamp_noted:
+                self._clamp_noted = True
+                log.warning(
+                    "a request asked for %d tokens after a %d-token prompt; the context holds %d, so it gets %d "
+                    "(finish reason 'length'; noted once per server)", max_tokens, longest, self.max_context, room,
+                )
+            return room
+        return max_tokens
 
     def _submit(self, job: Prepared, on_delta=None):
         try:
@@ -233,7 +222,7 @@ class Service:
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def fingerprint(self) -> str:
-        return f"posttrain-v{getattr(self.engine, 'policy_version', 0)}"
+        return f"posttrain-v{self.engine.policy_version}"
 
     def completion_logprobs(self, token_ids: list[int], logprobs: list[float], top: TopLogprobs | None, k: int, offset0: int = 0) -> dict[str, Any]:
         tokens = [token_str(self.tokenizer, t) for t in token_ids]

@@ -8,7 +8,7 @@ the next matrix's columns and 1/sqrt(head_dim) into the query columns, every
 matrix in one contiguous buffer in the order a step reads it. Two paths:
 - `forward_tokens`: up to `NATIVE_MAX_TOKENS` tokens per forward (batch-1
   decode, a few concurrent rows, speculative verification of 1 + k tokens per
-  row) in one call of the compiled C kernel (engine/native_decode.py) on the
+  row) in one call of the compiled C kernel (engine/local/native_decode.py) on the
   weights packed in 16-column panels;
 - `step`: one token per row for wider batches (or without a C compiler) in
   PyTorch on the same matrices: ~15 kernels per layer instead of the model's
@@ -39,8 +39,8 @@ import weakref
 import torch
 from torch import Tensor
 
-from posttrain.engine.kv import SlotCache
-from posttrain.engine.native_decode import load_kernel
+from posttrain.engine.local.kv import SlotCache
+from posttrain.engine.local.native_decode import load_kernel
 from posttrain.models.llama import CausalLM
 
 # up to this many tokens per forward the C kernel (which streams every weight matrix once for all of

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from posttrain.engine.kv import SlotCache
+from posttrain.engine.local.kv import SlotCache
 from posttrain.engine.sampling import choose, process_for
 from posttrain.models.llama import CausalLM
 

@@ -9,7 +9,7 @@ the sinks live in a ring of `window + chunk` slots, so memory stays bounded
 for any input length while a chunk never overwrites a key a query of the same
 chunk still needs.
 Does not cover: paging or block tables (a row is contiguous, so the running
-batch reads the cache as a view, never a gather), scheduling (engine/local.py).
+batch reads the cache as a view, never a gather), scheduling (engine/local/engine.py).
 
 Protocol with `CausalLM.forward`: the engine calls `bind(...)` to say which
 rows and offsets the next forward addresses, then passes the cache as
@@ -69,7 +69,7 @@ class SlotCache:
         window: WindowSpec | None = None,
         chunk: int = 1,
     ) -> None:
-        self.config, self.dtype, self.window = config, dtype, window
+        self.dtype, self.window = dtype, window
         if window is not None:  # the ring holds window + one chunk: writes never clobber keys still in view
             self.ring = window.window + chunk
             slots = window.sinks + self.ring + 1
@@ -88,11 +88,6 @@ class SlotCache:
     @property
     def slots(self) -> int:
         return self.k[0].shape[2]
-
-    @property
-    def max_tokens_per_row(self) -> int:
-        """Tokens a row can hold (unbounded in window mode: old ones are dropped)."""
-        return 1 << 62 if self.window is not None else self.slots - 1
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)

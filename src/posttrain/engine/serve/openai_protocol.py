@@ -6,8 +6,8 @@ the vLLM-style extras RL clients use (`top_k`, `min_p`, `ignore_eos`,
 `stop_token_ids`, `return_token_ids`), explicit refusals of features the server does not
 implement (penalties, logit bias, tools, echo, suffix) instead of silently
 ignoring them, and the OpenAI error body.
-Does not cover: producing responses (`server.py`) or the HTTP client side
-(`openai_engine.py`).
+Does not cover: producing responses (`server.py`, `openai_service.py`) or the
+HTTP client side (engine/remote/openai_engine.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from posttrain.engine.kv import SlotCache
+from posttrain.engine.local.kv import SlotCache
 from posttrain.models.config import ModelConfig
 
 

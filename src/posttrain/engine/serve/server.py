@@ -8,7 +8,7 @@ goes wrong (400 bad parameters, 404 unknown model or route, 429 queue full,
 500 without a traceback when generation fails), and `ServerThread`, which runs
 the app on a free port in this process (tests, notebooks, agents sharing one
 model). The API logic lives in `openai_service.py`, request records in
-`openai_protocol.py`, engine sharing in `request_batcher.py`.
+`openai_protocol.py`, engine sharing in `batcher.py`.
 Does not cover: authentication, tool calls, images, echo/suffix, penalties.
 """
 
@@ -24,14 +24,14 @@ from typing import Any, Self
 
 from posttrain.engine.chat import ChatTemplate, ChatTemplateError
 from posttrain.engine.extras import require
-from posttrain.engine.openai_protocol import (
+from posttrain.engine.serve.openai_protocol import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
     bad_request,
     validation_message,
 )
-from posttrain.engine.openai_service import ServeConfig, Service
+from posttrain.engine.serve.openai_service import ServeConfig, Service
 
 __all__ = ["ServeConfig", "ServerThread", "create_app", "require_serve_extra"]
 
@@ -54,7 +54,7 @@ async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
 
 
 def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | None = None):
-    """A FastAPI app serving `engine` (an `Engine` with a `tokenizer`; `submit`/`step` engines stream live)."""
+    """A FastAPI app serving `engine` (an `Engine` with a `tokenizer`; a `LocalEngine` streams live)."""
     require_serve_extra()
     from contextlib import asynccontextmanager
 
@@ -103,7 +103,7 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "policy_version": getattr(engine, "policy_version", 0)}
+        return {"status": "ok", "policy_version": engine.policy_version}
 
     @app.get("/v1/models")
     async def models():

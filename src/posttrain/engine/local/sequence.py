@@ -2,8 +2,9 @@
 
 Covers: `Request` (one prompt, its params, its random generator, its n
 samples, its prefill progress) and `Sequence` (one sample: tokens so far,
-logprobs, where its KV lives, its finish state, stop-string bookkeeping).
-Does not cover: scheduling decisions (engine/local.py).
+logprobs, where its KV lives, its finish state, its incremental text and
+stop-string bookkeeping).
+Does not cover: scheduling decisions (engine/local/engine.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from posttrain.engine.detokenize import IncrementalText
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 
@@ -32,6 +34,7 @@ class Request:
     stream: bool = False
     index: int = 0  # position of the prompt in its generate/stream call
     stop_ids: frozenset[int] = frozenset()
+    max_tokens: int = 0  # the completion budget: params.max_tokens, cut to what the context leaves
     status: RequestStatus = RequestStatus.WAITING
     n_cached: int = 0  # prompt tokens whose KV is in the stage row
     prompt_row: int = -1  # row of the prompt store holding its prompt KV
@@ -55,6 +58,7 @@ class Sequence:
     logprobs: list[float] = field(default_factory=list)
     finish: FinishReason | None = None
     stop_at: int = -1  # text index where a stop string begins
+    text: IncrementalText | None = None  # the decoded output so far, when streamed or stop strings are watched
     sent_text: int = 0  # chars of text already streamed
     draft_cached: int = 0  # tokens whose KV the draft model holds
     lookup_at: int = -1  # prompt lookup: index in `all` of the source token aligned with the next one (-1: none)

@@ -11,7 +11,8 @@ failures, optional cost from a price table). Completions carry text, the
 sampled tokens' logprobs where the server returns them, the token ids where
 it returns them (`return_token_ids` on vLLM >= 0.10.2, SGLang and `posttrain
 serve`; `token_id:N` logprob tokens from vLLM's `--return-tokens-as-token-ids`;
-else re-encoded with a tokenizer when one is given), and the finish reason.
+else re-encoded with a tokenizer when one is given), and the finish reason;
+`encode` with that tokenizer (None without one).
 Does not cover: pushing weights to the server (`load_weights` refuses; a
 remote server's weights are its own), tool calls, streaming.
 """
@@ -174,10 +175,18 @@ class OpenAIEngine:
         self.tokenizer = tokenizer
         self.transport = transport
         self.usage = Usage()
+        self.max_context: int | None = None  # the server's own limit applies (`posttrain serve` clamps to it)
         self.policy_version = 0
         self._rng = random.Random(seed)
 
     # ---- the engine interface
+
+    def encode(self, prompts: list[str]) -> list[list[int]] | None:
+        """The prompts' token ids with the local tokenizer, when one was given; None in chat mode (the
+        server's chat template decides the tokens) or without a tokenizer."""
+        if self.tokenizer is None or self.mode == "chat":
+            return None
+        return [self.tokenizer.encode(p) for p in prompts]
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         """For each prompt, `params.n` completions (grouped in prompt order). Raises `EngineRequestError`."""
@@ -212,6 +221,13 @@ class OpenAIEngine:
             "(e.g. VLLMEngine.load_weights in its process) and call set_version(version) here"
         )
 
+    def sampler_state(self) -> None:
+        """None: the server samples (a request's `seed` is what reproduces it)."""
+        return None
+
+    def load_sampler_state(self, state: None) -> None:
+        pass
+
     def set_version(self, version: int) -> None:
         """Tag later completions with the policy version the server now holds."""
         self.policy_version = version
@@ -232,9 +248,8 @@ class OpenAIEngine:
         body: dict[str, Any] = {"model": self.model, "n": n, "max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p}
         if seed is not None:
             body["seed"] = seed
-        stop = getattr(params, "stop", None)  # stop strings, on engines whose SamplingParams carry them
-        if stop:
-            body["stop"] = list(stop)
+        if params.stop:
+            body["stop"] = list(params.stop)
         if self.extras:
             body["return_token_ids"] = True
             if params.top_k:
