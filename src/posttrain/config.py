@@ -286,6 +286,10 @@ class TrainConfig(_Section):
     """Newest checkpoints kept on disk; older ones are deleted (and dropped from the store's index)."""
     store_samples: bool = True
     """Store every sampled completion with its verdict in the run store."""
+    selection_fraction: float = Field(0.5, ge=0.0, lt=1.0)
+    """Share of the `eval_size` held-out problems that the evaluations during training run on (and that
+    select best/); the rest, the reporting half, is evaluated only at the end, so a reported figure is
+    never the one a checkpoint was chosen on. 0: one set for both (selection bias included)."""
     keep_best: bool = True
     """Keep the best model by the held-out metric as <run>/best (ties go to the later step); `--model RUN`
     then resolves to it."""

@@ -30,6 +30,7 @@ from posttrain.rl.learner import Learner
 from posttrain.rl.rollout import Rollouter, SingleTurnRollouter
 from posttrain.scheduler.curriculum import Curriculum, DomainMixture, PassRateCurriculum
 from posttrain.store.run_store import RunStore
+from posttrain.tasks.base import split_of
 from posttrain.tasks.domains import Domain, load_domain
 from posttrain.tasks.suites import Suite
 from posttrain.types import SamplingParams
@@ -50,7 +51,8 @@ class Components:
     rollouter: Rollouter
     curriculum: Curriculum
     learner: Learner
-    held_out: list[Suite]  # one held-out suite per domain (its `train.eval_size` tasks)
+    held_out: list[Suite]  # per domain: the held-out tasks evaluated during training (the selection part)
+    reporting: list[Suite]  # per domain: the held-out tasks kept for the final report, disjoint from held_out
     eval_suites: dict[str, Suite] = field(default_factory=dict)  # `train.eval_suites`, by eval name
     store: RunStore | None = None
     base: Any = None  # the `BaseBuild` when the model is the built-in base
@@ -135,14 +137,26 @@ def build_learner(cfg: RunConfig, model: CausalLM, max_tokens: int, shares_weigh
     return Learner(model, cfg.rl, max_tokens, cfg.sampling.temperature, importance_sampling=correct)
 
 
-def build_held_out(cfg: RunConfig, domains: list[Domain]) -> list[Suite]:
-    """Each domain's `train.eval_size` held-out tasks (fewer when its split is smaller), judged by its verifier."""
-    suites = []
+def build_held_out(cfg: RunConfig, domains: list[Domain]) -> tuple[list[Suite], list[Suite]]:
+    """Each domain's `train.eval_size` held-out tasks (fewer when its split is smaller), split by a hash of
+    the task id into the selection part (evaluated during training; selects best/) and the reporting part
+    (evaluated at the end), both judged by the domain's verifier."""
+    selection, reporting = [], []
+    fraction = cfg.train.selection_fraction
     for d in domains:
         tasks = d.held_out(cfg.train.eval_size, seed=cfg.seed)
-        if tasks:
-            suites.append(Suite(d.name, tasks, d.verifier, description=f"{len(tasks)} held-out {d.name} tasks"))
-    return suites
+        if not tasks:
+            continue
+        if fraction == 0:
+            select, report = tasks, tasks
+        else:
+            select = [t for t in tasks if split_of(f"select:{t.id}", fraction) == "held_out"]
+            report = [t for t in tasks if split_of(f"select:{t.id}", fraction) == "train"]
+        if select:
+            selection.append(Suite(d.name, select, d.verifier, description=f"{len(select)} held-out {d.name} tasks (selection)"))
+        if report:
+            reporting.append(Suite(d.name, report, d.verifier, description=f"{len(report)} held-out {d.name} tasks (reporting)"))
+    return selection, reporting
 
 
 def build_eval_suites(cfg: RunConfig) -> dict[str, Suite]:
@@ -160,6 +174,7 @@ def build(cfg: RunConfig, store: bool = True) -> Components:
     domains = build_domains(cfg)
     engine, shares = build_engine_for(cfg.engine, model, tokenizer, cfg.seed)
     params = sampling_params(cfg, domains)
+    selection, reporting = build_held_out(cfg, domains)
     return Components(
         cfg=cfg,
         model=model,
@@ -172,7 +187,8 @@ def build(cfg: RunConfig, store: bool = True) -> Components:
         rollouter=build_rollouter(cfg, engine, domains, params),
         curriculum=build_curriculum(domains, cfg.seed),
         learner=build_learner(cfg, model, params.max_tokens, shares),
-        held_out=build_held_out(cfg, domains),
+        held_out=selection,
+        reporting=reporting,
         eval_suites=build_eval_suites(cfg),
         store=RunStore(cfg.path / "run.sqlite") if store else None,
         base=base,

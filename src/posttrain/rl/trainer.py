@@ -24,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from posttrain.builtin import base_band_message
 from posttrain.config import RunConfig
 from posttrain.errors import UserError
 from posttrain.eval.training import evaluate_in_training
@@ -98,7 +99,8 @@ class Trainer:
         self.learner, self.rollouter, self.curriculum = p.learner, p.rollouter, p.curriculum
         self.domains, self.params = p.domains, p.params
         self.verifier = p.domains[0].verifier
-        self.held_out = p.held_out[0].tasks if p.held_out else []
+        self.held_out = p.held_out[0].tasks if p.held_out else []  # the selection half: evaluated during training
+        self.reporting = p.reporting[0].tasks if p.reporting else []  # the reporting half: kept for the final figures
         self.init_path = p.init_path
         self.step = 0
         self.informative_rate = 1.0  # running share of groups with reward variance: sizes refills
@@ -115,6 +117,11 @@ class Trainer:
                 domains=[{"name": d.name, "verifier": verifier_id(d.verifier), "weight": d.weight} for d in self.domains],
                 created=time.time(),
             )
+            if p.base is not None:  # the built-in base: whether it reached its band goes with the run
+                self.store.set_info(base={"path": str(p.base.path), "accuracy": p.base.accuracy, "steps": p.base.steps,
+                                          "in_band": p.base.in_band})
+                if not p.base.in_band:
+                    self.store.add_alert({"step": 0, "kind": "base_out_of_band", "message": base_band_message(cfg, p.base)})
         self.writer = self._tensorboard() if cfg.tensorboard else None
 
     # construction helpers
