@@ -182,7 +182,7 @@ def test_inits_run_no_code_and_tasks_hold_no_descriptor_of_concurrent_executions
         for pid in sandbox_uid_processes():  # this sandbox's: other sandboxes may run on the host
             try:
                 ns, parent = _status(pid, "NSpid"), int(_status(pid, "PPid")[0])
-                if len(ns) == 3 and ns[-1] == "1" and int(_status(parent, "PPid")[0]) == sandbox._server.proc.pid:
+                if len(ns) == 3 and ns[-1] == "1" and int(_status(parent, "PPid")[0]) == sandbox.server_pid:
                     caught = _status(pid, "SigCgt")[0]
                     with open(f"/proc/{pid}/stat") as f:
                         state = f.read().rsplit(")", 1)[1].split()[0]
