@@ -20,9 +20,10 @@ so that background load hits all of them alike):
 - throughput of trivial isolated executions (pre-forked ``pass``, and a clean ``python -I -S -c
   pass`` command) at 2, 4 and 8 in flight, every level reported; ``throughput_per_s`` is the
   pre-forked mode (the fast path for RL rewards) at concurrency 4, fixed in advance.
-- CPU milliseconds per execution across every process involved (manager, fork-server, task),
-  which hardly depends on background load, and the capacity it implies (cores / CPU time per
-  execution) for when the cores are the sandbox's alone.
+- CPU milliseconds per execution across every process involved (manager, fork-server, task;
+  for the warm-fork baseline, this process, the helper and its children), which hardly depends
+  on background load, and the capacity it implies (cores / CPU time per execution) for when the
+  cores are the sandbox's alone.
 - the load average (1, 5, 15 min) at start and end: figures taken on a busy machine are
   provisional.
 
@@ -168,18 +169,25 @@ def _cpu_s(pids: list[int]) -> float:
 def cpu_cost(sb: Sandbox, exe: str, n: int) -> dict[str, float]:
     """CPU milliseconds per execution, all processes involved: unlike wall time this hardly
     depends on what else the machine is running."""
-    pids = _server_pids(sb)
+    server = _server_pids(sb)
+    warm = WarmFork(exe, "pass")
+    warm.run()
     out = {}
-    for name, fn in (("plain_clean", lambda: subprocess.run([exe, *CLEAN, "-c", "pass"], check=True, env=CLEAN_ENV)),
-                     ("isolated_clean", lambda: _check(sb.run([exe, *CLEAN, "-c", "pass"]))),
-                     ("prefork", lambda: _check(sb.run(code="pass", prefork=True)))):
-        t0, s0 = os.times(), _cpu_s(pids)
-        for _ in range(n):
-            fn()
-        t1, s1 = os.times(), _cpu_s(pids)
-        own = (t1.user - t0.user) + (t1.system - t0.system) + (t1.children_user - t0.children_user) + (
-            t1.children_system - t0.children_system)
-        out[f"cpu_ms_per_exec_{name}"] = round(1000 * (own + s1 - s0) / n, 2)
+    try:
+        for name, fn, pids in (
+                ("plain_clean", lambda: subprocess.run([exe, *CLEAN, "-c", "pass"], check=True, env=CLEAN_ENV), []),
+                ("isolated_clean", lambda: _check(sb.run([exe, *CLEAN, "-c", "pass"])), server),
+                ("prefork", lambda: _check(sb.run(code="pass", prefork=True)), server),
+                ("warm_fork", warm.run, [warm.proc.pid])):
+            t0, s0 = os.times(), _cpu_s(pids)
+            for _ in range(n):
+                fn()
+            t1, s1 = os.times(), _cpu_s(pids)
+            own = (t1.user - t0.user) + (t1.system - t0.system) + (t1.children_user - t0.children_user) + (
+                t1.children_system - t0.children_system)
+            out[f"cpu_ms_per_exec_{name}"] = round(1000 * (own + s1 - s0) / n, 2)
+    finally:
+        warm.close()
     return out
 
 
