@@ -89,7 +89,7 @@ def test_session_disk_quota_holds(sandbox):
 
 def test_aexec_runs_in_the_session_without_blocking_the_event_loop(sandbox):
     """``aexec`` is ``exec`` from asyncio: same workspace, same result, and the loop keeps running
-    meanwhile; two calls on one session run one after the other, in call order."""
+    meanwhile; two calls on one session run one after the other."""
     with sandbox.session(files={"n.txt": "1"}) as s:
         async def scenario():
             ticks = 0

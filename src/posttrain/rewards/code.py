@@ -280,7 +280,7 @@ class PythonTests:
 # on a descriptor only they hold, read here.
 
 
-class TestResult(TypedDict):
+class CaseResult(TypedDict):
     name: str
     passed: bool
     error: str
@@ -291,7 +291,7 @@ class Report(TypedDict):
     """The harness's verdict material on one item."""
 
     id: str
-    tests: list[TestResult]
+    tests: list[CaseResult]
     total: NotRequired[int | None]
     """How many tests the item has (unrun ones count as failed); absent when it could not be told."""
     load_error: NotRequired[str | None]

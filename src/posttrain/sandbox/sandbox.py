@@ -29,18 +29,12 @@ from posttrain.sandbox import cgroups
 from posttrain.sandbox.launcher import SandboxUnavailable, ServerHandle
 from posttrain.sandbox.limits import Limits
 from posttrain.sandbox.result import ExecResult, ExecStatus
-from posttrain.sandbox.session import Session, SessionReply
-from posttrain.sandbox.supervise import (
-    Outcome,
-    OutputPump,
-    Reaper,
-    kill_execution,
-    recv_hello,
-    supervise,
-)
+from posttrain.sandbox.session import Session
+from posttrain.sandbox.supervise import Outcome, OutputPump, Reaper, kill_execution, recv_hello, supervise
 
 if TYPE_CHECKING:
     from posttrain.sandbox._server import ExecRequest, SessionRequest, TaskLimits
+    from posttrain.sandbox.session import SessionReply
 
 T = TypeVar("T")
 
@@ -55,6 +49,7 @@ class ServerArgs(TypedDict):
     host_uid: int
     host_gid: int
     manager: str
+
 
 UNISOLATED_WARNING = ("UNISOLATED: this code ran without namespaces, seccomp or cgroups, as the "
                       "calling user, on the host file system. Never use this mode for untrusted code.")

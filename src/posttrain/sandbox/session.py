@@ -8,8 +8,8 @@ sandbox, never on the host); ``snapshot()`` freezes the upper layer into a new l
 reaches its sandbox only through ``Sandbox.execute`` and ``Sandbox.call_server``.
 
 Does not cover: processes that outlive an ``exec`` (each exec is its own PID namespace, so
-background jobs end with it), executions of one session in parallel (they run one at a time,
-in call order), or layer compaction (chains deeper than a few hundred snapshots hit overlayfs'
+background jobs end with it), executions of one session in parallel (they run one at a time),
+or layer compaction (chains deeper than a few hundred snapshots hit overlayfs'
 lower-layer limit).
 """
 
