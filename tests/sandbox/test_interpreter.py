@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from _sandbox_testlib import FAST
 
 from posttrain.sandbox import sandbox as sbmod
 
@@ -52,9 +53,15 @@ def test_venv_where_tasks_cannot_see_it_falls_back_to_the_real_interpreter(monke
 
 
 def test_hidden_environment_is_warned_about(monkeypatch):
+    """Loudly: a warning when the sandbox starts, and the same text in every result's warnings."""
     monkeypatch.setattr(sys, "prefix", "/work/some-venv")
+    (msg,) = sbmod.hidden_environments()
+    assert "/work/some-venv lies under /work" in msg and "without that environment's packages" in msg
     with pytest.warns(RuntimeWarning, match="lies under /work"):
-        sbmod.default_ro_binds()
+        sb = sbmod.Sandbox(FAST, sweep=False)
+    with sb:
+        r = sb.run(code="print(1)", prefork=True)
+    assert r.stdout == "1\n" and msg in r.warnings, r
 
 
 PROBE = ("import sys, posttrain_venv_probe, numpy\n"

@@ -84,17 +84,22 @@ def task_python() -> str:
     return exe if hidden_from_tasks(exe) is None else os.path.realpath(exe)
 
 
+def hidden_environments() -> list[str]:
+    """What tasks lose because this Python environment lies where they cannot see it (a warning
+    each ``Sandbox`` repeats in every result), or nothing."""
+    out = []
+    for prefix in sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}):
+        hidden = hidden_from_tasks(prefix)
+        if hidden is not None:
+            out.append(f"the Python environment {prefix} lies under {hidden}, which every sandboxed task mounts "
+                       f"fresh: tasks run {task_python()} without that environment's packages (install it "
+                       f"elsewhere, or under {' or '.join(REBOUND_MOUNTS)}, to keep them)")
+    return out
+
+
 def default_ro_binds() -> list[str]:
     binds = ["/usr"]
     for prefix in {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}:
-        hidden = hidden_from_tasks(prefix)
-        if hidden is not None:
-            pywarnings.warn(
-                f"the Python environment {prefix} lies under {hidden}, which every sandboxed task mounts fresh: "
-                f"tasks run {task_python()} without that environment's packages (install it elsewhere, "
-                f"or under {' or '.join(REBOUND_MOUNTS)}, to keep them)",
-                RuntimeWarning, stacklevel=2,
-            )
         if not prefix.startswith("/usr/"):
             binds.append(prefix)
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
@@ -158,7 +163,7 @@ class Sandbox:
             sweep_leftovers()
         self._cg = cgroups.probe() if os.geteuid() == 0 else cgroups.CgroupSupport(
             warnings=["not root: no cgroups; memory and process limits fall back to rlimits"])
-        self.warnings += self._cg.warnings
+        self.warnings += hidden_environments() + self._cg.warnings
         self._slots = cgroups.SlotPool(self._cg, self.manager, keep=workers)
         self._reaper = Reaper(self._slots, self.warnings)
         self._server: ServerHandle | None = None
