@@ -5,7 +5,8 @@ Every `import` / `from ... import` statement anywhere in a module (top level, in
 through its `_EXPORTS` table, is an edge to the module that defines it. A cycle between two modules, or
 between two packages (`posttrain.rl` -> `posttrain.eval` -> `posttrain.rl`), fails with the cycle spelled out.
 Plugin lists (`_PLUGINS`: modules a registry imports by name on first use so that they register themselves)
-are not edges: the plugin depends on the registry, whose loader only names it.
+are not edges: the plugin depends on the registry, whose loader only names it. Imports under
+`if TYPE_CHECKING:` are not edges either: they never run, they only name types for the checker.
 """
 
 from __future__ import annotations
@@ -52,13 +53,25 @@ def _lazy_exports(modules: dict[str, Path]) -> dict[str, str]:
     return out
 
 
+def _is_type_checking_block(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def import_graph() -> dict[str, set[str]]:
     modules = _modules()
     exports = _lazy_exports(modules)
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         is_pkg = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        type_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block) for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
