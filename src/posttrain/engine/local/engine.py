@@ -105,7 +105,7 @@ class LocalEngine:
             raise ValueError("need prefill_chunk >= 1 and max_prefill_tokens >= prefill_chunk")
         if sliding_window is not None and speculative is not None:
             raise ValueError("speculative decoding does not combine with a sliding window (rejected tokens would evict kept ones)")
-        if max_context is not None and max_context < 2 or max_concurrency < 1:
+        if (max_context is not None and max_context < 2) or max_concurrency < 1:
             raise ValueError("need max_context >= 2 (or None) and max_concurrency >= 1")
         self.model = model
         self.tokenizer = tokenizer
@@ -158,6 +158,7 @@ class LocalEngine:
         Free when the tensors are the model's own (a learner sharing the module passes
         `model.state_dict()`): those are not copied. Raises `WeightsMismatchError`
         naming missing, unexpected or misshapen entries, before changing anything.
+        Runs on the calling thread: call it between generations (the loop does, after each update).
         """
         own = self.model.state_dict(keep_vars=True)
         aliases: dict[int, list[str]] = {}  # tied weights: one tensor under several names, any of which will do
