@@ -111,7 +111,17 @@ def stopping_set(cfg: BaseModelConfig, source: ArithmeticSource | CodeSource | N
     import warnings
 
     source = source or base_task_source(cfg)
-    stop = source.take(EVAL_RESERVE + cfg.eval_size, "held_out", seed=cfg.seed)[EVAL_RESERVE:]
+    draw = source.take(EVAL_RESERVE + 4 * cfg.eval_size, "held_out", seed=cfg.seed)
+
+    def key(task) -> str:  # the canonical problem (a+b and b+a are one), what the split hashes
+        return str(task.meta.get("split_key", task.id))
+
+    seen = {key(t) for t in draw[:EVAL_RESERVE]}
+    stop = []
+    for t in draw[EVAL_RESERVE:]:
+        if key(t) not in seen and len(stop) < cfg.eval_size:
+            seen.add(key(t))
+            stop.append(t)
     if len(stop) >= min(cfg.eval_size, 16):
         return stop
     warnings.warn(

@@ -1,9 +1,33 @@
-"""Exact speculative decoding: greedy identity, the rejection rule's distribution, and end-to-end chi-square tests."""
+"""Exact speculative decoding: greedy identity, the rejection rule's distribution, and end-to-end chi-square tests.
 
+Covers: the proposers and `verify` in isolation; greedy speculative output equal to plain decoding token
+for token (32 tokens, prompt lookup and a draft model, k = 3 and 8, one request at a time, four at once,
+and n = 3 samples of one prompt); sampled tokens after the first, which are the speculated ones,
+distributed as the target model says, one request at a time (the batch-1 path: the C kernel's
+verification forward and the plain-Python lookup verify) and in one wide request; and the benchmarked
+configuration end to end (`benchmarks/engine.py`'s prompt lookup, k = 8, T = 1, n = 1 requests).
+
+The batch-1 distribution tests compare every emitted token with its exact conditional distribution
+given the prompt and the tokens before it, from one teacher-forced forward pass of the target over each
+sample (`_conditional_pvalues`). Their false-failure rate: each test makes L per-position tests at
+level 1e-4 / L (Bonferroni), and each per-position statistic is at most as large, in distribution, as
+the chi-square it is compared with (see `_conditional_pvalues`), so a correct engine fails a test with
+probability at most 1e-4 over the choice of seeds; the seeds are fixed, so a run is deterministic. Their
+power, checked by hand with patched verify functions while writing them: at these sample sizes each test
+fails, with p-values of 1e-8 or less against thresholds near 1e-5, when the lookup verify keeps the
+rejected draft in the residual or draws the bonus token from the position before, or the draft-model
+verify replaces a rejected draft from p instead of max(p - q, 0).
+Does not cover: speed (benchmarks/engine.py).
+"""
+
+import copy
+import dataclasses
 import math
+import random
 
 import pytest
 import torch
+from tiny_models import copier_model
 
 from posttrain.engine import LocalEngine, SpecConfig
 from posttrain.engine.local.spec_decode import ngram_propose, verify
@@ -155,3 +179,162 @@ def test_speculative_engine_with_carry_matches_plain_sampling_in_distribution(pa
         firsts = [c.token_ids[0] for c in eng.generate([prompt], params)[0]]
         counts = torch.bincount(torch.tensor(firsts), minlength=p.shape[0]).double()
         assert _chi2_pvalue(counts, p.double()) > 1e-3
+
+
+# -- greedy identity over many tokens ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def one_thread():
+    """Batch-1 steps are bound by per-op overhead; on an oversubscribed machine a second OpenMP thread only spins."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _random_lm(seed: int, std: float = 0.2) -> CausalLM:
+    """A random char-level model whose greedy output wanders before it loops (the default init repeats one
+    character at once, which every proposal matches): lookup and draft proposals are partly accepted."""
+    tok = char_tokenizer()
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+    m = CausalLM(cfg)
+    m.init_weights(torch.Generator().manual_seed(seed), std=std)
+    return m.eval()
+
+
+def _perturbed(model: CausalLM, scale: float, seed: int) -> CausalLM:
+    """A draft that agrees with the target most of the time: its weights plus `scale` x their spread of noise."""
+    m = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * p.std() * scale)
+    return m
+
+
+@pytest.fixture(scope="module")
+def greedy_models():
+    target = _random_lm(0)
+    return target, _perturbed(target, 0.1, 1), char_tokenizer()
+
+
+GREEDY_PROMPTS = ["abcabcabcabc", "12+34=46; 12+34=", "xyz", "the cat sat on the mat; the cat"]
+
+
+def _layout_generate(engine: LocalEngine, layout: str, params: SamplingParams) -> list[list]:
+    """-> per prompt, its completions' (token ids, logprobs), run one request at a time, all at once, or n=3 each."""
+    if layout == "batch1":
+        groups = [engine.generate([p], params)[0] for p in GREEDY_PROMPTS]
+    elif layout == "batch4":
+        groups = engine.generate(GREEDY_PROMPTS, params)
+    else:  # n3: three samples share each prompt's KV (cascade attention)
+        groups = [engine.generate([p], dataclasses.replace(params, n=3))[0] for p in GREEDY_PROMPTS]
+    return [[(c.token_ids, c.logprobs) for c in g] for g in groups]
+
+
+@pytest.mark.parametrize("layout", ["batch1", "batch4", "n3"])
+@pytest.mark.parametrize("k", [3, 8])
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_greedy_speculative_output_equals_plain_decoding_over_32_tokens(greedy_models, method, k, layout, one_thread):
+    target, draft, tok = greedy_models
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    plain = _layout_generate(LocalEngine(target, tok), layout, params)
+    spec = SpecConfig(method, k=k, draft_model=draft if method == "draft" else None)
+    eng = LocalEngine(target, tok, speculative=spec)
+    got = _layout_generate(eng, layout, params)
+    for prompt, want_group, got_group in zip(GREEDY_PROMPTS, plain, got):
+        for (want_ids, want_lps), (ids, lps) in zip(want_group, got_group, strict=True):
+            assert len(ids) == 32
+            assert ids == want_ids, f"{method} k={k} {layout}: {prompt!r} diverges at token {next(i for i, (a, b) in enumerate(zip(ids, want_ids)) if a != b)}"
+            torch.testing.assert_close(torch.tensor(lps), torch.tensor(want_lps), atol=1e-5, rtol=1e-5)
+    m = eng.metrics()
+    # both branches of the rule ran: some proposals accepted (multi-token steps), some rejected
+    assert 0 < m["spec_accepted"] < m["spec_proposed"], m
+    assert m["tokens_per_forward"] > 1.0
+
+
+# -- sampled tokens after the first, one request at a time ------------------------------------------------------
+
+
+def _chi2_sf(stat: float, dof: int) -> float:
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def _conditional_pvalues(model: CausalLM, prompt: list[int], seqs: torch.Tensor) -> list[float]:
+    """seqs [N, L], N independent samples of L tokens after `prompt` -> one p-value per position j.
+
+    Position j's test: O_i, how many samples emitted token i at j, against E_i = sum over samples of
+    p(x_j = i | prompt, that sample's x_1..x_{j-1}), the target's exact conditional from one teacher-forced
+    forward pass; Pearson's statistic over the cells, those with E_i < 5 pooled into one, with (cells - 1)
+    degrees of freedom. With every sample's conditional the same this is the ordinary goodness-of-fit
+    test; where they differ, O - E is a sum of independent categorical deviations whose covariance is
+    at most that of the multinomial with the averaged probabilities, so the statistic is stochastically
+    no larger than that chi-square (asymptotically) and the test is conservative.
+    """
+    n, length = seqs.shape
+    ids = torch.cat([torch.tensor(prompt).expand(n, -1), seqs], 1)
+    with torch.no_grad():
+        p = torch.softmax(model(ids)[:, len(prompt) - 1 : -1].double(), -1)  # [N, L, V]: each token's distribution
+    out = []
+    for j in range(length):
+        observed = torch.bincount(seqs[:, j], minlength=p.shape[-1]).double()
+        expected = p[:, j].sum(0)
+        small = expected < 5
+        if small.any():
+            observed = torch.cat([observed[~small], observed[small].sum()[None]])
+            expected = torch.cat([expected[~small], expected[small].sum()[None]])
+        stat = float(((observed - expected) ** 2 / expected).sum())
+        out.append(_chi2_sf(stat, len(expected) - 1) if len(expected) > 1 else 1.0)
+    return out
+
+
+COPY_LAG = 24  # the copied text's length: every output position up to it copies a prompt token
+
+
+def _copy_prompt(tok) -> list[int]:
+    rng = random.Random(0)
+    return tok.encode("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(COPY_LAG)) + "|")
+
+
+def _sample_one_at_a_time(engine: LocalEngine, prompt: list[int], n: int, length: int) -> torch.Tensor:
+    """n samples of `length` tokens at T=1, each its own request (batch 1), seeded 0..n-1: deterministic."""
+    rows = []
+    for seed in range(n):
+        c = engine.generate([prompt], SamplingParams(max_tokens=length, temperature=1.0, ignore_eos=True, seed=seed))[0][0]
+        rows.append(c.token_ids)
+    return torch.tensor(rows)
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_batch1_speculated_tokens_follow_the_target_distribution(method, one_thread):
+    """Tokens 1..8 of requests sampled one at a time (3 drafts per step, so two or more speculative steps each)
+    against the exact conditionals."""
+    tok = char_tokenizer()
+    target = copier_model(tok, COPY_LAG)
+    draft = copier_model(tok, COPY_LAG, gap=5.5, seed=1)  # a less sure, differently biased copier: q != p
+    prompt = _copy_prompt(tok)
+    spec = SpecConfig(method, k=3, ngram_min=1, draft_model=draft if method == "draft" else None)
+    eng = LocalEngine(target, tok, speculative=spec)
+    length = 8
+    seqs = _sample_one_at_a_time(eng, prompt, 400, length)
+    m = eng.metrics()
+    assert 0.2 < m["spec_acceptance_rate"] < 0.9 and m["tokens_per_forward"] > 1.5, m  # both branches, often
+    pvals = _conditional_pvalues(target, prompt, seqs)
+    assert min(pvals) > 1e-4 / length, [f"{p:.1e}" for p in pvals]
+
+
+def test_benchmarked_speculative_path_matches_the_exact_distribution(one_thread):
+    """benchmarks/engine.py's speculative workload on a tiny copier: prompt lookup with k=8, ngram 4..2, T=1, n=1
+    requests one at a time through one engine; all 24 positions against the exact conditionals."""
+    tok = char_tokenizer()
+    target = copier_model(tok, COPY_LAG)
+    prompt = _copy_prompt(tok)
+    eng = LocalEngine(target, tok, speculative=SpecConfig("ngram", k=8, ngram_max=4, ngram_min=2))  # as spec() configures it
+    seqs = _sample_one_at_a_time(eng, prompt, 600, COPY_LAG)
+    m = eng.metrics()
+    assert m["tokens_per_forward"] > 2.5, m  # long accepted runs: the path the speedup figure measures
+    assert m["spec_accepted"] < m["spec_proposed"]
+    pvals = _conditional_pvalues(target, prompt, seqs)
+    assert min(pvals) > 1e-4 / COPY_LAG, [f"{p:.1e}" for p in pvals]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
-from types import SimpleNamespace
+import sys
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
@@ -88,17 +89,29 @@ def _vllm_and_gpu() -> bool:
     return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
 
 
-def test_real_generation_where_vllm_and_a_gpu_exist_else_the_clear_error(tmp_path):
-    model_dir = make_tiny_model(tmp_path / "m", hidden=256, layers=2, heads=4, kv_heads=2)  # head_dim 64: every attention backend
+def test_without_the_vllm_extra_construction_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError, as when the extra is absent
+    with pytest.raises(MissingExtraError) as info:
+        VLLMEngine(tmp_path)
+    assert "pip install 'posttrain[vllm]'" in str(info.value)
+
+
+def test_without_a_gpu_construction_says_so(monkeypatch, tmp_path):
+    llm_calls = []
+    fake = ModuleType("vllm")
+    fake.LLM = lambda **kw: llm_calls.append(kw)  # must never be reached: no GPU is checked first
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(GPUUnavailableError, match="CUDA GPU"):
+        VLLMEngine(tmp_path)
+    assert llm_calls == []
+
+
+def test_real_generation_on_vllm_and_a_gpu(tmp_path):
+    """The one test that may skip: real vLLM needs the `vllm` extra and a CUDA GPU (the errors above run everywhere)."""
     if not _vllm_and_gpu():
-        with pytest.raises((MissingExtraError, GPUUnavailableError)) as info:
-            VLLMEngine(model_dir)
-        if importlib.util.find_spec("vllm") is None:
-            assert isinstance(info.value, MissingExtraError)
-            assert "pip install 'posttrain[vllm]'" in str(info.value)
-        else:
-            assert "CUDA GPU" in str(info.value)
-        return
+        pytest.skip("needs the 'vllm' extra (pip install 'posttrain[vllm]') and a CUDA GPU")
+    model_dir = make_tiny_model(tmp_path / "m", hidden=256, layers=2, heads=4, kv_heads=2)  # head_dim 64: every attention backend
     engine = VLLMEngine(model_dir, dtype="float16", gpu_memory_utilization=0.2, max_model_len=256, enforce_eager=True)
     model, tok = load_model(model_dir)
     prompts = ["12+34=", "7+5="]
