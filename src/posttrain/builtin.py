@@ -37,7 +37,8 @@ from posttrain.rewards.verifiers import ExactMatch
 from posttrain.tasks.arithmetic import ArithmeticSource
 from posttrain.tasks.codegen import CodeSource
 
-BASE_FORMAT = 2  # bump when pre-training code changes what a cached model is (2: a disjoint stopping set)
+BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3: a stopping set disjoint from
+# the evaluation problems, which are distinct canonical problems)
 # The first held-out problems of a seed are the evaluation problems (the trainer's default `train.eval_size`,
 # and the quickstart's before/after figures); the base model's band checks draw the ones after them.
 EVAL_RESERVE = 500

@@ -124,7 +124,7 @@ def test_code_base_keys_leave_the_arithmetic_key_alone(tmp_path):
     from posttrain.builtin import base_key, base_task_source, ensure_base
     from posttrain.config import BaseModelConfig
 
-    assert base_key(BaseModelConfig()) == "arith-add-d2-s0-6d04aa9bfc"  # the quickstart's cached base
+    assert base_key(BaseModelConfig()) == "arith-add-d2-s0-9f199c7a74"  # the quickstart's cached base (BASE_FORMAT 3)
     code = BaseModelConfig(family="code:ops", digits=1)
     assert base_key(code).startswith("code-ops-d1-s0-") and isinstance(base_task_source(code), CodeSource)
     tiny = BaseModelConfig(family="code:linear", hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2,

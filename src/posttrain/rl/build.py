@@ -150,8 +150,10 @@ def build_held_out(cfg: RunConfig, domains: list[Domain]) -> tuple[list[Suite], 
         if fraction == 0:
             select, report = tasks, tasks
         else:
-            select = [t for t in tasks if split_of(f"select:{t.id}", fraction) == "held_out"]
-            report = [t for t in tasks if split_of(f"select:{t.id}", fraction) == "train"]
+            # by the canonical problem, so `a+b` and `b+a` never land on both sides
+            role = {t.id: split_of(f"select:{t.meta.get('split_key', t.id)}", fraction) for t in tasks}
+            select = [t for t in tasks if role[t.id] == "held_out"]
+            report = [t for t in tasks if role[t.id] == "train"]
         if select:
             selection.append(Suite(d.name, select, d.verifier, description=f"{len(select)} held-out {d.name} tasks (selection)"))
         if report:
