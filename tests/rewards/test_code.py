@@ -246,7 +246,8 @@ def test_details_are_a_short_text_and_info_the_structured_findings():
     broken = safe_verify(FAST, SQ, "def sq(x)\n    return x")
     assert broken.details.startswith("0/3 tests passed; the program did not load: SyntaxError")
     assert "line 1:" not in broken.details and len(broken.info["failures"]) == 3  # said once; info keeps each
-    many = Task("m", "p", meta={"tests": "".join(f"assert candidate({i}) == {i * i}\n" for i in range(1, 7)), "entry_point": "sq"})
+    tests = "".join(f"assert candidate({i}) == {i * i}\n" for i in range(1, 7))
+    many = Task("m", "p", meta={"tests": tests, "entry_point": "sq"})
     v = safe_verify(FAST, many, "def sq(x):\n    return 0\n")
     assert v.details.startswith("0/6 tests passed;") and v.details.endswith("; 3 more failed")
     assert len(v.info["failures"]) == 6

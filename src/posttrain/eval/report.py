@@ -222,8 +222,8 @@ def _samples(rows: list[dict[str, Any]], prompts: dict[str, str], source: str) -
             + (f'<div class="muted">prompt</div><pre>{esc(prompt)}</pre>' if prompt else "")
             + f'<div class="muted">response</div><pre>{esc(r["response"])}</pre>'
             f'<div class="muted">verdict details ({esc(r.get("verifier", ""))})</div><pre>{esc(r.get("details", ""))}</pre>'
-            + (f'<div class="muted">verdict info</div><pre class="info">{esc(json.dumps(r["info"], indent=1, ensure_ascii=False))}</pre>'
-               if r.get("info") else "")
+            + (f'<div class="muted">verdict info</div><pre class="info">'
+               f'{esc(json.dumps(r["info"], indent=1, ensure_ascii=False))}</pre>' if r.get("info") else "")
             + "</details></td></tr>")
     more = f'<p class="muted">{len(rows) - MAX_SAMPLES} more responses of {esc(source)} not shown</p>' if len(rows) > MAX_SAMPLES else ""
     return "".join(out) + (f"<tr><td colspan=6>{more}</td></tr>" if more else "")

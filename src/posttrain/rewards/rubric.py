@@ -139,7 +139,7 @@ class Rubric:
             if not v.passed and v.details:
                 notes.append(f"{part.name}: {v.details}")
         details = "; ".join(notes)
-        info: dict[str, Any] = {p.name: v.info for p, v in zip(self.parts, verdicts) if v.info}
+        info: dict[str, Any] = {p.name: v.info for p, v in zip(self.parts, verdicts, strict=True) if v.info}
         if failed_status is not None or weight <= 0:
             status = failed_status or VerdictStatus.ERROR
             if failed_status is None:
