@@ -90,6 +90,37 @@ def test_rescore_regrades_without_the_model(tmp_path, jsonl_suite, fake_engine_c
     assert reloaded.meta["verifier"].startswith("accepts_nope@") and len(reloaded.meta["rescored"]) == 2
 
 
+@dataclass
+class Finds(SyncVerifier):
+    """A grader with structured findings: what it got, beside a text for people."""
+
+    name: str = "finds"
+
+    def verify(self, task, response):
+        hit = response.strip() == task.answer
+        return Verdict(score=float(hit), passed=hit, details=f"got {response.strip()!r}", info={"got": response.strip()})
+
+
+def test_verdict_info_is_recorded_read_back_and_regraded(tmp_path, jsonl_suite, fake_engine_cls):
+    suite = Suite("finds", load_domain(str(jsonl_suite)).suite().tasks, Finds())
+    evaluate(fake_engine_cls(_answers(set(range(10)))), suite, EvalSpec(model="fake", suite="s"), tmp_path / "out")
+    records = {r.task_id: r for r in load_eval(tmp_path / "out").records}
+    assert records["t03"].info == {"got": "3"} and records["t15"].info == {"got": "nope"}
+    assert records["t15"].details == "got 'nope'"
+    run, _ = rescore(tmp_path / "out", Suite("fixed", suite.tasks, AcceptsNope()))  # a grader without findings
+    assert all(r.info == {} for r in load_eval(tmp_path / "out").records)
+
+
+def test_a_record_from_before_info_reads_with_empty_info(tmp_path):
+    d = EvalDir(tmp_path / "old")
+    d.start({"model": "m", "suite": "s"}, [{"id": "t", "prompt": "p", "answer": "a"}])
+    old = {"task_id": "t", "response": "a", "score": 1.0, "passed": True, "status": "ok", "verifier": "exact@x",
+           "details": '{"passed": 1, "total": 1}', "sample": 0, "repeat": 0}
+    (tmp_path / "old" / SAMPLES).write_text(json.dumps(old) + "\n" + json.dumps({**old, "sample": 1, "info": None}) + "\n")
+    records = d.records()
+    assert [r.info for r in records] == [{}, {}] and records[0].details == old["details"]  # nothing rewritten
+
+
 def test_repeat_measures_flip_rate(tmp_path, jsonl_suite, fake_engine_cls):
     suite = load_domain(str(jsonl_suite)).suite()
     spec = EvalSpec(model="fake", suite="s", repeat=4)

@@ -30,7 +30,8 @@ def _eval_dir(path, rates, evil_task=0, ks=(1, 2, 4)):
         for j in range(8):
             ok = bool(rng.random() < r)
             recs.append(SampleRecord(task_id=f"T{i}", response=EVIL if i == evil_task else f"answer {i}", score=float(ok),
-                                     passed=ok, details=EVIL, verifier="exact@abc", sample=j, tokens_in=10, tokens_out=5,
+                                     passed=ok, details=EVIL, info={"failures": [{"name": "t", "error": EVIL}]} if j == 0 else {},
+                                     verifier="exact@abc", sample=j, tokens_in=10, tokens_out=5,
                                      latency_s=0.1 + j * 0.01))
     d.rewrite(recs)
     return path
@@ -43,7 +44,8 @@ def _run_dir(path):
             store.log_step(step, {"reward": step / 10, "pass_rate": step / 12})
         store.log_eval(2, "held_out", {"greedy_accuracy": 0.5}, {"a": 1.0, "b": 1.0})
         store.log_eval(4, "held_out", {"greedy_accuracy": 0.4}, {"a": 1.0, "b": 0.0})
-        store.log_eval_samples(4, "held_out", [EvalSampleRow("b", 0, EVIL, 0.0, 0, "ok", "exact@abc", "expected 3")])
+        store.log_eval_samples(4, "held_out", [EvalSampleRow("b", 0, EVIL, 0.0, 0, "ok", "exact@abc", "expected 3",
+                                                            {"got": EVIL})])
         store.log_step(5, {"reward": 0.5}, samples=[SampleRow(0, j, "g", f"rollout {j}", 3, "stop", 1.0, 1, "ok", "exact@abc", "", 5)
                                                     for j in range(2)])
     return path
@@ -90,6 +92,8 @@ def test_report_renders_in_chromium_with_the_expected_figures(tmp_path):
     assert dom.count('class="sample"') == 2 * 160 + 1 + 2  # two evals, one eval sample, two rollouts
     assert 'id="regressions"' in dom and "REGRESSION" in dom and 'class="regressed"' in dom
     assert 'id="run-regressions"' in dom and ">b</td>" in dom  # task b passed at step 2, fails at step 4
+    # a verdict's structured findings are shown (escaped) where a record has any: sample 0 of each eval task, the eval sample
+    assert dom.count('class="info"') == 2 * 20 + 1
 
 
 def test_report_on_a_single_eval_and_bad_input(tmp_path):

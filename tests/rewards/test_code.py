@@ -17,20 +17,16 @@ ASSERTS = "assert candidate(3) == 9\nassert candidate(-2) == 4\nassert candidate
 SQ = Task("sq", "Write sq(x).", meta={"tests": ASSERTS, "entry_point": "sq"})
 
 
-def details(v) -> dict:
-    return json.loads(v.details)
-
-
 def test_correct_solution_scores_full_marks():
     v = safe_verify(FAST, SQ, "def sq(x):\n    return x * x\n")
     assert (v.status, v.score, v.passed) == (VerdictStatus.OK, 1.0, True)
-    assert details(v)["total"] == 3
+    assert v.info["total"] == 3
 
 
 def test_partial_credit_is_the_fraction_of_asserts_passed():
     v = safe_verify(FAST, SQ, "def sq(x):\n    return x * x if x > 0 else 4\n")
     assert v.ok and v.score == pytest.approx(2 / 3) and not v.passed
-    assert [f["test"] for f in details(v)["failures"]] == ["line 3"]
+    assert [f["name"] for f in v.info["failures"]] == ["line 3"]
 
 
 def test_wrong_and_broken_solutions_score_zero():
@@ -42,7 +38,7 @@ def test_wrong_and_broken_solutions_score_zero():
 def test_syntax_error_is_reported_as_load_error():
     v = safe_verify(FAST, SQ, "def sq(x)\n    return x")
     assert v.ok and v.score == 0.0
-    assert "SyntaxError" in details(v)["load_error"]
+    assert "SyntaxError" in v.info["load_error"]
 
 
 def test_setup_statements_run_in_order_and_a_broken_setup_fails_the_rest():
@@ -50,7 +46,7 @@ def test_setup_statements_run_in_order_and_a_broken_setup_fails_the_rest():
     task = Task("t", "p", meta={"tests": tests, "entry_point": "sq"})
     assert safe_verify(FAST, task, "def sq(x):\n    return x * x\n").score == 1.0
     v = safe_verify(FAST, task, "def sq(x):\n    raise ValueError('no')\n")
-    assert v.ok and v.score == 0.0 and "set-up at line 1 failed" in details(v)["failures"][0]["error"]
+    assert v.ok and v.score == 0.0 and "set-up at line 1 failed" in v.info["failures"][0]["error"]
 
 
 def test_humaneval_check_style_counts_as_one_test():
@@ -58,8 +54,8 @@ def test_humaneval_check_style_counts_as_one_test():
     task = Task("t", "p", meta={"tests": tests, "entry_point": "sq"})
     good = safe_verify(FAST, task, "def sq(x):\n    return x * x\n")
     half = safe_verify(FAST, task, "def sq(x):\n    return 4\n")
-    assert (good.score, details(good)["total"]) == (1.0, 1)
-    assert (half.score, details(half)["total"]) == (0.0, 1)
+    assert (good.score, good.info["total"]) == (1.0, 1)
+    assert (half.score, half.info["total"]) == (0.0, 1)
 
 
 PYTEST_TESTS = """
@@ -89,12 +85,12 @@ def test_pytest_style_functions_parametrize_and_raises():
     task = Task("t", "p", meta={"tests": PYTEST_TESTS})
     good = "def div(a, b):\n    return a / b\n\ndef pair(a, b):\n    return (a, b)\n"
     v = safe_verify(FAST, task, good)
-    assert v.score == 1.0 and details(v)["total"] == 5
+    assert v.score == 1.0 and v.info["total"] == 5
     # a list is not a tuple, and a swallowed exception is not a raise
     bad = "def div(a, b):\n    return a / b if b else 0\n\ndef pair(a, b):\n    return [a, b]\n"
     v = safe_verify(FAST, task, bad)
     assert v.score == pytest.approx(2 / 5)
-    assert {f["test"] for f in details(v)["failures"]} == {"test_div_by_zero_raises", "test_pair[0]", "test_pair[1]"}
+    assert {f["name"] for f in v.info["failures"]} == {"test_div_by_zero_raises", "test_pair[0]", "test_pair[1]"}
 
 
 def test_keyword_arguments_and_plain_data_types_cross_the_boundary():
@@ -201,13 +197,13 @@ def test_split_check_counts_each_assert_statement():
     task = Task("t", "p", meta={"tests": tests, "entry_point": "sq", "split_check": True})
     assert safe_verify(FAST, task, "def sq(x):\n    return x * x\n").score == 1.0
     v = safe_verify(FAST, task, "def sq(x):\n    return x * x if x >= 0 else 0\n")
-    assert v.score == pytest.approx(2 / 3) and details(v)["total"] == 3
-    assert [f["test"] for f in details(v)["failures"]] == ["check line 6"]
+    assert v.score == pytest.approx(2 / 3) and v.info["total"] == 3
+    assert [f["name"] for f in v.info["failures"]] == ["check line 6"]
     # set-up inside check that fails takes the tests after it down, and only those
     tests = "def check(candidate):\n    assert candidate(1) == 1\n    y = candidate(0) + 'x'\n    assert candidate(2) == 4\n"
     task = Task("t", "p", meta={"tests": tests, "entry_point": "sq", "split_check": True})
     v = safe_verify(FAST, task, "def sq(x):\n    return x * x\n")
-    assert v.score == 0.5 and "not reached: TypeError" in details(v)["failures"][0]["error"]
+    assert v.score == 0.5 and "not reached: TypeError" in v.info["failures"][0]["error"]
 
 
 def test_identical_responses_are_judged_once_and_share_the_verdict(monkeypatch):
@@ -241,3 +237,24 @@ def test_a_batch_is_one_sandbox_execution_when_nothing_goes_wrong(sandbox_runs):
     responses = [f"def sq(x):\n    return x * x + {i} * 0\n" for i in range(6)]
     verdicts = score_sync(PythonTests(max_concurrency=1), [SQ] * 6, responses)
     assert [v.score for v in verdicts] == [1.0] * 6 and runs == [6]
+
+
+def test_details_are_a_short_text_and_info_the_structured_findings():
+    v = safe_verify(FAST, SQ, "def sq(x):\n    return x * x if x > 0 else 4\n")
+    assert v.details.startswith("2/3 tests passed; line 3: ") and "{" not in v.details
+    assert v.info["passed"] == 2 and v.info["total"] == 3 and v.info["failures"][0]["error"]
+    broken = safe_verify(FAST, SQ, "def sq(x)\n    return x")
+    assert broken.details.startswith("0/3 tests passed; the program did not load: SyntaxError")
+    assert "line 1:" not in broken.details and len(broken.info["failures"]) == 3  # said once; info keeps each
+    tests = "".join(f"assert candidate({i}) == {i * i}\n" for i in range(1, 7))
+    many = Task("m", "p", meta={"tests": tests, "entry_point": "sq"})
+    v = safe_verify(FAST, many, "def sq(x):\n    return 0\n")
+    assert v.details.startswith("0/6 tests passed;") and v.details.endswith("; 3 more failed")
+    assert len(v.info["failures"]) == 6
+
+
+def test_tests_text_without_a_total():
+    from posttrain.rewards.code import tests_text
+
+    assert tests_text({"passed": 0, "total": None, "failures": [], "error": "the harness ended"}) == \
+        "0 tests passed; the harness ended"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from posttrain.rewards import make_verifier, safe_verify, score_sync
 from posttrain.rewards.code import CCompiles, CompileError, PythonCompiles, compile_errors, parse_gcc_diagnostics
 from posttrain.types import Task, VerdictStatus
@@ -47,7 +45,7 @@ def test_python_compile_batch_keeps_order():
 def test_c_compiles_valid_program():
     v = safe_verify(CCompiles(), T, "```c\n#include <stdio.h>\nint main(void) { printf(\"hi\\n\"); return 0; }\n```")
     assert (v.status, v.score, v.passed) == (VerdictStatus.OK, 1.0, True)
-    assert json.loads(v.details)["errors"] == []
+    assert v.info["errors"] == [] and compile_errors(v) == []
 
 
 def test_c_compile_errors_are_structured():
@@ -87,3 +85,15 @@ def test_gcc_diagnostics_parser_on_json_then_linker_text():
     assert errors[0] == {"file": "main.c", "line": 3, "column": 5, "message": "boom", "severity": "error"}
     assert errors[1]["file"] == "main.c" and "undefined reference" in errors[1]["message"]
     assert len(errors) == 2 and warnings == []
+
+
+def test_compile_details_are_a_short_text_naming_the_first_diagnostic():
+    v = safe_verify(make_verifier("c_compiles"), T, "int main(void) {\n    int x = ;\n    return y;\n}\n")
+    assert v.details.startswith("compile error at main.c:2:13: ") and v.details.endswith("; 1 more error")
+    assert v.info["compiled"] is False and len(v.info["errors"]) == 2
+    ok = safe_verify(PythonCompiles(), T, "x = 1\n")
+    assert ok.details == "compiled" and ok.info == {"compiled": True, "errors": [], "warnings": []}
+    code = "x = 1\nif x is 1:\n    pass\n"
+    lax, strict = safe_verify(PythonCompiles(), T, code), safe_verify(PythonCompiles(werror=True), T, code)
+    assert lax.details.startswith("compiled with 1 warning: compile warning at solution.py:2: SyntaxWarning")
+    assert strict.details.startswith("warnings fail (werror): compile warning at solution.py:2")

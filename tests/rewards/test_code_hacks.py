@@ -7,8 +7,6 @@ error), and a control shows the same task passes with a correct solution.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from posttrain.rewards import safe_verify, score_sync
@@ -224,7 +222,8 @@ def f():
     slow = PythonTests(call_timeout_s=3.0, timeout_s=6.0)
     v = safe_verify(slow, task, hack)
     assert_no_credit(v)
-    assert "timed out" not in v.details and "load_error" not in v.details  # the scan ran to the end
+    assert "timed out" not in v.details and "load_error" not in v.info  # the scan ran to the end
+    assert not any("timed out" in f["error"] for f in v.info["failures"])
     # control: the same scan finds the secret when it is anywhere in the solution's process
     leaked = "# SECRET-' + 'MARKER-' + 'f00d\n" + hack
     assert safe_verify(slow, task, leaked).score == 1.0
@@ -254,7 +253,7 @@ def sq(x):
     verdicts = score_sync(PythonTests(call_timeout_s=1.0, timeout_s=4.0, batch_size=4, max_concurrency=1),
                           [task] * 4, [saboteur, good, good, good])
     assert [v.status for v in verdicts] == [VerdictStatus.OK] * 4
-    assert [v.score for v in verdicts] == [0.0, 1.0, 1.0, 1.0], [json.loads(v.details) for v in verdicts]
+    assert [v.score for v in verdicts] == [0.0, 1.0, 1.0, 1.0], [v.info for v in verdicts]
 
 
 @pytest.mark.parametrize("style", ["asserts", "check"])

@@ -181,3 +181,18 @@ def test_garbage_response_is_a_wrong_answer():
     r = make_verifier({"type": "rubric", "parts": [{"verifier": "math"}, {"verifier": "tags", "role": "process"}]})
     v = safe_verify(r, T, "\x00\ufffd}}{{<think><answer>")
     assert v.ok and v.score == 0.0 and not v.passed
+
+
+@dataclass
+class Finds(SyncVerifier):
+    name: str = "finds"
+
+    def verify(self, task, response):
+        return Verdict(0.0, False, details="2/3 tests passed", info={"passed": 2, "total": 3})
+
+
+def test_parts_structured_findings_are_kept_by_part_name():
+    r = Rubric([RubricPart(Fixed(1.0), name="answer"), RubricPart(Finds(), name="tests")])
+    v = safe_verify(r, T, "x")
+    assert v.info == {"tests": {"passed": 2, "total": 3}}  # parts without findings add nothing
+    assert "tests: 2/3 tests passed" in v.details

@@ -1,3 +1,4 @@
+import json
 import sqlite3
 
 from posttrain.store import RunStore, SampleRow
@@ -39,3 +40,53 @@ def test_readable_by_plain_sqlite_while_open(tmp_path):
         other = sqlite3.connect(path)
         assert other.execute("SELECT COUNT(*) FROM steps").fetchone()[0] == 1
         other.close()
+
+
+def test_verdict_info_is_stored_beside_details(tmp_path):
+    from posttrain.store import EvalSampleRow
+
+    info = {"passed": 2, "total": 3, "failures": [{"name": "line 3", "error": "assertion failed"}]}
+    with RunStore(tmp_path / "run.sqlite") as s:
+        s.log_step(1, {"reward": 0.5}, samples=[SampleRow(0, 0, "t1", "x", 1, "stop", 0.6, 0, "ok", "python_tests@x",
+                                                           "2/3 tests passed", 0, 0.1, info)])
+        s.log_eval_samples(1, "held_out", [EvalSampleRow("t1", 0, "x", 0.6, 0, "ok", "python_tests@x", "2/3 tests passed", info),
+                                           EvalSampleRow("t2", 0, "y", 1.0, 1, "ok", "exact@x", "")])
+        (stored,) = s.db.execute("SELECT info FROM samples").fetchone()
+        assert json.loads(stored) == info
+        by_task = {r["task_id"]: r for r in s.eval_samples("held_out")}
+        assert by_task["t1"]["info"] == info and by_task["t1"]["details"] == "2/3 tests passed"
+        assert by_task["t2"]["info"] == {}
+
+
+def test_a_store_from_before_info_is_migrated_and_its_rows_read_as_empty_info(tmp_path):
+    path = tmp_path / "run.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript("""
+CREATE TABLE samples (step INTEGER NOT NULL, group_idx INTEGER NOT NULL, sample_idx INTEGER NOT NULL,
+    task_id TEXT NOT NULL, completion TEXT NOT NULL, n_tokens INTEGER NOT NULL, finish TEXT NOT NULL,
+    score REAL, passed INTEGER, status TEXT NOT NULL, verifier TEXT NOT NULL, details TEXT NOT NULL,
+    policy_version INTEGER NOT NULL, PRIMARY KEY (step, group_idx, sample_idx));
+CREATE TABLE eval_samples (step INTEGER NOT NULL, name TEXT NOT NULL, task_id TEXT NOT NULL, sample_idx INTEGER NOT NULL,
+    response TEXT NOT NULL, score REAL, passed INTEGER, status TEXT NOT NULL, verifier TEXT NOT NULL, details TEXT NOT NULL,
+    PRIMARY KEY (step, name, task_id, sample_idx));
+INSERT INTO samples VALUES (1, 0, 0, 't', 'x', 1, 'stop', 1.0, 1, 'ok', 'exact@x', '', 0);
+INSERT INTO eval_samples VALUES (1, 'held_out', 't', 0, 'x', 1.0, 1, 'ok', 'exact@x', '{"passed": 1}');
+""")
+    old.commit()
+    old.close()
+    with RunStore(path) as s:
+        assert s.db.execute("SELECT latency_s, info FROM samples").fetchone() == (None, "{}")
+        (row,) = s.eval_samples()
+        assert row["info"] == {} and row["details"] == '{"passed": 1}'  # old details kept as they were
+        s.log_step(2, {"r": 1.0}, samples=[SampleRow(0, 0, "t", "x", 1, "stop", 1.0, 1, "ok", "e@x", "", 0, None, {"k": 1})])
+        assert json.loads(s.db.execute("SELECT info FROM samples WHERE step = 2").fetchone()[0]) == {"k": 1}
+
+
+def test_a_trajectory_row_carries_its_verdicts_info():
+    from posttrain.types import Completion, FinishReason, Task, Trajectory, Verdict
+
+    c = Completion([1, 2], "x", [0.0, 0.0], FinishReason.STOP)
+    t = Trajectory.single_turn(Task("t", "p"), [5], c, Verdict(0.5, False, details="1/2 tests passed", info={"passed": 1}))
+    row = SampleRow.of(0, 1, t)
+    assert (row.details, row.info) == ("1/2 tests passed", {"passed": 1})
+    assert SampleRow.of(0, 2, Trajectory.single_turn(Task("t", "p"), [5], c)).info == {}

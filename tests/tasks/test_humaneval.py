@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
@@ -40,7 +39,7 @@ def test_whole_program_responses_and_wrong_completions(suite):
     wrong = ["    return None\n"] * len(tasks)
     verdicts = score_sync(suite.verifier, tasks + tasks, whole + wrong)
     assert [v.score for v in verdicts] == [1.0] * 4 + [0.0] * 4
-    assert all(json.loads(v.details)["total"] == 1 for v in verdicts)
+    assert all(v.info["total"] == 1 for v in verdicts)
 
 
 def test_limit_option():
@@ -64,5 +63,5 @@ def test_split_check_gives_partial_credit():
     suite = load_domain("humaneval", limit=13, split_check=True).suite()
     task = suite.tasks[12]  # HumanEval/12 longest: None for [], else the first longest string
     v = score_sync(suite.verifier, [task, task], [task.answer, "    return None\n"])
-    assert v[0].score == 1.0 and json.loads(v[0].details)["total"] == 3
+    assert v[0].score == 1.0 and v[0].info["total"] == 3
     assert 0.0 < v[1].score < 1.0

@@ -108,7 +108,7 @@ def _record(task: Task, repeat: int, j: int, c: Completion, v: Verdict, tokens_i
             tokens_out: float | None, latency: float) -> SampleRecord:
     return SampleRecord(
         task_id=task.id, response=c.text, score=float(v.score), passed=bool(v.passed), status=v.status.value,
-        verifier=v.verifier, details=v.details, sample=j, repeat=repeat, tokens_in=tokens_in,
+        verifier=v.verifier, details=v.details, info=dict(v.info), sample=j, repeat=repeat, tokens_in=tokens_in,
         tokens_out=tokens_out, latency_s=latency, verify_s=v.latency_s, finish=c.finish_reason.value,
     )
 
@@ -203,11 +203,12 @@ def regrade(suite: Any, records: Sequence[SampleRecord], timeout: float | None =
     out = []
     for r, v in zip(known, verdicts):
         out.append(SampleRecord(**{**asdict(r), "score": float(v.score), "passed": bool(v.passed), "status": v.status.value,
-                                   "verifier": v.verifier, "details": v.details, "verify_s": v.latency_s}))
+                                   "verifier": v.verifier, "details": v.details, "info": dict(v.info),
+                                   "verify_s": v.latency_s}))
     for r in records:
         if r.task_id not in by_id:
             out.append(SampleRecord(**{**asdict(r), "score": 0.0, "passed": False, "status": "error",
-                                       "details": f"task {r.task_id!r} is not in suite {suite.name!r}"}))
+                                       "details": f"task {r.task_id!r} is not in suite {suite.name!r}", "info": {}}))
     return out
 
 

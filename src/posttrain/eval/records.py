@@ -1,6 +1,6 @@
 """What an evaluation leaves on disk: one record per sampled response, appended as it is graded.
 
-Covers: `SampleRecord` (a response, its verdict, tokens, latency),
+Covers: `SampleRecord` (a response, its verdict with the verifier's structured findings, tokens, latency),
 `EvalRun` (the run's settings plus its records), and the directory layout
 `posttrain eval --out DIR` writes:
 
@@ -11,7 +11,8 @@ Covers: `SampleRecord` (a response, its verdict, tokens, latency),
 
 Appending per batch is what makes an eval resumable (finished samples are
 read back and skipped) and re-gradable (`--rescore` needs only the
-responses). A torn last line from a crash is ignored on reading.
+responses). A torn last line from a crash is ignored on reading. Records written before `info` existed read
+with an empty `info` (their `details` as they were).
 Does not cover: computing metrics (see `summary.py`) or running models.
 """
 
@@ -42,7 +43,8 @@ class SampleRecord:
     passed: bool
     status: str = "ok"  # VerdictStatus value: ok, error, timeout
     verifier: str = ""  # name@version-hash of the checking code
-    details: str = ""
+    details: str = ""  # the verdict's text for people
+    info: dict[str, Any] = field(default_factory=dict)  # the verdict's structured findings (`Verdict.info`)
     sample: int = 0
     repeat: int = 0
     tokens_in: int | None = None
@@ -71,6 +73,8 @@ class SampleRecord:
         d = {k: v for k, v in d.items() if k in known}
         if d.get("score") is None:
             d["score"] = 0.0
+        if not isinstance(d.get("info"), dict):  # absent (a record from before `info`) or null
+            d["info"] = {}
         return cls(**d)
 
 

@@ -4,7 +4,8 @@ Covers: summary tables (pass@k with intervals, cost, latency); inline SVG
 figures (pass@k against k, per-task pass rates, accuracy against cost and
 latency, a run's learning curves and held-out series); regressions (each
 further eval against the first, and tasks a run stopped solving); and a
-drill-down into individual responses with their verdicts, filterable by a
+drill-down into individual responses with their verdicts (details, and the
+verifier's structured `info` when it has any), filterable by a
 few lines of inline JavaScript. Every piece of model or task text is
 HTML-escaped; the page references no external URL.
 Does not cover: computing metrics (it calls `summary`, `compare` and the
@@ -221,7 +222,9 @@ def _samples(rows: list[dict[str, Any]], prompts: dict[str, str], source: str) -
             + (f'<div class="muted">prompt</div><pre>{esc(prompt)}</pre>' if prompt else "")
             + f'<div class="muted">response</div><pre>{esc(r["response"])}</pre>'
             f'<div class="muted">verdict details ({esc(r.get("verifier", ""))})</div><pre>{esc(r.get("details", ""))}</pre>'
-            "</details></td></tr>")
+            + (f'<div class="muted">verdict info</div><pre class="info">'
+               f'{esc(json.dumps(r["info"], indent=1, ensure_ascii=False))}</pre>' if r.get("info") else "")
+            + "</details></td></tr>")
     more = f'<p class="muted">{len(rows) - MAX_SAMPLES} more responses of {esc(source)} not shown</p>' if len(rows) > MAX_SAMPLES else ""
     return "".join(out) + (f"<tr><td colspan=6>{more}</td></tr>" if more else "")
 

@@ -13,6 +13,7 @@ Does not cover: when to evaluate (the trainer's `eval_every`).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
@@ -37,7 +38,7 @@ def evaluate_in_training(engine: Any, suite: Any, name: str, store: RunStore, st
     metrics["regressed_tasks"] = len(lost)
     store.log_eval(step, name, metrics, per_task)
     store.log_eval_samples(step, name, [EvalSampleRow(r.task_id, r.sample, r.response, r.score, int(r.passed), r.status,
-                                                      r.verifier, r.details) for r in run.records])
+                                                      r.verifier, r.details, r.info) for r in run.records])
     return metrics
 
 
@@ -81,8 +82,8 @@ def eval_samples(store: RunStore, limit: int = 3000) -> list[dict[str, Any]]:
 def rollout_samples(store: RunStore, limit: int = 500) -> list[dict[str, Any]]:
     """The newest step's training rollouts (completion and verdict), shaped like `eval_samples`."""
     rows = store.db.execute(
-        "SELECT step, group_idx, sample_idx, task_id, completion, score, passed, status, verifier, details FROM samples "
+        "SELECT step, group_idx, sample_idx, task_id, completion, score, passed, status, verifier, details, info FROM samples "
         "WHERE step = (SELECT MAX(step) FROM samples) ORDER BY group_idx, sample_idx LIMIT ?", (limit,))
     return [{"task_id": t, "response": c, "score": sc, "passed": bool(p), "status": st, "verifier": v, "details": d,
-             "where": f"rollout @ step {s} g{g} s{j}"} for s, g, j, t, c, sc, p, st, v, d in rows]
+             "info": json.loads(i), "where": f"rollout @ step {s} g{g} s{j}"} for s, g, j, t, c, sc, p, st, v, d, i in rows]
 

@@ -7,7 +7,13 @@ Covers:
   HumanEval's ``check(candidate)``, top-level asserts, or pytest-style ``test_*`` functions
   (``meta["test_style"]``, auto-detected by default). Score = fraction of tests passed.
 - `PythonCompiles` (``python_compiles``) and `CCompiles` (``c_compiles``): 1.0 when the code
-  compiles; the diagnostics go to ``Verdict.details`` as JSON (`compile_errors` reads them back).
+  compiles.
+
+What a verdict says: ``Verdict.info`` holds the structured findings (`PythonTestsInfo`: tests
+passed and total, each failure's name and error, a load error; `CompileInfo`: each diagnostic's
+file, line, column, severity and message, which `compile_errors` reads back), ``Verdict.details``
+a short text for people ("2/3 tests passed; line 3: assertion failed ..."). Programs read
+``info``, never ``details``.
 
 Security model (tests): the outcome is never read from anything the solution can write.
 Inside the sandbox the trusted harness (`_code_harness.py`) runs the tests in its own,
@@ -30,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
+import copy
 import dataclasses
 import hashlib
 import json
@@ -151,7 +158,7 @@ def _sandbox_or_error(n: int) -> tuple[Any, list[Verdict] | None]:
 
 
 def _infra_error(msg: str) -> Verdict:
-    return Verdict(0.0, False, VerdictStatus.ERROR, details=json.dumps({"error": msg}))
+    return Verdict(0.0, False, VerdictStatus.ERROR, details=msg, info={"error": msg})
 
 
 # ----------------------------------------------------------------------------- unit tests
@@ -235,7 +242,8 @@ class PythonTests:
                         out[i] = v
         for i, j in copies:
             src = out[j]
-            out[i] = None if src is None else dataclasses.replace(src, breakdown=dict(src.breakdown))
+            out[i] = None if src is None else dataclasses.replace(src, breakdown=dict(src.breakdown),
+                                                                  info=copy.deepcopy(src.info))
         return [v if v is not None else _infra_error("no verdict") for v in out]
 
     async def _run_chunk(self, sandbox, chunk: list[tuple[int, Item]], sem: asyncio.Semaphore
@@ -270,8 +278,8 @@ class PythonTests:
             (i, _), = missing
             why = f"the harness ended without a report (sandbox status {res.status.value}); " \
                   "the solution killed it, or exhausted the time or memory of the whole run"
-            details = json.dumps({"passed": 0, "total": None, "error": why})
-            done.append((i, Verdict(0.0, False, VerdictStatus.OK, details=details)))
+            info: PythonTestsInfo = {"passed": 0, "total": None, "failures": [], "error": why}
+            done.append((i, Verdict(0.0, False, VerdictStatus.OK, details=tests_text(info), info=dict(info))))
         return done
 
 
@@ -325,20 +333,66 @@ def parse_reports(stdout: str, nonce: str) -> dict[str, Any]:
     return out
 
 
+class FailedTest(TypedDict):
+    name: str
+    error: str
+    """Empty after the first 20 failures (the harness keeps its report small)."""
+
+
+class PythonTestsInfo(TypedDict):
+    """What `PythonTests` puts in ``Verdict.info``."""
+
+    passed: int
+    total: int | None
+    """None when the harness could not tell (it ended without a report)."""
+    failures: list[FailedTest]
+    """The first 20 failed tests, in order."""
+    load_error: NotRequired[str]
+    """The program did not load (every test then fails)."""
+    error: NotRequired[str]
+    """Why the run ended early (the time budget, a killed harness); in an ERROR verdict, what failed."""
+
+
+_SHOWN_FAILURES = 3  # failures spelled out in `details`; `info` has the first 20
+_SHOWN_CHARS = 200  # of each error text in `details`
+
+
+def _clip(text: str, n: int = _SHOWN_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def tests_text(info: PythonTestsInfo) -> str:
+    """The people's version of a `PythonTestsInfo`: "2/3 tests passed; line 3: assertion failed at tests line 3"."""
+    total = info["total"]
+    parts = [f"{info['passed']}/{total} tests passed" if total is not None else f"{info['passed']} tests passed"]
+    failures = info["failures"]
+    if info.get("load_error"):  # every test failed the same way: say why once
+        parts.append(f"the program did not load: {_clip(info['load_error'])}")
+    else:
+        parts += [f"{f['name']}: {_clip(f['error'])}" if f["error"] else f["name"] for f in failures[:_SHOWN_FAILURES]]
+        failed = (total - info["passed"]) if total is not None else len(failures)
+        if failed > _SHOWN_FAILURES:
+            parts.append(f"{failed - _SHOWN_FAILURES} more failed")
+    if info.get("error"):
+        parts.append(_clip(info["error"], 400))
+    return "; ".join(parts)
+
+
 def verdict_from_report(rep: Report) -> Verdict:
     tests = rep.get("tests") or []
     if rep.get("harness_error"):
         return _infra_error(str(rep.get("harness_error")))
     total = int(rep.get("total") or len(tests))
     passed = sum(1 for t in tests if t["passed"])
-    failures = [{"test": t["name"], "error": t["error"]} for t in tests if not t["passed"]][:20]
-    details: dict[str, Any] = {"passed": passed, "total": total, "failures": failures}
+    failures: list[FailedTest] = [{"name": t["name"], "error": t["error"]} for t in tests if not t["passed"]][:20]
+    info: PythonTestsInfo = {"passed": passed, "total": total, "failures": failures}
     if rep.get("load_error"):
-        details["load_error"] = rep["load_error"]
+        info["load_error"] = str(rep["load_error"])
     if rep.get("deadline"):
-        details["error"] = "the response's time budget ran out; unrun tests count as failed"
+        info["error"] = "the response's time budget ran out; unrun tests count as failed"
     score = passed / total if total else 0.0
-    return Verdict(score, total > 0 and passed == total, VerdictStatus.OK, details=json.dumps(details))
+    return Verdict(score, total > 0 and passed == total, VerdictStatus.OK, details=tests_text(info), info=dict(info))
 
 
 @register_verifier("python_tests")
@@ -360,19 +414,46 @@ class CompileError:
     severity: str = "error"  # "error" | "warning"
 
 
+class CompileInfo(TypedDict):
+    """What `PythonCompiles` and `CCompiles` put in ``Verdict.info``: `CompileError` fields per diagnostic."""
+
+    compiled: bool
+    errors: list[dict[str, Any]]
+    warnings: list[dict[str, Any]]
+
+
 def compile_errors(verdict: Verdict) -> list[CompileError]:
-    """The diagnostics a compile verifier put in ``verdict.details`` (errors, then warnings)."""
-    try:
-        d = json.loads(verdict.details)
-    except ValueError:
-        return []
-    return [CompileError(**e) for e in d.get("errors", []) + d.get("warnings", [])]
+    """The diagnostics a compile verifier put in ``verdict.info`` (errors, then warnings); none for other verdicts."""
+    info = verdict.info
+    return [CompileError(**e) for e in list(info.get("errors", [])) + list(info.get("warnings", []))]
+
+
+def _where(d: dict[str, Any]) -> str:
+    return ":".join(str(x) for x in (d.get("file"), d.get("line"), d.get("column")) if x is not None)
+
+
+def compile_text(info: CompileInfo, werror: bool = False) -> str:
+    """The people's version of a `CompileInfo`: "compile error at main.c:3:5: 'y' undeclared; 1 more error"."""
+    def one(d: dict[str, Any]) -> str:
+        where = _where(d)
+        return f"compile {d.get('severity', 'error')}{f' at {where}' if where else ''}: {_clip(str(d.get('message', '')))}"
+
+    errors, warnings = info["errors"], info["warnings"]
+    if errors:
+        more = f"; {len(errors) - 1} more error{'s' if len(errors) > 2 else ''}" if len(errors) > 1 else ""
+        return one(errors[0]) + more
+    if not warnings:
+        return "compiled"
+    if werror:
+        more = f"; {len(warnings) - 1} more" if len(warnings) > 1 else ""
+        return f"warnings fail (werror): {one(warnings[0])}{more}"
+    return f"compiled with {len(warnings)} warning{'s' if len(warnings) > 1 else ''}: {one(warnings[0])}"
 
 
 def _compile_verdict(ok: bool, errors: list[dict], warnings: list[dict], werror: bool) -> Verdict:
     passed = ok and not (werror and warnings)
-    return Verdict(float(passed), passed, VerdictStatus.OK,
-                   details=json.dumps({"compiled": ok, "errors": errors, "warnings": warnings}))
+    info: CompileInfo = {"compiled": ok, "errors": errors, "warnings": warnings}
+    return Verdict(float(passed), passed, VerdictStatus.OK, details=compile_text(info, werror), info=dict(info))
 
 
 class CompileJob(TypedDict):

@@ -14,7 +14,8 @@ concurrently and combines their verdicts:
   that status (ERROR before TIMEOUT), so an infrastructure failure is never
   scored; an *optional* part that fails is left out and the weights of the
   rest renormalise; if no part with a weight ran, the verdict is an ERROR;
-- breakdown: each part's score by name; details: the failing parts' details.
+- breakdown: each part's score by name; details: the failing parts' details;
+  info: each part's structured findings (`Verdict.info`) by name, for the parts that have any.
 
 Concurrency: asynchronous parts (a judge, sandboxed tests) overlap with each
 other and with the synchronous ones (answers, formats), which run in turn
@@ -138,11 +139,12 @@ class Rubric:
             if not v.passed and v.details:
                 notes.append(f"{part.name}: {v.details}")
         details = "; ".join(notes)
+        info: dict[str, Any] = {p.name: v.info for p, v in zip(self.parts, verdicts, strict=True) if v.info}
         if failed_status is not None or weight <= 0:
             status = failed_status or VerdictStatus.ERROR
             if failed_status is None:
                 details = "; ".join(["no weighted rubric part ran", *notes])
-            return Verdict(0.0, False, status, details=details, breakdown=breakdown)
+            return Verdict(0.0, False, status, details=details, breakdown=breakdown, info=info)
         value = 0.0 if gated else total / weight
         outcome = [v for p, v in ran if p.role == "outcome"] or [v for _, v in ran]
         passed = all(v.passed for v in outcome) and not gated
@@ -150,7 +152,7 @@ class Rubric:
             passed = passed and value >= self.pass_threshold
         if gated:
             details = "gate failed: score 0; " + details
-        return Verdict(value, passed, details=details, breakdown=breakdown)
+        return Verdict(value, passed, details=details, breakdown=breakdown, info=info)
 
 
 def _part(raw: Any, index: int) -> RubricPart:

@@ -68,8 +68,8 @@ if TYPE_CHECKING:
         ro_binds: list[str]
         """Host paths bound read-only at the same path in the server's root."""
         rebinds: list[str]
-        """Those of ``ro_binds`` that lie under a path each task mounts fresh (``/tmp``, ``/dev/shm``):
-        bound again, read-only, inside each task's fresh mount (a virtual environment in /tmp)."""
+        """Those of ``ro_binds`` under ``/tmp``, which each task mounts fresh (``sandbox.REBOUND_MOUNTS``):
+        bound again, read-only, inside each task's fresh ``/tmp`` (a virtual environment there)."""
         symlinks: dict[str, str]
         preload: list[str]
         manager: str
@@ -238,8 +238,8 @@ def _task_main(req: ExecRequest, fds: list[int], seccomp_program: bytes | None, 
         sc.sethostname("sandbox")
         flags = sc.MS_NOSUID | sc.MS_NODEV
         sc.mount("proc", "/proc", "proc", flags | sc.MS_NOEXEC)
-        # Runtimes under /tmp or /dev/shm (a virtual environment in /tmp): held before the fresh
-        # mounts cover them, then bound again, read-only, at the same path inside them.
+        # Runtimes under /tmp (a virtual environment there; the manager sends only those): held
+        # before the fresh mounts cover them, then bound again, read-only, at the same path inside.
         held = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC), os.statvfs(path).f_flag) for path in rebinds]
         sc.mount("tmpfs", "/tmp", "tmpfs", flags, f"mode=1777,size={disk}")
         sc.mount("tmpfs", "/dev/shm", "tmpfs", flags | sc.MS_NOEXEC, f"mode=1777,size={disk}")

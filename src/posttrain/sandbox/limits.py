@@ -1,7 +1,7 @@
 """Quotas for one execution, validated at construction.
 
 Covers: the numbers a caller can set and how they map to mechanisms (cgroup first, rlimit
-as a second layer). Does not cover: enforcement (``_server.py``, ``cgroups.py``, ``sandbox.py``).
+as a second layer). Does not cover: enforcement (``_server.py``, ``cgroups.py``, ``supervise.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The embedded run store: one SQLite file per run.
 
 Covers: the run's config and code version; per-step metrics; per-group
-rewards; every sampled completion with its verdict and the verifier's latency; held-out evaluations
+rewards; every sampled completion with its verdict (details for people, `info` as JSON for
+programs) and the verifier's latency; held-out evaluations
 (metrics, per-task pass rates, and their responses in `eval_samples`);
 the checkpoint index; and truncation after a step, so a resumed run never
 holds rows from the steps it is about to redo.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -39,7 +40,7 @@ CREATE TABLE IF NOT EXISTS samples (
     step INTEGER NOT NULL, group_idx INTEGER NOT NULL, sample_idx INTEGER NOT NULL,
     task_id TEXT NOT NULL, completion TEXT NOT NULL, n_tokens INTEGER NOT NULL, finish TEXT NOT NULL,
     score REAL, passed INTEGER, status TEXT NOT NULL, verifier TEXT NOT NULL, details TEXT NOT NULL,
-    policy_version INTEGER NOT NULL, latency_s REAL,
+    policy_version INTEGER NOT NULL, latency_s REAL, info TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (step, group_idx, sample_idx)
 );
 CREATE TABLE IF NOT EXISTS evals (
@@ -52,6 +53,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS eval_samples (
     step INTEGER NOT NULL, name TEXT NOT NULL, task_id TEXT NOT NULL, sample_idx INTEGER NOT NULL,
     response TEXT NOT NULL, score REAL, passed INTEGER, status TEXT NOT NULL, verifier TEXT NOT NULL, details TEXT NOT NULL,
+    info TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (step, name, task_id, sample_idx)
 );
 """
@@ -75,6 +77,11 @@ class SampleRow:
     details: str
     policy_version: int
     latency_s: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # the verdict's structured findings (`Verdict.info`)
+
+    def values(self) -> tuple:
+        """The row's column values, `info` as JSON."""
+        return (*astuple(self)[:-1], json.dumps(self.info))
 
     @classmethod
     def of(cls, group_idx: int, sample_idx: int, t: Trajectory) -> "SampleRow":
@@ -86,7 +93,7 @@ class SampleRow:
             group_idx, sample_idx, t.task.id, c.text, t.sampled_tokens, c.finish_reason.value,
             v.score if v is not None else None, int(v.passed) if v is not None else None, status,
             v.verifier if v is not None else "", v.details if v is not None else "", c.policy_version,
-            v.latency_s if v is not None else None,
+            v.latency_s if v is not None else None, dict(v.info) if v is not None else {},
         )
 
 
@@ -102,6 +109,11 @@ class EvalSampleRow:
     status: str
     verifier: str
     details: str
+    info: dict[str, Any] = field(default_factory=dict)  # the verdict's structured findings (`Verdict.info`)
+
+    def values(self) -> tuple:
+        """The row's column values, `info` as JSON."""
+        return (*astuple(self)[:-1], json.dumps(self.info))
 
 
 class RunStore:
@@ -123,11 +135,15 @@ class RunStore:
         self._migrate()
 
     def _migrate(self) -> None:
-        """Columns added since a store was created (a resumed older run): per-sample verifier latency."""
-        cols = {row[1] for row in self.db.execute("PRAGMA table_info(samples)")}
-        if "latency_s" not in cols:
-            with self.db:
-                self.db.execute("ALTER TABLE samples ADD COLUMN latency_s REAL")
+        """Columns added since a store was created (a resumed older run, an older run read by a report):
+        per-sample verifier latency, and the verdicts' structured findings (rows from before read as `{}`)."""
+        added = (("samples", "latency_s", "REAL"), ("samples", "info", "TEXT NOT NULL DEFAULT '{}'"),
+                 ("eval_samples", "info", "TEXT NOT NULL DEFAULT '{}'"))
+        for table, column, decl in added:
+            cols = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+            if column not in cols:
+                with self.db:
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
         self.db.close()
@@ -176,9 +192,9 @@ class RunStore:
             )
             self.db.executemany(
                 "INSERT OR REPLACE INTO samples(step, group_idx, sample_idx, task_id, completion, n_tokens, finish,"
-                " score, passed, status, verifier, details, policy_version, latency_s)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(step, *astuple(row)) for row in samples],
+                " score, passed, status, verifier, details, policy_version, latency_s, info)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(step, *row.values()) for row in samples],
             )
 
     def log_eval(self, step: int, name: str, metrics: dict[str, float], per_task: dict[str, float]) -> None:
@@ -192,8 +208,9 @@ class RunStore:
         """An evaluation's responses."""
         with self.db:
             self.db.executemany(
-                "INSERT OR REPLACE INTO eval_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(step, name, *astuple(r)) for r in rows],
+                "INSERT OR REPLACE INTO eval_samples(step, name, task_id, sample_idx, response, score, passed, status,"
+                " verifier, details, info) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(step, name, *r.values()) for r in rows],
             )
 
     def log_checkpoint(self, step: int, path: str) -> None:
@@ -227,14 +244,15 @@ class RunStore:
         return [(s, n, json.loads(p)) for s, n, p in rows if name is None or n == name]
 
     def eval_samples(self, name: str | None = None, step: int | None = None, limit: int = -1) -> list[dict[str, Any]]:
-        """Stored evaluation responses (newest step first), as dicts."""
-        cols = ("step", "name", "task_id", "sample_idx", "response", "score", "passed", "status", "verifier", "details")
+        """Stored evaluation responses (newest step first), as dicts (`info` parsed)."""
+        cols = ("step", "name", "task_id", "sample_idx", "response", "score", "passed", "status", "verifier", "details",
+                "info")
         rows = self.db.execute(
             f"SELECT {', '.join(cols)} FROM eval_samples WHERE (? IS NULL OR name = ?) AND (? IS NULL OR step = ?) "
             "ORDER BY step DESC, name, task_id, sample_idx LIMIT ?",
             (name, name, step, step, limit),
         )
-        return [dict(zip(cols, r)) for r in rows]
+        return [{**dict(zip(cols, r)), "info": json.loads(r[-1])} for r in rows]
 
     def checkpoints(self) -> list[tuple[int, str]]:
         return list(self.db.execute("SELECT step, path FROM checkpoints ORDER BY step"))
