@@ -36,8 +36,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
-import copy
-import dataclasses
 import hashlib
 import json
 import marshal
@@ -49,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
+from posttrain.rewards.dedup import distinct, fan_out
 from posttrain.rewards.registry import register_verifier
 from posttrain.types import Task, Verdict, VerdictStatus
 
@@ -217,33 +216,23 @@ class PythonTests:
                 "timeout_s": float(task.meta.get("timeout_s", self.timeout_s)),
             }))
         # Identical responses to the same task (common in a sampled group) are judged once.
-        first: dict[str, int] = {}
-        copies: list[tuple[int, int]] = []
-        unique: list[tuple[int, Item]] = []
-        for i, item in items:
-            key = json.dumps({k: v for k, v in item.items() if k != "id"}, sort_keys=True)
-            if key in first:
-                copies.append((i, first[key]))
-            else:
-                first[key] = i
-                unique.append((i, item))
-        items = unique
-        if items:
-            sandbox, errors = _sandbox_or_error(len(items))
+        unique_at, slots = distinct([json.dumps({k: v for k, v in item.items() if k != "id"}, sort_keys=True)
+                                     for _, item in items])
+        unique = [items[n] for n in unique_at]
+        judged: dict[int, Verdict] = {}
+        if unique:
+            sandbox, errors = _sandbox_or_error(len(unique))
             if errors is not None:
-                for (i, _), v in zip(items, errors):
-                    out[i] = v
+                judged = {i: v for (i, _), v in zip(unique, errors)}
             else:
                 sem = asyncio.Semaphore(self.max_concurrency)
-                size = max(1, min(self.batch_size, -(-len(items) // self.max_concurrency)))
-                chunks = [items[k:k + size] for k in range(0, len(items), size)]
+                size = max(1, min(self.batch_size, -(-len(unique) // self.max_concurrency)))
+                chunks = [unique[k:k + size] for k in range(0, len(unique), size)]
                 for verdicts in await asyncio.gather(*(self._run_chunk(sandbox, c, sem) for c in chunks)):
-                    for i, v in verdicts:
-                        out[i] = v
-        for i, j in copies:
-            src = out[j]
-            out[i] = None if src is None else dataclasses.replace(src, breakdown=dict(src.breakdown),
-                                                                  info=copy.deepcopy(src.info))
+                    judged.update(verdicts)
+        firsts = [judged.get(i) or _infra_error("no verdict") for i, _ in unique]
+        for (i, _), v in zip(items, fan_out(firsts, slots)):
+            out[i] = v
         return [v if v is not None else _infra_error("no verdict") for v in out]
 
     async def _run_chunk(self, sandbox, chunk: list[tuple[int, Item]], sem: asyncio.Semaphore
