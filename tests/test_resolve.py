@@ -76,8 +76,8 @@ def test_endpoint_model_through_the_openai_engine():
     assert resolved.info["served_model"] == "fake-model"
     suite = load_domain("arith:add", limit=5).suite()
     run = evaluate(resolved.engine, suite, EvalSpec(model="http://fake.local/v1", suite="arith:add", max_tokens=8))
-    s = run.meta["summary"]
-    assert s["pass@1"] == 1.0 and s["tokens_in"] == 5 * 7 and s["tokens_out"] == 5 * 2 and s["latency_p50"] > 0
+    s = run.summary
+    assert s.pass_at[1].value == 1.0 and s.tokens_in == 5 * 7 and s.tokens_out == 5 * 2 and s.latency.p50 > 0
 
 
 def test_cli_repeat_reports_flakiness(tmp_path, tiny_model_dir):

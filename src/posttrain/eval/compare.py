@@ -20,6 +20,7 @@ from typing import Any
 
 from posttrain.eval.metrics import Interval, Price
 from posttrain.eval.records import EvalRun
+from posttrain.eval.results import EvalSummary
 from posttrain.eval.stats import (
     benjamini_hochberg,
     fisher_exact,
@@ -76,9 +77,16 @@ class Comparison:
         return d
 
 
-_SIDE_KEYS = ("pass@1", "mean_score", "cost", "cost_per_task", "cost_per_solved", "solved_per_cost",
-              "tokens_in", "tokens_out", "latency_p50", "latency_p95", "task_latency_p50", "task_latency_p95",
-              "success_latency_p50", "success_latency_p95", "seconds_per_solved")
+def side_figures(s: EvalSummary) -> dict[str, float]:
+    """One side's accuracy, cost and latency figures, under the names `compare --json` has always used."""
+    return {
+        "pass@1": s.pass1, "mean_score": s.mean_score.value, "cost": s.cost, "cost_per_task": s.cost_per_task,
+        "cost_per_solved": s.cost_per_solved, "solved_per_cost": s.solved_per_cost, "tokens_in": s.tokens_in,
+        "tokens_out": s.tokens_out, "latency_p50": s.latency.p50, "latency_p95": s.latency.p95,
+        "task_latency_p50": s.task_latency.p50, "task_latency_p95": s.task_latency.p95,
+        "success_latency_p50": s.success_latency.p50, "success_latency_p95": s.success_latency.p95,
+        "seconds_per_solved": s.seconds_per_solved,
+    }
 
 
 def _counts(run: EvalRun) -> dict[str, tuple[int, int]]:
@@ -134,7 +142,7 @@ def compare(
     sides = {}
     for side, run, price in (("A", a, prices[0]), ("B", b, prices[1])):
         s = summarize([r for r in run.records if r.task_id in keep], [1], price)
-        sides[side] = {"name": run.name, **{k: s[k] for k in _SIDE_KEYS}}
+        sides[side] = {"name": run.name, **side_figures(s)}
     return Comparison(
         a=a.name, b=b.name, suite=str(suite_a), alpha=alpha, n_paired=len(paired),
         only_a=sorted(set(ca) - set(cb)), only_b=sorted(set(cb) - set(ca)),
