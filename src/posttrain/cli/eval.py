@@ -94,7 +94,9 @@ def eval_cmd(
     temperature: float = typer.Option(0.0, "--temperature", "-t", min=0.0, help="Sampling temperature (0: greedy)."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed (per chunk of tasks, so results do not depend on resumes)."),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion length cap."),
+    max_tokens: Optional[int] = typer.Option(
+        None, "--max-tokens", min=1, help="Completion length cap (default: the suite's own, e.g. 8 for arith:add, 512 for humaneval)."
+    ),
     repeat: int = typer.Option(
         1, "--repeat", min=1, help="Run the eval R times with the same seeds; reports each task's flip rate."
     ),
@@ -142,7 +144,8 @@ def eval_cmd(
                 return
             if suite is None:
                 raise UserError("eval: --suite is required")
-            loaded = load_domain(suite, **options).suite()
+            domain = load_domain(suite, **options)
+            loaded = domain.suite()
             if isinstance(loaded.verifier, Prewarmable):
                 loaded.verifier.prewarm()  # start the verifier's sandbox while the responses load
             if responses is not None:
@@ -166,8 +169,10 @@ def eval_cmd(
                 return
             from posttrain.resolve import resolve_model
 
+            # the domain's default is the one training samples with: an arithmetic answer needs 8 tokens, not 256
+            cap = max_tokens if max_tokens is not None else domain.sampling.max_tokens
             spec = EvalSpec(model=model, suite=suite, n=samples, ks=k_values, temperature=temperature, top_p=top_p,
-                            max_tokens=max_tokens, seed=seed, repeat=repeat, batch=batch, suite_options=options,
+                            max_tokens=cap, seed=seed, repeat=repeat, batch=batch, suite_options=options,
                             verify_timeout_s=verify_timeout, label=label)
             resolved = resolve_model(model, seed=seed)
             out = out or Path("evals") / f"{slug(suite)}-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"
