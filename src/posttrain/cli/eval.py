@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -95,7 +96,8 @@ def eval_cmd(
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed (per chunk of tasks, so results do not depend on resumes)."),
     max_tokens: Optional[int] = typer.Option(
-        None, "--max-tokens", min=1, help="Completion length cap (default: the suite's own, e.g. 8 for arith:add, 512 for humaneval)."
+        None, "--max-tokens", min=1,
+        help="Completion length cap (default: the suite's own, e.g. 8 for arith:add, 512 for humaneval).",
     ),
     repeat: int = typer.Option(
         1, "--repeat", min=1, help="Run the eval R times with the same seeds; reports each task's flip rate."
@@ -175,6 +177,8 @@ def eval_cmd(
                             max_tokens=cap, seed=seed, repeat=repeat, batch=batch, suite_options=options,
                             verify_timeout_s=verify_timeout, label=label)
             resolved = resolve_model(model, seed=seed)
+            if resolved.info.get("note"):  # a run's best/ (or its newest checkpoint) was chosen: say which
+                err.print(escape(resolved.info["note"]), highlight=False, soft_wrap=True)
             out = out or Path("evals") / f"{slug(suite)}-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"
             extra = {"model_info": resolved.info, "prices": table}
             price_obj = price_of({**spec.meta(), **extra})
