@@ -49,6 +49,9 @@ class TaskChange:
     def b_rate(self) -> float:
         return self.b_c / self.b_n if self.b_n else math.nan
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "a_rate": self.a_rate, "b_rate": self.b_rate}
+
 
 @dataclass
 class Comparison:
@@ -72,8 +75,8 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["diff"] = self.diff.as_dict()
-        for key in ("regressed", "improved"):
-            d[key] = [{**asdict(t), "a_rate": t.a_rate, "b_rate": t.b_rate} for t in getattr(self, key)]
+        d["regressed"] = [t.to_dict() for t in self.regressed]
+        d["improved"] = [t.to_dict() for t in self.improved]
         return d
 
 
