@@ -174,7 +174,7 @@ def test_python_dash_m_runs_the_app():
     assert res.returncode == 0 and "quickstart" in res.stdout and "sandbox" in res.stdout
 
 
-def _run_config(tmp_path, tiny_model_dir, name: str, extra: str = "") -> "Path":
+def _run_config(tmp_path, tiny_model_dir, name: str, extra: str = ""):
     cfg = tmp_path / f"{name}.toml"
     cfg.write_text(f"""
 name = "{name}"
