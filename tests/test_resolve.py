@@ -76,8 +76,8 @@ def test_endpoint_model_through_the_openai_engine():
     assert resolved.info["served_model"] == "fake-model"
     suite = load_domain("arith:add", limit=5).suite()
     run = evaluate(resolved.engine, suite, EvalSpec(model="http://fake.local/v1", suite="arith:add", max_tokens=8))
-    s = run.meta["summary"]
-    assert s["pass@1"] == 1.0 and s["tokens_in"] == 5 * 7 and s["tokens_out"] == 5 * 2 and s["latency_p50"] > 0
+    s = run.summary
+    assert s.pass_at[1].value == 1.0 and s.tokens_in == 5 * 7 and s.tokens_out == 5 * 2 and s.latency.p50 > 0
 
 
 def test_cli_repeat_reports_flakiness(tmp_path, tiny_model_dir):
@@ -87,3 +87,23 @@ def test_cli_repeat_reports_flakiness(tmp_path, tiny_model_dir):
     s = json.loads(res.stdout)
     # the local engine with per-chunk seeds is deterministic: three repeats, no flips
     assert s["repeats"] == 3 and s["n_samples"] == 12 and s["flip_rate"] == 0 and s["flaky_tasks"] == []
+
+
+def test_eval_max_tokens_defaults_to_the_suites_and_fits_a_served_model(tmp_path, tiny_model_dir):
+    """Without --max-tokens an eval asks for the suite's own budget (arith:add: 8), which fits a small model's
+    context behind `posttrain serve`: 7 prompt tokens + 256 did not fit the tiny model's 256."""
+    from posttrain.engine.serve.server import ServeConfig, ServerThread, create_app
+    from posttrain.resolve import load_served_model
+
+    served = load_served_model(str(tiny_model_dir))
+    budget = load_domain("arith:add").sampling.max_tokens
+    assert budget < 256
+    with ServerThread(create_app(served.engine, ServeConfig(served.name), served.template)) as server:
+        res = runner.invoke(app, ["eval", "--model", f"{server.url}/v1", "--suite", "arith:add", "--limit", "3",
+                                  "--out", str(tmp_path / "served"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["n_samples"] == 3
+    assert json.loads((tmp_path / "served" / "meta.json").read_text())["max_tokens"] == budget
+    res = runner.invoke(app, ["eval", "--model", str(tiny_model_dir), "--suite", "arith:add", "--limit", "2",
+                              "--max-tokens", "3", "--out", str(tmp_path / "given"), "--json"])
+    assert res.exit_code == 0 and json.loads((tmp_path / "given" / "meta.json").read_text())["max_tokens"] == 3

@@ -51,7 +51,10 @@ def _run_checkpoint(run_dir: Path, step: str | None) -> ModelLocation:
     if step is None:
         best = run_dir / "best"
         if (best / "config.json").exists():
-            return ModelLocation(best, _saved_step(best), f"{run_dir}: its best/ model (selected on held-out problems)")
+            saved = _saved_step(best)
+            at = f"step {saved}, " if saved is not None else ""
+            final = f"; --model {run_dir / 'final'} for the last step's" if (run_dir / "final" / "config.json").exists() else ""
+            return ModelLocation(best, saved, f"{run_dir}: its best/ model ({at}selected on held-out problems{final})")
         if (run_dir / "final" / "config.json").exists():
             return ModelLocation(run_dir / "final", None)
         if found:

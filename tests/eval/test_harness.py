@@ -23,8 +23,8 @@ def test_records_every_response_and_summarizes(tmp_path, jsonl_suite, fake_engin
     suite = load_domain(str(jsonl_suite)).suite()
     engine = fake_engine_cls(_answers(set(range(15))))
     run = evaluate(engine, suite, EvalSpec(model="fake", suite=str(jsonl_suite), batch=6), tmp_path / "out")
-    s = run.meta["summary"]
-    assert s["n_tasks"] == 20 and s["pass@1"] == pytest.approx(0.75) and s["n_errors"] == 0
+    s = run.summary
+    assert s.n_tasks == 20 and s.pass_at[1].value == pytest.approx(0.75) and s.n_errors == 0
     assert engine.calls == 4  # ceil(20 / 6) chunks
     lines = (tmp_path / "out" / SAMPLES).read_text().splitlines()
     assert len(lines) == 20 and {json.loads(line)["task_id"] for line in lines} == {t.id for t in suite.tasks}
@@ -84,7 +84,7 @@ def test_rescore_regrades_without_the_model(tmp_path, jsonl_suite, fake_engine_c
     run, changed = rescore(tmp_path / "out")  # the suite's own verifier again: nothing changes
     assert changed == 0
     run, changed = rescore(tmp_path / "out", Suite("fixed", suite.tasks, AcceptsNope()))
-    assert changed == 10 and run.meta["summary"]["pass@1"] == 1.0
+    assert changed == 10 and run.summary.pass_at[1].value == 1.0
     reloaded = load_eval(tmp_path / "out")
     assert len(reloaded.records) == 20 and all(r.verifier.startswith("accepts_nope@") for r in reloaded.records)
     assert reloaded.meta["verifier"].startswith("accepts_nope@") and len(reloaded.meta["rescored"]) == 2
@@ -124,11 +124,11 @@ def test_a_record_from_before_info_reads_with_empty_info(tmp_path):
 def test_repeat_measures_flip_rate(tmp_path, jsonl_suite, fake_engine_cls):
     suite = load_domain(str(jsonl_suite)).suite()
     spec = EvalSpec(model="fake", suite="s", repeat=4)
-    steady = evaluate(fake_engine_cls(_answers(set(range(20)))), suite, spec).meta["summary"]
-    assert steady["repeats"] == 4 and steady["flip_rate"] == 0 and steady["flaky_tasks"] == []
-    noisy = evaluate(fake_engine_cls(_answers(set(range(20))), noise=0.3), suite, spec).meta["summary"]
-    assert noisy["flip_rate"] > 0.1 and len(noisy["flaky_tasks"]) >= 5
-    assert all(t["flip_rate"] > 0 for t in noisy["tasks"] if t["task_id"] in noisy["flaky_tasks"])
+    steady = evaluate(fake_engine_cls(_answers(set(range(20)))), suite, spec).summary
+    assert steady.repeats == 4 and steady.flip_rate == 0 and steady.flaky_tasks == []
+    noisy = evaluate(fake_engine_cls(_answers(set(range(20))), noise=0.3), suite, spec).summary
+    assert noisy.flip_rate > 0.1 and len(noisy.flaky_tasks) >= 5
+    assert all(t.flip_rate > 0 for t in noisy.tasks if t.task_id in noisy.flaky_tasks)
 
 
 def test_spec_validation_and_seeds():
@@ -146,8 +146,8 @@ def test_pass_at_k_over_samples_with_the_local_engine(tmp_path, tiny_model_dir):
     engine = resolve_model(str(tiny_model_dir)).engine
     spec = EvalSpec(model=str(tiny_model_dir), suite="arith:add", n=4, ks=(1, 2, 4), temperature=1.0, max_tokens=4)
     run = evaluate(engine, suite, spec, tmp_path / "out")
-    s = run.meta["summary"]
-    assert s["n_samples"] == 24 and s["tokens_out"] > 0 and s["tokens_in"] > 0 and s["latency_p50"] > 0
-    assert 0 <= s["pass@1"] <= s["pass@2"] <= s["pass@4"] <= 1
+    s = run.summary
+    assert s.n_samples == 24 and s.tokens_out > 0 and s.tokens_in > 0 and s.latency.p50 > 0
+    assert 0 <= s.pass_at[1].value <= s.pass_at[2].value <= s.pass_at[4].value <= 1
     again = evaluate(resolve_model(str(tiny_model_dir)).engine, suite, spec, tmp_path / "again")
     assert [r.response for r in again.records] == [r.response for r in run.records]  # seeded: reproducible

@@ -82,7 +82,7 @@ def _coverage(method, k: int, reps: int, tasks: int = 120, n: int = 10, a: float
     est = table[c]  # [reps, tasks] per-task unbiased pass@k
     hits = 0
     for r in range(reps):
-        iv = method(est[r], r)
+        iv = method(est[r].tolist(), r)
         hits += iv.lo <= truth <= iv.hi
     return hits / reps
 

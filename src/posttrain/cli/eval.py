@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
 from posttrain.cli.common import INTERRUPTED_EXIT, err, fmt, friendly
 from posttrain.cli.common import out as console  # `out` is also an option's name here
 from posttrain.errors import UserError
+from posttrain.eval.results import EvalSummary
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -42,33 +44,35 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[-60:] or "x"
 
 
-def _print_summary(title: str, s: dict[str, Any]) -> None:
+def _print_summary(title: str, s: EvalSummary) -> None:
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_column(f"{s.get('confidence', 0.95):.0%} interval", justify="right")
-    table.add_row("tasks (samples)", f"{s['n_tasks']} ({s['n_samples']})", "")
-    for k in s["ks"]:
-        lo, hi = s[f"pass@{k}_ci"]
-        table.add_row(f"pass@{k}", fmt(s[f"pass@{k}"], True), f"{fmt(lo, True)} .. {fmt(hi, True)}")
-    for k in s["ks"]:
+    table.add_column(f"{s.confidence:.0%} interval", justify="right")
+    table.add_row("tasks (samples)", f"{s.n_tasks} ({s.n_samples})", "")
+    for k in s.ks:
+        est = s.pass_at[k]
+        table.add_row(f"pass@{k}", fmt(est.value, True), f"{fmt(est.ci_low, True)} .. {fmt(est.ci_high, True)}")
+    for k in s.ks:
         if k > 1:
-            table.add_row(f"pass^{k}", fmt(s[f"pass^{k}"], True), "")
-    table.add_row("mean score", fmt(s["mean_score"]), "")
-    table.add_row("verifier errors", str(s["n_errors"]), "")
-    table.add_row("tokens in / out", f"{fmt(s['tokens_in'])} / {fmt(s['tokens_out'])}", "")
-    table.add_row("cost (per solved)", f"{fmt(s['cost'])} ({fmt(s['cost_per_solved'])})", "")
-    table.add_row("latency p50 / p95 s", f"{fmt(s['latency_p50'])} / {fmt(s['latency_p95'])}", "")
-    if "flaky_tasks" in s:
-        table.add_row(f"flaky tasks ({s['repeats']} repeats)", str(len(s["flaky_tasks"])), f"flip rate {fmt(s['flip_rate'])}")
+            table.add_row(f"pass^{k}", fmt(s.pass_hat[k].value, True), "")
+    table.add_row("mean score", fmt(s.mean_score.value), "")
+    table.add_row("verifier errors", str(s.n_errors), "")
+    table.add_row("tokens in / out", f"{fmt(s.tokens_in)} / {fmt(s.tokens_out)}", "")
+    table.add_row("cost (per solved)", f"{fmt(s.cost)} ({fmt(s.cost_per_solved)})", "")
+    table.add_row("latency p50 / p95 s", f"{fmt(s.latency.p50)} / {fmt(s.latency.p95)}", "")
+    if s.repeats > 1:
+        table.add_row(f"flaky tasks ({s.repeats} repeats)", str(len(s.flaky_tasks)), f"flip rate {fmt(s.flip_rate)}")
     console.print(table)
 
 
-def emit(summary: dict[str, Any], as_json: bool, title: str, extra: dict[str, Any] | None = None) -> None:
+def emit(summary: EvalSummary | None, as_json: bool, title: str, extra: dict[str, Any] | None = None) -> None:
+    """The summary as one JSON object (`extra` first, then exactly the keys of summary.json) or a table."""
     from posttrain.eval.records import clean_json
 
+    assert summary is not None  # every caller passes the summary it just computed
     if as_json:
-        print(json.dumps(clean_json({**(extra or {}), **summary})))
+        print(json.dumps(clean_json({**(extra or {}), **summary.to_dict()})))
     else:
         _print_summary(title, summary)
 
@@ -91,7 +95,10 @@ def eval_cmd(
     temperature: float = typer.Option(0.0, "--temperature", "-t", min=0.0, help="Sampling temperature (0: greedy)."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed (per chunk of tasks, so results do not depend on resumes)."),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion length cap."),
+    max_tokens: Optional[int] = typer.Option(
+        None, "--max-tokens", min=1,
+        help="Completion length cap (default: the suite's own, e.g. 8 for arith:add, 512 for humaneval).",
+    ),
     repeat: int = typer.Option(
         1, "--repeat", min=1, help="Run the eval R times with the same seeds; reports each task's flip rate."
     ),
@@ -118,8 +125,8 @@ def eval_cmd(
         from posttrain.engine.remote.openai_engine import EngineRequestError
         from posttrain.eval.harness import EvalSpec, evaluate, rescore
         from posttrain.eval.records import EvalDir
-        from posttrain.rewards.base import Prewarmable
         from posttrain.pricing import price_for, price_of, price_table, prices_from_table
+        from posttrain.rewards.base import Prewarmable
         from posttrain.tasks.domains import load_domain, parse_options
 
         k_values = parse_ks(ks)
@@ -135,11 +142,12 @@ def eval_cmd(
                 run, changed = rescore(rescore_dir, load_domain(suite, **options).suite() if suite else None,
                                        price_of(EvalDir(rescore_dir).meta()), verify_timeout)
                 err.print(f"re-graded {len(run.records)} responses in {rescore_dir}: {changed} verdicts changed")
-                emit(run.meta["summary"], as_json, f"{run.meta.get('suite')} (re-graded)", {"changed": changed})
+                emit(run.summary, as_json, f"{run.meta.get('suite')} (re-graded)", {"changed": changed})
                 return
             if suite is None:
                 raise UserError("eval: --suite is required")
-            loaded = load_domain(suite, **options).suite()
+            domain = load_domain(suite, **options)
+            loaded = domain.suite()
             if isinstance(loaded.verifier, Prewarmable):
                 loaded.verifier.prewarm()  # start the verifier's sandbox while the responses load
             if responses is not None:
@@ -163,10 +171,14 @@ def eval_cmd(
                 return
             from posttrain.resolve import resolve_model
 
+            # the domain's default is the one training samples with: an arithmetic answer needs 8 tokens, not 256
+            cap = max_tokens if max_tokens is not None else domain.sampling.max_tokens
             spec = EvalSpec(model=model, suite=suite, n=samples, ks=k_values, temperature=temperature, top_p=top_p,
-                            max_tokens=max_tokens, seed=seed, repeat=repeat, batch=batch, suite_options=options,
+                            max_tokens=cap, seed=seed, repeat=repeat, batch=batch, suite_options=options,
                             verify_timeout_s=verify_timeout, label=label)
             resolved = resolve_model(model, seed=seed)
+            if resolved.info.get("note"):  # a run's best/ (or its newest checkpoint) was chosen: say which
+                err.print(escape(resolved.info["note"]), highlight=False, soft_wrap=True)
             out = out or Path("evals") / f"{slug(suite)}-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"
             extra = {"model_info": resolved.info, "prices": table}
             price_obj = price_of({**spec.meta(), **extra})
@@ -180,7 +192,7 @@ def eval_cmd(
                 err.print(f"[yellow]interrupted[/]: finished samples are kept in {out}; rerun the same command to resume")
                 raise typer.Exit(INTERRUPTED_EXIT) from None
             err.print(f"results in {out} (rescore with: posttrain eval --rescore {out})")
-            emit(run.meta["summary"], as_json, f"{loaded.name}: {model}", {"out": str(out), "suite": suite, "model": model})
+            emit(run.summary, as_json, f"{loaded.name}: {model}", {"out": str(out), "suite": suite, "model": model})
         except UserError:
             raise
         except ValueError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from posttrain.cli.common import err, friendly
 from posttrain.errors import UserError
@@ -42,6 +43,8 @@ def serve(
             except OSError as exc:
                 raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         served = load_served_model(model, seed)
+        if served.note:  # a run's best/ (or its newest checkpoint) was chosen: say which
+            err.print(escape(served.note), highlight=False, soft_wrap=True)
         model_name = name or served.name
         config = ServeConfig(model_name=model_name, max_concurrency=max_concurrency, default_max_tokens=max_tokens)
         app = create_app(served.engine, config, served.template)

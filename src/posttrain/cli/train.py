@@ -1,30 +1,108 @@
 """`posttrain quickstart`, `base`, `train` and `config`: building the base model, training, and the resolved config.
 
-Covers: the commands' options, their live progress (stderr) and their output (a table, or JSON / a path on
-stdout). Does not cover: what they run (`quickstart.py`, `builtin.py`, `rl/trainer.py`, `config.py`).
+Covers: the commands' options, their live progress (stderr: reward, the newest held-out value and the best so
+far, and the early warning when held-out accuracy has dropped for a while) and their output (a table, or JSON /
+a path on stdout; `train` also says where final/ and best/ are).
+Does not cover: what they run (`quickstart.py`, `builtin.py`, `rl/trainer.py`, `config.py`) or when the warning
+fires (`rl/selection.py`).
 """
 
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from posttrain.cli.common import SetOpt, err, friendly, out, progress
 from posttrain.errors import UserError
 
+if TYPE_CHECKING:  # annotations only: the commands import config and the trainer when they run
+    from rich.progress import Progress, TaskID
+
+    from posttrain.config import TrainConfig
+    from posttrain.rl.trainer import StepResult
+
 RESUME_NOTE = "the newest checkpoint is kept; continue with --resume"
 
 
-def step_info(metrics: dict[str, float], held_out: float | None) -> str:
-    """The progress bar's text for one training step (and the newest held-out accuracy, once there is one)."""
+@dataclass
+class HeldOut:
+    """What the live progress shows of the in-training evaluations (the trainer's `on_eval` metrics)."""
+
+    metric: str  # `train.best_metric`
+    value: float | None = None
+    best: float | None = None
+    best_step: int | None = None
+
+    def update(self, m: dict[str, float]) -> None:
+        self.value = m.get(self.metric, self.value)
+        if "best" in m:
+            self.best, self.best_step = m["best"], int(m["best_step"])
+
+
+def step_info(metrics: dict[str, float], held: HeldOut) -> str:
+    """The progress bar's text for one training step (and the newest held-out value and the best so far)."""
     info = f"reward {metrics['reward']:.3f}  pass {metrics['pass_rate']:.3f}  kept {int(metrics['groups_kept'])}"
-    if held_out is not None:
-        info += f"  held-out {held_out:.3f}"
+    if held.value is not None:
+        info += f"  held-out {held.value:.3f}"
+        if held.best is not None:
+            info += f" (best {held.best:.3f} @ {held.best_step})"
     return info
+
+
+def regression_warning(step: int, m: dict[str, float], train: TrainConfig) -> str | None:
+    """The early-warning line for an evaluation whose metrics say `regressing` (None otherwise): one per alert."""
+    if not m.get("regressing"):
+        return None
+    return (f"[yellow]warning: step {step}: held-out {train.best_metric} {m[train.best_metric]:.3f} has stayed more than "
+            f"{train.warn_drop:g} below its best {m['best']:.3f} (step {int(m['best_step'])}) for {train.warn_patience}+ "
+            "evaluations; best/ keeps the best model[/]")
+
+
+class TrainingProgress:
+    """The trainer's `on_step` / `on_eval` for a progress bar: step figures, held-out value and best so far,
+    and the early warning on stderr (yellow, one line per alert) when it fires."""
+
+    def __init__(self, bars: Progress, train: TrainConfig, task: TaskID | None = None) -> None:
+        self.bars, self.train, self.task = bars, train, task
+        self.held = HeldOut(train.best_metric)
+        self.last: dict[str, float] | None = None
+
+    def on_step(self, r: StepResult) -> None:
+        self.last = r.metrics
+        if self.task is not None:
+            self.bars.update(self.task, completed=r.step, info=step_info(r.metrics, self.held))
+
+    def on_eval(self, step: int, m: dict[str, float]) -> None:
+        self.held.update(m)
+        line = regression_warning(step, m, self.train)
+        if line is not None:
+            err.print(line, highlight=False, soft_wrap=True)
+        if self.task is not None and self.last is not None:  # the evaluation follows its step's update
+            self.bars.update(self.task, info=step_info(self.last, self.held))
+
+
+def say(text: str) -> None:
+    """A plain line on stderr, unwrapped (paths stay copyable) and never read as markup."""
+    err.print(escape(text), highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def alerts_shown_by_the_cli() -> Iterator[None]:
+    """The trainer also raises the early warning as a Python warning (for library users); here the progress shows it."""
+    from posttrain.rl.selection import HeldOutRegression
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HeldOutRegression)
+        yield
 
 
 def quickstart(
@@ -42,29 +120,21 @@ def quickstart(
         cfg = load_config(config, overrides)
         if cfg.name == "quickstart":
             cfg = cfg.model_copy(update={"name": f"quickstart-seed{seed}"})
-        with progress() as bars:
+        with progress() as bars, alerts_shown_by_the_cli():
             base_task = bars.add_task("base model", total=cfg.model.base.max_steps, info="")
-            train_task = None
-            held: dict[str, float | None] = {"acc": None}
+            live = TrainingProgress(bars, cfg.train)
 
             def on_phase(msg: str) -> None:
-                nonlocal train_task
                 err.print(f"[cyan]>[/] {msg}")
                 if msg == "GRPO":
                     bars.update(base_task, visible=False)
-                    train_task = bars.add_task("GRPO", total=cfg.train.steps, info="")
+                    live.task = bars.add_task("GRPO", total=cfg.train.steps, info="")
 
             def on_base_eval(step: int, acc: float) -> None:
                 bars.update(base_task, completed=step, info=f"held-out greedy {acc:.3f}")
 
-            def on_step(r) -> None:
-                if train_task is not None:
-                    bars.update(train_task, completed=r.step, info=step_info(r.metrics, held["acc"]))
-
-            def on_eval(step: int, m: dict[str, float]) -> None:
-                held["acc"] = m.get("greedy_accuracy")
-
-            result = run_quickstart(cfg, on_phase=on_phase, on_base_eval=on_base_eval, on_step=on_step, on_eval=on_eval)
+            result = run_quickstart(cfg, on_phase=on_phase, on_base_eval=on_base_eval, on_step=live.on_step,
+                                    on_eval=live.on_eval)
         if as_json:
             print(json.dumps(result.to_dict()))
             return
@@ -82,7 +152,8 @@ def quickstart(
         base_note = "reused from cache" if result.base_cached else f"built in {result.base_seconds:.0f}s"
         out.print(
             f"base model {base_note}; {result.steps} GRPO steps in {result.train_seconds:.0f}s; "
-            f"total {result.seconds:.0f}s\nrun stored in {result.run_dir} (run.sqlite, tensorboard/, checkpoints/, final/)"
+            f"total {result.seconds:.0f}s\nrun stored in {result.run_dir} (run.sqlite, tensorboard/, checkpoints/, final/"
+            + (", best/)" if (Path(result.run_dir) / "best" / "config.json").exists() else ")")
         )
 
 
@@ -124,7 +195,7 @@ def train(
         if resume and overwrite:
             raise UserError("--resume and --overwrite exclude each other")
         cfg = load_config(config, set_ or [])
-        with progress() as bars:
+        with progress() as bars, alerts_shown_by_the_cli():
             if cfg.model.path is None:  # the built-in base model: show its (one-time) build
                 from posttrain.builtin import ensure_base
 
@@ -135,28 +206,28 @@ def train(
                 )
                 bars.update(base_task, visible=False)
                 cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(build.path)})})
-            task = bars.add_task("GRPO", total=cfg.train.steps, info="")
-            held: dict[str, float | None] = {"acc": None}
-
-            def on_eval(step: int, m: dict[str, float]) -> None:
-                held["acc"] = m["greedy_accuracy"]
-
-            def on_step(r) -> None:
-                bars.update(task, completed=r.step, info=step_info(r.metrics, held["acc"]))
-
-            trainer = Trainer(cfg, resume=resume, overwrite=overwrite, on_step=on_step, on_eval=on_eval)
-            bars.update(task, completed=trainer.step)
+            live = TrainingProgress(bars, cfg.train, bars.add_task("GRPO", total=cfg.train.steps, info=""))
+            trainer = Trainer(cfg, resume=resume, overwrite=overwrite, on_step=live.on_step, on_eval=live.on_eval)
+            bars.update(live.task, completed=trainer.step)
             try:
                 result = trainer.run()
                 final_dir = trainer.final_model_dir()
+                best, best_dir = trainer.best, trainer.best_model_dir()
             finally:
                 trainer.close()
-        acc = result.final_eval.get("greedy_accuracy")
-        err.print(
-            f"trained {result.steps} steps in {result.seconds:.0f}s"
-            + (f"; held-out greedy accuracy {acc:.3f}" if acc is not None else "")
-        )
-        print(json.dumps({"run_dir": str(result.run_dir), "final_model": str(final_dir), **result.final_eval}))
+        metric = cfg.train.best_metric
+        acc = result.final_eval.get(metric)
+        say(f"trained {result.steps} steps in {result.seconds:.0f}s"
+            + (f"; held-out {metric} {acc:.3f}" if acc is not None else ""))
+        say(f"final model: {final_dir} (step {result.steps})")
+        if best is not None:
+            figures = f"(step {best.step}, held-out {metric} {best.value:.3f})"
+            say(f"best model:  {best_dir} {figures}; --model {result.run_dir} evaluates and serves it" if best_dir is not None
+                else f"best model:  not saved (train.keep_best = false) {figures}")
+        print(json.dumps({"run_dir": str(result.run_dir), "final_model": str(final_dir), **result.final_eval,
+                          "best_model": str(best_dir) if best_dir is not None else None,
+                          "best_step": best.step if best is not None else None,
+                          "best_value": best.value if best is not None else None}))
 
 
 def show_config(

@@ -20,6 +20,7 @@ from typing import Any
 
 from posttrain.eval.metrics import Interval, Price
 from posttrain.eval.records import EvalRun
+from posttrain.eval.results import EvalSummary
 from posttrain.eval.stats import (
     benjamini_hochberg,
     fisher_exact,
@@ -48,6 +49,9 @@ class TaskChange:
     def b_rate(self) -> float:
         return self.b_c / self.b_n if self.b_n else math.nan
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "a_rate": self.a_rate, "b_rate": self.b_rate}
+
 
 @dataclass
 class Comparison:
@@ -71,14 +75,21 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["diff"] = self.diff.as_dict()
-        for key in ("regressed", "improved"):
-            d[key] = [{**asdict(t), "a_rate": t.a_rate, "b_rate": t.b_rate} for t in getattr(self, key)]
+        d["regressed"] = [t.to_dict() for t in self.regressed]
+        d["improved"] = [t.to_dict() for t in self.improved]
         return d
 
 
-_SIDE_KEYS = ("pass@1", "mean_score", "cost", "cost_per_task", "cost_per_solved", "solved_per_cost",
-              "tokens_in", "tokens_out", "latency_p50", "latency_p95", "task_latency_p50", "task_latency_p95",
-              "success_latency_p50", "success_latency_p95", "seconds_per_solved")
+def side_figures(s: EvalSummary) -> dict[str, float]:
+    """One side's accuracy, cost and latency figures, under the names `compare --json` has always used."""
+    return {
+        "pass@1": s.pass1, "mean_score": s.mean_score.value, "cost": s.cost, "cost_per_task": s.cost_per_task,
+        "cost_per_solved": s.cost_per_solved, "solved_per_cost": s.solved_per_cost, "tokens_in": s.tokens_in,
+        "tokens_out": s.tokens_out, "latency_p50": s.latency.p50, "latency_p95": s.latency.p95,
+        "task_latency_p50": s.task_latency.p50, "task_latency_p95": s.task_latency.p95,
+        "success_latency_p50": s.success_latency.p50, "success_latency_p95": s.success_latency.p95,
+        "seconds_per_solved": s.seconds_per_solved,
+    }
 
 
 def _counts(run: EvalRun) -> dict[str, tuple[int, int]]:
@@ -134,7 +145,7 @@ def compare(
     sides = {}
     for side, run, price in (("A", a, prices[0]), ("B", b, prices[1])):
         s = summarize([r for r in run.records if r.task_id in keep], [1], price)
-        sides[side] = {"name": run.name, **{k: s[k] for k in _SIDE_KEYS}}
+        sides[side] = {"name": run.name, **side_figures(s)}
     return Comparison(
         a=a.name, b=b.name, suite=str(suite_a), alpha=alpha, n_paired=len(paired),
         only_a=sorted(set(ca) - set(cb)), only_b=sorted(set(cb) - set(ca)),

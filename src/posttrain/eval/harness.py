@@ -10,7 +10,7 @@ without redoing finished samples); `rescore` (re-grade recorded responses
 with the suite's current verifier, no model); and per-response tokens and
 latency (an engine's own per-request figures when it keeps them, else the
 chunk's wall time shared out).
-Does not cover: resolving a model name to an engine (see `models.py`),
+Does not cover: resolving a model name to an engine (see `posttrain.resolve`),
 scoring response files (see `responses.py`) or metrics (see `summary.py`).
 
 Repeats reuse the same seeds: `--repeat R` asks whether the same request
@@ -155,7 +155,7 @@ def evaluate(
 ) -> EvalRun:
     """Sample and grade every (task, repeat, sample) not already recorded in `out`; return the whole run.
 
-    The summary is in `run.meta["summary"]` (and `out/summary.json`).
+    The summary is `run.summary` (and `out/summary.json`).
     """
     tasks: list[Task] = list(suite.tasks)
     meta = {**spec.meta(), "suite_name": suite.name, "n_suite_tasks": len(tasks), "verifier": verifier_id(suite.verifier),
@@ -188,11 +188,11 @@ def evaluate(
             if on_progress:
                 on_progress(finished, total)
     records = [r for r in done.values() if r.repeat < spec.repeat and r.sample < spec.n]
-    meta["summary"] = summarize(records, spec.ks, price, [t.id for t in tasks])
+    summary = summarize(records, spec.ks, price, [t.id for t in tasks])
     if store is not None:
-        store.write_summary(meta["summary"])
+        store.write_summary(summary)
     return EvalRun(meta, records, [{"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in tasks],
-                   store.path if store else None)
+                   store.path if store else None, summary)
 
 
 def regrade(suite: Any, records: Sequence[SampleRecord], timeout: float | None = None) -> list[SampleRecord]:
@@ -228,9 +228,9 @@ def rescore(path: str | Path, suite: Any | None = None, price: Price | None = No
     meta = dict(run.meta)
     meta.setdefault("rescored", []).append({"time": time.time(), "from": meta.get("verifier"), "changed": changed})
     meta["verifier"] = verifier_id(suite.verifier)
-    meta.pop("summary", None)
+    meta.pop("summary", None)  # the figures live in summary.json, never in meta.json
     store.start(meta, run.tasks)
     store.rewrite(fresh)
-    meta["summary"] = summarize(fresh, meta.get("ks", (1,)), price, [t["id"] for t in run.tasks])
-    store.write_summary(meta["summary"])
-    return EvalRun(meta, fresh, run.tasks, store.path), changed
+    summary = summarize(fresh, meta.get("ks", (1,)), price, [t["id"] for t in run.tasks])
+    store.write_summary(summary)
+    return EvalRun(meta, fresh, run.tasks, store.path, summary), changed

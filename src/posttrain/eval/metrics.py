@@ -133,9 +133,8 @@ class Interval:
         return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "se": self.se, "n": self.n}
 
 
-def _finite_floats(values) -> list[float]:
-    if hasattr(values, "tolist"):  # a numpy array: one conversion instead of one per element
-        values = values.tolist()
+def _finite_floats(values: Sequence[float]) -> list[float]:
+    """The values that are numbers (None and NaN left out); a numpy array works too (pass `.tolist()` for speed)."""
     out = []
     for v in values:
         if v is not None:

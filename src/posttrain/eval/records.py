@@ -7,7 +7,8 @@ Covers: `SampleRecord` (a response, its verdict with the verifier's structured f
     DIR/meta.json       model, suite spec and options, sampling settings, verifier id, code version
     DIR/tasks.jsonl     the suite's tasks (id, prompt, answer) as they were, for reports
     DIR/samples.jsonl   one SampleRecord per line, appended and flushed per graded batch
-    DIR/summary.json    the metrics (rewritten at the end; derived, never read back as truth)
+    DIR/summary.json    the metrics, `EvalSummary.to_dict()` (rewritten at the end; derived: resuming and
+                        re-grading read the records, never this file; `EvalDir.summary()` reads it back)
 
 Appending per batch is what makes an eval resumable (finished samples are
 read back and skipped) and re-gradable (`--rescore` needs only the
@@ -18,13 +19,15 @@ Does not cover: computing metrics (see `summary.py`) or running models.
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
 import json
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from posttrain.errors import UserError
+from posttrain.eval.results import EvalSummary
 
 META, TASKS, SAMPLES, SUMMARY = "meta.json", "tasks.jsonl", "samples.jsonl", "summary.json"
 
@@ -80,12 +83,17 @@ class SampleRecord:
 
 @dataclass
 class EvalRun:
-    """An evaluation's settings (`meta`), the tasks it asked about, and every graded response."""
+    """An evaluation's settings (`meta`), the tasks it asked about, and every graded response.
+
+    `summary` holds the figures when this process computed them (`evaluate`, `rescore`); a run loaded from
+    disk leaves it None (`summarize(run.records, ...)` recomputes them; `EvalDir.summary()` reads the stored ones).
+    """
 
     meta: dict[str, Any]
     records: list[SampleRecord]
     tasks: list[dict[str, Any]] = field(default_factory=list)  # {"id", "prompt", "answer"} in suite order
     path: Path | None = None
+    summary: EvalSummary | None = None
 
     @property
     def name(self) -> str:
@@ -93,7 +101,7 @@ class EvalRun:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     if not path.exists():
         return rows
     with path.open(encoding="utf-8") as f:
@@ -164,8 +172,15 @@ class EvalDir:
                 f.write(r.to_json() + "\n")
         tmp.replace(self.path / SAMPLES)
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        (self.path / SUMMARY).write_text(json.dumps(clean_json(summary), indent=2, default=str))
+    def write_summary(self, summary: EvalSummary) -> None:
+        (self.path / SUMMARY).write_text(json.dumps(clean_json(summary.to_dict()), indent=2, default=str))
+
+    def summary(self) -> EvalSummary | None:
+        """The figures as last written (None before an evaluation finished once)."""
+        try:
+            return EvalSummary.from_dict(json.loads((self.path / SUMMARY).read_text()))
+        except FileNotFoundError:
+            return None
 
     def load(self) -> EvalRun:
         return EvalRun(self.meta(), self.records(), self.tasks(), self.path)

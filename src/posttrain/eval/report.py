@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.eval.records import EvalDirError, EvalRun, load_eval
+from posttrain.eval.results import Estimate, EvalSummary
 from posttrain.eval.summary import summarize
 from posttrain.pricing import price_of
 
@@ -163,26 +164,30 @@ def scatter(fig_id: str, caption: str, points: list[tuple[str, float, float]], x
 # ---- sections
 
 
-def _summary_table(evals: list[tuple[EvalRun, dict[str, Any]]]) -> str:
-    ks = sorted({k for _, s in evals for k in s["ks"]})
+def _estimate_cell(est: Estimate | None) -> str:
+    """pass@k over its interval ('-' where this eval did not ask for that k)."""
+    value, lo, hi = (est.value, est.ci_low, est.ci_high) if est is not None else (None, None, None)
+    return f'<td>{_num(value, True)}<br><span class="muted">{_num(lo, True)} .. {_num(hi, True)}</span></td>'
+
+
+def _summary_table(evals: list[tuple[EvalRun, EvalSummary]]) -> str:
+    ks = sorted({k for _, s in evals for k in s.ks})
     head = "".join(f"<th>pass@{k}</th>" for k in ks)
     rows = []
     for run, s in evals:
-        cells = "".join(
-            f'<td>{_num(s.get(f"pass@{k}"), True)}<br><span class="muted">{_num((s.get(f"pass@{k}_ci") or [None])[0], True)}'
-            f' .. {_num((s.get(f"pass@{k}_ci") or [None, None])[1], True)}</span></td>' for k in ks)
+        cells = "".join(_estimate_cell(s.pass_at.get(k)) for k in ks)
         rows.append(
             f'<tr><td class="l">{esc(run.name)}<br><span class="muted">{esc(run.meta.get("model", ""))}</span></td>'
-            f'<td class="l">{esc(run.meta.get("suite", ""))}</td><td>{s["n_tasks"]}</td><td>{s["n_samples"]}</td>{cells}'
-            f'<td>{_num(s["mean_score"])}</td><td>{s["n_errors"]}</td><td>{_num(s["cost"])}</td><td>{_num(s["cost_per_solved"])}</td>'
-            f'<td>{_num(s["latency_p50"])} / {_num(s["latency_p95"])}</td>'
-            f'<td class="l">{esc(", ".join(s.get("verifiers", [])))}</td></tr>')
+            f'<td class="l">{esc(run.meta.get("suite", ""))}</td><td>{s.n_tasks}</td><td>{s.n_samples}</td>{cells}'
+            f'<td>{_num(s.mean_score.value)}</td><td>{s.n_errors}</td><td>{_num(s.cost)}</td><td>{_num(s.cost_per_solved)}</td>'
+            f'<td>{_num(s.latency.p50)} / {_num(s.latency.p95)}</td>'
+            f'<td class="l">{esc(", ".join(s.verifiers))}</td></tr>')
     return ('<table id="summary"><tr><th class="l">eval</th><th class="l">suite</th><th>tasks</th><th>samples</th>'
             f'{head}<th>mean score</th><th>errors</th><th>cost</th><th>cost / solved</th><th>latency p50 / p95 s</th>'
             '<th class="l">verifier</th></tr>' + "".join(rows) + "</table>")
 
 
-def _regressions(evals: list[tuple[EvalRun, dict[str, Any]]]) -> str:
+def _regressions(evals: list[tuple[EvalRun, EvalSummary]]) -> str:
     from posttrain.eval.compare import compare
 
     if len(evals) < 2:
@@ -229,21 +234,21 @@ def _samples(rows: list[dict[str, Any]], prompts: dict[str, str], source: str) -
     return "".join(out) + (f"<tr><td colspan=6>{more}</td></tr>" if more else "")
 
 
-def _eval_sections(evals: list[tuple[EvalRun, dict[str, Any]]]) -> tuple[list[str], list[str]]:
+def _eval_sections(evals: list[tuple[EvalRun, EvalSummary]]) -> tuple[list[str], list[str]]:
     figs, sample_rows = [], []
-    series = [(run.name, [(k, s[f"pass@{k}"]) for k in s["ks"]]) for run, s in evals]
+    series = [(run.name, [(k, s.pass_at[k].value) for k in s.ks]) for run, s in evals]
     figs.append(line_chart("fig-passk", "pass@k against k", series, "k", "pass@k", logx=True, ymin=0.0, ymax=1.0))
     for i, (run, s) in enumerate(evals):
-        bars = sorted(((t["task_id"], t["pass_rate"]) for t in s["tasks"]), key=lambda b: (-(b[1] if _finite(b[1]) else -1), b[0]))
+        bars = sorted(((t.task_id, t.pass_rate) for t in s.tasks), key=lambda b: (-(b[1] if _finite(b[1]) else -1), b[0]))
         figs.append(bar_chart(f"fig-tasks-{i}", f"per-task pass rate: {run.name}", bars, "pass rate"))
         prompts = {t["id"]: t.get("prompt", "") for t in run.tasks}
         rows = [{**r.__dict__, "where": f"r{r.repeat} s{r.sample}"} for r in
                 sorted(run.records, key=lambda r: (r.task_id, r.repeat, r.sample))]
         sample_rows.append(_samples(rows, prompts, run.name))
-    figs.append(scatter("fig-cost", "accuracy vs cost per task", [(run.name, s["cost_per_task"], s["pass@1"]) for run, s in evals],
+    figs.append(scatter("fig-cost", "accuracy vs cost per task", [(run.name, s.cost_per_task, s.pass1) for run, s in evals],
                         "cost per task (USD)", "pass@1"))
     figs.append(scatter("fig-latency", "accuracy vs latency (p50 per response)",
-                        [(run.name, s["latency_p50"], s["pass@1"]) for run, s in evals], "latency p50 (s)", "pass@1"))
+                        [(run.name, s.latency.p50, s.pass1) for run, s in evals], "latency p50 (s)", "pass@1"))
     return figs, sample_rows
 
 

@@ -18,7 +18,6 @@ from collections import defaultdict
 from typing import Any
 
 from posttrain.eval.harness import EvalSpec, evaluate
-from posttrain.eval.summary import headline
 from posttrain.store.run_store import EvalSampleRow, RunStore
 
 PASS = 0.5  # a task "passes" at an evaluation when at least half its samples do (greedy: the one sample)
@@ -29,11 +28,15 @@ def evaluate_in_training(engine: Any, suite: Any, name: str, store: RunStore, st
     returns the stored metrics (`pass@1`, `mean_score`, `n_tasks`, `n_errors`, `regressed_tasks`, ...)."""
     spec = EvalSpec(model=f"step {step}", suite=name, n=1, temperature=0.0, max_tokens=max_tokens, batch=len(suite.tasks))
     run = evaluate(engine, suite, spec)
-    summary = run.meta["summary"]
-    per_task = {t["task_id"]: t["pass_rate"] for t in summary["tasks"]}
-    metrics = {k: v for k, v in headline(summary).items()
-               if k in ("pass@1", "mean_score", "n_tasks", "n_errors", "latency_p50", "tokens_out")}
-    metrics["greedy_accuracy"] = metrics["pass@1"]  # one greedy sample per task: the two are the same number
+    summary = run.summary
+    assert summary is not None  # evaluate always summarizes
+    per_task = {t.task_id: t.pass_rate for t in summary.tasks}
+    # the run store's metric names (its `evals` rows and the report read them)
+    metrics: dict[str, float] = {
+        "n_tasks": summary.n_tasks, "n_errors": summary.n_errors, "pass@1": summary.pass1,
+        "mean_score": summary.mean_score.value, "tokens_out": summary.tokens_out, "latency_p50": summary.latency.p50,
+    }
+    metrics["greedy_accuracy"] = summary.pass1  # one greedy sample per task: the two are the same number
     lost = new_failures(store, name, per_task, step)
     metrics["regressed_tasks"] = len(lost)
     store.log_eval(step, name, metrics, per_task)

@@ -6,10 +6,11 @@ HF's (`model.layers.0.self_attn.q_proj.weight`, ...), so a `model.safetensors`
 from transformers loads with a plain `load_state_dict`. One forward serves
 both the engine (with a `KVCache`) and the learner (without one), so sampler
 and trainer logprobs come from the same code.
-A cache is any object with `prepare` (positions and attention mask for the
-new tokens), `update` (store one layer's new keys/values, return what to
-attend over) and `advance`; `KVCache` is the simple shared-length one, the
-engine's per-row slot cache (`posttrain.engine.local.kv`) is another.
+A cache is a `Cache`: `prepare` (positions and attention mask for the new
+tokens), `update` (store one layer's new keys/values, return what to attend
+over), `advance`, and `cascade` / `attend` for a cache that attends itself
+(over a group's shared prompt KV); `KVCache` is the simple shared-length one,
+the engine's per-row slot cache (`posttrain.engine.local.kv`) is another.
 Does not cover: paged/block KV caches (the engine builds its own on top of the
 `forward(ids, positions, cache)` contract), tensor parallelism, RoPE scaling.
 """
@@ -17,12 +18,31 @@ Does not cover: paged/block KV caches (the engine builds its own on top of the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posttrain.models.config import ModelConfig
+
+
+class Cache(Protocol):
+    """What `CausalLM.forward(..., cache=)` needs of a KV cache."""
+
+    @property
+    def cascade(self) -> bool:
+        """True when this forward's attention is the cache's own `attend` (e.g. over a shared prompt's KV)."""
+        ...
+
+    def prepare(self, input_ids: Tensor, position_ids: Tensor | None,
+                attention_mask: Tensor | None) -> tuple[Tensor, Tensor | None]: ...
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]: ...
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
+
+    def advance(self, t: int) -> None: ...
 
 
 @dataclass
@@ -96,6 +116,13 @@ class KVCache:
     def advance(self, t: int) -> None:
         self.length += t
 
+    @property
+    def cascade(self) -> bool:
+        return False  # rows hold their own copy of the prompt: plain attention over `update`'s keys
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        raise NotImplementedError("KVCache does not cascade: the model attends over what `update` returns")
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
@@ -140,7 +167,7 @@ class Attention(nn.Module):
         cos: Tensor,
         sin: Tensor,
         mask: Tensor | None,  # [B, 1, T, S] bool or additive float, or None for plain causal
-        cache,
+        cache: Cache | None,
         layer: int,
     ) -> Tensor:
         b, t, _ = x.shape
@@ -148,7 +175,7 @@ class Attention(nn.Module):
         q = apply_rope(self.q_proj(x).view(b, t, self.n_heads, self.head_dim), cos, sin).transpose(1, 2)  # [B, Hq, T, D]
         k = apply_rope(self.k_proj(x).view(b, t, self.n_kv, self.head_dim), cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
-        if cache is not None and getattr(cache, "cascade", False):  # the cache attends itself (shared prompt KV)
+        if cache is not None and cache.cascade:  # the cache attends itself (shared prompt KV)
             return self.o_proj(cache.attend(layer, q, k, v).transpose(1, 2).reshape(b, t, -1))
         if cache is not None:
             k, v = cache.update(layer, k, v)
@@ -210,6 +237,7 @@ class CausalLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self._rope_table: tuple[Tensor, Tensor] | None = None  # (cos, signed sin) [1, L, D], grown on demand
 
     def init_weights(self, generator: torch.Generator | None = None, std: float = 0.02) -> None:
         """Random init as transformers does (normal(0, std), zero biases, unit norms)."""
@@ -225,7 +253,7 @@ class CausalLM(nn.Module):
     def _rope(self, position_ids: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """(cos, signed sin) for `apply_rope` by table lookup: computed once per length, not every step."""
         need = int(position_ids.max()) + 1 if position_ids.numel() else 1
-        table = getattr(self, "_rope_table", None)
+        table = self._rope_table
         if table is None or table[0].shape[1] < need or table[0].dtype != dtype or table[0].device != position_ids.device:
             length = max(need, 2 * table[0].shape[1] if table is not None else 256)
             positions = torch.arange(length, device=position_ids.device)[None]
@@ -242,7 +270,7 @@ class CausalLM(nn.Module):
         self,
         input_ids: Tensor,  # [B, T]
         position_ids: Tensor | None = None,  # [B, T]
-        cache=None,  # KVCache or any object with prepare/update/advance
+        cache: Cache | None = None,  # a KVCache, the engine's SlotCache, or any other `Cache`
         attention_mask: Tensor | None = None,  # [B, T] bool: real token (False for padding)
         logits_index: Tensor | None = None,  # [B, K] positions in T whose logits are wanted; all when None
     ) -> Tensor:

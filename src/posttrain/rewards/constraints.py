@@ -56,9 +56,11 @@ class LengthLimit(SyncVerifier):
 
     def verify(self, task: Task, response: str) -> Verdict:
         problems = []
+        bounds = {"chars": (self.min_chars, self.max_chars), "words": (self.min_words, self.max_words),
+                  "tokens": (self.min_tokens, self.max_tokens)}
         for unit, measure in _MEASURES.items():
-            lo = task.meta.get(f"min_{unit}", getattr(self, f"min_{unit}"))
-            hi = task.meta.get(f"max_{unit}", getattr(self, f"max_{unit}"))
+            lo = task.meta.get(f"min_{unit}", bounds[unit][0])  # a task's meta keys are the field names
+            hi = task.meta.get(f"max_{unit}", bounds[unit][1])
             if lo is None and hi is None:
                 continue
             n = measure(response)

@@ -5,12 +5,18 @@ a row have been more than `drop` below it) and `observe(best, step, value,
 drop, patience) -> (best, improved, regressing)`: a value equal to the best
 moves the best to the later step; a value more than `drop` below the best
 counts towards the warning, anything else resets the count.
+`HeldOutRegression` is the warning category the trainer raises with the alert, so a caller that shows
+the alert its own way (the CLI's progress) can silence the duplicate.
 Does not cover: saving the model or telling the user (the trainer does both).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+class HeldOutRegression(UserWarning):
+    """The early warning: the held-out metric has stayed more than the margin below its best."""
 
 
 @dataclass(frozen=True)

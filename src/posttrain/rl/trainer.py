@@ -34,7 +34,7 @@ from posttrain.rl.advantages import group_relative_advantages, has_signal
 from posttrain.rl.build import Components, build
 from posttrain.rl.learner import pack_groups
 from posttrain.rl.rollout import run_sync
-from posttrain.rl.selection import Best, observe
+from posttrain.rl.selection import Best, HeldOutRegression, observe
 from posttrain.store.checkpoints import (
     TrainerState,
     latest_checkpoint,
@@ -278,7 +278,7 @@ class Trainer:
                        f"{best.value:.3f} (step {best.step}) for {best.below} evaluations; best/ keeps the best model")
             self.store.add_alert({"step": self.step, "kind": "held_out_regression", "metric": cfg.best_metric,
                                   "value": value, "best": best.value, "best_step": best.step, "message": message})
-            warnings.warn(message, stacklevel=2)
+            warnings.warn(message, HeldOutRegression, stacklevel=2)
 
     def _save_best(self) -> None:
         from posttrain.models.io import save_model
