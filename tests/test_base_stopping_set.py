@@ -2,9 +2,8 @@
 
 Covers: for the quickstart's own configuration (the CLI's overrides for a few seeds), the held-out
 problems `builtin.pretrain_base` measures to decide when to stop (its band check) are disjoint, as
-canonical problems (`a+b` and `b+a` are one problem), from the trainer's held-out draw,
-`take(train.eval_size, "held_out", seed=seed)` of its task source, which the quickstart's before and
-after figures are measured on. Were they shared, the base model's starting accuracy on the
+canonical problems (`a+b` and `b+a` are one problem), from the held-out problems the RL trainer
+evaluates before and after GRPO. Were they shared, the base model's starting accuracy on the
 evaluation set would be selected on that very set (stopped when it first looked good there), and
 the before/after figures would be measured on problems that already steered the run.
 Does not cover: training a real base model (a one-step pre-training of a 1-layer model stands in: the
@@ -19,7 +18,7 @@ import pytest
 from posttrain import builtin
 from posttrain.config import load_config
 from posttrain.eval.accuracy import AccuracyResult
-from posttrain.tasks import ArithmeticSource
+from posttrain.rl.trainer import Trainer
 
 SEEDS = (0, 1, 2)  # benchmarks/quickstart.py's default seeds
 
@@ -41,12 +40,11 @@ def _stopping_set(base_cfg, out_dir, monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_base_stopping_set_is_disjoint_from_the_evaluation_problems(seed, tmp_path, monkeypatch):
-    cfg = load_config(None, [f"seed={seed}", f"model.base.seed={seed}"])  # what `posttrain quickstart --seed S` sets
-    assert cfg.tasks.source == f"arith:{cfg.model.base.family}"  # the quickstart trains on its base model's domain
-    t = cfg.tasks
-    source = ArithmeticSource(family=cfg.model.base.family, digits=t.digits, min_digits=t.min_digits, held_out_fraction=t.held_out_fraction)
-    evaluation = source.take(cfg.train.eval_size, "held_out", seed=cfg.seed)
+def test_base_stopping_set_is_disjoint_from_the_evaluation_problems(seed, tiny_model_dir, tmp_path, monkeypatch):
+    # what `posttrain quickstart --seed S` configures (cli.py), with the tiny model standing in for the base path
+    cfg = load_config(None, [f"seed={seed}", f"model.base.seed={seed}", f"model.path='{tiny_model_dir}'",
+                             f"run_dir='{tmp_path / 'runs'}'", "tensorboard=false"])  # fmt: skip
+    evaluation = Trainer(cfg, overwrite=True).held_out
     assert len(evaluation) == cfg.train.eval_size == 500
     stopping = _stopping_set(cfg.model.base, tmp_path / "base", monkeypatch)
     assert len(stopping) == cfg.model.base.eval_size

@@ -1,8 +1,8 @@
 """Pre-training and RL never draw a held-out problem: property tests of the train / held-out split.
 
 Covers, for every generator (`arith:add/sub/addsub/mul/chain` with `digits`, `min_digits` and chain
-lengths varied, `code:ops` with its options, `code:linear`) and for JSONL task files of random ids
-(`load_jsonl` into a `ListSource`): `sample(rng, "train")` (the curriculum's
+lengths varied, `code:ops` with its options, `code:linear`) and for JSONL task files of random ids,
+built the way the RL trainer builds them (`load_tasks`): `sample(rng, "train")` (the curriculum's
 draw, and `sample(rng)`'s default) never returns a task whose canonical key is held out, and
 `sample(rng, "held_out")` never a train one; `take(n, split)` stays inside its split; a smaller
 `held_out_fraction`'s held-out set is a subset of a larger one's (so a base model pre-trained with a
@@ -26,10 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from posttrain import builtin
-from posttrain.config import BaseModelConfig
+from posttrain.config import BaseModelConfig, TasksConfig
 from posttrain.scheduler.curriculum import PassRateCurriculum
-from posttrain.tasks import ArithmeticSource, ListSource, load_jsonl, split_of
-from posttrain.tasks.codegen import code_source
+from posttrain.tasks import ArithmeticSource, load_tasks, split_of, tasks_from_config
 
 # no example database: nothing is written into the checkout, and every run explores afresh
 PROPERTY = settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -90,7 +89,7 @@ def arith_specs(draw):
 @given(arith_specs(), fractions, seeds)
 def test_arithmetic_draws_stay_in_their_split(spec, fraction, seed):
     family, digits, min_digits = spec
-    source = ArithmeticSource(family=family, digits=digits, min_digits=min_digits, held_out_fraction=fraction)
+    source = load_tasks(f"arith:{family}", fraction, digits, min_digits=min_digits)
     check_source(source, f"arith:{family}", fraction, seed)
 
 
@@ -118,7 +117,7 @@ def code_specs(draw):
 @given(code_specs(), fractions, seeds)
 def test_code_draws_stay_in_their_split(spec, fraction, seed):
     family, digits, options = spec
-    source = code_source(family, digits=digits, held_out_fraction=fraction, options=options)
+    source = load_tasks(f"code:{family}", fraction, digits, options=options)
     check_source(source, f"code:{family}", fraction, seed)
 
 
@@ -132,7 +131,7 @@ def task_ids(draw):
 def _jsonl_source(ids: list[str], fraction: float, directory: Path):
     path = directory / "tasks.jsonl"
     path.write_text("".join(json.dumps({"id": i, "prompt": f"q{n}", "answer": "a"}) + "\n" for n, i in enumerate(ids)))
-    return ListSource(load_jsonl(path), name=path.stem, held_out_fraction=fraction)
+    return load_tasks(str(path), fraction)
 
 
 @PROPERTY
@@ -155,7 +154,7 @@ def test_task_file_draws_stay_in_their_split_and_nest(ids, f1, f2, seed):
 @given(arith_specs(), fractions, fractions, seeds)
 def test_arithmetic_held_out_sets_nest(spec, f1, f2, seed):
     family, digits, min_digits = spec
-    make = lambda f: ArithmeticSource(family=family, digits=digits, min_digits=min_digits, held_out_fraction=f)  # noqa: E731
+    make = lambda f: load_tasks(f"arith:{family}", f, digits, min_digits=min_digits)  # noqa: E731
     check_nested(make, f"arith:{family}", min(f1, f2), max(f1, f2), seed)
 
 
@@ -163,7 +162,7 @@ def test_arithmetic_held_out_sets_nest(spec, f1, f2, seed):
 @given(code_specs(), fractions, fractions, seeds)
 def test_code_held_out_sets_nest(spec, f1, f2, seed):
     family, digits, options = spec
-    make = lambda f: code_source(family, digits=digits, held_out_fraction=f, options=options)  # noqa: E731
+    make = lambda f: load_tasks(f"code:{family}", f, digits, options=options)  # noqa: E731
     check_nested(make, f"code:{family}", min(f1, f2), max(f1, f2), seed)
 
 
@@ -186,6 +185,7 @@ def test_base_model_pretraining_draws_only_train_problems():
         rng = random.Random(cfg.seed)  # pretrain_base's rng, drawn as it draws (`sample(rng)`)
         drawn = [source.sample(rng) for _ in range(2000)]
         assert all(split_of(canonical_key(t, spec), cfg.held_out_fraction) == "train" for t in drawn), overrides
-        # an RL run's held-out draw from the same domain at the same fraction holds none of them
-        evaluation = {canonical_key(t, spec) for t in source.take(500, "held_out", seed=cfg.seed)}
+        # the RL evaluation of the same domain at the same fraction holds out none of them
+        tasks = TasksConfig(source=spec, digits=cfg.digits, min_digits=cfg.min_digits, held_out_fraction=cfg.held_out_fraction)
+        evaluation = {canonical_key(t, spec) for t in tasks_from_config(tasks).take(500, "held_out", seed=cfg.seed)}
         assert evaluation and not evaluation & {canonical_key(t, spec) for t in drawn}, overrides
