@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 from posttrain.engine import LocalEngine, SpecConfig
-from posttrain.engine.native_decode import load_kernel
+from posttrain.engine.local.native_decode import load_kernel
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer, load_model, save_model
 from posttrain.types import SamplingParams
 
@@ -230,7 +230,7 @@ def window_quality(model: CausalLM, tok, windows=(None, 192, 128, 96, 64, 32), s
 
     Teacher-forced through the engine's own slot cache, chunk by chunk, as a long prompt would be prefilled.
     """
-    from posttrain.engine.kv import SlotCache, WindowSpec
+    from posttrain.engine.local.kv import SlotCache, WindowSpec
 
     rng = random.Random(5)
     prompts = [copy_prompt(rng, tok, 120) for _ in range(4)]

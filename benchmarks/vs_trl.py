@@ -37,14 +37,14 @@ from posttrain.eval.accuracy import evaluate_accuracy
 from posttrain.models.io import load_model
 from posttrain.rewards import ExactMatch
 from posttrain.rl.trainer import Trainer
-from posttrain.tasks import tasks_from_config
+from posttrain.rl.build import build_domains
 
 PROMPTS_PER_STEP, GROUP, MAX_TOKENS, LR = 16, 8, 6, 3e-4
 
 
 def task_source():
     """The quickstart's task: the default config's arithmetic generator and hash split."""
-    return tasks_from_config(load_config().tasks)
+    return build_domains(load_config())[0].source
 
 
 def held_out_accuracy(model_dir: Path, tasks) -> float:

@@ -44,7 +44,9 @@ def test_base_stopping_set_is_disjoint_from_the_evaluation_problems(seed, tiny_m
     # what `posttrain quickstart --seed S` configures (cli.py), with the tiny model standing in for the base path
     cfg = load_config(None, [f"seed={seed}", f"model.base.seed={seed}", f"model.path='{tiny_model_dir}'",
                              f"run_dir='{tmp_path / 'runs'}'", "tensorboard=false"])  # fmt: skip
-    evaluation = Trainer(cfg, overwrite=True).held_out
+    trainer = Trainer(cfg, overwrite=True)
+    evaluation = trainer.held_out + trainer.reporting  # the selection half and the reporting half
+    trainer.close()
     assert len(evaluation) == cfg.train.eval_size == 500
     stopping = _stopping_set(cfg.model.base, tmp_path / "base", monkeypatch)
     assert len(stopping) == cfg.model.base.eval_size

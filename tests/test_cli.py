@@ -5,6 +5,7 @@ import json
 from typer.testing import CliRunner
 
 from posttrain.cli import app
+from posttrain.errors import UserError
 
 runner = CliRunner()
 
@@ -105,3 +106,65 @@ def _write_min_config(tmp_path, model_dir):
     cfg = tmp_path / "min.toml"
     cfg.write_text(f'run_dir = "{tmp_path}"\n[model]\npath = "{model_dir}"\n')
     return cfg
+
+
+class _BracketError(UserError):
+    """A UserError subclass the CLI has never heard of."""
+
+
+def test_any_user_error_in_a_command_is_one_line_exit_2(monkeypatch):
+    import posttrain.config
+
+    def fail(*_args, **_kwargs):
+        raise _BracketError("install it: pip install 'posttrain[serve]'")
+
+    monkeypatch.setattr(posttrain.config, "load_config", fail)
+    res = runner.invoke(app, ["config"])
+    assert res.exit_code == 2
+    assert res.stdout == ""  # stdout stays clean for --json readers
+    assert res.stderr.strip().splitlines() == ["error: install it: pip install 'posttrain[serve]'"]  # text, not markup
+
+
+def test_friendly_turns_user_errors_and_interrupts_into_exit_codes():
+    import typer
+
+    from posttrain.cli.common import friendly
+
+    probe = typer.Typer()
+
+    @probe.command()
+    def boom(kind: str) -> None:
+        with friendly("partial results are kept"):
+            if kind == "user":
+                raise UserError("bad input")
+            if kind == "interrupt":
+                raise KeyboardInterrupt
+            raise RuntimeError("a bug")
+
+    res = runner.invoke(probe, ["user"])
+    assert (res.exit_code, res.stderr.strip()) == (2, "error: bad input")
+    res = runner.invoke(probe, ["interrupt"])
+    assert (res.exit_code, res.stderr.strip()) == (130, "interrupted: partial results are kept")
+    res = runner.invoke(probe, ["bug"])  # not a user error: it propagates (a traceback for a bug report)
+    assert isinstance(res.exception, RuntimeError)
+
+
+def test_resume_without_a_checkpoint_is_one_line_exit_2(tiny_model_dir, tmp_path):
+    res = runner.invoke(app, ["train", str(_write_min_config(tmp_path, tiny_model_dir)), "--resume"])
+    assert res.exit_code == 2, res.output
+    assert "no checkpoint to resume from" in res.stderr and "Traceback" not in res.output
+    last = res.stderr.strip().splitlines()[-1]  # after the progress bar the run had started
+    assert last.startswith("error: ") and last.endswith("no checkpoint to resume from (checkpoint_every = 100)")
+
+
+def test_sandbox_file_that_is_not_there_is_one_line_exit_2(tmp_path):
+    res = runner.invoke(app, ["sandbox", "run", "--file", f"x={tmp_path / 'missing'}", "--", "true"])
+    assert res.exit_code == 2 and res.stderr.strip() == f"error: --file {tmp_path / 'missing'}: No such file or directory"
+
+
+def test_python_dash_m_runs_the_app():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "posttrain.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "quickstart" in res.stdout and "sandbox" in res.stdout

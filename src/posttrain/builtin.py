@@ -27,17 +27,21 @@ from typing import Callable
 import torch
 
 from posttrain.config import BaseModelConfig
-from posttrain.engine.local import LocalEngine
+from posttrain.engine.build import build_engine
 from posttrain.eval.accuracy import evaluate_accuracy
 from posttrain.models.config import ModelConfig
-from posttrain.models.io import load_model, save_model
+from posttrain.models.io import save_model
 from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer, char_tokenizer
 from posttrain.rewards.verifiers import ExactMatch
 from posttrain.tasks.arithmetic import ArithmeticSource
 from posttrain.tasks.codegen import CodeSource
 
-BASE_FORMAT = 1  # bump when pre-training code changes what a cached model is
+BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3: a stopping set disjoint from
+# the evaluation problems, which are distinct canonical problems)
+# The first held-out problems of a seed are the evaluation problems (the trainer's default `train.eval_size`,
+# and the quickstart's before/after figures); the base model's band checks draw the ones after them.
+EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
 
 
@@ -101,6 +105,34 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
     return ids, mask
 
 
+def stopping_set(cfg: BaseModelConfig, source: ArithmeticSource | CodeSource | None = None) -> list:
+    """The problems the band checks measure: held-out problems after the first `EVAL_RESERVE` of the seed's
+    held-out draw, so never one the trainer or the quickstart evaluates on. A held-out split too small to
+    spare them (a 1-digit toy) falls back to training problems, with a warning: the check then measures fit."""
+    import warnings
+
+    source = source or base_task_source(cfg)
+    draw = source.take(EVAL_RESERVE + 4 * cfg.eval_size, "held_out", seed=cfg.seed)
+
+    def key(task) -> str:  # the canonical problem (a+b and b+a are one), what the split hashes
+        return str(task.meta.get("split_key", task.id))
+
+    seen = {key(t) for t in draw[:EVAL_RESERVE]}
+    stop = []
+    for t in draw[EVAL_RESERVE:]:
+        if key(t) not in seen and len(stop) < cfg.eval_size:
+            seen.add(key(t))
+            stop.append(t)
+    if len(stop) >= min(cfg.eval_size, 16):
+        return stop
+    warnings.warn(
+        f"base model {cfg.family} d{cfg.digits}: the held-out split has no problems beyond the {EVAL_RESERVE} "
+        "reserved for evaluation; the band checks use training problems",
+        stacklevel=2,
+    )
+    return source.take(cfg.eval_size, "train", seed=cfg.seed)
+
+
 def pretrain_base(
     cfg: BaseModelConfig, out_dir: Path, on_eval: Callable[[int, float], None] | None = None
 ) -> tuple[float, int]:
@@ -122,8 +154,8 @@ def pretrain_base(
     model.init_weights(torch.Generator().manual_seed(cfg.seed))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
     rng = random.Random(cfg.seed)
-    held_out = source.take(cfg.eval_size, "held_out", seed=cfg.seed)
-    engine = LocalEngine(model, tokenizer)
+    held_out = stopping_set(cfg, source)
+    engine = build_engine(None, model, tokenizer)
     if isinstance(source, CodeSource):
         from posttrain.rewards.registry import make_verifier
         from posttrain.tasks.codegen import VERIFIER
@@ -157,6 +189,14 @@ def pretrain_base(
     return accuracy, step
 
 
+def base_band_message(run_cfg, build: BaseBuild) -> str:
+    """The loud line for a base model that missed its band (RL starting outside it learns little or nothing)."""
+    b = run_cfg.model.base
+    return (f"the built-in base model ({b.family}, seed {b.seed}) stopped at held-out accuracy {build.accuracy:.3f} "
+            f"after {build.steps} steps, outside its band {b.target_low:.2f}-{b.target_high:.2f}: RL from here may "
+            "not improve it (raise model.base.max_steps, or change its size or lr)")
+
+
 def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | None = None, rebuild: bool = False) -> BaseBuild:
     """The cached base model for `cfg`, building it first if this machine has none."""
     root = cache_root(cfg)
@@ -174,14 +214,15 @@ def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | No
         accuracy, steps = pretrain_base(cfg, tmp, on_eval)
         seconds = time.perf_counter() - start
         in_band = cfg.target_low <= accuracy <= cfg.target_high
-        meta = {"accuracy": accuracy, "steps": steps, "seconds": seconds, "in_band": in_band, "config": cfg.model_dump()}
+        meta = {"accuracy": accuracy, "steps": steps, "seconds": seconds, "in_band": in_band, "config": cfg.model_dump(),
+                "band": [cfg.target_low, cfg.target_high], "stopping_set": f"held-out problems after the first {EVAL_RESERVE}"}
+        if not in_band:
+            import warnings
+
+            meta["warning"] = (f"stopped at held-out accuracy {accuracy:.3f} after {steps} steps, outside the band "
+                               f"{cfg.target_low:.2f}-{cfg.target_high:.2f}")
+            warnings.warn(f"built-in base model: {meta['warning']}", stacklevel=2)
         (tmp / "base.json").write_text(json.dumps(meta, indent=2))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         return BaseBuild(final, accuracy, steps, seconds, False, in_band)
-
-
-def load_base(cfg: BaseModelConfig) -> tuple[CausalLM, Tokenizer, BaseBuild]:
-    build = ensure_base(cfg)
-    model, tokenizer = load_model(build.path)
-    return model, tokenizer, build

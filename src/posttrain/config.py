@@ -1,22 +1,27 @@
 """Typed, validated run configuration: TOML files plus `--set a.b=c` overrides.
 
-Covers: one pydantic model per component, nested in `RunConfig`; loading from
-TOML; dotted overrides whose values are parsed as TOML literals; one-line
-error messages naming the field, the value and what is allowed.
-Does not cover: what the components do with their settings.
+Covers: one pydantic model per component, nested in `RunConfig` (each
+section is what `rl/build.py` needs to build its component alone); loading
+from TOML; dotted overrides whose values are parsed as TOML literals
+(`parse_literal`, the one parser for such values); one-line error messages
+naming the field, the value and what is allowed.
+Does not cover: what the components do with their settings, and checks that
+need a component's code (a verifier kind's arguments, a task file's lines):
+configs stay pure, `build` reports those as `ConfigError`s before training.
 
-The defaults are the quickstart: the built-in tiny model learning 3-digit
+The defaults are the quickstart: the built-in tiny model learning 2-digit
 addition with GRPO on a laptop CPU.
 """
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from posttrain.errors import UserError
 
 
 class ConfigError(UserError, ValueError):
@@ -81,6 +86,8 @@ class ModelSection(_Section):
 
 
 class TasksConfig(_Section):
+    """The training domain's tasks (sugar for one `[[domains]]` entry, used when `domains` is empty)."""
+
     source: str = "arith:add"
     """`arith:<family>` (add, sub, addsub, mul, chain), `code:<family>` (ops, linear), `rg:<dataset>` (a
     reasoning-gym generator) or a path to a JSONL task file."""
@@ -99,17 +106,21 @@ class TasksConfig(_Section):
 
 
 class RewardConfig(_Section):
-    verifier: str | dict[str, Any] = "exact"
-    """`exact`, `numeric`, `per_task` (each task's `meta.verifier`), any registered kind (`math`, `tags`, ...),
-    or a spec table such as `{type = "rubric", parts = [{verifier = "math", weight = 0.8}, ...]}` (docs/rewards.md)."""
+    """How responses are judged (with `tasks`, sugar for one `[[domains]]` entry)."""
+
+    verifier: str | dict[str, Any] | None = None
+    """None: the domain's own verifier (the one `posttrain eval --suite` uses, e.g. exact match for
+    `arith:*`, sandboxed unit tests for `code:*`). Else it overrides it: `exact`, `numeric`, `per_task`
+    (each task's `meta.verifier`), any registered kind (`math`, `tags`, ...), or a spec table such as
+    `{type = "rubric", parts = [{verifier = "math", weight = 0.8}, ...]}` (docs/rewards.md)."""
     tolerance: float = Field(0.0, ge=0.0)
     """Absolute tolerance of the numeric verifier."""
     extract: Literal["full", "last_number", "boxed", "tag", "auto"] = "full"
     """How exact/numeric read the answer: the whole text, the last number, \\boxed{}, <answer> tags, or auto
     (boxed, else tag, else last number)."""
     timeout_s: float | None = Field(300.0, gt=0.0)
-    """Bound on one rollout batch's verification; past it every item is a TIMEOUT verdict (excluded from
-    advantages). None: unbounded."""
+    """Deadline of each response's verification; an item past it is a TIMEOUT verdict (excluded from
+    advantages) and costs only itself. None: unbounded."""
     max_response_chars: int | None = Field(None, ge=1)
     """Output-length cap applied before verification: a longer response scores `over_length_score`
     (passed = false, recorded with details) without being verified. None: no cap."""
@@ -117,14 +128,45 @@ class RewardConfig(_Section):
     """The reward of a response over `max_response_chars` (0, or a negative penalty)."""
 
     @model_validator(mode="after")
-    def _known_verifier(self) -> "RewardConfig":
-        from posttrain.rewards import build_verifier
-
-        try:
-            build_verifier(self.verifier, self.extract, self.tolerance)
-        except ImportError as exc:
-            raise ValueError(str(exc)) from None
+    def _spec_shape(self) -> "RewardConfig":
+        _check_verifier_shape(self.verifier)
         return self
+
+
+def _check_verifier_shape(spec: Any) -> None:
+    """A verifier spec's shape only (a kind name, or a table with a string `type`); the kind itself is
+    resolved, with the list of known kinds on a typo, when the component is built."""
+    if spec is None or isinstance(spec, str):
+        return
+    if not isinstance(spec.get("type"), str):
+        raise ValueError(f"a verifier table needs a string 'type' key, got {spec!r}")
+
+
+class DomainConfig(_Section):
+    """One training domain: where its tasks come from, what judges them, and its share of each batch."""
+
+    source: str
+    """A registered domain spec (`posttrain tasks list`: `arith:add`, `code:ops`, `rg:<dataset>`, `humaneval`)
+    or a path to a JSONL task file."""
+    name: str | None = None
+    """How metrics and stored rows name it (default: the source)."""
+    verifier: str | dict[str, Any] | None = None
+    """None: the domain's own verifier; else a kind or spec table that overrides it (see `reward.verifier`)."""
+    weight: float = Field(1.0, gt=0.0)
+    """Share of each step's tasks, relative to the other domains' weights."""
+    options: dict[str, Any] = {}
+    """The source's own options (`digits`, `held_out_fraction`, `on_error`, generator keys; see `tasks`)."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Completion cap for this domain (None: the domain's default, e.g. 8 for arithmetic)."""
+
+    @model_validator(mode="after")
+    def _spec_shape(self) -> "DomainConfig":
+        _check_verifier_shape(self.verifier)
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or self.source
 
 
 class SamplingConfig(_Section):
@@ -133,11 +175,25 @@ class SamplingConfig(_Section):
     temperature: float = Field(1.0, ge=0.0)
     """Sampling temperature; the learner scores logprobs at the same temperature."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    """Nucleus filtering (1.0: off). Behaviour logprobs are those of the filtered distribution."""
+    """Nucleus filtering: must stay 1.0 for training (see `_unfiltered`)."""
     top_k: int = Field(0, ge=0)
-    """Keep only the k most likely tokens (0: off)."""
-    max_tokens: int = Field(8, ge=1)
-    """Completion length cap; the Dr.GRPO aggregation divides by it."""
+    """Top-k filtering: must stay 0 for training (see `_unfiltered`)."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Completion length cap (None: the domain's default, 8 tokens for arithmetic); the Dr.GRPO
+    aggregation divides by it."""
+
+    @model_validator(mode="after")
+    def _unfiltered(self) -> "SamplingConfig":
+        # With top-p/top-k the engine's behaviour logprobs are those of the filtered distribution while the
+        # learner scores the full one: the policy ratio would start below 1 on every token and the clip
+        # would act on a gap that is not a policy change. Refused rather than silently biased.
+        if self.top_p < 1.0 or self.top_k > 0:
+            raise ValueError(
+                "top_p < 1 or top_k > 0 would make the sampler's logprobs those of a filtered distribution "
+                "while the learner scores the full one (the ratio starts below 1); train with top_p = 1 and "
+                "top_k = 0 (evaluation may filter)"
+            )
+        return self
 
 
 class RLConfig(_Section):
@@ -160,6 +216,51 @@ class RLConfig(_Section):
     """Optimizer steps per epoch (the batch is split in this many parts)."""
     warmup_steps: int = Field(0, ge=0)
     """Linear learning-rate warm-up, in optimizer steps."""
+    micro_batches: int = Field(1, ge=1)
+    """Gradient accumulation: each minibatch runs in this many forward/backward passes before its one
+    optimizer step (the same update within float tolerance, less memory)."""
+    importance_sampling: Literal["auto", "on", "off"] = "auto"
+    """Truncated importance sampling against the behaviour logprobs. auto: on whenever the sampling engine
+    is not the learner's own module (a remote or vLLM engine, another precision); the in-process fp32
+    engine shares the learner's weights and needs none."""
+    tis_cap: float = Field(2.0, gt=0.0)
+    """Truncation of the importance weight pi_old / mu (TIS)."""
+
+
+class EngineConfig(_Section):
+    """The engine that samples rollouts (and the trainer's held-out evaluations)."""
+
+    kind: Literal["local", "vllm"] = "local"
+    """local: the in-process engine on the learner's own module (weights shared, no copy); vllm: vLLM in
+    this process (extra `vllm`, a GPU), weights loaded after every update. An OpenAI-compatible endpoint
+    cannot receive new weights, so it evaluates (`posttrain eval --model URL`) but does not train."""
+    max_batch_rows: int = Field(2048, ge=1)
+    """Running sequences at most (local)."""
+    prefill_chunk: int = Field(512, ge=1)
+    """Prompt tokens per sequence per step (local)."""
+    max_prefill_tokens: int = Field(4096, ge=1)
+    """Prompt tokens per step in all, bounding a step's latency and memory (local)."""
+    prefix_cache_tokens: int = Field(32768, ge=0)
+    """KV kept across requests for prefix reuse (local; 0 disables)."""
+    fused_decode: bool = True
+    """The packed one-token decode step and its C kernel where they apply (local)."""
+    gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)
+    """Share of GPU memory vLLM may take (vllm)."""
+
+    @model_validator(mode="after")
+    def _chunks(self) -> "EngineConfig":
+        if self.max_prefill_tokens < self.prefill_chunk:
+            raise ValueError(f"max_prefill_tokens ({self.max_prefill_tokens}) must be >= prefill_chunk ({self.prefill_chunk})")
+        return self
+
+
+class RolloutConfig(_Section):
+    """How rollouts are produced."""
+
+    mode: Literal["sync"] = "sync"
+    """sync: rollout, then update, in order (the asynchronous, bounded-staleness mode is not built yet)."""
+    kind: Literal["single_turn"] = "single_turn"
+    """single_turn: one completion per task, judged by the domain's verifier."""
 
 
 class TrainConfig(_Section):
@@ -185,6 +286,19 @@ class TrainConfig(_Section):
     """Newest checkpoints kept on disk; older ones are deleted (and dropped from the store's index)."""
     store_samples: bool = True
     """Store every sampled completion with its verdict in the run store."""
+    selection_fraction: float = Field(0.5, ge=0.0, lt=1.0)
+    """Share of the `eval_size` held-out problems that the evaluations during training run on (and that
+    select best/); the rest, the reporting half, is evaluated only at the end, so a reported figure is
+    never the one a checkpoint was chosen on. 0: one set for both (selection bias included)."""
+    keep_best: bool = True
+    """Keep the best model by the held-out metric as <run>/best (ties go to the later step); `--model RUN`
+    then resolves to it."""
+    best_metric: Literal["greedy_accuracy"] = "greedy_accuracy"
+    """The held-out metric that selects best/ and that the early warning watches."""
+    warn_drop: float = Field(0.05, ge=0.0, le=1.0)
+    """Early warning: the held-out metric this far below its best..."""
+    warn_patience: int = Field(2, ge=1)
+    """...for this many evaluations in a row says so (live progress, the run store's `alerts`)."""
 
 
 class RunConfig(_Section):
@@ -197,11 +311,41 @@ class RunConfig(_Section):
     model: ModelSection = ModelSection()
     tasks: TasksConfig = TasksConfig()
     reward: RewardConfig = RewardConfig()
+    domains: list[DomainConfig] = []
+    """Training domains (`[[domains]]` tables). Empty: one domain from `tasks` and `reward`; set, `tasks`
+    and `reward.verifier` must be left at their defaults (reward's timeout and length cap still apply)."""
     sampling: SamplingConfig = SamplingConfig()
+    engine: EngineConfig = EngineConfig()
+    rollout: RolloutConfig = RolloutConfig()
     rl: RLConfig = RLConfig()
     train: TrainConfig = TrainConfig()
     tensorboard: bool = True
     """Write TensorBoard event files to <run>/tensorboard."""
+
+    @model_validator(mode="after")
+    def _one_way_to_say_domains(self) -> "RunConfig":
+        if self.domains:
+            if self.tasks != TasksConfig() or self.reward.verifier is not None:
+                raise ValueError("give the training tasks either as [[domains]] or as [tasks]/[reward].verifier, not both")
+            labels = [d.label for d in self.domains]
+            if len(set(labels)) != len(labels):
+                raise ValueError(f"[[domains]] names must be distinct, got {labels} (set `name` to tell them apart)")
+        return self
+
+    def domain_configs(self) -> list[DomainConfig]:
+        """The training domains: `[[domains]]`, or the one `tasks` + `reward` describe."""
+        if self.domains:
+            return list(self.domains)
+        t = self.tasks
+        options: dict[str, Any] = {"held_out_fraction": t.held_out_fraction}
+        if t.source.startswith(("arith:", "code:")):  # the generators whose difficulty knob is `digits`
+            options["digits"] = t.digits
+        if t.min_digits is not None:
+            options["min_digits"] = t.min_digits
+        if t.on_error != "fail":
+            options["on_error"] = t.on_error
+        options.update(t.options)
+        return [DomainConfig(source=t.source, verifier=self.reward.verifier, options=options)]
 
     @property
     def path(self) -> Path:
@@ -213,7 +357,7 @@ def _format_error(exc: ValidationError, raw: dict[str, Any]) -> str:
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
-            lines.append(f"config: unknown key {loc!r} (check the spelling; see `posttrain config --show`)")
+            lines.append(f"config: unknown key {loc!r} (check the spelling; `posttrain config` prints every key)")
         else:
             value = err.get("input")
             shown = "" if isinstance(value, dict) else f" = {value!r}"
@@ -221,8 +365,9 @@ def _format_error(exc: ValidationError, raw: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _parse_value(text: str) -> Any:
-    """A TOML literal if it is one (numbers, booleans, quoted strings, arrays), else the raw string."""
+def parse_literal(text: str) -> Any:
+    """A TOML literal if it is one (numbers, booleans, quoted strings, arrays, inline tables), else the raw
+    string: the one parser of `--set a.b=VALUE` and `--suite-opt KEY=VALUE` values."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
@@ -241,7 +386,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             if not isinstance(child, dict):
                 raise ConfigError(f"config: cannot set {key!r}: {part!r} is not a section")
             node = child
-        node[parts[-1]] = _parse_value(value.strip())
+        node[parts[-1]] = parse_literal(value.strip())
     return raw
 
 

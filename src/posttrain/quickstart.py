@@ -1,9 +1,12 @@
 """`posttrain quickstart`: the whole thesis in one command on a laptop CPU.
 
-Covers: build (or reuse) the built-in base model, measure it on held-out
-problems (greedy accuracy and sampled pass@1), run GRPO on the training
-split, measure again on the same problems with the same seeds, and report
-the before/after figures and where the run is stored.
+Covers: build (or reuse) the built-in base model, measure it on the
+reporting half of the held-out problems (greedy accuracy and sampled
+pass@1), run GRPO on the training split (its evaluations, on the selection
+half, keep the best checkpoint), measure the best checkpoint again on the
+same reporting problems with the same seeds, and report the before/after
+figures (the final weights' beside them) and where the run is stored. The
+reporting problems are never the ones the checkpoint was chosen on.
 Does not cover: anything a config cannot express; it is a thin driver over
 `builtin`, `rl.trainer` and `eval`.
 """
@@ -17,7 +20,7 @@ from typing import Callable
 
 from posttrain.builtin import ensure_base
 from posttrain.config import ConfigError, RunConfig
-from posttrain.engine.local import LocalEngine
+from posttrain.engine.base import Engine
 from posttrain.eval.accuracy import evaluate_accuracy
 from posttrain.rl.trainer import StepResult, Trainer
 
@@ -33,16 +36,21 @@ class QuickstartResult:
     base_cached: bool
     train_seconds: float
     steps: int
-    n_held_out: int
+    n_held_out: int  # reporting problems the figures are measured on
     pass1_samples_per_task: int
     run_dir: str
     seed: int
+    best_step: int | None = None  # the checkpoint `greedy_after` / `pass1_after` measure (None: the final weights)
+    greedy_final: float | None = None  # the final weights, on the same problems
+    pass1_final: float | None = None
+    n_selection: int = 0  # held-out problems the evaluations during training ran on
+    base_in_band: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _measure(engine: LocalEngine, tasks, verifier, max_tokens: int, samples: int, seed: int) -> tuple[float, float]:
+def _measure(engine: Engine, tasks, verifier, max_tokens: int, samples: int, seed: int) -> tuple[float, float]:
     greedy = evaluate_accuracy(engine, tasks, verifier, max_tokens).accuracy
     sampled = evaluate_accuracy(engine, tasks, verifier, max_tokens, temperature=1.0, samples=samples, seed=seed).accuracy
     return greedy, sampled
@@ -72,19 +80,27 @@ def run_quickstart(
     # Greedy decoding and the seeded pass@1 draw leave the trainer's sampling RNG untouched.
     trainer = Trainer(cfg, overwrite=True, on_step=on_step, on_eval=on_eval)  # a rerun of a seed replaces its run
     try:
-        held_out, verifier, max_tokens = trainer.held_out, trainer.verifier, cfg.sampling.max_tokens
-        if not held_out:
+        reporting, verifier, max_tokens = trainer.reporting, trainer.verifier, trainer.params.max_tokens
+        if not reporting:
             raise ConfigError("quickstart: the task source has no held-out tasks; raise tasks.held_out_fraction")
-        say(f"evaluating the base model on {len(held_out)} held-out problems")
-        greedy_before, pass1_before = _measure(trainer.engine, held_out, verifier, max_tokens, pass1_samples, cfg.seed + 1)
+        say(f"evaluating the base model on {len(reporting)} held-out problems (the reporting half)")
+        greedy_before, pass1_before = _measure(trainer.engine, reporting, verifier, max_tokens, pass1_samples, cfg.seed + 1)
         say("GRPO")
         result = trainer.run()
         say("evaluating the trained model")
-        greedy_after, pass1_after = _measure(trainer.engine, held_out, verifier, max_tokens, pass1_samples, cfg.seed + 1)
+        greedy_final, pass1_final = _measure(trainer.engine, reporting, verifier, max_tokens, pass1_samples, cfg.seed + 1)
+        best_dir, best_step = trainer.best_model_dir(), trainer.best.step if trainer.best else None
+        if best_dir is not None and best_step != trainer.step:
+            greedy_after, pass1_after = _measure(_engine_for(best_dir), reporting, verifier, max_tokens, pass1_samples,
+                                                 cfg.seed + 1)
+        else:
+            greedy_after, pass1_after, best_step = greedy_final, pass1_final, trainer.step
         trainer.store.log_eval(
             trainer.step,
             "quickstart",
-            {"greedy_before": greedy_before, "greedy_after": greedy_after, "pass1_before": pass1_before, "pass1_after": pass1_after},
+            {"greedy_before": greedy_before, "greedy_after": greedy_after, "pass1_before": pass1_before,
+             "pass1_after": pass1_after, "greedy_final": greedy_final, "pass1_final": pass1_final,
+             "best_step": best_step, "n_reporting": len(reporting)},
             {},
         )
         trainer.final_model_dir()
@@ -100,8 +116,21 @@ def run_quickstart(
         base_cached=base.cached,
         train_seconds=result.seconds,
         steps=result.steps,
-        n_held_out=len(held_out),
+        n_held_out=len(reporting),
         pass1_samples_per_task=pass1_samples,
         run_dir=str(trainer.run_dir),
         seed=cfg.seed,
+        best_step=best_step,
+        greedy_final=greedy_final,
+        pass1_final=pass1_final,
+        n_selection=len(trainer.held_out),
+        base_in_band=base.in_band,
     )
+
+
+def _engine_for(path) -> Engine:
+    from posttrain.engine.build import build_engine
+    from posttrain.models.io import load_model
+
+    model, tokenizer = load_model(path)
+    return build_engine(None, model, tokenizer)

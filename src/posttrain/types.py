@@ -1,8 +1,9 @@
-"""Plain records shared by every package: tasks, completions, groups, verdicts.
+"""Plain records shared by every package: tasks, completions, turns, trajectories, groups, verdicts.
 
 Covers: the data that flows through the RL loop and evaluation
-(`Task` -> `Completion` -> `Verdict` -> `Group`), and the sampling parameters
-every engine understands.
+(`Task` -> `Turn`s of `Completion`s -> `Trajectory` with a `Verdict` ->
+`Group`), the learner's `TokenView` of a trajectory, and the sampling
+parameters every engine understands.
 Does not cover: behaviour. These are dataclasses with validation of their own
 fields only; logic lives in the packages that produce or consume them.
 """
@@ -12,6 +13,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+
+DOMAIN_KEY = "domain"  # Task.meta key naming the task's domain in a run over several domains
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,7 @@ class Completion:
     logprobs: list[float]  # [T_completion]
     finish_reason: FinishReason
     policy_version: int = 0
+    latency_s: float | None = None  # request to last token, when the engine timed this completion's request alone
 
 
 class VerdictStatus(str, enum.Enum):
@@ -70,6 +75,8 @@ class Verdict:
     verifier: str = ""  # "<name>@<version hash>", so results trace to checking code
     details: str = ""
     breakdown: dict[str, float] = field(default_factory=dict)  # per-part scores of a composite (Rubric)
+    info: dict[str, Any] = field(default_factory=dict)  # structured findings (tests passed/total, compiler
+    # diagnostics) for programs; `details` is the same for people
     latency_s: float | None = None  # time the verifier spent on this item (set by `rewards.score`)
 
     @property
@@ -77,14 +84,146 @@ class Verdict:
         return self.status is VerdictStatus.OK
 
 
+class RolloutStatus(str, enum.Enum):
+    """How an attempt ended, apart from how well it did (that is the verdict's job)."""
+
+    OK = "ok"  # the rollout ran to its end; the verdict is the signal
+    TRUNCATED = "truncated"  # cut by a length or turn budget; still trained on (its verdict says how it did)
+    ENV_ERROR = "env_error"  # the environment failed (sandbox error, unreachable endpoint): masked, never scored 0
+    ABORTED = "aborted"  # stopped from outside (shutdown, stale policy): masked
+
+
+@dataclass(slots=True)
+class Turn:
+    """One model call: the context the engine saw, what it sampled, and the tokens that came back.
+
+    `context_ids` are the exact ids the engine was given; `observation_ids`
+    are appended after the completion before the next call (a tool's output,
+    the next user message, template tokens). Nothing here is ever re-tokenised.
+    """
+
+    context_ids: list[int]  # [T_context]
+    completion: Completion
+    observation_ids: list[int] = field(default_factory=list)  # [T_observation]
+
+
+@dataclass(slots=True)
+class TokenView:
+    """What the learner trains on: one append-only token sequence and which of its tokens were sampled.
+
+    `logprobs[t]` is the behaviour log-probability of `ids[t]` where `mask[t]`
+    (0.0 elsewhere); `versions[t]` the policy version that sampled it (-1
+    elsewhere). `mask[0]` is always False: a context is never empty.
+    """
+
+    ids: list[int]  # [T]
+    logprobs: list[float]  # [T]
+    mask: list[bool]  # [T] true only on sampled tokens
+    versions: list[int]  # [T]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _extends(longer: list[int], prefix: list[int]) -> bool:
+    return len(longer) >= len(prefix) and longer[: len(prefix)] == prefix
+
+
 @dataclass(slots=True)
 class Trajectory:
-    """A completion together with the prompt tokens it continued and its verdict."""
+    """One attempt at a task: its turns, the verdict on it, and how the rollout ended.
+
+    A single-turn rollout is the one-turn case (`Trajectory.single_turn`).
+    `segments()` gives the learner its token views: one per run of turns
+    whose contexts extend each other append-only; a context that rewrites
+    history (compaction, a sub-agent) starts a new segment, and every segment
+    is a training sample carrying the episode's advantage.
+    """
 
     task: Task
-    prompt_ids: list[int]  # [T_prompt]
-    completion: Completion
+    turns: list[Turn]
     verdict: Verdict | None = None
+    status: RolloutStatus = RolloutStatus.OK
+
+    @classmethod
+    def single_turn(
+        cls, task: Task, prompt_ids: list[int], completion: Completion, verdict: Verdict | None = None
+    ) -> "Trajectory":
+        return cls(task, [Turn(list(prompt_ids), completion)], verdict)
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The first context: the rendered task prompt."""
+        return self.turns[0].context_ids
+
+    @property
+    def completion(self) -> Completion:
+        """The last turn's completion: the response a single-turn verifier judges."""
+        return self.turns[-1].completion
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(len(t.completion.token_ids) for t in self.turns)
+
+    @property
+    def trainable(self) -> bool:
+        """Carries signal: an OK verdict and an environment that did not fail."""
+        return (
+            self.verdict is not None
+            and self.verdict.ok
+            and self.status in (RolloutStatus.OK, RolloutStatus.TRUNCATED)
+        )
+
+    def segments(self) -> list[TokenView]:
+        """The append-only token views of this attempt, in order (one for a single-turn rollout)."""
+        views: list[TokenView] = []
+        ids: list[int] = []
+        logp: list[float] = []
+        mask: list[bool] = []
+        vers: list[int] = []
+        for turn in self.turns:
+            ctx = turn.context_ids
+            if not ctx:
+                raise ValueError(f"trajectory of task {self.task.id!r}: a turn with an empty context")
+            if ids and not _extends(ctx, ids):  # history rewritten: close the segment, start afresh
+                views.append(TokenView(ids, logp, mask, vers))
+                ids, logp, mask, vers = [], [], [], []
+            grow = len(ctx) - len(ids)  # context tokens not yet in the view (the whole context, or what came after)
+            ids = ids + ctx[len(ids):]
+            logp += [0.0] * grow
+            mask += [False] * grow
+            vers += [-1] * grow
+            c = turn.completion
+            if len(c.logprobs) != len(c.token_ids):
+                raise ValueError(f"trajectory of task {self.task.id!r}: {len(c.token_ids)} tokens but {len(c.logprobs)} logprobs")
+            ids += c.token_ids
+            logp += c.logprobs
+            mask += [True] * len(c.token_ids)
+            vers += [c.policy_version] * len(c.token_ids)
+            ids += turn.observation_ids
+            logp += [0.0] * len(turn.observation_ids)
+            mask += [False] * len(turn.observation_ids)
+            vers += [-1] * len(turn.observation_ids)
+        views.append(TokenView(ids, logp, mask, vers))
+        return [_trim(v) for v in views]
+
+    def token_view(self) -> TokenView:
+        """The one token view of an append-only attempt; an attempt with rewritten history has several
+        (`segments()`), and asking for one view of it is an error."""
+        views = self.segments()
+        if len(views) != 1:
+            raise ValueError(f"trajectory of task {self.task.id!r} has {len(views)} segments: use segments()")
+        return views[0]
+
+
+def _trim(view: TokenView) -> TokenView:
+    """Drop trailing unsampled tokens (the last observation): nothing after them is trained on."""
+    end = len(view.mask)
+    while end > 1 and not view.mask[end - 1]:
+        end -= 1
+    if end == len(view.mask) or not any(view.mask):
+        return view
+    return TokenView(view.ids[:end], view.logprobs[:end], view.mask[:end], view.versions[:end])
 
 
 @dataclass(slots=True)
@@ -100,7 +239,8 @@ class Group:
 
     @property
     def valid(self) -> list[bool]:
-        return [t.verdict is not None and t.verdict.ok for t in self.trajectories]
+        """Which trajectories carry signal (OK verdict, environment did not fail): the rest are masked."""
+        return [t.trainable for t in self.trajectories]
 
 
 @dataclass(frozen=True, slots=True)

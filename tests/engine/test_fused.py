@@ -1,4 +1,4 @@
-"""The packed decode step (engine/fused.py) and its C kernel (engine/native_decode.py) against the model's forward."""
+"""The packed decode step (engine/local/fused.py) and its C kernel (engine/local/native_decode.py) against the model's forward."""
 
 import logging
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from posttrain.engine import LocalEngine
-from posttrain.engine import native_decode
-from posttrain.engine.fused import FusedDecoder, rotate_half_matrix
-from posttrain.engine.kv import SlotCache
+from posttrain.engine.local import native_decode
+from posttrain.engine.local.fused import FusedDecoder, rotate_half_matrix
+from posttrain.engine.local.kv import SlotCache
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer
 from posttrain.models.logprobs import token_logprobs
 from posttrain.types import SamplingParams
@@ -156,7 +156,9 @@ def test_no_compiler_falls_back_with_a_warning(monkeypatch, caplog):
 def test_a_failing_build_falls_back_with_the_compiler_message(monkeypatch, tmp_path, caplog):
     assert KERNEL is not None, NO_KERNEL
     monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))
-    monkeypatch.setattr(native_decode, "SOURCE", native_decode.SOURCE + "\nthis is not C;\n")
+    broken = tmp_path / "decode_kernel.c"
+    broken.write_text(native_decode.kernel_source() + "\nthis is not C;\n")
+    monkeypatch.setattr(native_decode, "KERNEL_SOURCE", broken)
     native_decode.load_kernel.cache_clear()
     try:
         with caplog.at_level(logging.WARNING):
@@ -224,3 +226,24 @@ def test_growing_the_rope_tables_on_the_wide_path_does_not_leave_the_kernel_stal
         fused._rope_tables(2048)  # grown from outside the kernel's path
         ref = model(one[:, None], cache=ref_cache.bind(slice(0, 1), [602], None, 1))[:, 0]
         torch.testing.assert_close(fused.forward_tokens(one[:, None], [602], None, cache)[:, 0], ref, atol=2e-5, rtol=1e-5)
+
+
+def test_the_kernel_source_ships_as_package_data(tmp_path):
+    """`decode_kernel.c` is found beside its module here, and a wheel built from this tree carries it."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    assert native_decode.KERNEL_SOURCE.is_file() and "pt_forward_tokens" in native_decode.kernel_source()
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, tmp_path / name)
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(tmp_path / "dist"), str(tmp_path)]
+    proc = subprocess.run(build, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    shipped = zipfile.ZipFile(wheel).read("posttrain/engine/local/decode_kernel.c").decode()
+    assert shipped == native_decode.kernel_source()

@@ -1,7 +1,11 @@
+import asyncio
+import logging
+
 import pytest
 import torch
 
-from posttrain.engine import Engine, LocalEngine, WindowSpec, process_logits
+from posttrain.engine import ContextLengthError, Engine, LocalEngine, WindowSpec, process_logits
+from posttrain.engine.local import WeightsMismatchError
 from posttrain.models import load_model
 from posttrain.models.logprobs import token_logprobs
 from posttrain.types import FinishReason, SamplingParams
@@ -96,6 +100,159 @@ def _greedy(n_tokens=8, **kw):
 
 def test_local_engine_satisfies_the_engine_protocol(engine):
     assert isinstance(engine, Engine)
+    # and behaves as the protocol says, not only by name
+    assert engine.encode(["1+2="]) == [engine.tokenizer.encode("1+2=")]
+    assert engine.tokenizer.decode(engine.tokenizer.encode("1+2=", add_bos=False)) == "1+2="
+    assert engine.usage is None
+    assert engine.max_context == engine.model.config.max_position_embeddings == 256
+    assert engine.max_concurrency >= 1
+    params = _greedy(5, ignore_eos=True)
+    want = engine.generate(["7+7="], params)
+    assert asyncio.run(engine.agenerate(["7+7="], params)) == want
+    engine.close()
+    streamed = [d for d in engine.stream(["7+7="], params)]
+    assert streamed[-1].completion == want[0][0]
+    engine.load_weights(engine.model.state_dict(), version=5)
+    assert engine.policy_version == 5 and engine.generate(["7+7="], params)[0][0].policy_version == 5
+    state = engine.sampler_state()
+    unseeded = SamplingParams(n=3, max_tokens=6, temperature=1.0)
+    first = engine.generate(["7+7="], unseeded)
+    engine.load_sampler_state(state)
+    assert engine.generate(["7+7="], unseeded) == first  # resumed to the same draws
+
+
+def test_concurrent_agenerate_calls_share_one_batch_and_equal_generate(tiny_model_dir):
+    model, tok = load_model(tiny_model_dir)
+    prompts = [f"{i}+{2 * i}=" for i in range(8)]
+    budgets = [3 + i % 4 for i in range(8)]
+    want = [LocalEngine(model, tok).generate([p], _greedy(m, ignore_eos=True))[0] for p, m in zip(prompts, budgets)]
+    engine = LocalEngine(model, tok)
+
+    async def all_at_once():
+        return await asyncio.gather(*(engine.agenerate([p], _greedy(m, ignore_eos=True)) for p, m in zip(prompts, budgets)))
+
+    try:
+        got = asyncio.run(all_at_once())
+        worker = engine.start_worker()
+        assert worker.stats.max_jobs_together > 1  # the coroutines' requests ran in the same engine steps
+        assert worker.stats.engine_calls < sum(budgets)  # ... not one after another
+        for g, w in zip(got, want):
+            assert g[0][0].token_ids == w[0].token_ids
+            torch.testing.assert_close(torch.tensor(g[0][0].logprobs), torch.tensor(w[0].logprobs), atol=1e-5, rtol=1e-5)
+    finally:
+        engine.close()
+
+
+def test_seeded_agenerate_equals_generate_among_other_traffic(tiny_model_dir):
+    model, tok = load_model(tiny_model_dir)
+    seeded = SamplingParams(n=4, max_tokens=6, temperature=1.0, seed=321)
+    want = LocalEngine(model, tok).generate(["9+9=", "abc"], seeded)
+    engine = LocalEngine(model, tok)
+
+    async def mixed():
+        noise = [engine.agenerate(["1+2="], SamplingParams(n=2, max_tokens=6)) for _ in range(3)]
+        return await asyncio.gather(*noise, engine.agenerate(["9+9=", "abc"], seeded))
+
+    try:
+        got = asyncio.run(mixed())[-1]
+    finally:
+        engine.close()
+    assert [[c.token_ids for c in g] for g in got] == [[c.token_ids for c in g] for g in want]
+
+
+def test_generate_and_stream_go_through_the_running_worker(tiny_model_dir):
+    """Once the worker runs, the engine has one caller: direct submit/step from elsewhere is refused."""
+    import threading
+
+    model, tok = load_model(tiny_model_dir)
+    engine = LocalEngine(model, tok)
+    params = _greedy(6, ignore_eos=True)
+    want = engine.generate(["5+5="], params)  # no worker yet: this thread drives the engine
+    worker = engine.start_worker()
+    try:
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(engine.generate(["5+5="], params))) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(results) == 3
+        for r in results:  # batched together: logprobs agree to float rounding
+            assert r[0][0].token_ids == want[0][0].token_ids and r[0][0].text == want[0][0].text
+            assert r[0][0].logprobs == pytest.approx(want[0][0].logprobs, abs=1e-5)
+        assert "".join(d.text for d in engine.stream(["5+5="], params)) == want[0][0].text
+        assert worker.stats.jobs == 4
+        with pytest.raises(RuntimeError, match="worker"):
+            engine.step()
+    finally:
+        engine.close()
+    assert engine.generate(["5+5="], params) == want  # closed: this thread drives it again
+    assert asyncio.run(engine.agenerate(["5+5="], params)) == want  # and a new worker starts on demand
+    engine.close()
+
+
+def test_an_engine_dropped_without_close_is_collected_and_its_worker_stops(tiny_model_dir):
+    import gc
+    import weakref
+
+    model, tok = load_model(tiny_model_dir)
+    engine = LocalEngine(model, tok)
+    asyncio.run(engine.agenerate(["1+1="], _greedy(3)))
+    thread, ref = engine.start_worker().thread, weakref.ref(engine)
+    del engine
+    gc.collect()
+    assert ref() is None  # the worker thread does not keep the engine (and its KV caches) alive
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_load_weights_copies_a_foreign_state_and_is_free_for_the_models_own(engine, monkeypatch):
+    copies = []
+    real_copy = torch.Tensor.copy_
+    monkeypatch.setattr(torch.Tensor, "copy_", lambda self, src, *a, **k: copies.append(1) or real_copy(self, src, *a, **k))
+    ptrs = [p.data_ptr() for p in engine.model.parameters()]
+    engine.load_weights(engine.model.state_dict(), version=1)  # a learner sharing the module
+    assert copies == [] and engine.policy_version == 1
+    new = {k: v.detach().clone() + 0.01 for k, v in engine.model.state_dict().items()}
+    engine.load_weights(new, version=2)
+    assert len(copies) == len(new)
+    assert [p.data_ptr() for p in engine.model.parameters()] == ptrs  # copied into the model's own tensors
+    for k, v in engine.model.state_dict().items():
+        assert torch.equal(v, new[k])
+
+
+def test_load_weights_is_strict_and_names_the_keys(engine):
+    state = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
+    before = {k: v.clone() for k, v in state.items()}
+    broken = dict(state)
+    del broken["model.norm.weight"]
+    broken["model.extra.weight"] = torch.zeros(1)
+    broken["lm_head.weight"] = broken["lm_head.weight"] + 1  # must not be applied: the call fails first
+    with pytest.raises(WeightsMismatchError, match=r"missing: model\.norm\.weight.*unexpected: model\.extra\.weight"):
+        engine.load_weights(broken, version=9)
+    wrong = {**state, "model.norm.weight": torch.zeros(3)}
+    with pytest.raises(WeightsMismatchError, match=r"wrong shape: model\.norm\.weight \(3,\)"):
+        engine.load_weights(wrong, version=9)
+    assert engine.policy_version == 0
+    for k, v in engine.model.state_dict().items():
+        assert torch.equal(v, before[k])
+
+
+def test_requests_past_the_context_are_clamped_with_one_note(tiny_model_dir, caplog):
+    model, tok = load_model(tiny_model_dir)
+    engine = LocalEngine(model, tok, max_context=32)
+    prompt = tok.encode("12+34=")
+    with caplog.at_level(logging.WARNING, logger="posttrain.engine.local.engine"):
+        (c,) = engine.generate([prompt], _greedy(100, ignore_eos=True))[0]
+        (d,) = engine.generate([prompt], _greedy(50, ignore_eos=True))[0]
+    assert len(c.token_ids) == len(d.token_ids) == 32 - len(prompt)
+    assert c.finish_reason is d.finish_reason is FinishReason.LENGTH
+    assert c.token_ids == engine.generate([prompt], _greedy(32 - len(prompt), ignore_eos=True))[0][0].token_ids
+    assert len([r for r in caplog.records if "context holds 32" in r.getMessage()]) == 1  # once per engine
+    with pytest.raises(ContextLengthError, match="32"):
+        engine.generate([[5] * 32], _greedy(1))
+    assert isinstance(ContextLengthError("x"), ValueError)  # the server answers it as a 400
+    assert LocalEngine(model, tok, sliding_window=WindowSpec(16)).max_context is None  # a window bounds memory, not length
 
 
 def test_greedy_matches_transformers_generate(engine, tiny_model_dir):

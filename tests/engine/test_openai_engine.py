@@ -14,13 +14,13 @@ import httpx
 import pytest
 
 from posttrain.engine import LocalEngine
-from posttrain.engine.openai_engine import (
+from posttrain.engine.remote.openai_engine import (
     EngineRequestError,
     OpenAIEngine,
     Price,
     backoff_delay,
 )
-from posttrain.engine.server import ServeConfig, ServerThread, create_app
+from posttrain.engine.serve.server import ServeConfig, ServerThread, create_app
 from posttrain.models import load_model
 from posttrain.types import FinishReason, SamplingParams
 

@@ -12,9 +12,9 @@ import torch
 
 from posttrain.engine import LocalEngine
 from posttrain.engine.chat import ChatTemplate
+from posttrain.engine.detokenize import text_deltas
 from posttrain.engine.extras import MissingExtraError
-from posttrain.engine.openai_service import text_deltas
-from posttrain.engine.server import (
+from posttrain.engine.serve.server import (
     ServeConfig,
     ServerThread,
     create_app,
@@ -45,6 +45,7 @@ class GenerateOnly:
     def __init__(self, engine: LocalEngine) -> None:
         self.inner, self.calls = engine, []
         self.model, self.tokenizer, self.policy_version = engine.model, engine.tokenizer, 0
+        self.max_context = engine.max_context
 
     def generate(self, prompts, params):
         self.calls.append((prompts, params))
@@ -278,7 +279,7 @@ def test_engines_without_steps_get_merged_generate_calls(tiny_model_dir):
         threads = _ask_concurrently(server.url, 1)
         _wait_until(engine.entered.is_set)  # the first request is in the engine, held at the gate
         threads += _ask_concurrently(server.url, 7)
-        _wait_until(lambda: batcher._queue.qsize() == 7)  # the rest wait behind it
+        _wait_until(lambda: batcher.waiting.qsize() == 7)  # the rest wait behind it
         engine.gate.set()
         for t in threads:
             t.join()
@@ -295,7 +296,6 @@ def test_engines_without_steps_get_merged_generate_calls(tiny_model_dir):
         ({"max_tokens": 0}, "max_tokens"),
         ({"logprobs": 50}, "logprobs"),
         ({"presence_penalty": 0.5}, None),
-        ({"max_tokens": 10_000}, "max_tokens"),
         ({"prompt": [10**9]}, "prompt"),
         ({"extra_body": {"stop_token_ids": [-1]}}, "stop_token_ids"),
     ],
@@ -323,6 +323,29 @@ def test_bad_chat_requests_are_400s(client):
             client.chat.completions.create(model=MODEL, max_tokens=2, **case)
 
 
+def test_max_tokens_past_the_context_are_clamped_not_refused(client):
+    """Issue 11: a client's generic max_tokens (OpenAI's 16, a harness's 256) never fails on a short context."""
+    r = client.completions.create(model=MODEL, prompt="1+1=", max_tokens=10_000, temperature=0, extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.total_tokens == 256  # the tiny model's max_position_embeddings
+
+
+def test_a_128_token_model_answers_7_prompt_tokens_plus_256_requested(tmp_path):
+    """What `posttrain eval --model http://... --suite arith:add` sends `posttrain serve builtin`."""
+    from tiny_models import make_tiny_model
+
+    model, tok = load_model(make_tiny_model(tmp_path / "m"))
+    model.config.max_position_embeddings = 128  # the built-in model's context
+    with ServerThread(create_app(LocalEngine(model, tok), ServeConfig(MODEL))) as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        prompt = tok.encode("12+34=")
+        assert len(prompt) == 7  # BOS and six characters
+        r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=256, extra_body={"ignore_eos": True})
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 128 - 7
+        chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "12+34="}], max_tokens=256)
+        assert chat.usage.total_tokens <= 128
+
+
 def test_context_overflow_names_the_code(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=MODEL, prompt="1" * 300, max_tokens=2)
@@ -347,6 +370,9 @@ def test_raw_http_errors_are_openai_json(served):
 
 
 class BrokenEngine:
+    policy_version = 0
+    max_context = None
+
     def __init__(self, tokenizer) -> None:
         self.tokenizer, self.fail = tokenizer, True
 
@@ -439,7 +465,7 @@ def test_null_fields_mean_defaults(served):
 
 
 def test_a_continuous_engine_streams_deltas_step_by_step(tiny_model_dir):
-    from posttrain.engine.request_batcher import RequestBatcher
+    from posttrain.engine.serve.batcher import RequestBatcher
 
     model, tok = load_model(tiny_model_dir)
     batcher = RequestBatcher(LocalEngine(model, tok))
@@ -481,7 +507,7 @@ def test_a_request_whose_client_left_never_reaches_the_engine(tiny_model_dir):
     _, tok = load_model(tiny_model_dir)
     engine = GatedEngine(tok)
     app = create_app(engine, ServeConfig(MODEL, max_context=64, max_concurrency=1, batch_window_s=0))
-    queued = app.state.service.batcher._queue
+    queued = app.state.service.batcher.waiting
     with ServerThread(app) as server:
         url = server.url + "/v1/completions"
         blocker = threading.Thread(target=lambda: httpx.post(url, json={"model": MODEL, "prompt": "A", "max_tokens": 1}, timeout=60))

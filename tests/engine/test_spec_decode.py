@@ -30,7 +30,7 @@ import torch
 from tiny_models import copier_model
 
 from posttrain.engine import LocalEngine, SpecConfig
-from posttrain.engine.spec_decode import ngram_propose, verify
+from posttrain.engine.local.spec_decode import ngram_propose, verify
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer, load_model
 from posttrain.types import SamplingParams
 
@@ -133,7 +133,7 @@ def test_sampled_distribution_matches_plain_sampling(method):
 def test_small_lookup_verify_keeps_the_target_and_agrees_with_the_tensor_rule():
     """The plain-Python verify used at batch 1: the emitted token is distributed as p, and the
     acceptance rate equals the tensor path's p(draft)."""
-    from posttrain.engine import spec_decode
+    from posttrain.engine.local import spec_decode
 
     p = torch.tensor([0.5, 0.3, 0.15, 0.05])
     g = torch.Generator().manual_seed(2)
@@ -155,7 +155,7 @@ def test_small_lookup_verify_keeps_the_target_and_agrees_with_the_tensor_rule():
 
 
 def test_lookup_carries_its_alignment_over_a_substitution():
-    from posttrain.engine.spec_decode import lookup_propose
+    from posttrain.engine.local.spec_decode import lookup_propose
 
     text = [10, 11, 12, 13, 14, 15, 16, 17]
     seq = text + [99] + text[:3]  # copying the text: 10 11 12 so far

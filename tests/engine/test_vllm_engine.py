@@ -11,7 +11,7 @@ import torch
 from tiny_models import make_tiny_model
 
 from posttrain.engine.extras import MissingExtraError
-from posttrain.engine.vllm_engine import (
+from posttrain.engine.remote.vllm_engine import (
     GPUUnavailableError,
     VLLMEngine,
     completion_from_vllm,

@@ -25,6 +25,31 @@ class FakeEngine:
         self.prompts_seen: list[str] = []
         self._rng = random.Random()
 
+    # the rest of the Engine protocol: a text-only engine without usage accounting
+    policy_version = 0
+    tokenizer = None
+    usage = None
+    max_context = None
+    max_concurrency = 1
+
+    def encode(self, prompts):
+        return None
+
+    async def agenerate(self, prompts, params):
+        return self.generate(prompts, params)
+
+    def stream(self, prompts, params):
+        raise NotImplementedError("the evaluation fakes do not stream")
+
+    def load_weights(self, state, version):
+        self.policy_version = version
+
+    def sampler_state(self):
+        return None
+
+    def load_sampler_state(self, state):
+        pass
+
     def generate(self, prompts, params):
         if self.fail_after is not None and self.calls >= self.fail_after:
             raise RuntimeError("injected failure")

@@ -81,7 +81,7 @@ def test_cost_and_latency_view(tmp_path):
     pb = {"default": {"input_per_mtok": 1.0, "output_per_mtok": 3.0}}
     ra = load_eval(_write_eval(tmp_path / "std", a, latency=2.0, prices=pa))
     rb = load_eval(_write_eval(tmp_path / "fast", b, latency=0.5, prices=pb))
-    from posttrain.eval.cli import price_of
+    from posttrain.pricing import price_of
 
     c = compare(ra, rb, prices=(price_of(ra.meta), price_of(rb.meta)))
     assert c.sides["A"]["cost"] == pytest.approx(200 * (100 * 10 + 50 * 30) / 1e6)

@@ -10,7 +10,8 @@ import pytest
 from posttrain.eval.harness import EvalSpec, chunk_seed, evaluate, rescore
 from posttrain.eval.records import SAMPLES, EvalDir, EvalDirError, load_eval
 from posttrain.rewards import SyncVerifier
-from posttrain.tasks.suites import Suite, load_suite
+from posttrain.tasks.domains import load_domain
+from posttrain.tasks.suites import Suite
 from posttrain.types import Verdict
 
 
@@ -19,7 +20,7 @@ def _answers(correct: set[int]) -> dict[str, str]:
 
 
 def test_records_every_response_and_summarizes(tmp_path, jsonl_suite, fake_engine_cls):
-    suite = load_suite(str(jsonl_suite))
+    suite = load_domain(str(jsonl_suite)).suite()
     engine = fake_engine_cls(_answers(set(range(15))))
     run = evaluate(engine, suite, EvalSpec(model="fake", suite=str(jsonl_suite), batch=6), tmp_path / "out")
     s = run.meta["summary"]
@@ -35,7 +36,7 @@ def test_records_every_response_and_summarizes(tmp_path, jsonl_suite, fake_engin
 
 
 def test_interrupted_eval_resumes_without_redoing_finished_samples(tmp_path, jsonl_suite, fake_engine_cls):
-    suite = load_suite(str(jsonl_suite))
+    suite = load_domain(str(jsonl_suite)).suite()
     spec = EvalSpec(model="fake", suite="s", n=3, temperature=1.0, seed=7, batch=4)
     reference = evaluate(fake_engine_cls(), suite, spec, tmp_path / "ref")
 
@@ -59,7 +60,7 @@ def test_interrupted_eval_resumes_without_redoing_finished_samples(tmp_path, jso
 
 
 def test_resume_refuses_other_settings(tmp_path, jsonl_suite, fake_engine_cls):
-    suite = load_suite(str(jsonl_suite))
+    suite = load_domain(str(jsonl_suite)).suite()
     evaluate(fake_engine_cls(), suite, EvalSpec(model="fake", suite="s"), tmp_path / "out")
     with pytest.raises(EvalDirError, match="max_tokens"):
         evaluate(fake_engine_cls(), suite, EvalSpec(model="fake", suite="s", max_tokens=9), tmp_path / "out")
@@ -77,7 +78,7 @@ class AcceptsNope(SyncVerifier):
 
 
 def test_rescore_regrades_without_the_model(tmp_path, jsonl_suite, fake_engine_cls):
-    suite = load_suite(str(jsonl_suite))
+    suite = load_domain(str(jsonl_suite)).suite()
     evaluate(fake_engine_cls(_answers(set(range(10)))), suite, EvalSpec(model="fake", suite=str(jsonl_suite)), tmp_path / "out")
     assert sum(r.passed for r in load_eval(tmp_path / "out").records) == 10
     run, changed = rescore(tmp_path / "out")  # the suite's own verifier again: nothing changes
@@ -90,7 +91,7 @@ def test_rescore_regrades_without_the_model(tmp_path, jsonl_suite, fake_engine_c
 
 
 def test_repeat_measures_flip_rate(tmp_path, jsonl_suite, fake_engine_cls):
-    suite = load_suite(str(jsonl_suite))
+    suite = load_domain(str(jsonl_suite)).suite()
     spec = EvalSpec(model="fake", suite="s", repeat=4)
     steady = evaluate(fake_engine_cls(_answers(set(range(20)))), suite, spec).meta["summary"]
     assert steady["repeats"] == 4 and steady["flip_rate"] == 0 and steady["flaky_tasks"] == []
@@ -108,9 +109,9 @@ def test_spec_validation_and_seeds():
 
 
 def test_pass_at_k_over_samples_with_the_local_engine(tmp_path, tiny_model_dir):
-    from posttrain.eval.models import resolve_model
+    from posttrain.resolve import resolve_model
 
-    suite = load_suite("arith:add", limit=6)
+    suite = load_domain("arith:add", limit=6).suite()
     engine = resolve_model(str(tiny_model_dir)).engine
     spec = EvalSpec(model=str(tiny_model_dir), suite="arith:add", n=4, ks=(1, 2, 4), temperature=1.0, max_tokens=4)
     run = evaluate(engine, suite, spec, tmp_path / "out")

@@ -13,6 +13,7 @@ from posttrain.cli import app
 from posttrain.eval.records import EvalDir, SampleRecord
 from posttrain.eval.report import render_report
 from posttrain.store.run_store import RunStore
+from posttrain.store import EvalSampleRow, SampleRow
 
 runner = CliRunner()
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -42,8 +43,8 @@ def _run_dir(path):
             store.log_step(step, {"reward": step / 10, "pass_rate": step / 12})
         store.log_eval(2, "held_out", {"greedy_accuracy": 0.5}, {"a": 1.0, "b": 1.0})
         store.log_eval(4, "held_out", {"greedy_accuracy": 0.4}, {"a": 1.0, "b": 0.0})
-        store.log_eval_samples(4, "held_out", [("b", 0, EVIL, 0.0, 0, "ok", "exact@abc", "expected 3")])
-        store.log_step(5, {"reward": 0.5}, samples=[(0, j, "g", f"rollout {j}", 3, "stop", 1.0, 1, "ok", "exact@abc", "", 5)
+        store.log_eval_samples(4, "held_out", [EvalSampleRow("b", 0, EVIL, 0.0, 0, "ok", "exact@abc", "expected 3")])
+        store.log_step(5, {"reward": 0.5}, samples=[SampleRow(0, j, "g", f"rollout {j}", 3, "stop", 1.0, 1, "ok", "exact@abc", "", 5)
                                                     for j in range(2)])
     return path
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from posttrain.cli import app
 from posttrain.eval.responses import read_responses, score_responses
 from posttrain.tasks.jsonl import TaskFileError
-from posttrain.tasks.suites import load_suite
+from posttrain.tasks.domains import load_domain
 
 runner = CliRunner()
 
@@ -23,7 +23,7 @@ def _write(path, rows):
 def test_scores_response_and_completion_rows_with_samples_numbered(tmp_path, jsonl_suite):
     rows = read_responses(_write(tmp_path / "r.jsonl", [
         {"task_id": "t01", "response": "1"}, {"task_id": "t01", "completion": "7"}, {"task_id": "t02", "completion": "2"}]))
-    recs = score_responses(load_suite(str(jsonl_suite)), rows)
+    recs = score_responses(load_domain(str(jsonl_suite)).suite(), rows)
     assert [(r.task_id, r.sample, r.passed) for r in recs] == [("t01", 0, True), ("t01", 1, False), ("t02", 0, True)]
 
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from posttrain.rl.losses import aggregate_loss, clipped_policy_loss, k3_kl
+from posttrain.rl.losses import aggregate_loss, clipped_policy_loss, k3_kl, loss_normalizer, truncated_importance_weights
 
 
 def test_clipped_loss_on_policy_is_minus_advantage():
@@ -67,3 +67,31 @@ def test_masked_tokens_do_not_contribute():
 def test_unknown_aggregation_is_rejected():
     with pytest.raises(ValueError, match="aggregation"):
         aggregate_loss(LOSS, MASK, "sum")
+
+
+def test_seq_mean_token_mean_ignores_fully_masked_rows():
+    loss = torch.tensor([[2.0, 2.0], [4.0, 0.0], [9.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])  # the last row errored: out of the mean
+    assert aggregate_loss(loss, mask, "seq_mean_token_mean").item() == pytest.approx((2.0 + 4.0) / 2)
+
+
+def test_normalizer_makes_micro_batch_losses_sum_to_the_batch_loss():
+    torch.manual_seed(0)
+    loss, mask = torch.randn(6, 5), (torch.rand(6, 5) > 0.3).float()
+    mask[4] = 0
+    for mode in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"):
+        whole = aggregate_loss(loss, mask, mode, max_len=5)
+        norm = loss_normalizer(mask, mode, max_len=5)
+        parts = sum(aggregate_loss(loss[i : i + 2], mask[i : i + 2], mode, 5, normalizer=norm) for i in range(0, 6, 2))
+        assert float(parts) == pytest.approx(float(whole), rel=1e-5, abs=1e-6), mode
+
+
+def test_truncated_importance_weights():
+    old = torch.tensor([[-1.0, -1.0, -3.0]])
+    behaviour = torch.tensor([[-1.0, -2.0, -1.0]])
+    w = truncated_importance_weights(old, behaviour, cap=2.0)
+    # equal -> 1; learner more likely than the sampler -> e^1 capped at 2; less likely -> e^-2
+    assert w.tolist()[0] == pytest.approx([1.0, 2.0, math.exp(-2.0)])
+    assert not w.requires_grad
+    with pytest.raises(ValueError, match="positive cap"):
+        truncated_importance_weights(old, behaviour, cap=0.0)

@@ -114,6 +114,7 @@ def test_verifier_timeout_from_config_is_a_timeout_not_a_zero(tiny_config):
 
 def test_config_accepts_specs_and_rejects_unknown_kinds(tmp_path):
     from posttrain.config import ConfigError, load_config
+    from posttrain.rl.build import build_domains
 
     p = tmp_path / "run.toml"
     p.write_text(
@@ -124,9 +125,14 @@ def test_config_accepts_specs_and_rejects_unknown_kinds(tmp_path):
     cfg = load_config(p)
     assert cfg.reward.verifier["type"] == "rubric" and cfg.reward.max_response_chars == 2000
     assert load_config(None, ["reward.verifier='math'"]).reward.verifier == "math"
-    assert load_config().reward.verifier == "exact" and load_config().reward.max_response_chars is None  # quickstart
+    # the quickstart: no override, so the domain's own verifier (exact match for arith:add) judges
+    assert load_config().reward.verifier is None and load_config().reward.max_response_chars is None
+    assert build_domains(load_config())[0].verifier.name == "exact"
+    # the kind is resolved when the component is built (configs import no verifier plugin), still one line
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["reward.verifier='telepathy'"])
+        build_domains(load_config(None, ["reward.verifier='telepathy'"]))
     assert "unknown verifier 'telepathy'" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="weight must be >= 0"):
-        load_config(None, ["reward.verifier={type='rubric', parts=[{verifier='exact', weight=-1}]}"])
+        build_domains(load_config(None, ["reward.verifier={type='rubric', parts=[{verifier='exact', weight=-1}]}"]))
+    with pytest.raises(ConfigError, match="string 'type' key"):
+        load_config(None, ["reward.verifier={kind='rubric'}"])

@@ -104,8 +104,11 @@ def test_raising_verifier_is_counted_and_stored_not_fatal(cfg):
                 raise RuntimeError("verifier crashed")
             return Verdict(score=float(self.calls % 2), passed=bool(self.calls % 2))
 
-    trainer = Trainer(cfg)
-    trainer.verifier = Flaky()
+    from posttrain.rl.build import build
+
+    parts = build(cfg, store=False)
+    parts.rollouter.verifier = Flaky()  # components are built apart from the loop: swap one in
+    trainer = Trainer(cfg, components=parts)
     result = trainer.run()
     trainer.close()
     assert result.steps == 5

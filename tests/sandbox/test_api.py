@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import time
 
 import pytest
 from typer.testing import CliRunner
 
+from posttrain.cli.sandbox import app
 from posttrain.sandbox import ExecResult, ExecStatus, Limits, PoolBusy, Sandbox, SandboxPool, SandboxUnavailable
 from posttrain.sandbox import cgroups, launcher
-from posttrain.sandbox.cli import app
-from posttrain.sandbox.sandbox import classify
+from posttrain.sandbox.supervise import classify
 
 
 def test_ok_and_runtime_error_are_told_apart(sandbox):
@@ -125,7 +126,7 @@ def test_sandbox_error_is_not_a_program_failure_and_recovers(sandbox):
     async def scenario():
         task = asyncio.ensure_future(sandbox.arun(code="import time; time.sleep(3)"))
         await asyncio.sleep(0.5)
-        sandbox._server.proc.kill()  # the fork-server dies under a running task
+        os.kill(sandbox.server_pid, signal.SIGKILL)  # the fork-server dies under a running task
         return await task
 
     r = asyncio.run(scenario())
@@ -141,10 +142,10 @@ def test_sandbox_built_in_a_finished_thread_keeps_its_server():
     t.start()
     t.join()
     with box[0] as sb:
-        pid = sb._server.proc.pid
+        pid = sb.server_pid
         time.sleep(0.2)
         assert sb.run(code="print(1)").stdout == "1\n"
-        assert sb._server.proc.pid == pid  # not restarted: the thread's exit did not kill it
+        assert sb.server_pid == pid  # not restarted: the thread's exit did not kill it
 
 
 def test_classify_orders_causes_from_most_specific():

@@ -1,4 +1,7 @@
-"""Nothing crosses from one execution or session to another."""
+"""Nothing crosses from one execution or session to another.
+
+Each probe prints what it found, and a control shows it finds what is there: an empty answer
+from a probe that crashed would otherwise pass as "nothing leaked"."""
 
 from __future__ import annotations
 
@@ -9,11 +12,14 @@ from posttrain.sandbox import ExecStatus
 PLANT = ("import os\nopen('/work/secret', 'w').write('s'); open('/tmp/secret', 'w').write('s')\n"
          "open('/dev/shm/secret', 'w').write('s')")
 PROBE = "import os\nprint([p for p in ('/work/secret', '/tmp/secret', '/dev/shm/secret') if os.path.exists(p)])"
+PLANTED = "['/work/secret', '/tmp/secret', '/dev/shm/secret']\n"
 
 
 def test_files_tmp_and_shm_do_not_leak_to_the_next_run(sandbox):
-    assert sandbox.run(code=PLANT).status is ExecStatus.OK
-    assert sandbox.run(code=PROBE).stdout == "[]\n"
+    planted = sandbox.run(code=PLANT + "\n" + PROBE)
+    assert (planted.status, planted.stdout) == (ExecStatus.OK, PLANTED), planted  # control: the probe sees them
+    probe = sandbox.run(code=PROBE)
+    assert (probe.status, probe.stdout) == (ExecStatus.OK, "[]\n"), probe
 
 
 def test_reused_cgroups_carry_no_memory_cpu_or_oom_of_the_previous_run(sandbox):
@@ -41,8 +47,8 @@ def test_files_tmp_and_shm_do_not_leak_between_concurrent_runs(sandbox):
         return await planter, probe
 
     planted, probe = asyncio.run(both())
-    assert planted.status is ExecStatus.OK
-    assert probe.stdout == "[]\n"
+    assert planted.status is ExecStatus.OK, planted
+    assert (probe.status, probe.stdout) == (ExecStatus.OK, "[]\n"), probe
 
 
 def test_same_port_is_free_in_concurrent_runs(sandbox):
@@ -58,13 +64,17 @@ def test_same_port_is_free_in_concurrent_runs(sandbox):
 
 def test_sysv_ipc_does_not_leak_between_runs(sandbox):
     made = sandbox.run("ipcmk -M 4096 >/dev/null && ipcs -m | grep -c 0x")
-    seen = sandbox.run("ipcs -m | grep -c 0x || true")
-    assert made.stdout.strip() == "1" and seen.stdout.strip() == "0"
+    seen = sandbox.run("ipcs -m")
+    assert (made.status, made.stdout) == (ExecStatus.OK, "1\n"), made  # control: ipcs lists a segment that exists
+    assert seen.status is ExecStatus.OK and "Shared Memory Segments" in seen.stdout, seen
+    assert [line for line in seen.stdout.splitlines() if line.startswith("0x")] == [], seen.stdout
 
 
 def test_sessions_do_not_see_each_other(sandbox):
     with sandbox.session() as a, sandbox.session() as b:
         a.write_file("mine.txt", b"a")
-        assert b.exec("ls /work").stdout == ""
-        assert a.exec("ls /work").stdout == "mine.txt\n"
-        assert b.exec("ls /state 2>&1 | wc -l").stdout.strip() == "0"
+        seen_by_b = b.exec("ls -A /work")
+        assert (seen_by_b.status, seen_by_b.stdout) == (ExecStatus.OK, ""), seen_by_b
+        assert a.exec("ls /work").stdout == "mine.txt\n"  # control: the same probe sees a's own file
+        state = b.exec("ls -A /state")  # the server's layer store: an empty mount point inside a task
+        assert (state.status, state.stdout) == (ExecStatus.OK, ""), state

@@ -81,7 +81,7 @@ def test_a_thousand_executions_leak_no_processes_mounts_cgroups_fds_or_temp_dirs
     fds_before = len(os.listdir("/proc/self/fd"))
     groups_before = set(_manager_groups(cgroups.manager_tag()))  # other Sandboxes' idle groups in this process
     with SandboxPool(max_concurrency=4, sweep=False, prefork=True) as pool:
-        outer = pool.sandbox._server.proc.pid
+        outer = pool.sandbox.server_pid
         server = _descendants(outer)
         assert len(server) == 1  # the fork-server's namespace init, nothing else yet
         requests = [ATTACKS[i % len(ATTACKS)] if i % 25 == 0 else dict(code=f"print({i})") for i in range(1000)]

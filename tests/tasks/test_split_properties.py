@@ -2,7 +2,7 @@
 
 Covers, for every generator (`arith:add/sub/addsub/mul/chain` with `digits`, `min_digits` and chain
 lengths varied, `code:ops` with its options, `code:linear`) and for JSONL task files of random ids,
-built the way the RL trainer builds them (`load_tasks`): `sample(rng, "train")` (the curriculum's
+built the way the RL trainer builds them (`load_domain`): `sample(rng, "train")` (the curriculum's
 draw, and `sample(rng)`'s default) never returns a task whose canonical key is held out, and
 `sample(rng, "held_out")` never a train one; `take(n, split)` stays inside its split; a smaller
 `held_out_fraction`'s held-out set is a subset of a larger one's (so a base model pre-trained with a
@@ -26,9 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from posttrain import builtin
-from posttrain.config import BaseModelConfig, TasksConfig
+from posttrain.config import BaseModelConfig, RunConfig, TasksConfig
+from posttrain.rl.build import build_domains
 from posttrain.scheduler.curriculum import PassRateCurriculum
-from posttrain.tasks import ArithmeticSource, load_tasks, split_of, tasks_from_config
+from posttrain.tasks import ArithmeticSource, load_domain, split_of
 
 # no example database: nothing is written into the checkout, and every run explores afresh
 PROPERTY = settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -89,7 +90,7 @@ def arith_specs(draw):
 @given(arith_specs(), fractions, seeds)
 def test_arithmetic_draws_stay_in_their_split(spec, fraction, seed):
     family, digits, min_digits = spec
-    source = load_tasks(f"arith:{family}", fraction, digits, min_digits=min_digits)
+    source = load_domain(f"arith:{family}", held_out_fraction=fraction, digits=digits, min_digits=min_digits).source
     check_source(source, f"arith:{family}", fraction, seed)
 
 
@@ -117,7 +118,7 @@ def code_specs(draw):
 @given(code_specs(), fractions, seeds)
 def test_code_draws_stay_in_their_split(spec, fraction, seed):
     family, digits, options = spec
-    source = load_tasks(f"code:{family}", fraction, digits, options=options)
+    source = load_domain(f"code:{family}", held_out_fraction=fraction, digits=digits, **(options or {})).source
     check_source(source, f"code:{family}", fraction, seed)
 
 
@@ -131,7 +132,7 @@ def task_ids(draw):
 def _jsonl_source(ids: list[str], fraction: float, directory: Path):
     path = directory / "tasks.jsonl"
     path.write_text("".join(json.dumps({"id": i, "prompt": f"q{n}", "answer": "a"}) + "\n" for n, i in enumerate(ids)))
-    return load_tasks(str(path), fraction)
+    return load_domain(str(path), held_out_fraction=fraction).source
 
 
 @PROPERTY
@@ -154,7 +155,7 @@ def test_task_file_draws_stay_in_their_split_and_nest(ids, f1, f2, seed):
 @given(arith_specs(), fractions, fractions, seeds)
 def test_arithmetic_held_out_sets_nest(spec, f1, f2, seed):
     family, digits, min_digits = spec
-    make = lambda f: load_tasks(f"arith:{family}", f, digits, min_digits=min_digits)  # noqa: E731
+    make = lambda f: load_domain(f"arith:{family}", held_out_fraction=f, digits=digits, min_digits=min_digits).source  # noqa: E731
     check_nested(make, f"arith:{family}", min(f1, f2), max(f1, f2), seed)
 
 
@@ -162,7 +163,7 @@ def test_arithmetic_held_out_sets_nest(spec, f1, f2, seed):
 @given(code_specs(), fractions, fractions, seeds)
 def test_code_held_out_sets_nest(spec, f1, f2, seed):
     family, digits, options = spec
-    make = lambda f: load_tasks(f"code:{family}", f, digits, options=options)  # noqa: E731
+    make = lambda f: load_domain(f"code:{family}", held_out_fraction=f, digits=digits, **(options or {})).source  # noqa: E731
     check_nested(make, f"code:{family}", min(f1, f2), max(f1, f2), seed)
 
 
@@ -187,5 +188,5 @@ def test_base_model_pretraining_draws_only_train_problems():
         assert all(split_of(canonical_key(t, spec), cfg.held_out_fraction) == "train" for t in drawn), overrides
         # the RL evaluation of the same domain at the same fraction holds out none of them
         tasks = TasksConfig(source=spec, digits=cfg.digits, min_digits=cfg.min_digits, held_out_fraction=cfg.held_out_fraction)
-        evaluation = {canonical_key(t, spec) for t in tasks_from_config(tasks).take(500, "held_out", seed=cfg.seed)}
+        evaluation = {canonical_key(t, spec) for t in build_domains(RunConfig(tasks=tasks))[0].source.take(500, "held_out", seed=cfg.seed)}
         assert evaluation and not evaluation & {canonical_key(t, spec) for t in drawn}, overrides

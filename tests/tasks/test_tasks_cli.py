@@ -45,4 +45,4 @@ def test_failing_gold_prints_each_failure_and_exits_1(tmp_path):
 
 def test_unknown_suite_is_a_one_line_error():
     r = runner.invoke(app, ["tasks", "validate", "no-such-suite"])
-    assert r.exit_code == 2 and "unknown suite 'no-such-suite'" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 2 and "unknown domain 'no-such-suite'" in r.output and "Traceback" not in r.output

@@ -10,14 +10,15 @@ from dataclasses import dataclass
 
 from posttrain.rewards import SyncVerifier
 from posttrain.tasks import TaskFileError
-from posttrain.tasks.suites import Suite, load_suite
+from posttrain.tasks.domains import load_domain
+from posttrain.tasks.suites import Suite
 from posttrain.tasks.validate import validate_suite
 from posttrain.types import Task, Verdict
 
 
 @pytest.mark.parametrize("family", ["add", "sub", "addsub", "mul", "chain"])
 def test_builtin_generators_validate(family):
-    report = validate_suite(load_suite(f"arith:{family}", limit=100))
+    report = validate_suite(load_domain(f"arith:{family}", limit=100).suite())
     assert report.ok and (report.passed, report.total) == (100, 100) and report.failures == []
 
 
@@ -42,7 +43,7 @@ def test_failures_and_missing_answers_are_listed():
 
 
 def test_limit_takes_the_first_tasks():
-    report = validate_suite(load_suite("arith:add", limit=50), limit=10)
+    report = validate_suite(load_domain("arith:add", limit=50).suite(), limit=10)
     assert report.total == 10
 
 
@@ -66,13 +67,13 @@ def write_code_suite(tmp_path, gold_for_file: str = "def sq(x):\n    return x * 
 
 
 def test_jsonl_code_suite_with_inline_and_file_tests(tmp_path):
-    report = validate_suite(load_suite(str(write_code_suite(tmp_path))))
+    report = validate_suite(load_domain(str(write_code_suite(tmp_path))).suite())
     assert report.ok and report.total == 4, [vars(f) for f in report.failures]
 
 
 def test_jsonl_code_suite_with_a_wrong_gold_reports_partial_score(tmp_path):
     path = write_code_suite(tmp_path, gold_for_file="def sq(x):\n    return 9 if x == 3 else 0\n")
-    report = validate_suite(load_suite(str(path)))
+    report = validate_suite(load_domain(str(path)).suite())
     (fail,) = report.failures
     assert fail.task_id == "file" and fail.score == 0.5 and "test_neg" in fail.details
 
@@ -81,4 +82,4 @@ def test_missing_tests_file_is_a_load_error(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"prompt": "p", "meta": {"tests_file": "nope.py"}}) + "\n")
     with pytest.raises(TaskFileError, match=r"bad.jsonl:1: tests_file 'nope.py'"):
-        load_suite(str(path))
+        load_domain(str(path)).suite()

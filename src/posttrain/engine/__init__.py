@@ -1,8 +1,13 @@
-"""Generation engines: the `Engine` protocol, the in-process `LocalEngine` on the native model, and
-client adapters (`OpenAIEngine` for any OpenAI-compatible server, `VLLMEngine` as an optional extra).
+"""Generation engines: the `Engine` protocol, the in-process `LocalEngine` on the native model,
+client adapters (`OpenAIEngine` for any OpenAI-compatible server, `VLLMEngine` as an optional extra),
+a scripted `MockEngine` for tests, and the OpenAI-compatible server.
 
-Public names are imported lazily, so `import posttrain.engine` (and every `posttrain` command that
-never generates) does not load torch.
+Layout: at the top, the contract (`base.py`), sampling and detokenisation shared by the parts, chat
+templates, train-inference parity and optional extras; `local/` the in-process engine (scheduler,
+KV store, prefix cache, speculative decoding, the fused decode step and its C kernel, the worker
+thread behind `agenerate`); `remote/` the client adapters; `serve/` the HTTP server (`posttrain
+serve`). Public names are imported lazily, so `import posttrain.engine` (and every `posttrain`
+command that never generates) does not load torch.
 """
 
 from __future__ import annotations
@@ -12,14 +17,16 @@ from typing import Any
 
 _EXPORTS = {
     "CompletionDelta": "posttrain.engine.base",
+    "ContextLengthError": "posttrain.engine.base",
     "Engine": "posttrain.engine.base",
-    "WindowSpec": "posttrain.engine.kv",
-    "LocalEngine": "posttrain.engine.local",
+    "MockEngine": "posttrain.engine.mock",
+    "WindowSpec": "posttrain.engine.local.kv",
+    "LocalEngine": "posttrain.engine.local.engine",
     "process_logits": "posttrain.engine.sampling",
     "sample_tokens": "posttrain.engine.sampling",
-    "SpecConfig": "posttrain.engine.spec_decode",
-    "OpenAIEngine": "posttrain.engine.openai_engine",
-    "VLLMEngine": "posttrain.engine.vllm_engine",
+    "SpecConfig": "posttrain.engine.local.spec_decode",
+    "OpenAIEngine": "posttrain.engine.remote.openai_engine",
+    "VLLMEngine": "posttrain.engine.remote.vllm_engine",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -16,7 +16,8 @@ HTTP server code against, and nothing they may probe for:
   (request/token/cost totals, kept by remote engines) and `max_context`
   (the model's context length: a request asking for more tokens than fit is
   clamped, with a note in the log, not failed);
-- `max_concurrency`: how many requests a caller should keep in flight.
+- `max_concurrency`: how many requests a caller should keep in flight;
+- `sampler_state` / `load_sampler_state`: the sampling RNG, for exact resume.
 Does not cover: any implementation (the local engine, the adapters).
 
 >>> class EchoEngine:
@@ -33,6 +34,10 @@ Does not cover: any implementation (the local engine, the adapters).
 ...         yield from ()
 ...     def load_weights(self, state, version):
 ...         self.policy_version = version
+...     def sampler_state(self):
+...         return None
+...     def load_sampler_state(self, state):
+...         pass
 >>> isinstance(EchoEngine(), Engine)
 True
 """
@@ -43,9 +48,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from posttrain.errors import UserError
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 Prompt = str | list[int]
+
+
+class ContextLengthError(UserError, ValueError):
+    """A prompt that alone fills the model's context: no room is left for a completion (a request
+    that merely asks for too many tokens is clamped instead)."""
 
 
 @dataclass(slots=True)
@@ -116,4 +127,12 @@ class Engine(Protocol):
     def load_weights(self, state: Mapping[str, Any], version: int) -> None:
         """Adopt new policy weights (every parameter, names as in the model's state dict);
         completions from now on carry `version`."""
+        ...
+
+    def sampler_state(self) -> Any:
+        """The engine's own sampling RNG state (what a checkpoint needs to resume to the same samples)."""
+        ...
+
+    def load_sampler_state(self, state: Any) -> None:
+        """Restore what `sampler_state` returned."""
         ...

@@ -14,13 +14,13 @@ with `ChatTemplateError`), or generation-side parsing of the reply.
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
 import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from posttrain.errors import UserError
 from posttrain.models.tokenizer import Tokenizer
 
 ROLES = ("system", "developer", "user", "assistant", "tool")

@@ -8,9 +8,10 @@ Does not cover: installing anything.
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
 import importlib
 from types import ModuleType
+
+from posttrain.errors import UserError
 
 
 class MissingExtraError(UserError, ImportError):

@@ -4,7 +4,9 @@ Covers: `engine_learner_mismatch`, which re-scores completions with the
 learner's own code path (`models.logprobs.token_logprobs` on a full forward)
 and reports mean and max |delta log p| (`models.logprobs.logprob_mismatch`,
 the same definition the Learner logs as mismatch_mean / mismatch_max).
-Does not cover: correcting for the gap (rl/ uses truncated importance sampling).
+Does not cover: correcting for the gap (the learner's job: truncated importance
+weights, `rl/losses.py`'s `truncated_importance_weights`, for a sampling engine
+that is not the learner's own module).
 """
 
 from __future__ import annotations

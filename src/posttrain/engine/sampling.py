@@ -2,10 +2,9 @@
 
 Covers: temperature, top-k, top-p (nucleus) and min-p filtering (HF's order),
 greedy and multinomial choice, and the logprob of the chosen token under the
-processed distribution (what the behaviour policy really was); stop-string
-matching on decoded text.
+processed distribution (what the behaviour policy really was).
 Does not cover: repetition penalties or logit bias; the speculative rejection
-rule (engine/spec_decode.py).
+rule (engine/local/spec_decode.py); stop strings (text: engine/detokenize.py).
 """
 
 from __future__ import annotations
@@ -68,13 +67,3 @@ def sample_tokens(
     logp = torch.log_softmax(processed, dim=-1)
     tokens = choose(processed, temperature == 0, generator)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
-
-
-def find_stop(text: str, stops: tuple[str, ...], search_from: int = 0) -> int:
-    """Index in `text` where the earliest stop string starts (looking from `search_from`), or -1."""
-    best = -1
-    for s in stops:
-        i = text.find(s, search_from)
-        if i >= 0 and (best < 0 or i < best):
-            best = i
-    return best

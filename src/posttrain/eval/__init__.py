@@ -13,7 +13,7 @@ _EXPORTS = {
     "pass_at_k": "posttrain.eval.metrics",
     "pass_hat_k": "posttrain.eval.metrics",
     "task_mean_ci": "posttrain.eval.metrics",
-    "Price": "posttrain.eval.metrics",
+    "Price": "posttrain.pricing",
     "mcnemar_exact": "posttrain.eval.stats",
     "fisher_exact": "posttrain.eval.stats",
     "benjamini_hochberg": "posttrain.eval.stats",

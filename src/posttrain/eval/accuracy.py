@@ -1,19 +1,24 @@
-"""Held-out accuracy of a model on a task list: greedy accuracy and sampled pass@1.
+"""Held-out accuracy of a model on a task list: greedy accuracy and sampled pass@1, through the harness.
 
-Covers: the two numbers the quickstart and training loop report, computed
-with the same verifier code as the reward, with errored verdicts counted
-apart rather than scored as wrong.
+Covers: the two numbers the quickstart and the built-in base model's band
+check report, computed by the evaluation harness (`harness.evaluate`, the one
+evaluation path: the same guarded verifier call as the reward, errored
+verdicts counted apart rather than scored as wrong), all tasks in one engine
+call.
 Does not cover: pass@k, confidence intervals, cost or comparisons (the
-evaluation harness builds those on top).
+harness's summary has those), or storing the responses (the trainer's
+held-out evaluation does, through `eval.training`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from posttrain.engine.local import LocalEngine
-from posttrain.rewards.base import Verifier, score_sync
-from posttrain.types import SamplingParams, Task
+from posttrain.engine.base import Engine
+from posttrain.eval.harness import EvalSpec, evaluate
+from posttrain.rewards.base import Verifier
+from posttrain.tasks.suites import Suite
+from posttrain.types import Task
 
 
 @dataclass
@@ -26,32 +31,35 @@ class AccuracyResult:
 
 
 def evaluate_accuracy(
-    engine: LocalEngine,
+    engine: Engine,
     tasks: list[Task],
     verifier: Verifier,
     max_tokens: int,
     temperature: float = 0.0,
     samples: int = 1,
-    seed: int | None = None,
+    seed: int = 0,
 ) -> AccuracyResult:
-    """Greedy accuracy with temperature 0; sampled pass@1 (mean over `samples` draws) otherwise."""
+    """Greedy accuracy with temperature 0; sampled pass@1 (mean over `samples` draws) otherwise.
+
+    Sampled draws are seeded by the harness from `seed` (its per-chunk seed), so they do not touch the
+    engine's own sampling RNG.
+    """
     if not tasks:
         raise ValueError("evaluate_accuracy needs at least one task")
     n = 1 if temperature == 0 else samples
-    params = SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
-    groups = engine.generate([t.prompt for t in tasks], params)
-    per_task: dict[str, float] = {}
-    passed = total = errors = 0
-    flat = score_sync(verifier, [t for t, g in zip(tasks, groups) for _ in g], [c.text for g in groups for c in g])
-    offset = 0
-    for task, group in zip(tasks, groups):
-        verdicts, offset = flat[offset : offset + len(group)], offset + len(group)
-        ok = [v for v in verdicts if v.ok]
-        errors += len(verdicts) - len(ok)
-        hits = sum(v.passed for v in ok)
-        passed += hits
-        total += len(verdicts)
-        per_task[task.id] = hits / len(verdicts)
+    spec = EvalSpec(model="in-process", suite="held-out", n=n, temperature=temperature, max_tokens=max_tokens,
+                    seed=seed, batch=len(tasks))
+    run = evaluate(engine, Suite("held-out", list(tasks), verifier), spec)
+    per_task: dict[str, list[bool]] = {}
+    errors = 0
+    for r in run.records:
+        per_task.setdefault(r.task_id, []).append(r.ok and r.passed)
+        errors += not r.ok
+    total = len(run.records)
     return AccuracyResult(
-        accuracy=passed / total, n_tasks=len(tasks), n_samples=total, n_errors=errors, per_task=per_task
+        accuracy=sum(sum(v) for v in per_task.values()) / total,
+        n_tasks=len(tasks),
+        n_samples=total,
+        n_errors=errors,
+        per_task={t: sum(v) / len(v) for t, v in per_task.items()},
     )

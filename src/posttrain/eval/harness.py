@@ -20,7 +20,6 @@ does and a batched GPU server often does not.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from posttrain.aio import run_sync
+from posttrain.engine.base import Engine
 from posttrain.eval.metrics import Price
 from posttrain.eval.records import EvalDir, EvalDirError, EvalRun, SampleRecord
 from posttrain.eval.summary import summarize
@@ -75,45 +76,32 @@ def chunk_seed(seed: int, chunk: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{chunk}".encode()).digest()[:4], "little") & 0x7FFFFFFF
 
 
-def _tokens_in(engine: Any, prompt: str) -> int | None:
-    tok = getattr(engine, "tokenizer", None)
-    if tok is None or not hasattr(tok, "encode"):
+def _tokens_in(engine: Engine, prompt: str) -> int | None:
+    if engine.tokenizer is None:
         return None
     try:
-        return len(tok.encode(prompt))
+        return len(engine.tokenizer.encode(prompt))
     except Exception:  # noqa: BLE001 - a count we cannot make is missing, not fatal
         return None
 
 
-def _generate(engine: Any, prompts: list[str], params: SamplingParams) -> tuple[list[list[Completion]], list[float]]:
-    """Completions per prompt and each prompt's own latency (a request's time, or the call's time shared out)."""
-    if hasattr(engine, "agenerate"):  # a remote engine: one timed request per prompt, concurrently
-        limit = max(1, int(getattr(engine, "max_concurrency", 16)))
-
-        async def run_all() -> list[tuple[list[Completion], float]]:
-            sem = asyncio.Semaphore(limit)
-
-            async def one(p: str) -> tuple[list[Completion], float]:
-                async with sem:
-                    t0 = time.perf_counter()
-                    groups = await engine.agenerate([p], params)
-                    return groups[0], time.perf_counter() - t0
-
-            return await asyncio.gather(*(one(p) for p in prompts))
-
-        pairs = asyncio.run(run_all())
-        return [g for g, _ in pairs], [t for _, t in pairs]
+def _generate(engine: Engine, prompts: list[str], params: SamplingParams) -> tuple[list[list[Completion]], list[float]]:
+    """Completions per prompt and each prompt's own latency (the engine's per-request timing when it keeps
+    one, as remote engines do; else the call's time shared out)."""
     t0 = time.perf_counter()
-    groups = engine.generate(prompts, params)
-    per_prompt = (time.perf_counter() - t0) / max(len(prompts), 1)
-    return groups, [per_prompt] * len(prompts)
+    groups = run_sync(engine.agenerate(list(prompts), params))
+    shared = (time.perf_counter() - t0) / max(len(prompts), 1)
+    latencies = []
+    for g in groups:
+        timed = [c.latency_s for c in g if c.latency_s is not None]
+        latencies.append(max(timed) if timed else shared)
+    return groups, latencies
 
 
-def _usage(engine: Any) -> tuple[int, int] | None:
-    usage = getattr(engine, "usage", None)
-    if usage is None or not hasattr(usage, "prompt_tokens"):
+def _usage(engine: Engine) -> tuple[int, int] | None:
+    if engine.usage is None:
         return None
-    return int(usage.prompt_tokens), int(usage.completion_tokens)
+    return int(engine.usage.prompt_tokens), int(engine.usage.completion_tokens)
 
 
 def _record(task: Task, repeat: int, j: int, c: Completion, v: Verdict, tokens_in: float | None,
@@ -125,7 +113,7 @@ def _record(task: Task, repeat: int, j: int, c: Completion, v: Verdict, tokens_i
     )
 
 
-def _sample_chunk(engine: Any, verifier: Any, todo: list[Task], repeat: int, params: SamplingParams,
+def _sample_chunk(engine: Engine, verifier: Any, todo: list[Task], repeat: int, params: SamplingParams,
                   timeout: float | None) -> list[SampleRecord]:
     """One engine call for `todo`, graded in one batch: a record per (task, sample)."""
     before = _usage(engine)
@@ -157,7 +145,7 @@ def _check_resumable(old: dict[str, Any], new: dict[str, Any], path: Path) -> No
 
 
 def evaluate(
-    engine: Any,
+    engine: Engine,
     suite: Any,
     spec: EvalSpec,
     out: str | Path | None = None,
@@ -228,11 +216,11 @@ def rescore(path: str | Path, suite: Any | None = None, price: Price | None = No
 
     Returns the updated run and how many verdicts changed (passed or status).
     """
-    from posttrain.tasks.suites import load_suite
+    from posttrain.tasks.domains import load_domain
 
     store = EvalDir(path)
     run = store.load()
-    suite = suite or load_suite(run.meta["suite"], **run.meta.get("suite_options", {}))
+    suite = suite or load_domain(run.meta["suite"], **run.meta.get("suite_options", {})).suite()
     fresh = regrade(suite, run.records, timeout)
     old = {r.key: (r.passed, r.status) for r in run.records}
     changed = sum(old[r.key] != (r.passed, r.status) for r in fresh)

@@ -6,7 +6,8 @@ n < k); pass^k, the chance that k draws all succeed, C(c, k) / C(n, k);
 means over tasks with a confidence interval that treats each task as a
 cluster of its samples (a t interval on the task-level estimates, or a
 percentile bootstrap over tasks); Student-t quantiles without scipy;
-percentiles for latency; and token cost from a price table.
+percentiles for latency. `Price` and `price_for` are re-exported from
+`posttrain.pricing`, where the one price record lives.
 Does not cover: significance tests between two results (see `stats.py`) or
 assembling a summary from records (see `summary.py`).
 
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
+from posttrain.pricing import Price as Price  # re-exported: callers import it from here too
+from posttrain.pricing import price_for as price_for
 from posttrain.rewards.hygiene import linear_percentile
 
 if TYPE_CHECKING:
@@ -196,29 +199,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100, linear interpolation) of the finite values; NaN when there are none."""
     arr = sorted(_finite_floats(values))
     return linear_percentile(arr, q / 100) if arr else math.nan
-
-
-@dataclass(frozen=True)
-class Price:
-    """What a model costs: USD per million input / output tokens, plus USD per hour of generation time
-    (for a local GPU or CPU, where the tokens are free but the machine is not)."""
-
-    input_per_mtok: float = 0.0
-    output_per_mtok: float = 0.0
-    per_hour: float = 0.0
-
-    def cost(self, tokens_in: float, tokens_out: float, seconds: float = 0.0) -> float:
-        return (tokens_in * self.input_per_mtok + tokens_out * self.output_per_mtok) / 1e6 + seconds * self.per_hour / 3600
-
-
-def price_for(model: str, table: dict[str, Price]) -> Price:
-    """The table's entry for `model`: an exact name, else the longest key that prefixes it, else `default`, else free."""
-    if model in table:
-        return table[model]
-    prefixes = [k for k in table if k != "default" and model.startswith(k)]
-    if prefixes:
-        return table[max(prefixes, key=len)]
-    return table.get("default", Price())
 
 
 def safe_ratio(num: float, den: float) -> float:

@@ -22,6 +22,7 @@ from typing import Any
 
 from posttrain.eval.records import EvalDirError, EvalRun, load_eval
 from posttrain.eval.summary import summarize
+from posttrain.pricing import price_of
 
 MAX_SAMPLES = 3000  # responses shown per source in the drill-down (the page stays openable)
 COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563"]
@@ -181,7 +182,6 @@ def _summary_table(evals: list[tuple[EvalRun, dict[str, Any]]]) -> str:
 
 
 def _regressions(evals: list[tuple[EvalRun, dict[str, Any]]]) -> str:
-    from posttrain.eval.cli import price_of
     from posttrain.eval.compare import compare
 
     if len(evals) < 2:
@@ -294,7 +294,6 @@ def _load(source: Path) -> tuple[str, Any]:
 
 def render_report(sources: Sequence[str | Path]) -> str:
     """The HTML text of a report over eval directories and training run directories."""
-    from posttrain.eval.cli import price_of
 
     loaded = [_load(Path(s)) for s in sources]
     evals = []

@@ -1,14 +1,14 @@
 """Evaluation inside a training run: held-out suites every K steps, per-task series, lost-capability flags.
 
-Covers: `eval_during_training` (one greedy pass of a suite with the
+Covers: `evaluate_in_training` (one greedy pass of a suite with the
 trainer's own engine through the same harness `posttrain eval` uses,
 stored in the run store: headline metrics, per-task pass rates, every
-response); `task_series` (each task's pass rate across the evaluated
+response): the one path of the trainer's held-out evaluation and of
+`train.eval_suites`; `task_series` (each task's pass rate across the evaluated
 steps); `regression_flags` (tasks that passed at an earlier evaluation and
 fail at the latest one) and `new_failures` (the same, for one step, as the
 trainer logs it).
-Does not cover: when to evaluate (the trainer's `eval_every`) or the
-trainer's own held-out accuracy.
+Does not cover: when to evaluate (the trainer's `eval_every`).
 """
 
 from __future__ import annotations
@@ -18,24 +18,26 @@ from typing import Any
 
 from posttrain.eval.harness import EvalSpec, evaluate
 from posttrain.eval.summary import headline
-from posttrain.store.run_store import RunStore
+from posttrain.store.run_store import EvalSampleRow, RunStore
 
 PASS = 0.5  # a task "passes" at an evaluation when at least half its samples do (greedy: the one sample)
 
 
-def eval_during_training(engine: Any, suite: Any, name: str, store: RunStore, step: int, max_tokens: int) -> dict[str, float]:
-    """Greedy pass@1 of `suite` at `step`, stored under eval `name`; returns the stored metrics."""
+def evaluate_in_training(engine: Any, suite: Any, name: str, store: RunStore, step: int, max_tokens: int) -> dict[str, float]:
+    """Greedy pass@1 of `suite` at `step`, stored under eval `name` (metrics, per-task rates, every response);
+    returns the stored metrics (`pass@1`, `mean_score`, `n_tasks`, `n_errors`, `regressed_tasks`, ...)."""
     spec = EvalSpec(model=f"step {step}", suite=name, n=1, temperature=0.0, max_tokens=max_tokens, batch=len(suite.tasks))
     run = evaluate(engine, suite, spec)
     summary = run.meta["summary"]
     per_task = {t["task_id"]: t["pass_rate"] for t in summary["tasks"]}
     metrics = {k: v for k, v in headline(summary).items()
                if k in ("pass@1", "mean_score", "n_tasks", "n_errors", "latency_p50", "tokens_out")}
+    metrics["greedy_accuracy"] = metrics["pass@1"]  # one greedy sample per task: the two are the same number
     lost = new_failures(store, name, per_task, step)
     metrics["regressed_tasks"] = len(lost)
     store.log_eval(step, name, metrics, per_task)
-    store.log_eval_samples(step, name, [(r.task_id, r.sample, r.response, r.score, int(r.passed), r.status, r.verifier,
-                                         r.details) for r in run.records])
+    store.log_eval_samples(step, name, [EvalSampleRow(r.task_id, r.sample, r.response, r.score, int(r.passed), r.status,
+                                                      r.verifier, r.details) for r in run.records])
     return metrics
 
 

@@ -9,7 +9,7 @@ and trainer logprobs come from the same code.
 A cache is any object with `prepare` (positions and attention mask for the
 new tokens), `update` (store one layer's new keys/values, return what to
 attend over) and `advance`; `KVCache` is the simple shared-length one, the
-engine's per-row slot cache (`posttrain.engine.kv`) is another.
+engine's per-row slot cache (`posttrain.engine.local.kv`) is another.
 Does not cover: paged/block KV caches (the engine builds its own on top of the
 `forward(ids, positions, cache)` contract), tensor parallelism, RoPE scaling.
 """

@@ -16,8 +16,14 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
+from posttrain.errors import UserError
+
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 CHARSET = "\n" + "".join(c for c in string.printable if c not in "\t\n\r\x0b\x0c")
+
+
+class TokenizerFileError(UserError, FileNotFoundError):
+    """A checkpoint directory without the tokenizer.json it needs."""
 
 
 class Tokenizer:
@@ -62,7 +68,7 @@ class Tokenizer:
         directory = Path(directory)
         path = directory / "tokenizer.json"
         if not path.exists():
-            raise FileNotFoundError(f"{path} not found: a checkpoint needs a tokenizer.json")
+            raise TokenizerFileError(f"{path} not found: a checkpoint needs a tokenizer.json")
         backend = HFTokenizer.from_file(str(path))
         specials: dict[str, str | None] = {}
         tc_path = directory / "tokenizer_config.json"

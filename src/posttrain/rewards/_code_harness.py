@@ -1,7 +1,9 @@
 """The trusted test harness that runs INSIDE the sandbox: tests run here, the solution runs in a child.
 
-Covers: the three processes of one sandboxed verification, the wire codec between them, and
-the per-item report. It imports nothing from posttrain (the sandbox cannot see the package);
+Covers: the three processes of one sandboxed verification, the wire codec between them, the
+messages each receives (``Job``/``Item`` from ``rewards/code.py`` on stdin, ``Load``/``Call`` in C,
+``Reply`` in H), and the per-item report (its shape, ``Report``, is defined in ``rewards/code.py``,
+which reads it). It imports nothing from posttrain (the sandbox cannot see the package);
 ``rewards/code.py`` compiles this file and sends it as the sandboxed program.
 
 Processes (all inside one sandbox execution, which already has no capabilities, seccomp,
@@ -46,7 +48,6 @@ import ast
 import base64
 import builtins
 import json
-import math
 import os
 import resource
 import select
@@ -67,6 +68,74 @@ MAX_MSG = 16 << 20  # bytes per message from C
 MAX_DEPTH = 200
 ERR_LEN = 400
 _CORE_PIDS: set[int] = set()
+_TASK_PATH: list[str] = []  # sys.path as the sandbox gave it; C gets it back (H keeps only what no task can write)
+_KEPT_MOUNTS: set[str] = set()  # runtimes bound read-only under the writable directories: never emptied
+
+
+# ----------------------------------------------------------------------------- messages
+# For readers and type checkers only: `typing` is not imported at run time (this program runs
+# once per sandboxed batch; in command mode nothing has imported it yet).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal, TypedDict
+
+    class Item(TypedDict):
+        """One response to judge."""
+
+        id: str
+        program: str
+        """The whole program the response stands for (``code.build_program``)."""
+        tests: str
+        entry_point: str | None
+        style: Literal["auto", "check", "asserts", "pytest"]
+        module: str
+        """The name the program is loaded as (``from solution import f`` in the tests)."""
+        split: bool
+        """``check`` style: count each top-level statement of ``check`` holding an assert as one test."""
+        call_timeout_s: float
+        timeout_s: float
+        """The item's whole budget: its tests together."""
+
+    class Job(TypedDict):
+        """What H reads on stdin, once Z is forked: the per-run nonce and the items."""
+
+        nonce: str
+        items: list[Item]
+
+    class Load(TypedDict):
+        """H -> C: run ``src`` as module ``module``."""
+
+        op: Literal["load"]
+        src: str
+        module: str
+
+    class Call(TypedDict):
+        """H -> C: call the solution's ``name`` with ``encode``d arguments."""
+
+        op: Literal["call"]
+        name: str
+        args: object
+        kwargs: object
+
+    class Loaded(TypedDict):
+        callables: list[str]
+        data: dict[str, object]
+        """The module's plain-data globals, ``encode``d."""
+
+    class Raised(TypedDict):
+        type: str
+        message: str
+        where: str
+        """``file:line`` in the solution, or empty."""
+
+    class Returned(TypedDict):
+        ok: object
+        """``Loaded`` for a load; the ``encode``d return value for a call."""
+
+    class Failed(TypedDict):
+        exc: Raised
+
+    Reply = Returned | Failed  # C -> H, untrusted: H checks its shape before use
 
 
 # ----------------------------------------------------------------------------- codec
@@ -199,7 +268,7 @@ def _child(sock: socket.socket, memory_bytes: int) -> None:
                 mapped = int(f.read().split()[0]) * resource.getpagesize()
             resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_bytes,) * 2)
         os.chdir("/work")
-        sys.path.insert(0, "/work")
+        sys.path[:] = ["/work", *_TASK_PATH]  # as under ``python -c``: the solution's imports are its own business
         sys.setrecursionlimit(3000)
     except BaseException:  # noqa: BLE001
         os._exit(3)
@@ -211,7 +280,7 @@ def _child_loop(sock: socket.socket) -> None:
     module = None
     while True:
         try:
-            msg = _recv(sock, time.monotonic() + 86400)
+            msg: Load | Call = _recv(sock, time.monotonic() + 86400)
         except BaseException:  # noqa: BLE001 - H went away
             return
         try:
@@ -234,7 +303,8 @@ def _child_loop(sock: socket.socket) -> None:
                         continue
                     if size <= min(room, 1 << 16):
                         data[k], room = enc, room - size
-                reply = {"ok": {"callables": names, "data": data}}
+                loaded: Loaded = {"callables": names, "data": data}
+                reply: Reply = {"ok": loaded}
             else:
                 fn = getattr(module, msg["name"])
                 args, kwargs = decode(msg["args"]), decode(msg["kwargs"])
@@ -245,11 +315,11 @@ def _child_loop(sock: socket.socket) -> None:
             tb = traceback.extract_tb(e.__traceback__)
             where = next((f"{f.filename}:{f.lineno}" for f in reversed(tb) if f.filename.endswith(".py")
                           and not f.filename.endswith("_code_harness.py")), "")
-            reply = {"exc": [type(e).__name__, str(e)[:ERR_LEN], where]}
+            reply = {"exc": {"type": type(e).__name__, "message": str(e)[:ERR_LEN], "where": where}}
         try:
             _send(sock, reply)
         except (TypeError, ValueError):  # e.g. an int too large for str()
-            _send(sock, {"exc": ["ValueError", "the result could not be encoded", ""]})
+            _send(sock, {"exc": {"type": "ValueError", "message": "the result could not be encoded", "where": ""}})
 
 
 # ----------------------------------------------------------------------------- Z: the zygote
@@ -366,8 +436,9 @@ class Remote:
             raise NotData(f"unreadable reply from the solution: {e}") from None
         if type(reply) is not dict or len(reply) != 1:
             raise NotData("malformed reply from the solution")
-        if "exc" in reply and type(reply["exc"]) is list and len(reply["exc"]) == 3:
-            raise _remote_exception(*(str(x) for x in reply["exc"]))
+        exc = reply.get("exc")
+        if type(exc) is dict and set(exc) == {"type", "message", "where"}:
+            raise _remote_exception(str(exc["type"]), str(exc["message"]), str(exc["where"]))
         if "ok" not in reply:
             raise NotData("malformed reply from the solution")
         return reply["ok"]
@@ -412,7 +483,7 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}"[:ERR_LEN]
 
 
-def _run_tests(item: dict, remote: Remote, out: dict, results: list) -> None:
+def _run_tests(item: Item, remote: Remote, out: dict, results: list) -> None:
     """Count the tests into ``out["total"]``, then fill ``results`` with (name, passed, error) as
     they finish, so that a deadline keeps what ran and the unrun ones still count as failed."""
     tests, entry = item["tests"], item.get("entry_point")
@@ -610,26 +681,51 @@ def _clean_slate() -> None:
                 pass
         killed |= new
     for top in ("/work", "/tmp", "/dev/shm"):
-        try:
-            entries = os.listdir(top)
-        except OSError:
+        _empty(top)
+
+
+def _empty(top: str) -> None:
+    """Remove everything under ``top`` but the runtimes bound read-only there (``_KEPT_MOUNTS``)."""
+    try:
+        entries = os.listdir(top)
+    except OSError:
+        return
+    for e in entries:
+        path = os.path.join(top, e)
+        if path in _KEPT_MOUNTS:
             continue
-        for e in entries:
-            path = os.path.join(top, e)
-            try:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                if any(m.startswith(path + "/") for m in _KEPT_MOUNTS):
+                    _empty(path)
                 else:
-                    os.unlink(path)
-            except OSError:
-                pass
+                    shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def _mount_points() -> list[str]:
+    """Mount points of this mount namespace (``/proc/self/mountinfo``, octal escapes decoded)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            fields = [line.split()[4] for line in f if len(line.split()) > 4]
+    except OSError:
+        return []
+    out = []
+    for m in fields:
+        for code, ch in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+            m = m.replace(code, ch)
+        out.append(m)
+    return out
 
 
 def _on_alarm(signum, frame):
     raise ItemDeadline()
 
 
-def run_item(item: dict, zygote: socket.socket) -> dict:
+def run_item(item: Item, zygote: socket.socket) -> dict:
     """Load one program in a fresh C and run its tests in this process; the item's report."""
     remote = Remote(zygote, item["program"], item.get("module") or "solution", float(item["call_timeout_s"]))
     results: list = []
@@ -656,7 +752,7 @@ def run_item(item: dict, zygote: socket.socket) -> dict:
     out["tests"] = []
     for n, ok, err in results:  # error texts for the first failures only: the report stays small
         failed += not ok
-        out["tests"].append([n[:200], ok, err if failed <= 20 else ""])
+        out["tests"].append({"name": n[:200], "passed": ok, "error": err if failed <= 20 else ""})
     return out
 
 
@@ -677,7 +773,9 @@ def _harden() -> None:
     if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
         raise OSError("prctl(PR_SET_DUMPABLE, 0) failed")
     writable = ("/work", "/tmp", "/dev/shm", "/proc")
-    sys.path[:] = [p for p in sys.path if p and p != "." and not any(p == w or p.startswith(w + "/") for w in writable)]
+    _TASK_PATH[:] = [p for p in sys.path if p and p != "."]
+    sys.path[:] = [p for p in _TASK_PATH if not any(p == w or p.startswith(w + "/") for w in writable)]
+    _KEPT_MOUNTS.update(m for m in _mount_points() if any(m.startswith(w + "/") for w in writable[:3]))
     sys.path_importer_cache.clear()
     std = {"BuiltinImporter", "FrozenImporter", "PathFinder"}
     sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__name__", type(f).__name__) in std]
@@ -704,7 +802,7 @@ def main() -> None:
             os._exit(0)
     ctl_z.close()
     _CORE_PIDS.update({1, os.getpid(), zpid})
-    job = json.loads(sys.stdin.buffer.read())  # read only now: Z and every C never hold it
+    job: Job = json.loads(sys.stdin.buffer.read())  # read only now: Z and every C never hold it
     nonce = job["nonce"]
     signal.signal(signal.SIGALRM, _on_alarm)
     for i, item in enumerate(job["items"]):

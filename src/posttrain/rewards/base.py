@@ -5,8 +5,8 @@ Covers: the one interface every reward source implements,
 base class for verifiers that judge one response at a time in pure Python
 (answers, formats, constraints), which supplies the batched method; `score`
 (async) and `score_sync`, the only way the trainer and the evaluator call a
-verifier: they stamp the verifier's version on each verdict, bound its time,
-record its latency, and turn an exception, a wrong return type, a missing
+verifier: they stamp the verifier's version on each verdict, bound each
+item's time with a deadline of its own, record its latency, and turn an exception, a wrong return type, a missing
 verdict or a non-finite score into an ERROR / TIMEOUT verdict instead of a
 crash; `verifier_version` / `verifier_id`, the hash that traces a result to
 the exact checking code.
@@ -26,13 +26,13 @@ import functools
 import hashlib
 import inspect
 import math
-import threading
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from posttrain.aio import run_sync
 from posttrain.types import Task, Verdict, VerdictStatus
 
 
@@ -56,6 +56,21 @@ class Verifier(Protocol):
     name: str
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]: ...
+
+
+@runtime_checkable
+class VersionKeyed(Protocol):
+    """A verifier whose behaviour depends on state its dataclass fields do not show (a judge's prompt
+    template, a suite's tests): `version_key()` adds it to the version hash."""
+
+    def version_key(self) -> str: ...
+
+
+@runtime_checkable
+class Prewarmable(Protocol):
+    """A verifier with a slow start (a sandbox pool) that can begin it early, while responses load."""
+
+    def prewarm(self) -> None: ...
 
 
 class SyncVerifier(abc.ABC):
@@ -91,16 +106,17 @@ def verifier_version(verifier: object) -> str:
     state its fields do not show (a judge's prompt template, a suite's tests).
     """
     params = ""
-    if hasattr(verifier, "__dataclass_fields__"):
+    if is_dataclass(verifier) and not isinstance(verifier, type):
         params = repr(sorted((f.name, _version_repr(getattr(verifier, f.name))) for f in fields(verifier)))
-    extra = verifier.version_key() if hasattr(verifier, "version_key") else ""
-    return hashlib.sha256((_class_source(type(verifier)) + params + str(extra)).encode()).hexdigest()[:12]
+    extra = verifier.version_key() if isinstance(verifier, VersionKeyed) else ""
+    cls: Any = type(verifier)
+    return hashlib.sha256((_class_source(cls) + params + str(extra)).encode()).hexdigest()[:12]
 
 
 def _version_repr(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_version_repr(v) for v in value) + "]"
-    if hasattr(value, "verify_batch") and hasattr(value, "name"):
+    if isinstance(value, Verifier):
         return f"{value.name}@{verifier_version(value)}"
     return repr(value)
 
@@ -136,10 +152,15 @@ async def score(
 ) -> list[Verdict]:
     """Judge a batch through the guard: always one verdict per item, stamped with the verifier's id.
 
-    A batch that raises or runs past `timeout` seconds yields ERROR / TIMEOUT
-    verdicts for every item; a wrong count or type is an ERROR. Each verdict's
-    `latency_s` is the batch's wall time divided by its size, unless the
-    verifier measured it per item.
+    `timeout` is a per-item deadline: the batch runs as one call (verifiers
+    batch and deduplicate inside it) and, when that call runs past the
+    deadline, every item is judged again on its own, concurrently, each with
+    the deadline of its own, so one slow or hanging response is a TIMEOUT
+    verdict and costs only itself (at most twice the deadline of wall time).
+    An exception in the batch call is retried the same way, item by item,
+    so one poisoned item errors alone; a wrong count or type is an ERROR.
+    Each verdict's `latency_s` is the batch's wall time divided by its size,
+    unless the verifier measured it per item (or the item was judged alone).
     """
     if len(tasks) != len(responses):
         raise ValueError(f"score(): {len(tasks)} tasks but {len(responses)} responses")
@@ -148,26 +169,14 @@ async def score(
     vid = verifier_id(verifier)
     start = time.perf_counter()
     try:
-        call = verifier.verify_batch(list(tasks), list(responses))
-        verdicts = await (asyncio.wait_for(call, timeout) if timeout is not None else call)
-        if not isinstance(verdicts, list) or len(verdicts) != len(tasks):
-            got = len(verdicts) if isinstance(verdicts, list) else type(verdicts).__name__
-            raise TypeError(f"verify_batch returned {got} verdicts for {len(tasks)} items")
-        checked: list[Verdict] = []
-        for v in verdicts:
-            try:
-                checked.append(_checked(v))
-            except (TypeError, ValueError) as exc:
-                checked.append(error_verdict(exc))
-        verdicts = checked
-    except asyncio.TimeoutError:
-        verdicts = [
-            Verdict(0.0, False, VerdictStatus.TIMEOUT, details=f"verifier ran past its {timeout:g} s budget")
-            for _ in tasks
-        ]
-    except Exception as exc:  # noqa: BLE001 - a failing verifier is data, not a crash
-        verdicts = [error_verdict(exc) for _ in tasks]
-    per_item = (time.perf_counter() - start) / len(tasks)
+        verdicts = await _batch(verifier, list(tasks), list(responses), timeout)
+        per_item = (time.perf_counter() - start) / len(tasks)
+    except (asyncio.TimeoutError, _BatchFailed) as exc:
+        if len(tasks) == 1:
+            verdicts = [_failure_verdict(exc, timeout)]
+        else:
+            verdicts = list(await asyncio.gather(*(_alone(verifier, t, r, timeout) for t, r in zip(tasks, responses))))
+        per_item = None
     for v in verdicts:
         v.verifier = v.verifier or vid
         if v.latency_s is None:
@@ -175,29 +184,58 @@ async def score(
     return verdicts
 
 
+class _BatchFailed(Exception):
+    """The batch call raised: `cause` is what it raised."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+async def _batch(verifier: Verifier, tasks: list[Task], responses: list[str], timeout: float | None) -> list[Verdict]:
+    """One guarded `verify_batch` call: checked verdicts, or `asyncio.TimeoutError` / `_BatchFailed`."""
+    try:
+        call = verifier.verify_batch(tasks, responses)
+        verdicts = await (asyncio.wait_for(call, timeout) if timeout is not None else call)
+    except asyncio.TimeoutError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failing verifier is data, not a crash
+        raise _BatchFailed(exc) from exc
+    if not isinstance(verdicts, list) or len(verdicts) != len(tasks):
+        got = len(verdicts) if isinstance(verdicts, list) else type(verdicts).__name__
+        return [error_verdict(TypeError(f"verify_batch returned {got} verdicts for {len(tasks)} items")) for _ in tasks]
+    checked: list[Verdict] = []
+    for v in verdicts:
+        try:
+            checked.append(_checked(v))
+        except (TypeError, ValueError) as exc:
+            checked.append(error_verdict(exc))
+    return checked
+
+
+async def _alone(verifier: Verifier, task: Task, response: str, timeout: float | None) -> Verdict:
+    """One item judged on its own, with its own deadline."""
+    start = time.perf_counter()
+    try:
+        verdict = (await _batch(verifier, [task], [response], timeout))[0]
+    except (asyncio.TimeoutError, _BatchFailed) as exc:
+        verdict = _failure_verdict(exc, timeout)
+    if verdict.latency_s is None:
+        verdict.latency_s = time.perf_counter() - start
+    return verdict
+
+
+def _failure_verdict(exc: BaseException, timeout: float | None) -> Verdict:
+    if isinstance(exc, _BatchFailed):
+        return error_verdict(exc.cause)
+    return Verdict(0.0, False, VerdictStatus.TIMEOUT, details=f"verifier ran past its {timeout:g} s deadline for this item")
+
+
 def score_sync(
     verifier: Verifier, tasks: Sequence[Task], responses: Sequence[str], timeout: float | None = None
 ) -> list[Verdict]:
     """`score` from synchronous code; safe to call from inside a running event loop (runs in a worker thread)."""
-    coro = score(verifier, tasks, responses, timeout)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    def runner() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=runner, name="posttrain-score")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return run_sync(score(verifier, tasks, responses, timeout))
 
 
 def safe_verify(verifier: Verifier, task: Task, response: str, timeout: float | None = None) -> Verdict:

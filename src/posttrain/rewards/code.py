@@ -40,10 +40,13 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from posttrain.rewards.registry import register_verifier
 from posttrain.types import Task, Verdict, VerdictStatus
+
+if TYPE_CHECKING:
+    from posttrain.rewards._code_harness import Item, Job
 
 HARNESS_PATH = Path(__file__).with_name("_code_harness.py")
 # Imported once in the sandbox's fork-server, so neither the harness nor typical solutions and
@@ -193,7 +196,7 @@ class PythonTests:
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
         out: list[Verdict | None] = [None] * len(tasks)
-        items: list[tuple[int, dict]] = []
+        items: list[tuple[int, Item]] = []
         for i, (task, response) in enumerate(zip(tasks, responses)):
             tests = task.meta.get("tests")
             if not isinstance(tests, str) or not tests.strip():
@@ -209,7 +212,7 @@ class PythonTests:
         # Identical responses to the same task (common in a sampled group) are judged once.
         first: dict[str, int] = {}
         copies: list[tuple[int, int]] = []
-        unique: list[tuple[int, dict]] = []
+        unique: list[tuple[int, Item]] = []
         for i, item in items:
             key = json.dumps({k: v for k, v in item.items() if k != "id"}, sort_keys=True)
             if key in first:
@@ -235,21 +238,22 @@ class PythonTests:
             out[i] = None if src is None else dataclasses.replace(src, breakdown=dict(src.breakdown))
         return [v if v is not None else _infra_error("no verdict") for v in out]
 
-    async def _run_chunk(self, sandbox, chunk: list[tuple[int, dict]], sem: asyncio.Semaphore
+    async def _run_chunk(self, sandbox, chunk: list[tuple[int, Item]], sem: asyncio.Semaphore
                          ) -> list[tuple[int, Verdict]]:
         from posttrain.sandbox import ExecStatus, Limits
 
         nonce = secrets.token_hex(16)
-        payload = json.dumps({"nonce": nonce, "items": [item for _, item in chunk]})
+        job: Job = {"nonce": nonce, "items": [item for _, item in chunk]}
+        payload = json.dumps(job)
         budget = sum(item["timeout_s"] + item["call_timeout_s"] for _, item in chunk) + 5.0
         limits = Limits(wall_s=budget, cpu_s=budget, memory_mb=self.memory_mb + 512, pids=64,
                         output_bytes=max(1 << 20, (64 << 10) * len(chunk)))
         async with sem:
             res = await sandbox.arun(code=harness_program(), stdin=payload, limits=limits,
                                      env={"POSTTRAIN_CHILD_MB": str(self.memory_mb)})
-        reports = parse_reports(res.stdout, nonce)
+        reports: dict[str, Report] = parse_reports(res.stdout, nonce)
         done: list[tuple[int, Verdict]] = []
-        missing: list[tuple[int, dict]] = []
+        missing: list[tuple[int, Item]] = []
         for i, item in chunk:
             rep = reports.get(item["id"])
             if rep is not None:
@@ -271,9 +275,44 @@ class PythonTests:
         return done
 
 
-def parse_reports(stdout: str, nonce: str) -> dict[str, dict]:
-    """Report lines carrying this run's nonce, by item id; anything else on stdout is ignored."""
-    out: dict[str, dict] = {}
+# ----------------------------------------------------------------------------- reports
+# Printed by the sandboxed programs (the harness, ``_PY_COMPILE``) as ``<nonce> <JSON>`` lines
+# on a descriptor only they hold, read here.
+
+
+class CaseResult(TypedDict):
+    name: str
+    passed: bool
+    error: str
+    """Why it failed (empty when it passed, and after the first 20 failures)."""
+
+
+class Report(TypedDict):
+    """The harness's verdict material on one item."""
+
+    id: str
+    tests: list[CaseResult]
+    total: NotRequired[int | None]
+    """How many tests the item has (unrun ones count as failed); absent when it could not be told."""
+    load_error: NotRequired[str | None]
+    """The program did not load (every test then fails)."""
+    deadline: NotRequired[bool]
+    """The item's time budget ran out."""
+    harness_error: NotRequired[str]
+    """The tests themselves are broken, or the harness failed: an ERROR verdict, never a score."""
+
+
+class CompileReport(TypedDict):
+    id: str
+    errors: list[dict[str, Any]]
+    """``CompileError`` fields, as the compiler reported them."""
+    warnings: list[dict[str, Any]]
+
+
+def parse_reports(stdout: str, nonce: str) -> dict[str, Any]:
+    """Report lines carrying this run's nonce (``Report`` or ``CompileReport``), by item id; anything
+    else on stdout is ignored."""
+    out: dict[str, Any] = {}
     prefix = nonce + " "
     for line in stdout.splitlines():
         if line.startswith(prefix) and line != prefix + "DONE":
@@ -286,13 +325,13 @@ def parse_reports(stdout: str, nonce: str) -> dict[str, dict]:
     return out
 
 
-def verdict_from_report(rep: dict) -> Verdict:
+def verdict_from_report(rep: Report) -> Verdict:
     tests = rep.get("tests") or []
     if rep.get("harness_error"):
-        return _infra_error(rep["harness_error"])
+        return _infra_error(str(rep.get("harness_error")))
     total = int(rep.get("total") or len(tests))
-    passed = sum(1 for _, ok, _ in tests if ok)
-    failures = [{"test": n, "error": err} for n, ok, err in tests if not ok][:20]
+    passed = sum(1 for t in tests if t["passed"])
+    failures = [{"test": t["name"], "error": t["error"]} for t in tests if not t["passed"]][:20]
     details: dict[str, Any] = {"passed": passed, "total": total, "failures": failures}
     if rep.get("load_error"):
         details["load_error"] = rep["load_error"]
@@ -336,6 +375,15 @@ def _compile_verdict(ok: bool, errors: list[dict], warnings: list[dict], werror:
                    details=json.dumps({"compiled": ok, "errors": errors, "warnings": warnings}))
 
 
+class CompileJob(TypedDict):
+    """What ``_PY_COMPILE`` (the sandboxed program below) reads on stdin; it prints one
+    ``CompileReport`` per source, ``id`` being the source's index."""
+
+    nonce: str
+    filename: str
+    sources: list[str]
+
+
 _PY_COMPILE = r"""
 import json, sys, warnings
 job = json.loads(sys.stdin.read())
@@ -376,10 +424,10 @@ class PythonCompiles:
         for k in range(0, len(sources), self.batch_size):
             chunk = sources[k:k + self.batch_size]
             nonce = secrets.token_hex(16)
-            res = await sandbox.arun(code=_PY_COMPILE, stdin=json.dumps(
-                {"nonce": nonce, "filename": self.filename, "sources": chunk}),
+            job: CompileJob = {"nonce": nonce, "filename": self.filename, "sources": chunk}
+            res = await sandbox.arun(code=_PY_COMPILE, stdin=json.dumps(job),
                 limits=Limits(wall_s=10 + len(chunk), cpu_s=10 + len(chunk), memory_mb=1024))
-            reps = parse_reports(res.stdout, nonce)
+            reps: dict[str, CompileReport] = parse_reports(res.stdout, nonce)
             for j in range(len(chunk)):
                 rep = reps.get(str(j))
                 if rep is not None:

@@ -1,28 +1,94 @@
-"""Rollout: sample a group of completions per task and score each with the verifier.
+"""Rollouters: tasks in, scored groups out. The `Rollouter` protocol and its single-turn implementation.
 
-Covers: the synchronous rollout used by the training loop: one batched
-`generate` for all tasks (prefix shared within each group), then one verdict
-per completion from one batched, guarded `score_sync` call, so a failing
-verifier is data; `timeout` (the config's `reward.timeout_s`) bounds that
-call, and a batch past it is all TIMEOUT verdicts, excluded from advantages.
-Does not cover: multi-turn agent rollouts or asynchronous producers.
+Covers: the contract every producer of training data implements,
+`async run(tasks, n) -> list[Group]` (n trajectories per task, each with
+its verdict), and `SingleTurnRollouter`: render each task's prompt (one
+`PromptRenderer`, shared with evaluation and serving), encode it once, one
+`agenerate` call for all tasks (the engine shares each group's prefix),
+then one guarded `score` call for all completions with a per-item deadline,
+so a failing or hanging verifier is data. Tasks of several domains are
+judged each by its own domain's verifier (`verifiers`, keyed by
+`task.meta["domain"]`).
+Does not cover: agent episodes (the agent rollouter implements the same
+protocol), asynchronous producers or Ray workers (they wrap a rollouter).
+
+>>> rollouter = SingleTurnRollouter(engine, SamplingParams(max_tokens=8), ExactMatch())
+>>> groups = asyncio.run(rollouter.run(tasks, n=16))
 """
 
 from __future__ import annotations
 
-from posttrain.engine.local import LocalEngine
-from posttrain.rewards.base import Verifier, score_sync
-from posttrain.types import Group, SamplingParams, Task, Trajectory
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from posttrain import aio
+from posttrain.engine.base import Engine, Prompt
+from posttrain.models.prompting import PromptRenderer
+from posttrain.rewards.base import Verifier, score
+from posttrain.types import DOMAIN_KEY, Group, SamplingParams, Task, Trajectory, Verdict
 
 
-def rollout(
-    engine: LocalEngine, tasks: list[Task], params: SamplingParams, verifier: Verifier, timeout: float | None = None
-) -> list[Group]:
-    prompt_ids = engine.encode([t.prompt for t in tasks])
-    completions = engine.generate(prompt_ids, params)
-    flat_tasks = [task for task, group in zip(tasks, completions) for _ in group]
-    verdicts = iter(score_sync(verifier, flat_tasks, [c.text for group in completions for c in group], timeout))
-    return [
-        Group(task, [Trajectory(task, ids, c, next(verdicts)) for c in group])
-        for task, ids, group in zip(tasks, prompt_ids, completions)
-    ]
+
+@runtime_checkable
+class Rollouter(Protocol):
+    """Produces scored groups: n attempts at each task, each with its verdict, in task order."""
+
+    async def run(self, tasks: list[Task], n: int) -> list[Group]: ...
+
+
+@dataclass
+class SingleTurnRollouter:
+    """One completion per attempt, judged by the task's domain verifier.
+
+    `params.n` is replaced by the `n` of each `run` call. `verifiers` maps a
+    domain name to its verifier for runs over several domains; a task without
+    `meta["domain"]` (or with a domain not listed) is judged by `verifier`.
+    """
+
+    engine: Engine
+    params: SamplingParams
+    verifier: Verifier
+    renderer: PromptRenderer = field(default_factory=PromptRenderer)
+    timeout_s: float | None = None
+    verifiers: Mapping[str, Verifier] = field(default_factory=dict)
+
+    async def run(self, tasks: list[Task], n: int) -> list[Group]:
+        if not tasks:
+            return []
+        texts = self.renderer.render_all(tasks)
+        ids = self.engine.encode(texts)
+        prompts: list[Prompt] = list(ids) if ids is not None else list(texts)
+        params = dataclasses.replace(self.params, n=n) if n != self.params.n else self.params
+        completions = await self.engine.agenerate(prompts, params)
+        flat_tasks = [task for task, group in zip(tasks, completions) for _ in group]
+        flat_texts = [c.text for group in completions for c in group]
+        verdicts = iter(await self._judge(flat_tasks, flat_texts))
+        groups = []
+        for task, prompt_ids, group in zip(tasks, prompts, completions):
+            context = prompt_ids if isinstance(prompt_ids, list) else []
+            groups.append(Group(task, [Trajectory.single_turn(task, context, c, next(verdicts)) for c in group]))
+        return groups
+
+    async def _judge(self, tasks: list[Task], texts: list[str]) -> list[Verdict]:
+        if not self.verifiers:
+            return await score(self.verifier, tasks, texts, self.timeout_s)
+        buckets: dict[int, tuple[Verifier, list[int]]] = {}
+        for i, task in enumerate(tasks):
+            v = self.verifiers.get(task.meta.get(DOMAIN_KEY, ""), self.verifier)
+            buckets.setdefault(id(v), (v, []))[1].append(i)
+        out: list[Any] = [None] * len(tasks)
+
+        async def run(v: Verifier, idx: list[int]) -> None:
+            for i, verdict in zip(idx, await score(v, [tasks[i] for i in idx], [texts[i] for i in idx], self.timeout_s)):
+                out[i] = verdict
+
+        await asyncio.gather(*(run(v, idx) for v, idx in buckets.values()))
+        return out
+
+
+def run_sync(rollouter: Rollouter, tasks: list[Task], n: int) -> list[Group]:
+    """`rollouter.run` from synchronous code (the synchronous training loop)."""
+    return aio.run_sync(rollouter.run(tasks, n))

@@ -1,45 +1,57 @@
-"""The synchronous training loop: sample -> rollout -> verify -> advantages -> update -> curriculum.
+"""The synchronous training loop: sample -> rollout -> verify -> advantages -> update -> publish weights.
 
-Covers: building every component from a `RunConfig`; filling each batch with
-informative groups (zero-variance groups dropped, more tasks sampled until
-the batch is full or the refill budget is spent); the update; metrics to the
-run store and TensorBoard; held-out evaluation every K steps; checkpoints
-every K steps; and exact resume from the newest checkpoint.
-Does not cover: the asynchronous (bounded-staleness) mode or agent rollouts.
+Covers: one run over the `Components` that `rl/build.py` builds from a
+config; filling each batch with informative groups (zero-variance groups
+dropped, more tasks sampled until the batch is full or the refill budget is
+spent); the update; `engine.load_weights` after every update; metrics to
+the run store and TensorBoard; held-out evaluation every K steps through
+the evaluation harness (responses stored like any eval); checkpoints every
+K steps; and exact resume from the newest checkpoint (`TrainerState`).
+Does not cover: building components (`rl/build.py`), the asynchronous
+(bounded-staleness) mode, or agent rollouts (they plug in as a `Rollouter`).
 """
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
 import json
 import math
 import shutil
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from posttrain.builtin import base_band_message
 from posttrain.config import RunConfig
-from posttrain.engine.local import LocalEngine
-from posttrain.eval.accuracy import evaluate_accuracy
-from posttrain.models.io import load_model
+from posttrain.errors import UserError
+from posttrain.eval.training import evaluate_in_training
 from posttrain.provenance import code_version
-from posttrain.rewards import build_verifier, verifier_id, verifier_latency_metrics
+from posttrain.rewards import verifier_id, verifier_latency_metrics
 from posttrain.rl.advantages import group_relative_advantages, has_signal
-from posttrain.rl.checkpoint import latest_checkpoint, load_trainer_state, prune_checkpoints, save_checkpoint
-from posttrain.rl.learner import Learner, pack_groups
-from posttrain.rl.rollout import rollout
-from posttrain.scheduler.curriculum import PassRateCurriculum
-from posttrain.store.run_store import RunStore
-from posttrain.tasks import tasks_from_config
-from posttrain.types import Group, SamplingParams
+from posttrain.rl.build import Components, build
+from posttrain.rl.learner import pack_groups
+from posttrain.rl.rollout import run_sync
+from posttrain.rl.selection import Best, observe
+from posttrain.store.checkpoints import (
+    TrainerState,
+    latest_checkpoint,
+    load_trainer_state,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from posttrain.store.run_store import RunStore, SampleRow
+from posttrain.types import Group
 
 
 class RunExistsError(UserError, RuntimeError):
     """A run directory already holds a run and neither resume nor overwrite was asked for."""
+
+
+class NoCheckpointError(UserError, FileNotFoundError):
+    """`--resume` on a run that has no checkpoint to resume from."""
 
 
 @dataclass
@@ -66,6 +78,7 @@ class Trainer:
         overwrite: bool = False,
         on_step: Callable[[StepResult], None] | None = None,
         on_eval: Callable[[int, dict[str, float]], None] | None = None,
+        components: Components | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_dir = cfg.path
@@ -75,29 +88,24 @@ class Trainer:
             if not overwrite:
                 raise RunExistsError(f"run {self.run_dir} already exists: pass --resume to continue it or choose another name")
             shutil.rmtree(self.run_dir)
+        if resume and latest_checkpoint(self.run_dir) is None:
+            raise NoCheckpointError(
+                f"{self.run_dir}: no checkpoint to resume from (checkpoint_every = {cfg.train.checkpoint_every})"
+            )
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(cfg.seed)
-
-        self.init_path = self._resolve_model_path()
-        model, self.tokenizer = load_model(self.init_path)
-        self.model = model
-        self.source = tasks_from_config(cfg.tasks)
-        r = cfg.reward
-        self.verifier = build_verifier(r.verifier, r.extract, r.tolerance, r.max_response_chars, r.over_length_score)
-        self.engine = LocalEngine(model, self.tokenizer, seed=cfg.seed)
-        self.learner = Learner(model, cfg.rl, cfg.sampling.max_tokens, cfg.sampling.temperature)
-        self.curriculum = PassRateCurriculum(self.source, seed=cfg.seed)
-        self.held_out = self.source.take(cfg.train.eval_size, "held_out", seed=cfg.seed)
-        self.params = SamplingParams(
-            n=cfg.sampling.n,
-            temperature=cfg.sampling.temperature,
-            top_p=cfg.sampling.top_p,
-            top_k=cfg.sampling.top_k,
-            max_tokens=cfg.sampling.max_tokens,
-        )
+        self.parts = components or build(cfg, store=False)
+        p = self.parts
+        self.model, self.tokenizer, self.engine = p.model, p.tokenizer, p.engine
+        self.learner, self.rollouter, self.curriculum = p.learner, p.rollouter, p.curriculum
+        self.domains, self.params = p.domains, p.params
+        self.verifier = p.domains[0].verifier
+        self.held_out = p.held_out[0].tasks if p.held_out else []  # the selection half: evaluated during training
+        self.reporting = p.reporting[0].tasks if p.reporting else []  # the reporting half: kept for the final figures
+        self.init_path = p.init_path
         self.step = 0
         self.informative_rate = 1.0  # running share of groups with reward variance: sizes refills
-        self.store = RunStore(self.run_dir / "run.sqlite")
+        self.best: Best | None = None
+        self.store = p.store or RunStore(store_path)
         if resume:
             self._restore()
         else:
@@ -106,40 +114,41 @@ class Trainer:
                 code=code_version(),
                 init_model=str(self.init_path),
                 verifier=verifier_id(self.verifier),
+                domains=[{"name": d.name, "verifier": verifier_id(d.verifier), "weight": d.weight} for d in self.domains],
                 created=time.time(),
             )
+            if p.base is not None:  # the built-in base: whether it reached its band goes with the run
+                self.store.set_info(base={"path": str(p.base.path), "accuracy": p.base.accuracy, "steps": p.base.steps,
+                                          "in_band": p.base.in_band})
+                if not p.base.in_band:
+                    self.store.add_alert({"step": 0, "kind": "base_out_of_band", "message": base_band_message(cfg, p.base)})
         self.writer = self._tensorboard() if cfg.tensorboard else None
 
     # construction helpers
-    def _resolve_model_path(self) -> Path:
-        if self.cfg.model.path:
-            return Path(self.cfg.model.path)
-        from posttrain.builtin import ensure_base
-
-        return ensure_base(self.cfg.model.base).path
-
     def _tensorboard(self):
         from torch.utils.tensorboard import SummaryWriter
 
         return SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.step + 1 if self.step else None)
 
     def _restore(self) -> None:
+        from posttrain.models.io import load_model
+
         found = latest_checkpoint(self.run_dir)
-        if found is None:
-            raise FileNotFoundError(f"{self.run_dir}: no checkpoint to resume from (checkpoint_every = {self.cfg.train.checkpoint_every})")
+        assert found is not None  # checked in __init__
         step, path = found
         model, _ = load_model(path)
         self.model.load_state_dict(model.state_dict())
         state = load_trainer_state(path)
-        self.learner.load_state_dict(state["learner"])
-        self.curriculum.load_state_dict(state["curriculum"])
-        self.engine.generator.set_state(state["engine_rng"])
-        torch.set_rng_state(state["torch_rng"])
-        self.informative_rate = state["informative_rate"]
+        self.learner.load_state_dict(state.learner)
+        self.curriculum.load_state_dict(state.curriculum)
+        self.engine.load_sampler_state(state.engine_rng)
+        torch.set_rng_state(state.torch_rng)
+        self.informative_rate = state.informative_rate
+        self.best = Best(**state.best) if state.best else None
         self.step = step
-        self.engine.set_version(step)
+        self.engine.load_weights(self.model.state_dict(), version=step)
         self.store.truncate_after(step)
-        self.store.set_info(resumed_from=step)
+        self.store.set_info(resumed_from=step, alerts=[a for a in self.store.alerts() if a["step"] <= step])
 
     # the loop
     def collect(self) -> tuple[list[Group], list[Group], int, int]:
@@ -152,7 +161,7 @@ class Trainer:
         while len(kept) < cfg.prompts_per_step and rounds < cfg.max_fill_rounds:
             need = cfg.prompts_per_step - len(kept)
             k = need if rounds == 0 else min(4 * need, math.ceil(need / max(self.informative_rate, 0.25)))
-            groups = rollout(self.engine, self.curriculum.sample(k), self.params, self.verifier, self.cfg.reward.timeout_s)
+            groups = run_sync(self.rollouter, self.curriculum.sample(k), self.params.n)
             self.curriculum.update(groups)
             rewards = torch.tensor([g.rewards for g in groups])
             valid = torch.tensor([g.valid for g in groups])
@@ -180,20 +189,21 @@ class Trainer:
             adv = group_relative_advantages(rewards, valid, self.cfg.rl.advantage)
             batch = pack_groups(kept, adv, valid, self.tokenizer.pad_id)
             metrics.update(self.learner.update(batch))
-        self.engine.set_version(self.step)
+        self.engine.load_weights(self.model.state_dict(), version=self.step)
         t2 = time.perf_counter()
         trajs = [t for g in sampled for t in g.trajectories]
-        ok = [t for t in trajs if t.verdict.ok]
+        ok = [t for t in trajs if t.trainable]
         metrics.update(
-            reward=sum(t.verdict.score for t in ok) / max(len(ok), 1),
-            pass_rate=sum(t.verdict.passed for t in ok) / max(len(ok), 1),
+            reward=sum(t.verdict.score for t in ok if t.verdict) / max(len(ok), 1),
+            pass_rate=sum(t.verdict.passed for t in ok if t.verdict) / max(len(ok), 1),
             groups_sampled=len(sampled),
             groups_kept=len(kept),
             zero_variance_frac=silent / len(sampled) if sampled else 0.0,
             fill_rounds=rounds,
-            verifier_errors=len(trajs) - len(ok),
-            **verifier_latency_metrics([t.verdict for t in trajs]),
-            completion_tokens=sum(len(t.completion.token_ids) for t in trajs) / max(len(trajs), 1),
+            verifier_errors=sum(1 for t in trajs if t.verdict is None or not t.verdict.ok),
+            env_errors=sum(1 for t in trajs if t.verdict is not None and t.verdict.ok and not t.trainable),
+            **verifier_latency_metrics([t.verdict for t in trajs if t.verdict is not None]),
+            completion_tokens=sum(t.sampled_tokens for t in trajs) / max(len(trajs), 1),
             rollout_s=t1 - t0,
             learn_s=t2 - t1,
             step_s=t2 - t0,
@@ -211,58 +221,94 @@ class Trainer:
         if self.cfg.train.store_samples:
             for i, g in enumerate(sampled):
                 for j, t in enumerate(g.trajectories):
-                    v, c = t.verdict, t.completion
-                    sample_rows.append(
-                        (i, j, g.task.id, c.text, len(c.token_ids), c.finish_reason.value, v.score, int(v.passed),
-                         v.status.value, v.verifier, v.details, c.policy_version, v.latency_s)
-                    )
+                    sample_rows.append(SampleRow.of(i, j, t))
         self.store.log_step(self.step, metrics, group_rows, sample_rows)
         if self.writer is not None:
             for k, v in metrics.items():
                 self.writer.add_scalar(f"train/{k}", v, self.step)
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out greedy accuracy (and per-task results) at the current step, stored."""
-        if not self.held_out:
-            warnings.warn(f"{self.source.name}: no held-out tasks; evaluation skipped (raise tasks.held_out_fraction)")
+        """Held-out greedy accuracy of every domain (and `train.eval_suites`) at the current step, stored."""
+        if not self.parts.held_out:
+            warnings.warn(f"{self.domains[0].name}: no held-out tasks; evaluation skipped (raise held_out_fraction)")
             return {}
-        from posttrain.eval.training import eval_during_training, new_failures
-
-        res = evaluate_accuracy(self.engine, self.held_out, self.verifier, self.cfg.sampling.max_tokens)
-        metrics = {"greedy_accuracy": res.accuracy, "n_tasks": res.n_tasks, "verifier_errors": res.n_errors,
-                   "regressed_tasks": len(new_failures(self.store, "held_out", res.per_task, self.step))}
-        self.store.log_eval(self.step, "held_out", metrics, res.per_task)
-        for name, suite in self._eval_suites().items():
-            suite_metrics = eval_during_training(self.engine, suite, name, self.store, self.step, self.cfg.sampling.max_tokens)
+        max_tokens = self.params.max_tokens
+        metrics: dict[str, float] = {}
+        accs = []
+        for i, suite in enumerate(self.parts.held_out):
+            name = "held_out" if i == 0 else f"held_out:{suite.name}"
+            m = evaluate_in_training(self.engine, suite, name, self.store, self.step, max_tokens)
+            accs.append(m["pass@1"])
+            if i == 0:
+                metrics.update(greedy_accuracy=m["pass@1"], n_tasks=m["n_tasks"], verifier_errors=m["n_errors"],
+                               regressed_tasks=m["regressed_tasks"])
+            else:
+                metrics[f"{name}/pass@1"] = m["pass@1"]
+                metrics[f"{name}/regressed_tasks"] = m["regressed_tasks"]
+        if len(accs) > 1:
+            metrics["greedy_accuracy"] = sum(accs) / len(accs)
+        for name, suite in self.parts.eval_suites.items():
+            suite_metrics = evaluate_in_training(self.engine, suite, name, self.store, self.step, max_tokens)
             metrics[f"{name}/pass@1"] = suite_metrics["pass@1"]
             metrics[f"{name}/regressed_tasks"] = suite_metrics["regressed_tasks"]
+        self._track_best(metrics)
         if self.writer is not None:
             for key, value in metrics.items():
-                if key == "greedy_accuracy" or key.endswith(("pass@1", "regressed_tasks")):
+                if key in ("greedy_accuracy", "best", "regressing") or key.endswith(("pass@1", "regressed_tasks")):
                     self.writer.add_scalar(f"eval/{key}", value, self.step)
         if self.on_eval:
             self.on_eval(self.step, metrics)
         return metrics
 
-    def _eval_suites(self) -> dict:
-        """The configured held-out suites, loaded once (eval name `suite:<spec>` -> Suite)."""
-        if not hasattr(self, "_suites"):
-            from posttrain.tasks.suites import load_suite
+    def _track_best(self, metrics: dict[str, float]) -> None:
+        """Keep best/ (the best held-out metric so far, ties to the later step) and warn on a sustained drop."""
+        cfg = self.cfg.train
+        value = metrics.get(cfg.best_metric)
+        if value is None:
+            return
+        self.best, improved, regressing = observe(self.best, self.step, value, cfg.warn_drop, cfg.warn_patience)
+        best = self.best
+        if improved:
+            if cfg.keep_best:
+                self._save_best()
+            self.store.set_info(best={"step": best.step, "metric": cfg.best_metric, "value": best.value})
+        metrics.update(best=best.value, best_step=best.step, regressing=float(regressing))
+        if regressing:
+            message = (f"held-out {cfg.best_metric} {value:.3f} has been more than {cfg.warn_drop:g} below its best "
+                       f"{best.value:.3f} (step {best.step}) for {best.below} evaluations; best/ keeps the best model")
+            self.store.add_alert({"step": self.step, "kind": "held_out_regression", "metric": cfg.best_metric,
+                                  "value": value, "best": best.value, "best_step": best.step, "message": message})
+            warnings.warn(message, stacklevel=2)
 
-            opts = {"limit": self.cfg.train.eval_suite_limit} if self.cfg.train.eval_suite_limit else {}
-            self._suites = {f"suite:{spec}": load_suite(spec, **opts) for spec in self.cfg.train.eval_suites}
-        return self._suites
+    def _save_best(self) -> None:
+        from posttrain.models.io import save_model
+
+        out, tmp = self.run_dir / "best", self.run_dir / "best.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_model(self.model, self.tokenizer, tmp)
+        (tmp / "posttrain.json").write_text(json.dumps({"step": self.step, "metric": self.cfg.train.best_metric,
+                                                        "value": self.best.value if self.best else None}))
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+
+    def best_model_dir(self) -> Path | None:
+        """<run>/best when held-out selection kept one."""
+        out = self.run_dir / "best"
+        return out if (out / "config.json").exists() else None
+
+    def state(self) -> TrainerState:
+        return TrainerState(
+            step=self.step,
+            learner=self.learner.state_dict(),
+            curriculum=self.curriculum.state_dict(),
+            engine_rng=self.engine.sampler_state(),
+            torch_rng=torch.get_rng_state(),
+            informative_rate=self.informative_rate,
+            best=asdict(self.best) if self.best else None,
+        )
 
     def checkpoint(self) -> Path:
-        state = {
-            "step": self.step,
-            "learner": self.learner.state_dict(),
-            "curriculum": self.curriculum.state_dict(),
-            "engine_rng": self.engine.generator.get_state(),
-            "torch_rng": torch.get_rng_state(),
-            "informative_rate": self.informative_rate,
-        }
-        path = save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state)
+        path = save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, self.state())
         self.store.log_checkpoint(self.step, str(path))
         for removed in prune_checkpoints(self.run_dir, self.cfg.train.keep_checkpoints):
             self.store.forget_checkpoint(removed)

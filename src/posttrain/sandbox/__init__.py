@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # not `from typing import ...`: the fork-server imports t
 
 _EXPORTS = {
     "ExecResult": "result", "ExecStatus": "result", "Limits": "limits", "PoolBusy": "pool",
-    "SandboxPool": "pool", "Sandbox": "sandbox", "SandboxError": "sandbox", "Session": "session",
+    "SandboxPool": "pool", "Sandbox": "sandbox", "SandboxError": "session", "Session": "session",
     "SandboxUnavailable": "launcher",
 }
 
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from posttrain.sandbox.limits import Limits
     from posttrain.sandbox.pool import PoolBusy, SandboxPool
     from posttrain.sandbox.result import ExecResult, ExecStatus
-    from posttrain.sandbox.sandbox import Sandbox, SandboxError
-    from posttrain.sandbox.session import Session
+    from posttrain.sandbox.sandbox import Sandbox
+    from posttrain.sandbox.session import SandboxError, Session
 
 
 def __getattr__(name: str):

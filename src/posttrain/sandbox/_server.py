@@ -53,6 +53,76 @@ from posttrain.sandbox import _syscalls as sc
 from posttrain.sandbox import _wire, seccomp
 
 EXIT_SETUP_FAILED = 125
+
+# ----------------------------------------------------------------------------- what this server receives
+# Defined for readers and type checkers only: `typing` is not imported at run time, because every
+# pre-forked task is a fork of this process and starts with its heap (tests/sandbox checks the set).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal, NotRequired, TypedDict
+
+    class ServerConfig(TypedDict):
+        """``argv[1]``, as JSON, from ``launcher.ServerHandle``."""
+
+        ctl_fd: int
+        ro_binds: list[str]
+        """Host paths bound read-only at the same path in the server's root."""
+        rebinds: list[str]
+        """Those of ``ro_binds`` that lie under a path each task mounts fresh (``/tmp``, ``/dev/shm``):
+        bound again, read-only, inside each task's fresh mount (a virtual environment in /tmp)."""
+        symlinks: dict[str, str]
+        preload: list[str]
+        manager: str
+        seccomp: bool
+
+    class MapAck(TypedDict):
+        """The manager wrote this process's uid/gid maps."""
+
+        mapped: Literal[True]
+
+    class TaskLimits(TypedDict):
+        """``Limits`` as numbers, plus the rlimits that stand in for missing cgroup controllers."""
+
+        wall_s: float
+        cpu_s: float
+        memory_mb: int
+        pids: int
+        output_bytes: int
+        disk_mb: int
+        nofile: int
+        rlimit_as_bytes: NotRequired[int]
+        rlimit_nproc: NotRequired[int]
+
+    class ExecRequest(TypedDict):
+        """Start one execution. Rides with fds: the status socket, the task's stdin, stdout and
+        stderr pipe ends, then one ``cgroup.procs`` file per cgroup the task must join."""
+
+        op: Literal["exec"]
+        argv: list[str] | None
+        """The command; ``None`` with ``code``."""
+        code: str | None
+        """Python source run in the pre-forked interpreter (``python -c`` semantics)."""
+        env: dict[str, str]
+        files: dict[str, str]
+        """Relative path under /work -> base64 of the content."""
+        network: bool
+        sid: str | None
+        """The session whose layers form /work, or ``None`` for a fresh tmpfs."""
+        cwd: str | None
+        limits: TaskLimits
+
+    class SessionRequest(TypedDict):
+        """A session's layer store operation; the reply (``session.SessionReply``) goes to the socket
+        that rides along."""
+
+        op: Literal["session_new", "snapshot", "rollback", "session_close"]
+        sid: str
+        disk_bytes: NotRequired[int]
+        """``session_new``: the size of the session's layer store."""
+        layer: NotRequired[int]
+        """``rollback``: the snapshot to go back to."""
+
+    Request = ExecRequest | SessionRequest
 _TASK_NAME = b"python3"  # the comm a pre-forked task shows, as a plain interpreter would
 
 
@@ -79,7 +149,7 @@ def _bind(src_fd: int, dst: str, *, readonly: bool, f_flag: int) -> None:
         sc.mount(None, dst, None, sc.MS_BIND | sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | keep)
 
 
-def _build_root(config: dict) -> list[str]:
+def _build_root(config: ServerConfig) -> list[str]:
     """Pivot into a fresh read-only root. Runs as uid 0 of the new user namespace."""
     warnings: list[str] = []
     sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
@@ -143,7 +213,7 @@ def _build_root(config: dict) -> list[str]:
 # ----------------------------------------------------------------------------- one execution
 
 
-def _task_main(req: dict, fds: list[int], seccomp_program: bytes | None) -> None:
+def _task_main(req: ExecRequest, fds: list[int], seccomp_program: bytes | None, rebinds: list[str]) -> None:
     """T, pid 2 of its PID namespace: joins the task's cgroups, builds the task's other
     namespaces and confinement, then becomes the task (execve of a command, or Python source
     run in this already-started interpreter). Never returns."""
@@ -168,8 +238,19 @@ def _task_main(req: dict, fds: list[int], seccomp_program: bytes | None) -> None
         sc.sethostname("sandbox")
         flags = sc.MS_NOSUID | sc.MS_NODEV
         sc.mount("proc", "/proc", "proc", flags | sc.MS_NOEXEC)
+        # Runtimes under /tmp or /dev/shm (a virtual environment in /tmp): held before the fresh
+        # mounts cover them, then bound again, read-only, at the same path inside them.
+        held = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC), os.statvfs(path).f_flag) for path in rebinds]
         sc.mount("tmpfs", "/tmp", "tmpfs", flags, f"mode=1777,size={disk}")
         sc.mount("tmpfs", "/dev/shm", "tmpfs", flags | sc.MS_NOEXEC, f"mode=1777,size={disk}")
+        for path, fd, f_flag in held:
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(path, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "w").close()
+            _bind(fd, path, readonly=True, f_flag=f_flag)
+            os.close(fd)
         sid = req.get("sid")
         if sid is None:
             sc.mount("tmpfs", "/work", "tmpfs", flags, f"mode=0777,size={disk}")
@@ -212,7 +293,7 @@ def _task_main(req: dict, fds: list[int], seccomp_program: bytes | None) -> None
     _run_python_inline(req["code"], req.get("argv") or [], req["env"])
 
 
-def _resolve(req: dict, stderr: int) -> str | int:
+def _resolve(req: ExecRequest, stderr: int) -> str | int:
     """The executable a command names, or the exit code of a shell that could not find it."""
     argv, env = req["argv"], req["env"]
     exe = _which(argv[0], env.get("PATH") or os.defpath) if "/" not in argv[0] else argv[0]
@@ -231,7 +312,7 @@ def _which(name: str, path: str) -> str | None:
     return None
 
 
-def _exec_command(req: dict, exe: str | int) -> None:
+def _exec_command(req: ExecRequest, exe: str | int) -> None:
     """Become the command (stdio already in place). Never returns."""
     if isinstance(exe, int):
         os._exit(exe)
@@ -244,7 +325,7 @@ def _exec_command(req: dict, exe: str | int) -> None:
     os._exit(126)
 
 
-def _set_rlimits(limits: dict) -> None:
+def _set_rlimits(limits: TaskLimits) -> None:
     cpu = int(limits["cpu_s"] + 0.999)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU first, SIGKILL after 1 s
     resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits["disk_mb"]) << 20,) * 2)
@@ -297,7 +378,7 @@ def _run_python_inline(code: str, argv: list[str], env: dict[str, str]) -> None:
 # ----------------------------------------------------------------------------- sessions
 
 
-def _session_op(req: dict) -> dict:
+def _session_op(req: SessionRequest) -> dict[str, object]:
     import shutil  # rare, and in the server only: see ``_serve``
 
     sid = req["sid"]
@@ -348,7 +429,8 @@ class _Execution:
         self.task, self.init, self.init_pidfd, self.status, self.stack = task, init, init_pidfd, status, stack
 
 
-def _start(req: dict, fds: list[int], program: bytes | None, pidns: int, inherited: list[int]) -> _Execution:
+def _start(req: ExecRequest, fds: list[int], program: bytes | None, pidns: int, inherited: list[int],
+           rebinds: list[str]) -> _Execution:
     """Start an execution: its init G and its task T, in a fresh PID namespace.
 
     G, pid 1, is ``clone_idle``: a process that shares the server's memory and descriptor
@@ -376,7 +458,7 @@ def _start(req: dict, fds: list[int], program: bytes | None, pidns: int, inherit
             try:
                 for fd in (*inherited, init_pidfd, status.detach()):  # control socket, others' fds
                     os.close(fd)
-                _task_main(req, fds, program)
+                _task_main(req, fds, program, rebinds)
             finally:
                 os._exit(EXIT_SETUP_FAILED)
     except BaseException:
@@ -414,7 +496,7 @@ def _report_exit(ex: _Execution) -> None:
             pass
 
 
-def _serve(ctl: socket.socket, config: dict) -> None:
+def _serve(ctl: socket.socket, config: ServerConfig) -> None:
     global _TASK_NAME
     _TASK_NAME = sc.get_name()
     sc.set_name(b"sandbox-server")
@@ -437,6 +519,7 @@ def _serve(ctl: socket.socket, config: dict) -> None:
     program = seccomp.filter_for_machine() if config.get("seccomp", True) else None
     if program is None:
         warnings.append(f"no seccomp filter for {os.uname().machine}: dangerous syscalls are not filtered")
+    rebinds = [p for p in config.get("rebinds", []) if os.path.lexists(p)]  # those bound in our root
     pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     running: dict[int, _Execution] = {}  # pidfd of T -> its execution
     dying: dict[int, tuple[int, ctypes.Array]] = {}  # pidfd of a killed G -> (pid, stack)
@@ -455,6 +538,7 @@ def _serve(ctl: socket.socket, config: dict) -> None:
                 os.close(fd)  # only now may its stack be freed
         if ctl not in ready:
             continue
+        req: Request | None
         req, fds = _wire.recv(ctl)
         if req is None:
             os._exit(0)  # manager gone: dying as PID-namespace init kills every sandbox
@@ -462,7 +546,7 @@ def _serve(ctl: socket.socket, config: dict) -> None:
             try:
                 inherited = [ctl.fileno(), pidns, *running, *dying,
                              *(x for ex in running.values() for x in (ex.init_pidfd, ex.status.fileno()))]
-                ex = _start(req, fds, program, pidns, inherited)
+                ex = _start(req, fds, program, pidns, inherited, rebinds)
                 try:
                     running[os.pidfd_open(ex.task)] = ex
                 except OSError:
@@ -481,7 +565,7 @@ def _serve(ctl: socket.socket, config: dict) -> None:
         else:
             reply = socket.socket(fileno=fds[0])
             try:
-                out = _session_op(req)
+                out: dict[str, object] = _session_op(req)
             except OSError as e:
                 out = {"error": f"{req['op']}: {e}"}
             _wire.send(reply, out)
@@ -495,7 +579,7 @@ def add_site_paths() -> None:
     what it needs."""
     import site
 
-    for d in site.getsitepackages():
+    for d in site.getsitepackages(_site_prefixes()):
         if not os.path.isdir(d) or d in sys.path:
             continue
         sys.path.append(d)
@@ -516,10 +600,32 @@ def add_site_paths() -> None:
                     sys.path.append(path)
 
 
+def _site_prefixes() -> list[str]:
+    """The prefixes whose site-packages ``site`` would use, found as ``site.venv`` finds them (the
+    server runs with -S, so nothing did yet): a virtual environment's (which becomes ``sys.prefix``,
+    as under ``python -c``), and the base interpreter's unless its ``pyvenv.cfg`` excludes the
+    system site-packages; else this interpreter's own."""
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    for cfg in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
+        try:
+            with open(cfg, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        include_system = True  # site's default when the key is absent
+        for line in lines:
+            key, sep, value = line.partition("=")
+            if sep and key.strip().lower() == "include-system-site-packages":
+                include_system = value.strip().lower() == "true"
+        sys.prefix = sys.exec_prefix = os.path.dirname(exe_dir)
+        return [sys.prefix, sys.base_prefix] if include_system else [sys.prefix]
+    return [sys.prefix]
+
+
 def main() -> None:
     if sys.flags.no_site:
         add_site_paths()
-    config = json.loads(sys.argv[1])
+    config: ServerConfig = json.loads(sys.argv[1])
     ctl = socket.socket(fileno=int(config["ctl_fd"]))
     os.set_inheritable(ctl.fileno(), False)  # never across a task's execve, whatever else happens
     try:
@@ -528,6 +634,7 @@ def main() -> None:
         # socket instead, on which the server below exits.
         sc.unshare(sc.CLONE_NEWUSER | sc.CLONE_NEWNS | sc.CLONE_NEWPID | sc.CLONE_NEWIPC | sc.CLONE_NEWUTS)
         _wire.send(ctl, {"map": True})
+        ack: MapAck | None
         ack, _ = _wire.recv(ctl)
         if not ack or not ack.get("mapped"):
             os._exit(1)

@@ -11,11 +11,16 @@ import json
 import os
 import socket
 
+TYPE_CHECKING = False  # not `from typing import ...`: the fork-server imports this module and stays small
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 MAX_MESSAGE = 1 << 17  # inline bodies above this travel in a memfd
 _FD_SPACE = 16
 
 
-def send(sock: socket.socket, obj: dict[str, object], fds: list[int] | tuple[int, ...] = ()) -> None:
+def send(sock: socket.socket, obj: Mapping[str, object], fds: list[int] | tuple[int, ...] = ()) -> None:
     data = json.dumps(obj, separators=(",", ":")).encode()
     if len(data) > MAX_MESSAGE:
         memfd = os.memfd_create("sandbox-request", os.MFD_CLOEXEC)
@@ -30,8 +35,9 @@ def send(sock: socket.socket, obj: dict[str, object], fds: list[int] | tuple[int
     socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
 
 
-def recv(sock: socket.socket) -> tuple[dict[str, object] | None, list[int]]:
-    """One message and its fds; ``(None, [])`` on EOF."""
+def recv(sock: socket.socket) -> tuple[Any, list[int]]:
+    """One message and its fds; ``(None, [])`` on EOF. The message is whatever JSON object the
+    peer sent: each receiver names the shapes it accepts as ``TypedDict``s beside its code."""
     data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE + 1024, _FD_SPACE)
     for fd in fds:  # SCM_RIGHTS fds arrive inheritable; none may reach an exec'd task
         os.set_inheritable(fd, False)

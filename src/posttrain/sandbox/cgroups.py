@@ -371,7 +371,7 @@ def sweep_orphans() -> int:
             continue
         for tag in managers:
             mdir = f"{base}/{tag}"
-            if not os.path.isdir(mdir) or _alive(tag):
+            if not os.path.isdir(mdir) or manager_alive(tag):
                 continue
             deadline = time.monotonic() + 2.0
             for child in os.listdir(mdir):
@@ -381,6 +381,7 @@ def sweep_orphans() -> int:
     return removed
 
 
-def _alive(tag: str) -> bool:
+def manager_alive(tag: str) -> bool:
+    """Whether the manager a ``manager_tag`` names still runs (the same pid and start time)."""
     pid, _, start = tag.partition("-")
     return pid.isdigit() and process_start_time(int(pid)) == start

@@ -5,12 +5,11 @@ Covers: spawning ``_server`` with a SOCK_SEQPACKET control socket, writing its u
 root, its own uid), waiting for readiness, and sending requests thread-safely. The server
 exits when the control socket closes, so a SIGKILLed manager takes its sandboxes with it.
 
-Does not cover: what a request means (``_server.py``) or supervising an execution (``sandbox.py``).
+Does not cover: what a request means (``_server.py``) or supervising an execution (``supervise.py``).
 """
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
 import json
 import os
 import select
@@ -19,8 +18,13 @@ import socket
 import subprocess
 import sys
 import threading
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, final
 
+from posttrain.errors import UserError
 from posttrain.sandbox import _wire
+
+if TYPE_CHECKING:
+    from posttrain.sandbox._server import MapAck, Request, ServerConfig
 
 SERVER_MODULE = "posttrain.sandbox._server"
 
@@ -29,7 +33,28 @@ class SandboxUnavailable(UserError, RuntimeError):
     """Namespaces (or the server) cannot be set up on this machine."""
 
 
-def _recv_timeout(sock: socket.socket, timeout_s: float) -> dict | None:
+# What the fork-server sends on its control socket while it starts, in this order (``StartFailure``
+# instead of either when it cannot go on).
+@final  # lets a type checker tell the shapes apart by their keys
+class MapRequest(TypedDict):
+    """The server is in its new user namespace: write its uid/gid maps, then ack (``MapAck``)."""
+
+    map: Literal[True]
+
+
+@final
+class Ready(TypedDict):
+    ready: Literal[True]
+    warnings: list[str]
+    """Degradations the server found (no seccomp filter for this machine, a preload that failed)."""
+
+
+@final
+class StartFailure(TypedDict):
+    error: str
+
+
+def _recv_timeout(sock: socket.socket, timeout_s: float) -> Any:
     ready, _, _ = select.select([sock], [], [], timeout_s)
     if not ready:
         raise SandboxUnavailable(f"sandbox server did not answer within {timeout_s} s")
@@ -41,11 +66,12 @@ def _recv_timeout(sock: socket.socket, timeout_s: float) -> dict | None:
 
 class ServerHandle:
     def __init__(self, *, ro_binds: list[str], symlinks: dict[str, str], preload: list[str],
-                 host_uid: int, host_gid: int, manager: str, seccomp: bool = True, start_timeout_s: float = 30.0):
+                 host_uid: int, host_gid: int, manager: str, rebinds: list[str] | None = None,
+                 seccomp: bool = True, start_timeout_s: float = 30.0):
         self._lock = threading.Lock()
         self.ctl, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        config = {"ctl_fd": child.fileno(), "ro_binds": ro_binds, "symlinks": symlinks, "preload": preload,
-                  "manager": manager, "seccomp": seccomp}
+        config: ServerConfig = {"ctl_fd": child.fileno(), "ro_binds": ro_binds, "rebinds": rebinds or [],
+                                "symlinks": symlinks, "preload": preload, "manager": manager, "seccomp": seccomp}
         # A fixed hash seed makes the pre-forked interpreter as deterministic as the
         # PYTHONHASHSEED=0 given to commands; PYTHONPATH only makes this package importable.
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -61,15 +87,16 @@ class ServerHandle:
         )
         child.close()
         try:
-            msg = _recv_timeout(self.ctl, start_timeout_s)
-            if not msg or not msg.get("map"):
-                raise SandboxUnavailable((msg or {}).get("error", "sandbox server exited during start-up"))
+            msg: MapRequest | StartFailure | None = _recv_timeout(self.ctl, start_timeout_s)
+            if not msg or "map" not in msg:
+                raise SandboxUnavailable(msg["error"] if msg else "sandbox server exited during start-up")
             self._write_maps(host_uid, host_gid)
-            _wire.send(self.ctl, {"mapped": True})
-            msg = _recv_timeout(self.ctl, start_timeout_s)
-            if not msg or not msg.get("ready"):
-                raise SandboxUnavailable((msg or {}).get("error", "sandbox server exited during set-up"))
-            self.warnings: list[str] = list(msg.get("warnings", []))
+            ack: MapAck = {"mapped": True}
+            _wire.send(self.ctl, ack)
+            ready: Ready | StartFailure | None = _recv_timeout(self.ctl, start_timeout_s)
+            if not ready or "ready" not in ready:
+                raise SandboxUnavailable(ready["error"] if ready else "sandbox server exited during set-up")
+            self.warnings: list[str] = list(ready["warnings"])
         except BaseException:
             self.close()
             raise
@@ -89,12 +116,12 @@ class ServerHandle:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def send(self, obj: dict, fds: list[int]) -> None:
+    def send(self, obj: Request, fds: list[int]) -> None:
         with self._lock:
             _wire.send(self.ctl, obj, fds)
 
-    def call(self, obj: dict, timeout_s: float = 10.0) -> dict:
-        """A request answered on its own socket (session operations)."""
+    def call(self, obj: Request, timeout_s: float = 10.0) -> Any:
+        """A request answered on its own socket (session operations); the caller names the reply's shape."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with mine:
             try:

@@ -1,7 +1,7 @@
 """The outcome of one execution: a status enum and a typed record.
 
 Covers: ``ExecStatus`` and ``ExecResult`` and its JSON form. Does not cover how a status is
-decided (``sandbox.classify``). ``SANDBOX_ERROR`` means the sandbox itself failed and says
+decided (``supervise.classify``). ``SANDBOX_ERROR`` means the sandbox itself failed and says
 nothing about the program; callers must never score it as a wrong answer.
 """
 

@@ -35,7 +35,7 @@ def orphan_servers() -> list[int]:
             manager = json.loads(argv[argv.index(SERVER_MODULE.encode()) + 1])["manager"]
         except (ValueError, KeyError, IndexError):
             continue
-        if not cgroups._alive(manager):
+        if not cgroups.manager_alive(manager):
             found.append(int(entry))
     return found
 

@@ -16,15 +16,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 from posttrain.sandbox.limits import Limits
 from posttrain.sandbox.result import ExecResult, ExecStatus
+from posttrain.sandbox.supervise import Outcome, OutputPump, classify, decode_wait
+
+if TYPE_CHECKING:
+    from posttrain.sandbox._server import ExecRequest
 
 
-def run_unisolated(req: dict, stdin: bytes, limits: Limits, warnings: list[str]):
-    from posttrain.sandbox.sandbox import _decode_wait, _Outcome, _Pump, classify
-
-    argv = req["argv"] or [sys.executable, "-c", req["code"]]
+def run_unisolated(req: ExecRequest, stdin: bytes, limits: Limits, warnings: list[str]) -> Outcome:
+    argv = req["argv"] or [sys.executable, "-c", req["code"] or ""]
     workdir = tempfile.mkdtemp(prefix="posttrain-unisolated-")
     t0 = time.monotonic()
     try:
@@ -46,9 +49,9 @@ def run_unisolated(req: dict, stdin: bytes, limits: Limits, warnings: list[str])
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     cwd=workdir, env=env, start_new_session=True, preexec_fn=rlimits)
         except OSError as e:
-            return _Outcome(ExecResult(ExecStatus.SANDBOX_ERROR, error=str(e), isolated=False,
+            return Outcome(ExecResult(ExecStatus.SANDBOX_ERROR, error=str(e), isolated=False,
                                        warnings=list(warnings)))
-        pump = _Pump(os.dup(proc.stdout.fileno()), os.dup(proc.stderr.fileno()), os.dup(proc.stdin.fileno()),
+        pump = OutputPump(os.dup(proc.stdout.fileno()), os.dup(proc.stderr.fileno()), os.dup(proc.stdin.fileno()),
                      stdin, limits.output_bytes)
         for f in (proc.stdin, proc.stdout, proc.stderr):
             f.close()
@@ -66,13 +69,13 @@ def run_unisolated(req: dict, stdin: bytes, limits: Limits, warnings: list[str])
         pump.close()
         _, wstatus, ru = os.wait4(proc.pid, 0)
         proc.returncode = 0
-        code, sig = _decode_wait(wstatus)
+        code, sig = decode_wait(wstatus)
         res = ExecResult(classify(exit_code=code, sig=sig, timed_out=timed_out, output_over=over, cpu_over=False,
                                   oom_kills=0), exit_code=code, signal=sig,
                          stdout=pump.out.decode("utf-8", "replace"), stderr=pump.err.decode("utf-8", "replace"),
                          stdout_truncated=pump.out_truncated, stderr_truncated=pump.err_truncated,
                          wall_s=time.monotonic() - t0, cpu_s=ru.ru_utime + ru.ru_stime,
                          peak_memory_bytes=ru.ru_maxrss * 1024, isolated=False, warnings=list(warnings))
-        return _Outcome(res, bytes(pump.out), bytes(pump.err))
+        return Outcome(res, bytes(pump.out), bytes(pump.err))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -5,6 +5,7 @@ and the default `PassRateCurriculum`, which tracks every task's pass rate
 and stops drawing tasks it has seen solved always or never (they produce
 zero-variance groups, which carry no signal), with a cap on rejections so a
 small task set never starves.
+`DomainMixture` shares each step's tasks out among several domains by weight.
 Does not cover: multi-domain priority queues, durations and the failure
 bank (the scheduler issue builds those on this protocol).
 """
@@ -12,11 +13,11 @@ bank (the scheduler issue builds those on this protocol).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from posttrain.tasks.base import TaskSource
-from posttrain.types import Group, Task
+from posttrain.types import DOMAIN_KEY, Group, Task
 
 
 @runtime_checkable
@@ -109,3 +110,54 @@ class PassRateCurriculum:
         self.rng.setstate(state["rng"])
         self.stats = {k: TaskStats(a, p) for k, (a, p) in state["stats"].items()}
         self.skipped = state["skipped"]
+
+
+@dataclass
+class DomainMixture:
+    """Several domains in one run: each step's tasks shared out by weight, one pass-rate curriculum each.
+
+    Counts per call follow the weights by largest remainder with the deficit
+    carried over from earlier calls, so even k = 1 honours the weights over
+    time. Every task is tagged with its domain (`meta["domain"]`), which the
+    rollouter uses to pick the domain's verifier and `update` to route groups.
+    """
+
+    curricula: dict[str, PassRateCurriculum]
+    weights: dict[str, float]
+    credit: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if set(self.curricula) != set(self.weights) or not self.curricula:
+            raise ValueError("DomainMixture needs one weight per domain")
+        self.credit = {name: 0.0 for name in self.curricula}
+
+    def _counts(self, k: int) -> dict[str, int]:
+        total = sum(self.weights.values())
+        for name, w in self.weights.items():
+            self.credit[name] += k * w / total
+        counts = {name: int(c) for name, c in self.credit.items()}
+        left = k - sum(counts.values())
+        for name in sorted(self.credit, key=lambda n: self.credit[n] - counts[n], reverse=True)[:left]:
+            counts[name] += 1
+        for name, c in counts.items():
+            self.credit[name] -= c
+        return counts
+
+    def sample(self, k: int) -> list[Task]:
+        out: list[Task] = []
+        for name, count in self._counts(k).items():
+            for task in self.curricula[name].sample(count):
+                out.append(replace(task, meta={**task.meta, DOMAIN_KEY: name}))
+        return out
+
+    def update(self, groups: list[Group]) -> None:
+        for name, curriculum in self.curricula.items():
+            curriculum.update([g for g in groups if g.task.meta.get(DOMAIN_KEY) == name])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"credit": dict(self.credit), "domains": {n: c.state_dict() for n, c in self.curricula.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.credit = dict(state["credit"])
+        for name, sub in state["domains"].items():
+            self.curricula[name].load_state_dict(sub)

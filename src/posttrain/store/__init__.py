@@ -1,5 +1,5 @@
 """The embedded SQLite store of runs, steps, groups, samples, evals and checkpoints."""
 
-from posttrain.store.run_store import RunStore
+from posttrain.store.run_store import EvalSampleRow, RunStore, SampleRow
 
-__all__ = ["RunStore"]
+__all__ = ["EvalSampleRow", "RunStore", "SampleRow"]

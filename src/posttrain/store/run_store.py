@@ -17,8 +17,11 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any, Iterable
+
+from posttrain.types import Trajectory
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (
@@ -53,6 +56,52 @@ CREATE TABLE IF NOT EXISTS eval_samples (
 );
 """
 _TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples")
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRow:
+    """One sampled trajectory as the `samples` table stores it (column order)."""
+
+    group_idx: int
+    sample_idx: int
+    task_id: str
+    completion: str  # the text the verifier judged (the last turn's completion)
+    n_tokens: int  # sampled tokens over all turns
+    finish: str
+    score: float | None
+    passed: int | None
+    status: str  # the verdict's status, or the rollout's when the environment failed
+    verifier: str
+    details: str
+    policy_version: int
+    latency_s: float | None = None
+
+    @classmethod
+    def of(cls, group_idx: int, sample_idx: int, t: Trajectory) -> "SampleRow":
+        v, c = t.verdict, t.completion
+        status = v.status.value if v is not None else "error"
+        if v is not None and v.ok and not t.trainable:
+            status = t.status.value
+        return cls(
+            group_idx, sample_idx, t.task.id, c.text, t.sampled_tokens, c.finish_reason.value,
+            v.score if v is not None else None, int(v.passed) if v is not None else None, status,
+            v.verifier if v is not None else "", v.details if v is not None else "", c.policy_version,
+            v.latency_s if v is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EvalSampleRow:
+    """One evaluation response as the `eval_samples` table stores it (after step and eval name)."""
+
+    task_id: str
+    sample_idx: int
+    response: str
+    score: float | None
+    passed: int | None
+    status: str
+    verifier: str
+    details: str
 
 
 class RunStore:
@@ -96,6 +145,14 @@ class RunStore:
                 "INSERT OR REPLACE INTO run(key, value) VALUES (?, ?)", [(k, json.dumps(v)) for k, v in values.items()]
             )
 
+    def add_alert(self, alert: dict[str, Any]) -> None:
+        """A run monitor's signal (e.g. held-out regression), appended to the run's `alerts` list."""
+        alerts = self.info().get("alerts", [])
+        self.set_info(alerts=[*alerts, alert])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return list(self.info().get("alerts", []))
+
     def info(self) -> dict[str, Any]:
         return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM run")}
 
@@ -105,12 +162,9 @@ class RunStore:
         step: int,
         metrics: dict[str, float],
         groups: Iterable[tuple[int, str, list[float], bool]] = (),
-        samples: Iterable[tuple] = (),
+        samples: Iterable[SampleRow] = (),
     ) -> None:
-        """One step's metrics, groups (idx, task_id, rewards, used) and samples, atomically.
-
-        A sample row is (group_idx, sample_idx, task_id, completion, n_tokens, finish, score, passed,
-        status, verifier, details, policy_version[, latency_s])."""
+        """One step's metrics, groups (idx, task_id, rewards, used) and sample rows, atomically."""
         with self.db:
             self.db.execute(
                 "INSERT OR REPLACE INTO steps(step, time, metrics) VALUES (?, ?, ?)",
@@ -124,7 +178,7 @@ class RunStore:
                 "INSERT OR REPLACE INTO samples(step, group_idx, sample_idx, task_id, completion, n_tokens, finish,"
                 " score, passed, status, verifier, details, policy_version, latency_s)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(step, *row, *(None,) * (13 - len(row))) for row in samples],
+                [(step, *astuple(row)) for row in samples],
             )
 
     def log_eval(self, step: int, name: str, metrics: dict[str, float], per_task: dict[str, float]) -> None:
@@ -134,11 +188,12 @@ class RunStore:
                 (step, name, json.dumps(metrics), json.dumps(per_task)),
             )
 
-    def log_eval_samples(self, step: int, name: str, rows: Iterable[tuple]) -> None:
-        """An evaluation's responses: (task_id, sample_idx, response, score, passed, status, verifier, details)."""
+    def log_eval_samples(self, step: int, name: str, rows: Iterable[EvalSampleRow]) -> None:
+        """An evaluation's responses."""
         with self.db:
             self.db.executemany(
-                "INSERT OR REPLACE INTO eval_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [(step, name, *r) for r in rows]
+                "INSERT OR REPLACE INTO eval_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(step, name, *astuple(r)) for r in rows],
             )
 
     def log_checkpoint(self, step: int, path: str) -> None:

@@ -82,11 +82,17 @@ class GeneratedSource(abc.ABC):
         raise RuntimeError(f"{self.name}: could not draw a {split} task (is the split fraction extreme?)")
 
     def take(self, n: int, split: Split = "held_out", seed: int = 0) -> list[Task]:
+        """n distinct problems of `split` (distinct by canonical key: `a+b` and `b+a` are one problem), fewer
+        when the split holds fewer: drawing stops after `200 + 2 n` draws in a row find nothing new."""
         rng = random.Random(f"{self.name}:{split}:{seed}")
         seen: dict[str, Task] = {}
-        attempts = 0
-        while len(seen) < n and attempts < 50 * n + 1000:
+        misses = 0
+        while len(seen) < n and misses < 200 + 2 * n:
             task = self.sample(rng, split)
-            seen.setdefault(task.id, task)
-            attempts += 1
+            key = str(task.meta.get("split_key", task.id))
+            if key in seen:
+                misses += 1
+            else:
+                seen[key] = task
+                misses = 0
         return list(seen.values())

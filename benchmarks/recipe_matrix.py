@@ -1,0 +1,112 @@
+"""The robustness matrix: the default recipe on every built-in single-turn family x several seeds.
+
+Each cell is one `posttrain quickstart --json` process (base model built per family and seed, in a cache
+shared by the cells), so a cell is exactly what a user gets from changing only the task family:
+held-out greedy accuracy and sampled pass@1 before (the base) and after (the best checkpoint, selected on
+the selection half of the held-out problems), both measured on the reporting half, which selection never
+sees; plus the selection-half curve every `--eval-every` steps from the run store.
+
+    python benchmarks/recipe_matrix.py                      # 6 families x 3 seeds, 300 steps
+    python benchmarks/recipe_matrix.py --families add sub --seeds 0 --steps 100 --eval-size 200
+
+Prints one line per cell and, last, one JSON object: `worst_gain`, `mean_gain` (greedy, as fractions),
+`worst_pass1_gain`, `cells`, `regressions` (cells whose reported model is below its base), the settings,
+the machine's load average at start and end, and every cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FAMILIES = ["add", "sub", "addsub", "mul", "chain", "code:ops"]
+
+
+def cell_args(family: str, seed: int, args: argparse.Namespace, runs: str) -> list[str]:
+    sets = [f"run_dir='{runs}'", f"name='{family.replace(':', '-')}-s{seed}'", f"train.steps={args.steps}",
+            f"train.eval_every={args.eval_every}", f"train.eval_size={args.eval_size}", "tensorboard=false"]
+    cmd = [sys.executable, "-m", "posttrain.cli", "quickstart", "--seed", str(seed), "--json"]
+    if family.startswith("code:"):
+        cmd += ["--config", str(REPO / "examples" / "code.toml")]
+        sets += [f"tasks.source='{family}'", f"model.base.family='{family}'"]
+    else:
+        sets += [f"tasks.source='arith:{family}'", f"model.base.family='{family}'"]
+    for s in sets + args.set:
+        cmd += ["--set", s]
+    return cmd
+
+
+def curve(run_dir: Path) -> list[tuple[int, float]]:
+    db = sqlite3.connect(run_dir / "run.sqlite")
+    rows = db.execute("SELECT step, metrics FROM evals WHERE name = 'held_out' ORDER BY step").fetchall()
+    db.close()
+    return [(s, json.loads(m)["greedy_accuracy"]) for s, m in rows]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--families", nargs="+", default=FAMILIES)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--eval-size", type=int, default=500, help="held-out problems per cell (split selection/reporting)")
+    ap.add_argument("--cache", default=None, help="base-model cache (default: a fresh temporary directory)")
+    ap.add_argument("--set", action="append", default=[], help="extra --set overrides for every cell")
+    args = ap.parse_args()
+    load_start = os.getloadavg()
+    start = time.perf_counter()
+    cells = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = args.cache or str(Path(tmp) / "cache")
+        runs = str(Path(tmp) / "runs")
+        env = {**os.environ, "POSTTRAIN_CACHE": cache, "PYTHONPATH": str(REPO / "src")}
+        for family in args.families:
+            for seed in args.seeds:
+                t0 = time.perf_counter()
+                proc = subprocess.run(cell_args(family, seed, args, runs), env=env, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    print(f"{family} seed {seed}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr)
+                    cells.append({"family": family, "seed": seed, "failed": True})
+                    continue
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                cell = {
+                    "family": family, "seed": seed,
+                    "greedy_before": r["greedy_before"], "greedy_after": r["greedy_after"],
+                    "pass1_before": r["pass1_before"], "pass1_after": r["pass1_after"],
+                    "greedy_final": r["greedy_final"], "best_step": r["best_step"], "base_in_band": r["base_in_band"],
+                    "n_reporting": r["n_held_out"], "n_selection": r["n_selection"],
+                    "curve": curve(Path(r["run_dir"])), "seconds": round(time.perf_counter() - t0, 1),
+                }
+                cell["gain"] = cell["greedy_after"] - cell["greedy_before"]
+                cell["pass1_gain"] = cell["pass1_after"] - cell["pass1_before"]
+                cells.append(cell)
+                print(f"{family:>8} seed {seed}: greedy {cell['greedy_before']:.3f} -> {cell['greedy_after']:.3f} "
+                      f"({cell['gain']:+.3f}, best step {cell['best_step']}, final {cell['greedy_final']:.3f}), "
+                      f"pass@1 {cell['pass1_before']:.3f} -> {cell['pass1_after']:.3f}, base in band: "
+                      f"{cell['base_in_band']}, {cell['seconds']:.0f}s", flush=True)
+    done = [c for c in cells if not c.get("failed")]
+    gains = [c["gain"] for c in done]
+    print(json.dumps({
+        "worst_gain": min(gains) if gains else None,
+        "mean_gain": statistics.fmean(gains) if gains else None,
+        "worst_pass1_gain": min(c["pass1_gain"] for c in done) if done else None,
+        "cells": len(done),
+        "failed_cells": len(cells) - len(done),
+        "regressions": sum(c["greedy_after"] < c["greedy_before"] for c in done),
+        "bases_out_of_band": sum(not c["base_in_band"] for c in done),
+        "steps": args.steps, "eval_size": args.eval_size, "seconds": round(time.perf_counter() - start, 1),
+        "load_start": load_start, "load_end": os.getloadavg(), "cells_detail": cells,
+    }))
+
+
+if __name__ == "__main__":
+    main()

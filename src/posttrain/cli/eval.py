@@ -1,0 +1,260 @@
+"""`posttrain eval`, `posttrain compare` and `posttrain report`: evaluating models, comparing and reporting results.
+
+Covers: `eval` (sample a model on a suite, or grade a responses file, or re-grade a recorded eval),
+`compare A B` (paired comparison; exit 1 on a significant regression, so it gates CI) and `report X [Y ...]`
+(one self-contained HTML file): their options, tables and JSON. User errors print one line and exit 2;
+progress goes to stderr so `--json` stays clean.
+Does not cover: the computations (the `eval` package's harness, summary, compare and report modules) or
+prices (`posttrain.pricing`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from posttrain.cli.common import INTERRUPTED_EXIT, err, fmt, friendly
+from posttrain.cli.common import out as console  # `out` is also an option's name here
+from posttrain.errors import UserError
+
+
+def parse_ks(text: str) -> tuple[int, ...]:
+    """`-k 1,8,16` as sorted distinct integers >= 1."""
+    try:
+        ks = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise typer.BadParameter(f"-k takes comma-separated integers like 1,8,16, got {text!r}") from None
+    if not ks or ks[0] < 1:
+        raise typer.BadParameter(f"-k values must be >= 1, got {text!r}")
+    return ks
+
+
+def slug(text: str) -> str:
+    """A piece of a directory name: unsafe characters folded to '_', at most the last 60."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[-60:] or "x"
+
+
+def _print_summary(title: str, s: dict[str, Any]) -> None:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column(f"{s.get('confidence', 0.95):.0%} interval", justify="right")
+    table.add_row("tasks (samples)", f"{s['n_tasks']} ({s['n_samples']})", "")
+    for k in s["ks"]:
+        lo, hi = s[f"pass@{k}_ci"]
+        table.add_row(f"pass@{k}", fmt(s[f"pass@{k}"], True), f"{fmt(lo, True)} .. {fmt(hi, True)}")
+    for k in s["ks"]:
+        if k > 1:
+            table.add_row(f"pass^{k}", fmt(s[f"pass^{k}"], True), "")
+    table.add_row("mean score", fmt(s["mean_score"]), "")
+    table.add_row("verifier errors", str(s["n_errors"]), "")
+    table.add_row("tokens in / out", f"{fmt(s['tokens_in'])} / {fmt(s['tokens_out'])}", "")
+    table.add_row("cost (per solved)", f"{fmt(s['cost'])} ({fmt(s['cost_per_solved'])})", "")
+    table.add_row("latency p50 / p95 s", f"{fmt(s['latency_p50'])} / {fmt(s['latency_p95'])}", "")
+    if "flaky_tasks" in s:
+        table.add_row(f"flaky tasks ({s['repeats']} repeats)", str(len(s["flaky_tasks"])), f"flip rate {fmt(s['flip_rate'])}")
+    console.print(table)
+
+
+def emit(summary: dict[str, Any], as_json: bool, title: str, extra: dict[str, Any] | None = None) -> None:
+    from posttrain.eval.records import clean_json
+
+    if as_json:
+        print(json.dumps(clean_json({**(extra or {}), **summary})))
+    else:
+        _print_summary(title, summary)
+
+
+def eval_cmd(
+    model: Optional[str] = typer.Option(
+        None, "--model", "-m",
+        # typer renders help as rich markup: "\\[" keeps a literal bracket
+        help="A checkpoint dir, a run dir\\[@STEP], 'builtin', or an http(s) OpenAI-compatible URL\\[#served-name].",
+    ),
+    suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Suite name (`posttrain tasks list`) or a .jsonl path."),
+    responses: Optional[Path] = typer.Option(
+        None, "--responses", help="Grade this JSONL of {task_id, response|completion} instead of sampling."
+    ),
+    rescore_dir: Optional[Path] = typer.Option(
+        None, "--rescore", help="Re-grade a recorded eval directory with the current verifier."
+    ),
+    samples: int = typer.Option(1, "-n", "--samples", min=1, help="Samples per task."),
+    ks: str = typer.Option("1", "-k", help="pass@k values to report, comma-separated (e.g. 1,8,16)."),
+    temperature: float = typer.Option(0.0, "--temperature", "-t", min=0.0, help="Sampling temperature (0: greedy)."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed (per chunk of tasks, so results do not depend on resumes)."),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Completion length cap."),
+    repeat: int = typer.Option(
+        1, "--repeat", min=1, help="Run the eval R times with the same seeds; reports each task's flip rate."
+    ),
+    batch: int = typer.Option(32, "--batch", min=1, help="Tasks per engine call."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the suite's first N tasks."),
+    suite_opt: Optional[list[str]] = typer.Option(
+        None, "--suite-opt", help="A suite option KEY=VALUE, e.g. --suite-opt size=50 (repeatable)."
+    ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Directory for meta, every response and the summary (default: evals/<suite>-<model>-<time>)."
+    ),
+    price: Optional[str] = typer.Option(
+        None, "--price", help="IN,OUT[,PER_HOUR]: USD per million input/output tokens (and per hour of generation)."
+    ),
+    prices: Optional[Path] = typer.Option(
+        None, "--prices", help="JSON price table {model: {input_per_mtok, output_per_mtok, per_hour}}."
+    ),
+    verify_timeout: Optional[float] = typer.Option(None, "--verify-timeout", help="Bound on one batch's grading, seconds."),
+    label: Optional[str] = typer.Option(None, "--label", help="A name for this result in comparisons and reports."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (metrics and per-task results under 'tasks')."),
+) -> None:
+    """Evaluate a model on a suite (pass@k with intervals, cost, latency), or grade given responses."""
+    with friendly():
+        from posttrain.engine.remote.openai_engine import EngineRequestError
+        from posttrain.eval.harness import EvalSpec, evaluate, rescore
+        from posttrain.eval.records import EvalDir
+        from posttrain.rewards.base import Prewarmable
+        from posttrain.pricing import price_for, price_of, price_table, prices_from_table
+        from posttrain.tasks.domains import load_domain, parse_options
+
+        k_values = parse_ks(ks)
+        table = price_table(price, prices)
+        options = parse_options(suite_opt)
+        if limit:
+            options["limit"] = limit
+        modes = sum(x is not None for x in (model, responses, rescore_dir))
+        if modes != 1:
+            raise UserError("eval: give exactly one of --model (sample), --responses FILE (grade) or --rescore DIR (re-grade)")
+        try:
+            if rescore_dir is not None:
+                run, changed = rescore(rescore_dir, load_domain(suite, **options).suite() if suite else None,
+                                       price_of(EvalDir(rescore_dir).meta()), verify_timeout)
+                err.print(f"re-graded {len(run.records)} responses in {rescore_dir}: {changed} verdicts changed")
+                emit(run.meta["summary"], as_json, f"{run.meta.get('suite')} (re-graded)", {"changed": changed})
+                return
+            if suite is None:
+                raise UserError("eval: --suite is required")
+            loaded = load_domain(suite, **options).suite()
+            if isinstance(loaded.verifier, Prewarmable):
+                loaded.verifier.prewarm()  # start the verifier's sandbox while the responses load
+            if responses is not None:
+                from posttrain.eval.responses import read_responses, score_responses
+                from posttrain.eval.summary import summarize
+
+                records = score_responses(loaded, read_responses(responses), verify_timeout)
+                pr = price_for(label or "", prices_from_table(table))
+                summary = summarize(records, k_values, pr, [t.id for t in loaded.tasks])
+                if out is not None:
+                    from posttrain.rewards.base import verifier_id
+
+                    store = EvalDir(out)
+                    meta = {"model": label or str(responses), "label": label, "suite": suite, "suite_options": options,
+                            "suite_name": loaded.name, "responses": str(responses), "verifier": verifier_id(loaded.verifier),
+                            "ks": list(k_values), "prices": table, "created": time.time()}
+                    store.start(meta, ({"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in loaded.tasks))
+                    store.rewrite(records)
+                    store.write_summary(summary)
+                emit(summary, as_json, f"{loaded.name}: {responses.name}", {"suite": suite})
+                return
+            from posttrain.resolve import resolve_model
+
+            spec = EvalSpec(model=model, suite=suite, n=samples, ks=k_values, temperature=temperature, top_p=top_p,
+                            max_tokens=max_tokens, seed=seed, repeat=repeat, batch=batch, suite_options=options,
+                            verify_timeout_s=verify_timeout, label=label)
+            resolved = resolve_model(model, seed=seed)
+            out = out or Path("evals") / f"{slug(suite)}-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"
+            extra = {"model_info": resolved.info, "prices": table}
+            price_obj = price_of({**spec.meta(), **extra})
+            try:
+                with Progress(console=err, transient=True) as progress:
+                    bar = progress.add_task(f"eval {loaded.name}", total=None)
+                    run = evaluate(resolved.engine, loaded, spec, out, price_obj,
+                                   on_progress=lambda done, total: progress.update(bar, completed=done, total=total),
+                                   extra_meta=extra)
+            except KeyboardInterrupt:
+                err.print(f"[yellow]interrupted[/]: finished samples are kept in {out}; rerun the same command to resume")
+                raise typer.Exit(INTERRUPTED_EXIT) from None
+            err.print(f"results in {out} (rescore with: posttrain eval --rescore {out})")
+            emit(run.meta["summary"], as_json, f"{loaded.name}: {model}", {"out": str(out), "suite": suite, "model": model})
+        except UserError:
+            raise
+        except ValueError as exc:
+            # eval's settings are checked where they are used (EvalSpec, SamplingParams, a suite's options):
+            # from this command, each of those ValueErrors is the user's option to fix
+            raise UserError(str(exc)) from None
+        except EngineRequestError as exc:
+            raise UserError(f"the model endpoint failed: {exc} (finished samples are kept; rerun to resume)") from None
+
+
+def compare_cmd(
+    a: Path = typer.Argument(..., help="Baseline eval directory."),
+    b: Path = typer.Argument(..., help="Candidate eval directory (same suite)."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Significance level and FDR for per-task tests."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Paired comparison of two evals; exit code 1 when B significantly regresses on A (gates CI)."""
+    with friendly():
+        from posttrain.eval.compare import compare
+        from posttrain.eval.records import clean_json, load_eval
+        from posttrain.pricing import price_of
+
+        ra, rb = load_eval(a), load_eval(b)  # an EvalDirError is a UserError
+        result = compare(ra, rb, alpha, (price_of(ra.meta), price_of(rb.meta)))
+        if as_json:
+            print(json.dumps(clean_json(result.to_dict())))
+        else:
+            _print_comparison(result)
+    if result.regression:
+        raise typer.Exit(1)
+
+
+def _print_comparison(c) -> None:
+    d = c.diff
+    console.print(f"[bold]{c.suite}[/]: {c.n_paired} paired tasks; A = {c.a}, B = {c.b}")
+    console.print(f"pass@1 A {c.a_pass1:.1%}  B {c.b_pass1:.1%}  B-A {d.mean:+.3f} "
+              f"(paired bootstrap {1 - c.alpha:.0%}: {d.lo:+.3f} .. {d.hi:+.3f})")
+    if c.mcnemar:
+        console.print(f"McNemar exact: A-only {c.mcnemar['a_only']}, B-only {c.mcnemar['b_only']}, p = {c.mcnemar['p']:.3g}")
+    view = Table(title="accuracy vs cost and latency")
+    view.add_column("")
+    for side in ("A", "B"):
+        view.add_column(f"{side}: {c.sides[side]['name']}", justify="right")
+    view.add_column("B/A", justify="right")
+    for key, pct in (("pass@1", True), ("cost_per_task", False), ("cost_per_solved", False), ("solved_per_cost", False),
+                     ("tokens_out", False), ("latency_p50", False), ("latency_p95", False), ("seconds_per_solved", False)):
+        va, vb = c.sides["A"][key], c.sides["B"][key]
+        ratio = vb / va if isinstance(va, (int, float)) and va and not math.isnan(va) and vb is not None else math.nan
+        view.add_row(key, fmt(va, pct), fmt(vb, pct), fmt(ratio))
+    console.print(view)
+    for name, rows in (("regressed", c.regressed), ("improved", c.improved)):
+        if rows:
+            t = Table(title=f"{len(rows)} {name} (Fisher, BH q <= {c.alpha})")
+            for col in ("task", "A", "B", "p", "q"):
+                t.add_column(col)
+            for r in rows[:50]:
+                t.add_row(r.task_id, f"{r.a_c}/{r.a_n}", f"{r.b_c}/{r.b_n}", f"{r.p:.2g}", f"{r.q:.2g}")
+            console.print(t)
+    console.print("[bold red]REGRESSION[/]: " + "; ".join(c.reasons) if c.regression else "[green]no significant regression[/]")
+
+
+def report_cmd(
+    sources: list[Path] = typer.Argument(
+        ..., help="Eval directories and/or training run directories; the first eval is the baseline."
+    ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="HTML file to write (default: report.html beside the first source)."
+    ),
+) -> None:
+    """Write one self-contained HTML report: pass@k, per-task rates, learning curves, cost, regressions, samples."""
+    with friendly():
+        from posttrain.eval.report import write_report
+
+        target = out or (sources[0] / "report.html")
+        path = write_report(sources, target)  # an EvalDirError is a UserError
+        err.print(f"report written to {path}")
+        print(path)

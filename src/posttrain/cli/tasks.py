@@ -1,0 +1,66 @@
+"""`posttrain tasks list` and `posttrain tasks validate SUITE`: the registered suites, and proof of their graders.
+
+Covers: `list [--json]` (registered suites) and `validate SUITE [--limit N] [--suite-opt K=V]... [--json]` (every
+gold answer through the suite's verifier: pass rate and each failure; exit 0 when all score full marks, 1 when
+any does not, 2 for a user error such as an unknown suite or a missing extra).
+Does not cover: evaluation of a model (`posttrain eval`, `cli/eval.py`) or the validation itself (`tasks/validate.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from posttrain.cli.common import friendly
+
+app = typer.Typer(help="Task suites: list them, prove their graders.", no_args_is_help=True)
+
+
+@app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """List the registered suites (a name ending in ':<name>' takes an argument; any .jsonl path works too)."""
+    from posttrain.tasks.domains import list_domains
+
+    suites = list_domains()
+    if as_json:
+        typer.echo(json.dumps({"suites": [{"name": n, "description": d} for n, d in suites]}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("suite", "description")
+    for name, desc in suites:
+        table.add_row(name, desc)
+    table.add_row("<path>.jsonl", "your own tasks (docs/code_verifiers.md, tasks/jsonl.py)")
+    Console().print(table)
+
+
+@app.command("validate")
+def validate_cmd(
+    suite: str = typer.Argument(..., help="Suite name (see `posttrain tasks list`) or a .jsonl path."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N tasks."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a summary."),
+    suite_opt: Optional[list[str]] = typer.Option(
+        None, "--suite-opt", "-o", help="A suite option KEY=VALUE, e.g. -o size=50 -o answer_format=tag (repeatable)."
+    ),
+) -> None:
+    """Run every task's reference answer through the suite's verifier; the gold must score full marks."""
+    with friendly():
+        from posttrain.tasks.domains import load_domain, parse_options
+        from posttrain.tasks.validate import validate_suite
+
+        options = parse_options(suite_opt)
+        if limit is not None:
+            options["limit"] = limit
+        loaded = load_domain(suite, **options).suite()
+        report = validate_suite(loaded, limit=limit)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict()))
+    else:
+        for f in report.failures:
+            typer.echo(f"FAIL {f.task_id}: score {f.score:.3f} [{f.status}] {f.details[:300]}")
+        typer.echo(f"{report.suite}: {report.passed}/{report.total} gold answers score full marks "
+                   f"({100 * report.pass_rate:.1f}%) in {report.seconds:.1f} s  verifier {report.verifier}")
+    raise typer.Exit(0 if report.ok else 1)

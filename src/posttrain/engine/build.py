@@ -1,0 +1,35 @@
+"""The one place that constructs an engine over local weights, from the `[engine]` config section alone.
+
+Covers: `build_engine(cfg, model, tokenizer, seed)`: `kind = "local"` is the
+in-process engine sampling with `model` itself (the trainer's module: new
+weights are seen without a copy); other kinds are refused here with the
+reason. Every caller outside `engine/` (the trainer's builder, the built-in
+base model's band checks, the model resolver, `posttrain serve`) builds its
+engine through this function instead of naming an engine class.
+Does not cover: engines over remote servers (`OpenAIEngine`, built by the
+resolver from a URL) or what the engines do.
+"""
+
+from __future__ import annotations
+
+from posttrain.config import ConfigError, EngineConfig
+from posttrain.engine.base import Engine
+from posttrain.models.llama import CausalLM
+from posttrain.models.tokenizer import Tokenizer
+
+
+def build_engine(cfg: EngineConfig | None, model: CausalLM, tokenizer: Tokenizer, seed: int = 0) -> Engine:
+    """An engine over `model` (which it shares, not copies) as `cfg` describes (defaults when None)."""
+    cfg = cfg or EngineConfig()
+    if cfg.kind != "local":
+        raise ConfigError(
+            f"engine.kind = {cfg.kind!r}: sampling with vLLM from the trainer's weights is not wired in yet "
+            "(use engine.kind = 'local'; `posttrain eval --model URL` evaluates any vLLM server)"
+        )
+    from posttrain.engine.local import LocalEngine
+
+    return LocalEngine(
+        model, tokenizer, seed=seed, max_batch_rows=cfg.max_batch_rows, prefill_chunk=cfg.prefill_chunk,
+        max_prefill_tokens=cfg.max_prefill_tokens, prefix_cache_tokens=cfg.prefix_cache_tokens,
+        fused_decode=cfg.fused_decode,
+    )

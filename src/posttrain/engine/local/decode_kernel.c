@@ -1,0 +1,277 @@
+/* pt_forward_tokens: the decode forward of the native Llama/Qwen2 model for a few new tokens per row,
+ * in float32, over the engine's plain slot cache and the panel-packed weights of engine/local/fused.py.
+ *
+ * Built on first use by engine/local/native_decode.py (`cc -O3 -march=native`, GCC/Clang vector
+ * extensions) and called through ctypes; that module's docstring says why it exists and how it
+ * falls back. The build cache is keyed by a hash of this file, the compiler and the flags: editing
+ * this file rebuilds it. */
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));  /* an unaligned load/store of 8 floats */
+
+typedef int v8i __attribute__((vector_size(32)));
+
+static inline v8 vsplat(float x) { return (v8){x, x, x, x, x, x, x, x}; }
+static inline v8 vselect(v8i m, v8 a, v8 b) { return (v8)((m & (v8i)a) | (~m & (v8i)b)); }
+
+/* e^x in eight lanes (Cephes' expf: range reduction by ln 2, a degree-6 polynomial, 2^n through the
+ * exponent bits; within 2 ulp of libm's expf), for the softmax and SiLU loops */
+static inline v8 exp_v8(v8 x) {
+    x = vselect(x > vsplat(88.3762626647949f), vsplat(88.3762626647949f), x);
+    x = vselect(x < vsplat(-87.3365447504f), vsplat(-87.3365447504f), x);
+    v8 fx = x * vsplat(1.44269504088896341f) + vsplat(0.5f);
+    v8 n = __builtin_convertvector(__builtin_convertvector(fx, v8i), v8);  /* truncation toward zero */
+    n = n - vselect(n > fx, vsplat(1.0f), vsplat(0.0f));                    /* -> floor */
+    x = x - n * vsplat(0.693359375f) - n * vsplat(-2.12194440e-4f);
+    v8 y = vsplat(1.9875691500e-4f);
+    y = y * x + vsplat(1.3981999507e-3f);
+    y = y * x + vsplat(8.3334519073e-3f);
+    y = y * x + vsplat(4.1665795894e-2f);
+    y = y * x + vsplat(1.6666665459e-1f);
+    y = y * x + vsplat(5.0000001201e-1f);
+    y = y * (x * x) + x + vsplat(1.0f);
+    v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+    return y * (v8)e;
+}
+
+/* x[i] = e^(x[i] - shift), returning the sum */
+static float exp_shift_sum(float *x, int64_t n, float shift) {
+    v8 acc = vsplat(0.f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8 e = exp_v8(*(v8u *)(x + i) - vsplat(shift));
+        *(v8u *)(x + i) = e;
+        acc += e;
+    }
+    float z = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) { x[i] = expf(x[i] - shift); z += x[i]; }
+    return z;
+}
+
+static inline float hsum(v8 a) {
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+/* a . b in eight lanes (one AVX register): a strict left-to-right float sum cannot be vectorised */
+static inline float dot(const float *a, const float *b, int n) {
+    v8 acc = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) acc += *(const v8u *)(a + i) * *(const v8u *)(b + i);
+    float s = hsum(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* y += a * x over n floats */
+static inline void axpy(float a, const float *x, float *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) *(v8u *)(y + i) += a * *(const v8u *)(x + i);
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* acc[r, 0:16] += x[r, :] @ P for r < R: P is one [K, 16] column panel, streamed once for all R rows.
+ * The R x 16 accumulators live in registers, and K is split S ways (k = S*j + s go to partial sums s)
+ * so that R * 2 * S >= 8 independent FMA chains hide the FMA latency even for a single row. */
+static inline __attribute__((always_inline)) void panel_tile(const int R, const int S, int K, const float *restrict x,
+                                                             int ldx, const float *restrict P, float *restrict acc) {
+    v8 a0[4][4], a1[4][4];
+    for (int r = 0; r < R; r++) {
+        a0[0][r] = *(const v8u *)(acc + r * 16);
+        a1[0][r] = *(const v8u *)(acc + r * 16 + 8);
+        for (int s = 1; s < S; s++) { a0[s][r] = vsplat(0.f); a1[s][r] = vsplat(0.f); }
+    }
+    int k = 0;
+    for (; k + S <= K; k += S) {
+        for (int s = 0; s < S; s++) {
+            const v8 w0 = *(const v8u *)(P + (size_t)(k + s) * 16), w1 = *(const v8u *)(P + (size_t)(k + s) * 16 + 8);
+            for (int r = 0; r < R; r++) {
+                const float xv = x[(size_t)r * ldx + k + s];
+                a0[s][r] += xv * w0;
+                a1[s][r] += xv * w1;
+            }
+        }
+    }
+    for (; k < K; k++) {
+        const v8 w0 = *(const v8u *)(P + (size_t)k * 16), w1 = *(const v8u *)(P + (size_t)k * 16 + 8);
+        for (int r = 0; r < R; r++) {
+            const float xv = x[(size_t)r * ldx + k];
+            a0[0][r] += xv * w0;
+            a1[0][r] += xv * w1;
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int s = 1; s < S; s++) { a0[0][r] += a0[s][r]; a1[0][r] += a1[s][r]; }
+        *(v8u *)(acc + r * 16) = a0[0][r];
+        *(v8u *)(acc + r * 16 + 8) = a1[0][r];
+    }
+}
+
+/* y[r, :] += x[r, :] @ W for r < b; W packed as ceil(N/16) panels of [K, 16] (zero-padded columns) */
+static void gemm_acc(int b, int K, int N, const float *restrict x, const float *restrict W, float *restrict y) {
+    const int np = (N + 15) / 16;
+    float acc[4 * 16];
+    for (int p = 0; p < np; p++) {
+        const float *P = W + (size_t)p * K * 16;
+        const int n0 = p * 16, w = N - n0 < 16 ? N - n0 : 16;
+        for (int r0 = 0; r0 < b; r0 += 4) {
+            const int R = b - r0 < 4 ? b - r0 : 4;
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < 16; c++) acc[r * 16 + c] = c < w ? y[(size_t)(r0 + r) * N + n0 + c] : 0.f;
+            const float *xr = x + (size_t)r0 * K;
+            switch (R) {
+                case 4: panel_tile(4, 1, K, xr, K, P, acc); break;
+                case 3: panel_tile(3, 2, K, xr, K, P, acc); break;
+                case 2: panel_tile(2, 2, K, xr, K, P, acc); break;
+                default: panel_tile(1, 4, K, xr, K, P, acc); break;
+            }
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < w; c++) y[(size_t)(r0 + r) * N + n0 + c] = acc[r * 16 + c];
+        }
+    }
+}
+
+/* o = softmax(q . K[t] for t < n) @ V for one query head (the 1/sqrt(D) scale is in q); sc: n floats of scratch */
+static void attend(const float *q, const float *K, const float *V, int64_t n, int D, float *sc, float *o) {
+    float mx = -INFINITY;
+    if (D % 8 == 0) {
+        int64_t t = 0;
+        for (; t + 4 <= n; t += 4) {  /* four keys at a time: independent accumulators, q loaded once */
+            const float *k0 = K + t * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
+            v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int i = 0; i < D; i += 8) {
+                const v8 qv = *(const v8u *)(q + i);
+                a0 += qv * *(const v8u *)(k0 + i);
+                a1 += qv * *(const v8u *)(k1 + i);
+                a2 += qv * *(const v8u *)(k2 + i);
+                a3 += qv * *(const v8u *)(k3 + i);
+            }
+            sc[t] = hsum(a0); sc[t + 1] = hsum(a1); sc[t + 2] = hsum(a2); sc[t + 3] = hsum(a3);
+        }
+        for (; t < n; t++) sc[t] = dot(q, K + t * D, D);
+    } else {
+        for (int64_t t = 0; t < n; t++) sc[t] = dot(q, K + t * D, D);
+    }
+    for (int64_t t = 0; t < n; t++) if (sc[t] > mx) mx = sc[t];
+    const float inv = 1.0f / exp_shift_sum(sc, n, mx);
+    if (D % 32 == 0) {  /* the output in registers, 32 columns at a time: no store/reload per key */
+        for (int c = 0; c < D; c += 32) {
+            v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t t = 0; t < n; t++) {
+                const float *vt = V + t * D + c;
+                const float p = sc[t];
+                a0 += p * *(const v8u *)(vt);
+                a1 += p * *(const v8u *)(vt + 8);
+                a2 += p * *(const v8u *)(vt + 16);
+                a3 += p * *(const v8u *)(vt + 24);
+            }
+            *(v8u *)(o + c) = a0 * inv; *(v8u *)(o + c + 8) = a1 * inv;
+            *(v8u *)(o + c + 16) = a2 * inv; *(v8u *)(o + c + 24) = a3 * inv;
+        }
+    } else {
+        for (int i = 0; i < D; i++) o[i] = 0.f;
+        for (int64_t t = 0; t < n; t++) axpy(sc[t], V + t * D, o, D);
+        for (int i = 0; i < D; i++) o[i] *= inv;
+    }
+}
+
+/* out[r, :] = h[r, :] * rsqrt(mean(h[r, :]^2) + eps)  (the norm's weight is folded into the next matrix) */
+static void rms_scale(int b, int H, const float *h, float *out, float eps) {
+    for (int r = 0; r < b; r++) {
+        const float *hr = h + (size_t)r * H;
+        const float ss = dot(hr, hr, H);
+        const float s = 1.0f / sqrtf(ss / (float)H + eps);
+        for (int i = 0; i < H; i++) out[(size_t)r * H + i] = hr[i] * s;
+    }
+}
+
+/* x * cos + rotate_half(x) * sin, in place, for one head of D values */
+static void rope(float *x, const float *c, const float *s, int D) {
+    const int h = D / 2;
+    float tmp[h];
+    for (int i = 0; i < h; i++) tmp[i] = x[i];
+    for (int i = 0; i < h; i++) x[i] = x[i] * c[i] - x[i + h] * s[i];
+    for (int i = 0; i < h; i++) x[i + h] = x[i + h] * c[i + h] + tmp[i] * s[i + h];
+}
+
+/*
+ * One forward of M new tokens (several per cache row for speculative verification, one for decode).
+ * mats: per layer 5 pointers (w_qkv [H, (Hq+2Hkv)D], b_qkv [(Hq+2Hkv)D] or NULL, w_o [HqD, H],
+ *       w_gu [H, 2I], w_down [I, H]), then w_head [H, V]; every matrix [K, N] packed in 16-column panels.
+ * kc, vc: per layer the cache base pointer, laid out [row, Hkv, slot, D] with row stride Hkv*slots*D.
+ * Token m lives in cache row rows[m] at slot slot[m] (its position pos[m]) and attends to slots
+ * 0..slot[m] of its row, which includes the tokens of this forward before it: every token's keys
+ * and values are stored before any attends. slot[m] < 0 marks padding: nothing is stored, its logits are junk.
+ * rope_cos/rope_sin: [L, D] tables indexed by position. ids: [M]; embed: [V, H]. logits: [M, V] out.
+ */
+int pt_forward_tokens(int M, int n_layers, int H, int Hq, int Hkv, int D, int I, int V,
+                      const float *const *mats, float *const *kc, float *const *vc, int64_t slots,
+                      const int64_t *rows, const int64_t *slot, const int64_t *pos,
+                      const float *rope_cos, const float *rope_sin,
+                      const int64_t *ids, const float *embed, float eps, float *logits) {
+    const int nq = Hq * D, nk = Hkv * D, nqkv = nq + 2 * nk, rep = Hq / Hkv;
+    int64_t span = 1;
+    for (int m = 0; m < M; m++) if (slot[m] + 1 > span) span = slot[m] + 1;
+    size_t need = (size_t)M * (H + H + nqkv + nq + 2 * (size_t)I + I) + (size_t)span;
+    float *buf = (float *)malloc(need * sizeof(float));
+    if (!buf) return -1;
+    float *h = buf, *x = h + (size_t)M * H, *qkv = x + (size_t)M * H, *att = qkv + (size_t)M * nqkv;
+    float *gu = att + (size_t)M * nq, *act = gu + (size_t)M * 2 * I, *sc = act + (size_t)M * I;
+    for (int m = 0; m < M; m++) memcpy(h + (size_t)m * H, embed + (size_t)ids[m] * H, sizeof(float) * H);
+    const int64_t row_stride = (int64_t)Hkv * slots * D, head_stride = slots * D;
+    for (int l = 0; l < n_layers; l++) {
+        const float *const *w = mats + 5 * l;
+        rms_scale(M, H, h, x, eps);
+        if (w[1]) { for (int m = 0; m < M; m++) memcpy(qkv + (size_t)m * nqkv, w[1], sizeof(float) * nqkv); }
+        else memset(qkv, 0, sizeof(float) * (size_t)M * nqkv);
+        gemm_acc(M, H, nqkv, x, w[0], qkv);
+        for (int m = 0; m < M; m++) {  /* RoPE, then store keys and values */
+            if (slot[m] < 0) continue;
+            float *q = qkv + (size_t)m * nqkv, *k = q + nq, *v = k + nk;
+            const float *c = rope_cos + pos[m] * D, *s = rope_sin + pos[m] * D;
+            for (int j = 0; j < Hq; j++) rope(q + j * D, c, s, D);
+            for (int g = 0; g < Hkv; g++) {
+                rope(k + g * D, c, s, D);
+                const int64_t base = rows[m] * row_stride + g * head_stride + slot[m] * D;
+                memcpy(kc[l] + base, k + g * D, sizeof(float) * D);
+                memcpy(vc[l] + base, v + g * D, sizeof(float) * D);
+            }
+        }
+        /* attention: each token's query heads over its row's slots up to its own */
+        for (int m = 0; m < M; m++) {
+            float *orow = att + (size_t)m * nq;
+            if (slot[m] < 0) { memset(orow, 0, sizeof(float) * nq); continue; }
+            const int64_t seen = slot[m] + 1;
+            for (int g = 0; g < Hkv; g++) {
+                const float *K = kc[l] + rows[m] * row_stride + g * head_stride;
+                const float *Vv = vc[l] + rows[m] * row_stride + g * head_stride;
+                for (int j = 0; j < rep; j++)
+                    attend(qkv + (size_t)m * nqkv + (g * rep + j) * D, K, Vv, seen, D, sc, orow + (g * rep + j) * D);
+            }
+        }
+        gemm_acc(M, nq, H, att, w[2], h);  /* residual add: h += attention @ W_o */
+        rms_scale(M, H, h, x, eps);
+        memset(gu, 0, sizeof(float) * (size_t)M * 2 * I);
+        gemm_acc(M, H, 2 * I, x, w[3], gu);
+        for (int m = 0; m < M; m++) {
+            const float *g = gu + (size_t)m * 2 * I, *u = g + I;
+            float *a = act + (size_t)m * I;
+            int i = 0;
+            for (; i + 8 <= I; i += 8) {
+                const v8 gv = *(const v8u *)(g + i);
+                *(v8u *)(a + i) = gv / (vsplat(1.0f) + exp_v8(-gv)) * *(const v8u *)(u + i);
+            }
+            for (; i < I; i++) a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        }
+        gemm_acc(M, I, H, act, w[4], h);  /* residual add: h += silu(gate) * up @ W_down */
+    }
+    rms_scale(M, H, h, x, eps);
+    memset(logits, 0, sizeof(float) * (size_t)M * V);
+    gemm_acc(M, H, V, x, mats[5 * n_layers], logits);
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,197 @@
+"""Building apart from looping: every component of a run from its config section alone.
+
+Covers: `Components` and `build(cfg)`, and one builder per section, so a
+worker process (an async producer, a Ray actor, a test) can build just the
+piece it needs: `build_model` (`model`: a path, a run, or the built-in base),
+`build_engine` (`engine`, in `engine/build.py`), `build_verifier` (a spec plus `reward`'s hygiene),
+`build_domains` (`domains`, or the `tasks` + `reward` sugar), `build_rollouter`
+(`rollout` + `sampling` + `reward.timeout_s`), `build_curriculum`, and
+`build_learner` (`rl`). Problems a pure config cannot see (an unknown
+verifier kind, a task file's bad lines, an engine that cannot load weights)
+surface here as one-line `ConfigError`s / `UserError`s, before any step.
+Does not cover: the loop, evaluation hooks, checkpoints (`rl/trainer.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from posttrain.config import ConfigError, DomainConfig, EngineConfig, RewardConfig, RunConfig
+from posttrain.engine.base import Engine
+from posttrain.engine.build import build_engine
+from posttrain.models.llama import CausalLM
+from posttrain.models.prompting import PromptRenderer
+from posttrain.models.tokenizer import Tokenizer
+from posttrain.rewards import build_verifier as verifier_from_spec
+from posttrain.rewards.base import Verifier
+from posttrain.rl.learner import Learner
+from posttrain.rl.rollout import Rollouter, SingleTurnRollouter
+from posttrain.scheduler.curriculum import Curriculum, DomainMixture, PassRateCurriculum
+from posttrain.store.run_store import RunStore
+from posttrain.tasks.base import split_of
+from posttrain.tasks.domains import Domain, load_domain
+from posttrain.tasks.suites import Suite
+from posttrain.types import SamplingParams
+
+
+@dataclass
+class Components:
+    """Everything one run is made of, built from its config."""
+
+    cfg: RunConfig
+    model: CausalLM
+    tokenizer: Tokenizer
+    init_path: Path  # where the initial weights came from
+    engine: Engine
+    shares_weights: bool  # the engine samples with the learner's own module (no copy, no correction)
+    domains: list[Domain]
+    params: SamplingParams  # the rollouts' sampling, n included
+    rollouter: Rollouter
+    curriculum: Curriculum
+    learner: Learner
+    held_out: list[Suite]  # per domain: the held-out tasks evaluated during training (the selection part)
+    reporting: list[Suite]  # per domain: the held-out tasks kept for the final report, disjoint from held_out
+    eval_suites: dict[str, Suite] = field(default_factory=dict)  # `train.eval_suites`, by eval name
+    store: RunStore | None = None
+    base: Any = None  # the `BaseBuild` when the model is the built-in base
+
+
+def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, Any]:
+    """The initial policy: `model.path` (a checkpoint or a run), else the built-in base for `model.base`."""
+    from posttrain.models.io import load_model
+    from posttrain.resolve import locate_model
+
+    where = locate_model(cfg.model.path or "builtin", base=cfg.model.base)
+    model, tokenizer = load_model(where.path)
+    return model, tokenizer, where.path, where.base
+
+
+def build_engine_for(cfg: EngineConfig, model: CausalLM, tokenizer: Tokenizer, seed: int = 0) -> tuple[Engine, bool]:
+    """(engine, shares_weights): the local engine samples with the learner's own module."""
+    return build_engine(cfg, model, tokenizer, seed), cfg.kind == "local"
+
+
+def build_verifier(spec: Any, reward: RewardConfig) -> Verifier:
+    """A verifier spec with the `reward` section's extraction, tolerance and length cap; a bad spec is a ConfigError."""
+    try:
+        return verifier_from_spec(spec, reward.extract, reward.tolerance, reward.max_response_chars, reward.over_length_score)
+    except (ValueError, ImportError) as exc:
+        raise ConfigError(f"config: verifier {spec!r}: {exc}") from None
+
+
+def _cap(verifier: Verifier, reward: RewardConfig) -> Verifier:
+    from posttrain.rewards import LengthCapped
+
+    if reward.max_response_chars is None:
+        return verifier
+    return LengthCapped(verifier, reward.max_response_chars, reward.over_length_score)
+
+
+def build_domain(dc: DomainConfig, reward: RewardConfig) -> Domain:
+    """One `[[domains]]` entry: the registry's domain, its verifier overridden when the entry names one."""
+    domain = load_domain(dc.source, **dc.options)
+    verifier = build_verifier(dc.verifier, reward) if dc.verifier is not None else _cap(domain.verifier, reward)
+    domain = domain.with_verifier(verifier)
+    domain.name, domain.weight = dc.label, dc.weight
+    return domain
+
+
+def build_domains(cfg: RunConfig) -> list[Domain]:
+    return [build_domain(dc, cfg.reward) for dc in cfg.domain_configs()]
+
+
+def max_tokens_for(cfg: RunConfig, domains: list[Domain]) -> int:
+    """`sampling.max_tokens`, else the largest of the domains' own (per-domain caps in `[[domains]]` first)."""
+    if cfg.sampling.max_tokens is not None:
+        return cfg.sampling.max_tokens
+    caps = [dc.max_tokens or d.sampling.max_tokens for dc, d in zip(cfg.domain_configs(), domains)]
+    return max(caps)
+
+
+def sampling_params(cfg: RunConfig, domains: list[Domain]) -> SamplingParams:
+    s = cfg.sampling
+    stops = tuple(dict.fromkeys(stop for d in domains for stop in d.sampling.stop))
+    return SamplingParams(n=s.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                          max_tokens=max_tokens_for(cfg, domains), stop=stops)
+
+
+def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], params: SamplingParams) -> Rollouter:
+    verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
+    return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers)
+
+
+def build_curriculum(domains: list[Domain], seed: int) -> Curriculum:
+    if len(domains) == 1:
+        return PassRateCurriculum(domains[0].source, seed=seed)
+    return DomainMixture(
+        {d.name: PassRateCurriculum(d.source, seed=seed + i) for i, d in enumerate(domains)},
+        {d.name: d.weight for d in domains},
+    )
+
+
+def build_learner(cfg: RunConfig, model: CausalLM, max_tokens: int, shares_weights: bool) -> Learner:
+    mode = cfg.rl.importance_sampling
+    correct = mode == "on" or (mode == "auto" and not shares_weights)
+    return Learner(model, cfg.rl, max_tokens, cfg.sampling.temperature, importance_sampling=correct)
+
+
+def build_held_out(cfg: RunConfig, domains: list[Domain]) -> tuple[list[Suite], list[Suite]]:
+    """Each domain's `train.eval_size` held-out tasks (fewer when its split is smaller), split by a hash of
+    the task id into the selection part (evaluated during training; selects best/) and the reporting part
+    (evaluated at the end), both judged by the domain's verifier."""
+    selection, reporting = [], []
+    fraction = cfg.train.selection_fraction
+    for d in domains:
+        tasks = d.held_out(cfg.train.eval_size, seed=cfg.seed)
+        if not tasks:
+            continue
+        if fraction == 0:
+            select, report = tasks, tasks
+        else:
+            # by the canonical problem, so `a+b` and `b+a` never land on both sides
+            role = {t.id: split_of(f"select:{t.meta.get('split_key', t.id)}", fraction) for t in tasks}
+            select = [t for t in tasks if role[t.id] == "held_out"]
+            report = [t for t in tasks if role[t.id] == "train"]
+        if select:
+            selection.append(Suite(d.name, select, d.verifier, description=f"{len(select)} held-out {d.name} tasks (selection)"))
+        if report:
+            reporting.append(Suite(d.name, report, d.verifier, description=f"{len(report)} held-out {d.name} tasks (reporting)"))
+    return selection, reporting
+
+
+def build_eval_suites(cfg: RunConfig) -> dict[str, Suite]:
+    """`train.eval_suites`, each the registry's own domain view (its own verifier), loaded at start-up."""
+    limit = cfg.train.eval_suite_limit
+    return {f"suite:{spec}": load_domain(spec).suite(limit=limit) for spec in cfg.train.eval_suites}
+
+
+def build(cfg: RunConfig, store: bool = True) -> Components:
+    """Every component of the run `cfg` describes (the store opened at `<run>/run.sqlite` when `store`)."""
+    import torch
+
+    torch.manual_seed(cfg.seed)
+    model, tokenizer, init_path, base = build_model(cfg)
+    domains = build_domains(cfg)
+    engine, shares = build_engine_for(cfg.engine, model, tokenizer, cfg.seed)
+    params = sampling_params(cfg, domains)
+    selection, reporting = build_held_out(cfg, domains)
+    return Components(
+        cfg=cfg,
+        model=model,
+        tokenizer=tokenizer,
+        init_path=init_path,
+        engine=engine,
+        shares_weights=shares,
+        domains=domains,
+        params=params,
+        rollouter=build_rollouter(cfg, engine, domains, params),
+        curriculum=build_curriculum(domains, cfg.seed),
+        learner=build_learner(cfg, model, params.max_tokens, shares),
+        held_out=selection,
+        reporting=reporting,
+        eval_suites=build_eval_suites(cfg),
+        store=RunStore(cfg.path / "run.sqlite") if store else None,
+        base=base,
+    )

@@ -1,0 +1,134 @@
+"""What training must do, not only that it runs: reward and held-out accuracy rise; resume is exact after a
+real crash (SIGKILL mid-run) and with the KL term on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from posttrain.config import load_config
+from posttrain.rl.trainer import Trainer
+from posttrain.store import RunStore
+
+TIMING = ("rollout_s", "learn_s", "step_s", "verifier_latency_p50", "verifier_latency_p95", "verifier_latency_max")
+
+
+def _sevens(tmp_path: Path) -> Path:
+    """Any prompt, one right answer: a task a tiny random model can learn in a few dozen GRPO steps."""
+    path = tmp_path / "sevens.jsonl"
+    path.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"{i}=", "answer": "7"}) + "\n" for i in range(300)))
+    return path
+
+
+def _cfg(tiny_model_dir, tmp_path, name, *extra):
+    return load_config(None, [
+        f"model.path='{tiny_model_dir}'", f"run_dir='{tmp_path / 'runs'}'", f"name='{name}'",
+        f"tasks.source='{_sevens(tmp_path)}'", "tasks.held_out_fraction=0.2", "sampling.n=16", "sampling.max_tokens=1",
+        "train.prompts_per_step=8", "train.eval_size=40", "train.checkpoint_every=0", "tensorboard=false", *extra,
+    ])
+
+
+def test_training_raises_reward_and_held_out_accuracy(tiny_model_dir, tmp_path):
+    cfg = _cfg(tiny_model_dir, tmp_path, "rise", "train.steps=30", "train.eval_every=30", "rl.lr=1e-2")
+    trainer = Trainer(cfg)
+    before = trainer.evaluate()["greedy_accuracy"]
+    trainer.run()
+    trainer.close()
+    with RunStore(cfg.path / "run.sqlite") as store:
+        rewards = [m["reward"] for _, m in store.steps()]
+        after = store.evals("held_out")[-1][2]["greedy_accuracy"]
+    early, late = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert late > early + 0.3, (early, late)  # a margin, not an exact value
+    assert after > before + 0.5, (before, after)
+
+
+def _steps(path: Path) -> list[tuple[int, dict]]:
+    with RunStore(path / "run.sqlite") as store:
+        return [(s, {k: v for k, v in m.items() if k not in TIMING}) for s, m in store.steps()]
+
+
+def _write_toml(cfg, path: Path) -> Path:
+    lines = [f'name = "{cfg.name}"', f'run_dir = "{cfg.run_dir}"', "tensorboard = false",
+             "[model]", f'path = "{cfg.model.path}"',
+             "[tasks]", f'source = "{cfg.tasks.source}"', "held_out_fraction = 0.2",
+             "[sampling]", "n = 16", "max_tokens = 1",
+             "[rl]", f"lr = {cfg.rl.lr}", f"kl_beta = {cfg.rl.kl_beta}",
+             "[train]", f"steps = {cfg.train.steps}", "prompts_per_step = 8", "eval_size = 40",
+             f"eval_every = {cfg.train.eval_every}", f"checkpoint_every = {cfg.train.checkpoint_every}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_resume_after_sigkill_mid_run_gives_identical_metrics(tiny_model_dir, tmp_path):
+    extra = ("train.steps=8", "train.checkpoint_every=3", "train.eval_every=4", "rl.lr=1e-2", "rl.kl_beta=0.05")
+    full = _cfg(tiny_model_dir, tmp_path, "full", *extra)
+    t = Trainer(full)
+    t.run()
+    t.close()
+
+    cut = _cfg(tiny_model_dir, tmp_path, "cut", *extra)
+    toml = _write_toml(cut, tmp_path / "cut.toml")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "posttrain.cli", "train", str(toml)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    store_path = cut.path / "run.sqlite"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:  # wait until step 4 is stored: one step past the checkpoint at 3
+            if store_path.exists():
+                with RunStore(store_path) as s:
+                    if any(step >= 4 for step, _ in s.steps()):
+                        break
+            if proc.poll() is not None:
+                raise AssertionError(f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)  # a real crash: no handler, no flush, mid-step or mid-write
+    finally:
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+    res = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _steps(cut.path) == _steps(full.path)  # every step's metrics, kl included
+    with RunStore(full.path / "run.sqlite") as a, RunStore(cut.path / "run.sqlite") as b:
+        def evals(store):
+            return [(st, n, {k: v for k, v in m.items() if not k.startswith("latency")}) for st, n, m in store.evals()]
+
+        assert evals(a) == evals(b)
+        assert b.info()["resumed_from"] == 3
+    from posttrain.models.io import load_model
+
+    m1, _ = load_model(full.path / "checkpoints" / "step_000006")
+    m2, _ = load_model(cut.path / "checkpoints" / "step_000006")
+    for (k, x), (_, y) in zip(m1.state_dict().items(), m2.state_dict().items()):
+        assert torch.equal(x, y), k
+
+
+def test_resume_with_kl_keeps_the_initial_reference(tiny_model_dir, tmp_path):
+    extra = ("train.steps=6", "train.checkpoint_every=3", "train.eval_every=0", "rl.lr=1e-2", "rl.kl_beta=0.1")
+    full = _cfg(tiny_model_dir, tmp_path, "kl_full", *extra)
+    a = Trainer(full)
+    a.run()
+    a.close()
+    cut = _cfg(tiny_model_dir, tmp_path, "kl_cut", *extra)
+    b = Trainer(cut)
+    b.run(stop_at=4)
+    b.close()
+    c = Trainer(cut, resume=True)
+    assert c.learner.ref_model is not None  # the reference must be the initial policy, not the checkpoint
+    from posttrain.models.io import load_model
+
+    init, _ = load_model(tiny_model_dir)
+    for (k, x), (_, y) in zip(init.state_dict().items(), c.learner.ref_model.state_dict().items()):
+        assert torch.equal(x, y), k
+    c.run()
+    c.close()
+    s1, s2 = _steps(full.path), _steps(cut.path)
+    assert s1 == s2 and all(m["kl"] > 0 for _, m in s1[1:])

@@ -1,0 +1,178 @@
+"""The package's shape as tests: no import cycles between modules or packages, lazy imports included.
+
+Every `import` / `from ... import` statement anywhere in a module (top level, inside functions, under
+`TYPE_CHECKING`) is an edge; `from posttrain.engine import LocalEngine`, a name a package exports lazily
+through its `_EXPORTS` table, is an edge to the module that defines it. A cycle between two modules, or
+between two packages (`posttrain.rl` -> `posttrain.eval` -> `posttrain.rl`), fails with the cycle spelled out.
+Plugin lists (`_PLUGINS`: modules a registry imports by name on first use so that they register themselves)
+are not edges: the plugin depends on the registry, whose loader only names it. Imports under
+`if TYPE_CHECKING:` are not edges either: they never run, they only name types for the checker.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import posttrain
+
+ROOT = Path(posttrain.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module an import names (`posttrain.a.b.c` may be module `posttrain.a.b`, attribute c)."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _lazy_exports(modules: dict[str, Path]) -> dict[str, str]:
+    """`{"posttrain.engine.LocalEngine": "posttrain.engine.local", ...}` from packages' `_EXPORTS` tables."""
+    out = {}
+    for mod, path in modules.items():
+        if path.name != "__init__.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_EXPORTS" for t in node.targets):
+                table = ast.literal_eval(node.value)
+                out.update({f"{mod}.{name}": target for name, target in table.items()})
+    return out
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    exports = _lazy_exports(modules)
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(), str(path))
+        type_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block) for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    prefix = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    prefix = node.module or ""
+                targets = [f"{prefix}.{a.name}" for a in node.names] or [prefix]
+            for t in targets:
+                if not t.startswith("posttrain"):
+                    continue
+                dep = _resolve(exports.get(t, t), modules)
+                if dep is not None and dep != mod:
+                    graph[mod].add(dep)
+    return graph
+
+
+def _package(mod: str) -> str:
+    parts = mod.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else mod
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _path(graph: dict[str, set[str]], comp: list[str]) -> str:
+    """A readable cycle inside one strongly connected component."""
+    inside = set(comp)
+    start = comp[0]
+    prev: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & inside):
+                if w == start:
+                    cycle = [start]
+                    while v != start:
+                        cycle.append(v)
+                        v = prev[v]
+                    return " -> ".join([start, *reversed(cycle[1:]), start])
+                if w not in prev:
+                    prev[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return ", ".join(comp)
+
+
+def test_no_cycles_between_modules():
+    graph = import_graph()
+    cycles = [_path(graph, c) for c in _cycles(graph)]
+    assert not cycles, "import cycles between modules:\n" + "\n".join(cycles)
+
+
+def test_no_cycles_between_packages():
+    graph = import_graph()
+    packages: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        packages.setdefault(_package(mod), set()).update(_package(d) for d in deps if _package(d) != _package(mod))
+    cycles = [_path(packages, c) for c in _cycles(packages)]
+    assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
+
+
+def test_the_graph_sees_lazy_imports():
+    graph = import_graph()
+    # rl/build.py imports the resolver inside a function: a lazy edge the graph must hold
+    assert "posttrain.resolve" in graph["posttrain.rl.build"]
