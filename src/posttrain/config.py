@@ -269,6 +269,9 @@ class TrainConfig(_Section):
     prompts_per_step: int = Field(16, ge=1)
     """Groups per optimizer step, after dropping groups with zero reward variance."""
     drop_zero_variance: bool = True
+    curriculum: Literal["pass_rate", "uniform"] = "pass_rate"
+    """Which training tasks to draw: pass_rate skips tasks seen always or never solved (zero-variance groups);
+    uniform draws the train split uniformly (with drop_zero_variance = false: the sampling recipe off)."""
     max_fill_rounds: int = Field(4, ge=1)
     """Sampling rounds allowed to refill the batch after dropping uninformative groups."""
     eval_every: int = Field(100, ge=0)

@@ -36,3 +36,33 @@ def test_state_roundtrip_reproduces_future_samples():
     b = PassRateCurriculum(ListSource(tasks), seed=99)
     b.load_state_dict(state)
     assert [t.id for t in a.sample(10)] == [t.id for t in b.sample(10)]
+
+
+def test_uniform_curriculum_draws_what_pass_rate_draws_before_skipping_and_never_skips():
+    from posttrain.scheduler import UniformCurriculum
+
+    tasks = [Task(id=f"t{i}", prompt=str(i), answer=str(i)) for i in range(3)]
+    assert [t.id for t in UniformCurriculum(ListSource(tasks), seed=3).sample(30)] == \
+        [t.id for t in PassRateCurriculum(ListSource(tasks), seed=3).sample(30)]
+    cur = UniformCurriculum(ListSource(tasks), seed=0)
+    cur.update([_group(tasks[0], [1, 1, 1, 1] * 4), _group(tasks[1], [0, 0, 0, 0] * 4)])  # solved, hopeless: kept
+    assert {t.id for t in cur.sample(60)} == {"t0", "t1", "t2"}
+    state = cur.state_dict()
+    other = UniformCurriculum(ListSource(tasks), seed=99)
+    other.load_state_dict(state)
+    assert [t.id for t in cur.sample(10)] == [t.id for t in other.sample(10)]
+
+
+def test_train_curriculum_setting_picks_the_curriculum():
+    from posttrain.config import load_config
+    from posttrain.rl.build import build_curriculum, build_domains
+    from posttrain.scheduler import UniformCurriculum
+    from posttrain.scheduler.curriculum import DomainMixture
+
+    cfg = load_config(None, ["train.curriculum='uniform'"])
+    assert cfg.train.curriculum == "uniform" and load_config().train.curriculum == "pass_rate"
+    domains = build_domains(cfg)
+    assert isinstance(build_curriculum(domains, 0, cfg.train.curriculum), UniformCurriculum)
+    assert isinstance(build_curriculum(domains, 0), PassRateCurriculum)
+    mixed = build_curriculum(domains * 2, 0, "uniform")
+    assert isinstance(mixed, DomainMixture) and all(isinstance(c, UniformCurriculum) for c in mixed.curricula.values())

@@ -28,7 +28,7 @@ from posttrain.rewards import build_verifier as verifier_from_spec
 from posttrain.rewards.base import Verifier
 from posttrain.rl.learner import Learner
 from posttrain.rl.rollout import Rollouter, SingleTurnRollouter
-from posttrain.scheduler.curriculum import Curriculum, DomainMixture, PassRateCurriculum
+from posttrain.scheduler.curriculum import Curriculum, DomainMixture, PassRateCurriculum, UniformCurriculum
 from posttrain.store.run_store import RunStore
 from posttrain.tasks.base import split_of
 from posttrain.tasks.domains import Domain, load_domain
@@ -122,11 +122,13 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
     return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers)
 
 
-def build_curriculum(domains: list[Domain], seed: int) -> Curriculum:
+def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate") -> Curriculum:
+    """`train.curriculum`: pass_rate (skip tasks seen always or never solved) or uniform, one per domain."""
+    make = UniformCurriculum if kind == "uniform" else PassRateCurriculum
     if len(domains) == 1:
-        return PassRateCurriculum(domains[0].source, seed=seed)
+        return make(domains[0].source, seed=seed)
     return DomainMixture(
-        {d.name: PassRateCurriculum(d.source, seed=seed + i) for i, d in enumerate(domains)},
+        {d.name: make(d.source, seed=seed + i) for i, d in enumerate(domains)},
         {d.name: d.weight for d in domains},
     )
 
@@ -187,7 +189,7 @@ def build(cfg: RunConfig, store: bool = True) -> Components:
         domains=domains,
         params=params,
         rollouter=build_rollouter(cfg, engine, domains, params),
-        curriculum=build_curriculum(domains, cfg.seed),
+        curriculum=build_curriculum(domains, cfg.seed, cfg.train.curriculum),
         learner=build_learner(cfg, model, params.max_tokens, shares),
         held_out=selection,
         reporting=reporting,

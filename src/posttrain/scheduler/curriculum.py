@@ -4,8 +4,11 @@ Covers: the `Curriculum` protocol (`sample` / `update` / state for resume)
 and the default `PassRateCurriculum`, which tracks every task's pass rate
 and stops drawing tasks it has seen solved always or never (they produce
 zero-variance groups, which carry no signal), with a cap on rejections so a
-small task set never starves.
-`DomainMixture` shares each step's tasks out among several domains by weight.
+small task set never starves. `UniformCurriculum` draws uniformly from the
+train split and learns nothing (`train.curriculum = "uniform"`: the recipe
+off, for ablations and like-for-like baselines).
+`DomainMixture` shares each step's tasks out among several domains by weight (one
+curriculum of either kind per domain).
 Does not cover: multi-domain priority queues, durations and the failure
 bank (the scheduler issue builds those on this protocol).
 """
@@ -113,6 +116,31 @@ class PassRateCurriculum:
 
 
 @dataclass
+class UniformCurriculum:
+    """Uniform over the train split, whatever the outcomes: the same draws as a `PassRateCurriculum` with
+    the same seed before it has skipped anything."""
+
+    source: TaskSource
+    seed: int = 0
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def sample(self, k: int) -> list[Task]:
+        return [self.source.sample(self.rng, "train") for _ in range(k)]
+
+    def update(self, groups: list[Group]) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.setstate(state["rng"])
+
+
+@dataclass
 class DomainMixture:
     """Several domains in one run: each step's tasks shared out by weight, one pass-rate curriculum each.
 
@@ -122,7 +150,7 @@ class DomainMixture:
     rollouter uses to pick the domain's verifier and `update` to route groups.
     """
 
-    curricula: dict[str, PassRateCurriculum]
+    curricula: dict[str, Curriculum]
     weights: dict[str, float]
     credit: dict[str, float] = field(init=False)
 
