@@ -12,8 +12,17 @@ import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli.sandbox import app
-from posttrain.sandbox import ExecResult, ExecStatus, Limits, PoolBusy, Sandbox, SandboxPool, SandboxUnavailable
-from posttrain.sandbox import cgroups, launcher
+from posttrain.sandbox import (
+    ExecResult,
+    ExecStatus,
+    Limits,
+    PoolBusy,
+    Sandbox,
+    SandboxPool,
+    SandboxUnavailable,
+    cgroups,
+    launcher,
+)
 from posttrain.sandbox.supervise import classify
 
 

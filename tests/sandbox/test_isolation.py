@@ -15,10 +15,9 @@ import threading
 import time
 
 import pytest
+from _sandbox_testlib import free_port, sandbox_uid_processes, wait_until
 
 from posttrain.sandbox import ExecStatus, Limits, SandboxError
-
-from _sandbox_testlib import free_port, sandbox_uid_processes, wait_until
 
 # ---------------------------------------------------------------- file system
 
