@@ -12,7 +12,8 @@ def _write(tmp_path, text, name="tasks.jsonl"):
 
 
 def test_loads_valid_file_with_defaults(tmp_path):
-    p = _write(tmp_path, '{"id": "a", "prompt": "1+1=", "answer": 2}\n\n// comment\n{"prompt": "2+2=", "answer": "4", "level": 3}\n')
+    p = _write(tmp_path, '{"id": "a", "prompt": "1+1=", "answer": 2}\n\n// comment\n'
+                         '{"prompt": "2+2=", "answer": "4", "level": 3}\n')
     tasks = load_jsonl(p)
     assert [t.id for t in tasks] == ["a", "tasks:4"]
     assert tasks[0].answer == "2"
