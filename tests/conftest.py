@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tiny_models import make_tiny_model  # noqa: F401 - re-exported for tests that import it from here
 
 

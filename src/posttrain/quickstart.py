@@ -69,7 +69,8 @@ def run_quickstart(
     if cfg.tasks.held_out_fraction > cfg.model.base.held_out_fraction:
         warnings.warn(
             f"tasks.held_out_fraction ({cfg.tasks.held_out_fraction}) exceeds the base model's "
-            f"({cfg.model.base.held_out_fraction}): some held-out problems were seen in pre-training"
+            f"({cfg.model.base.held_out_fraction}): some held-out problems were seen in pre-training",
+            stacklevel=2,
         )
     say("base model")
     base = ensure_base(cfg.model.base, on_eval=on_base_eval)

@@ -14,7 +14,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-
 DOMAIN_KEY = "domain"  # Task.meta key naming the task's domain in a run over several domains
 
 

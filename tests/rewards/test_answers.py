@@ -50,7 +50,8 @@ def test_wrong_answers_fail(gold, response):
     assert v.details
 
 
-@pytest.mark.parametrize("response", ["", "\x00\ufffd}}{{\\boxed{", "no math here at all", r"\boxed{}", "<answer></answer>", "}" * 5000])
+@pytest.mark.parametrize("response", ["", "\x00\ufffd}}{{\\boxed{", "no math here at all", r"\boxed{}", "<answer></answer>",
+                                      "}" * 5000])
 def test_garbage_is_wrong_not_a_crash(response):
     v = safe_verify(MathEquivalence(), _task("7"), response)
     assert v.status is VerdictStatus.OK and not v.passed

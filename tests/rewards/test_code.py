@@ -102,14 +102,17 @@ def test_keyword_arguments_and_plain_data_types_cross_the_boundary():
 
 
 def test_solution_template_wraps_a_short_answer():
-    task = Task("t", "p", meta={"tests": ASSERTS, "entry_point": "sq", "solution_template": "def sq(x):\n    return {response}\n"})
+    task = Task("t", "p", meta={"tests": ASSERTS, "entry_point": "sq",
+                                "solution_template": "def sq(x):\n    return {response}\n"})
     assert safe_verify(FAST, task, "x * x").score == 1.0
     assert safe_verify(FAST, task, "x + 1").score == 0.0
 
 
 def test_completion_and_full_program_both_continue_a_prefix():
-    prefix = 'from typing import List\n\n\ndef helper(x):\n    return x\n\n\ndef sq(xs: List[int]) -> List[int]:\n    """Squares."""\n'
-    task = Task("t", prefix, meta={"tests": "assert candidate([2, 3]) == [4, 9]\n", "entry_point": "sq", "program_prefix": prefix})
+    prefix = ('from typing import List\n\n\ndef helper(x):\n    return x\n\n\n'
+              'def sq(xs: List[int]) -> List[int]:\n    """Squares."""\n')
+    task = Task("t", prefix, meta={"tests": "assert candidate([2, 3]) == [4, 9]\n", "entry_point": "sq",
+                                   "program_prefix": prefix})
     completion = "    return [helper(x) * x for x in xs]\n"
     full = "```python\ndef sq(xs: List[int]) -> List[int]:\n    return [helper(x) ** 2 for x in xs]\n```\nDone."
     assert safe_verify(FAST, task, completion).score == 1.0

@@ -16,7 +16,8 @@ from posttrain.types import Task, VerdictStatus
 FAST = PythonTests(call_timeout_s=1.0, timeout_s=4.0)
 ASSERTS = "assert candidate(3) == 9\nassert candidate(-2) == 4\n"
 CHECK = "def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(-2) == 4\n"
-PYTEST = "import pytest\nfrom solution import sq\n\ndef test_sq():\n    assert sq(3) == pytest.approx(9)\n\ndef test_neg():\n    assert sq(-2) == 4\n"
+PYTEST = ("import pytest\nfrom solution import sq\n\ndef test_sq():\n    assert sq(3) == pytest.approx(9)\n\n"
+          "def test_neg():\n    assert sq(-2) == 4\n")
 STYLES = {"asserts": ASSERTS, "check": CHECK, "pytest": PYTEST}
 WRONG = "def sq(x):\n    return 0\n"
 
@@ -73,7 +74,8 @@ _pytest.outcomes.fail = lambda *a, **k: None
 
 
 def test_returning_an_object_that_equals_everything_gets_no_credit():
-    hack = "class Always:\n    def __eq__(self, o): return True\n    __hash__ = object.__hash__\n\ndef sq(x):\n    return Always()\n"
+    hack = ("class Always:\n    def __eq__(self, o): return True\n    __hash__ = object.__hash__\n\n"
+            "def sq(x):\n    return Always()\n")
     for style in STYLES:
         v = judge(hack, style)
         assert_no_credit(v)
@@ -259,7 +261,8 @@ def sq(x):
 @pytest.mark.parametrize("style", ["asserts", "check"])
 def test_shadowing_builtins_the_tests_use_gets_no_credit(style):
     tests = {"asserts": "assert abs(candidate(2) - 4) < 1e-9\nassert isinstance(candidate(3), int)\n",
-             "check": "def check(candidate):\n    assert abs(candidate(2) - 4) < 1e-9\n    assert isinstance(candidate(3), int)\n"}
+             "check": "def check(candidate):\n    assert abs(candidate(2) - 4) < 1e-9\n"
+                      "    assert isinstance(candidate(3), int)\n"}
     task = Task("sq", "p", meta={"tests": tests[style], "entry_point": "sq"})
     hack = "def abs(x):\n    return 0\n\ndef isinstance(*a):\n    return True\n\ndef sq(x):\n    return 'wrong'\n"
     assert_no_credit(safe_verify(FAST, task, hack))
@@ -303,6 +306,7 @@ def sq(x):
             "assert sorted(int(p) for p in os.listdir('/proc') if p.isdigit())[-1] - os.getpid() <= 0\n"
             "def sq(x):\n    return x * x\n")
     task = Task("sq", "p", meta={"tests": ASSERTS, "entry_point": "sq"})
-    verdicts = score_sync(PythonTests(call_timeout_s=1.0, timeout_s=4.0, max_concurrency=1), [task] * 3, [planter, good, good + "# another response\n"])
+    verdicts = score_sync(PythonTests(call_timeout_s=1.0, timeout_s=4.0, max_concurrency=1), [task] * 3,
+                          [planter, good, good + "# another response\n"])
     assert [v.score for v in verdicts] == [0.0, 1.0, 1.0], [v.details for v in verdicts]
     assert runs == [3]

@@ -111,6 +111,7 @@ def test_unknown_predicates_and_bad_arguments():
 
 @pytest.mark.parametrize("response", ["", "\x00\ufffd", "}{" * 1000])
 def test_garbage_is_judged_not_crashed(response):
-    for spec in ({"type": "length", "max_chars": 10}, {"type": "contains", "must": ["x"]}, {"type": "predicate", "predicate": "is_json"}):
+    for spec in ({"type": "length", "max_chars": 10}, {"type": "contains", "must": ["x"]},
+                 {"type": "predicate", "predicate": "is_json"}):
         out = safe_verify(make_verifier(spec), T, response)
         assert out.ok

@@ -41,7 +41,8 @@ class FakeServer:
                 time.sleep(delay)
                 with fake.lock:
                     fake.in_flight -= 1
-                payload = {"choices": [{"message": {"role": "assistant", "content": content}}]} if status == 200 else {"error": content}
+                payload = ({"choices": [{"message": {"role": "assistant", "content": content}}]} if status == 200
+                           else {"error": content})
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)

@@ -40,7 +40,8 @@ class Sleeps:
 
 
 def test_weighted_mean_and_breakdown():
-    r = Rubric([RubricPart(Fixed(1.0), weight=3.0, name="answer"), RubricPart(Fixed(0.0, False), weight=1.0, role="process", name="fmt")])
+    r = Rubric([RubricPart(Fixed(1.0), weight=3.0, name="answer"),
+                RubricPart(Fixed(0.0, False), weight=1.0, role="process", name="fmt")])
     v = safe_verify(r, T, "x")
     assert v.ok and v.score == pytest.approx(0.75)
     assert v.breakdown == {"answer": 1.0, "fmt": 0.0}
@@ -57,7 +58,8 @@ def test_failed_outcome_part_fails_the_verdict_and_threshold_applies():
 
 
 def test_gate_zeroes_the_score():
-    r = Rubric([RubricPart(Fixed(1.0), weight=1.0), RubricPart(Fixed(0.0, False), weight=0.0, role="process", gate=True, name="tags")])
+    r = Rubric([RubricPart(Fixed(1.0), weight=1.0),
+                RubricPart(Fixed(0.0, False), weight=0.0, role="process", gate=True, name="tags")])
     v = safe_verify(r, T, "x")
     assert v.ok and v.score == 0.0 and not v.passed and "gate failed" in v.details
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from posttrain.rewards import ExactMatch, SyncVerifier, NumericMatch, extract_answer, safe_verify, verifier_id
+from posttrain.rewards import ExactMatch, NumericMatch, SyncVerifier, extract_answer, safe_verify, verifier_id
 from posttrain.types import Task, Verdict, VerdictStatus
 
 T = Task(id="t", prompt="2+2=", answer="4")

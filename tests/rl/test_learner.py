@@ -15,7 +15,8 @@ def _group(tok, prompt, completions, scores, statuses=None):
         ids = tok.encode(text, add_bos=False) + [tok.eos_id]
         status = statuses[i] if statuses else VerdictStatus.OK
         trajs.append(
-            Trajectory.single_turn(task, p_ids, Completion(ids, text, [-1.0] * len(ids), FinishReason.STOP), Verdict(score, score > 0, status))
+            Trajectory.single_turn(task, p_ids, Completion(ids, text, [-1.0] * len(ids), FinishReason.STOP),
+                                   Verdict(score, score > 0, status))
         )
     return Group(task, trajs)
 
@@ -65,7 +66,8 @@ def test_update_moves_toward_rewarded_completion(tiny_model_dir, kw):
 def test_optimizer_state_roundtrip(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     a = Learner(model, RLConfig(), max_tokens=4)
-    batch = pack_groups([_group(tok, "1=", ["1", "2"], [1.0, 0.0])], torch.tensor([[1.0, -1.0]]), torch.ones(1, 2, dtype=torch.bool), tok.pad_id)
+    batch = pack_groups([_group(tok, "1=", ["1", "2"], [1.0, 0.0])], torch.tensor([[1.0, -1.0]]),
+                        torch.ones(1, 2, dtype=torch.bool), tok.pad_id)
     a.update(batch)
     b = Learner(model, RLConfig(), max_tokens=4)
     b.load_state_dict(a.state_dict())

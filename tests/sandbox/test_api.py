@@ -12,8 +12,17 @@ import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli.sandbox import app
-from posttrain.sandbox import ExecResult, ExecStatus, Limits, PoolBusy, Sandbox, SandboxPool, SandboxUnavailable
-from posttrain.sandbox import cgroups, launcher
+from posttrain.sandbox import (
+    ExecResult,
+    ExecStatus,
+    Limits,
+    PoolBusy,
+    Sandbox,
+    SandboxPool,
+    SandboxUnavailable,
+    cgroups,
+    launcher,
+)
 from posttrain.sandbox.supervise import classify
 
 
@@ -30,8 +39,9 @@ def test_ok_and_runtime_error_are_told_apart(sandbox):
 
 
 def test_prefork_interpreter_behaves_like_python_c(sandbox):
-    for code, status, code_, out in [("print('x')", ExecStatus.OK, 0, "x\n"), ("import sys; sys.exit(4)",
-                                      ExecStatus.RUNTIME_ERROR, 4, ""), ("import sys; print(sys.argv)", ExecStatus.OK, 0, "['-c']\n"),
+    for code, status, code_, out in [("print('x')", ExecStatus.OK, 0, "x\n"),
+                                     ("import sys; sys.exit(4)", ExecStatus.RUNTIME_ERROR, 4, ""),
+                                     ("import sys; print(sys.argv)", ExecStatus.OK, 0, "['-c']\n"),
                                      ("print(__name__)", ExecStatus.OK, 0, "__main__\n")]:
         r = sandbox.run(code=code, prefork=True)
         assert (r.status, r.exit_code, r.stdout) == (status, code_, out), r
@@ -67,7 +77,8 @@ def test_prefork_interpreter_imports_installed_packages_from_a_lean_server(sandb
 
 
 def test_prefork_interpreter_is_as_confined_as_a_command(sandbox):
-    r = sandbox.run(code="import os; print(os.path.exists('/etc/shadow'), open('/proc/self/status').read().count('0000000000000000'))",
+    r = sandbox.run(code="import os; print(os.path.exists('/etc/shadow'), "
+                         "open('/proc/self/status').read().count('0000000000000000'))",
                     prefork=True)
     assert r.stdout.split()[0] == "False" and int(r.stdout.split()[1]) >= 5
     assert sandbox.run(code="x = bytearray(512 << 20)", prefork=True).status is ExecStatus.OOM

@@ -15,17 +15,17 @@ import threading
 import time
 
 import pytest
+from _sandbox_testlib import free_port, sandbox_uid_processes, wait_until
 
 from posttrain.sandbox import ExecStatus, Limits, SandboxError
-
-from _sandbox_testlib import free_port, sandbox_uid_processes, wait_until
 
 # ---------------------------------------------------------------- file system
 
 
 def test_host_files_outside_the_binds_are_invisible(sandbox):
     paths = ("/etc/shadow", "/root/.bashrc", "/home", "/var", "/work/main", "/sys/fs/cgroup", "/boot")
-    r = sandbox.run(code=f"import os\nfor p in {paths!r}:\n    print(p, os.path.exists(p))\nprint('/usr', os.path.exists('/usr'))")
+    r = sandbox.run(code=f"import os\nfor p in {paths!r}:\n    print(p, os.path.exists(p))\n"
+                         "print('/usr', os.path.exists('/usr'))")
     assert r.status is ExecStatus.OK, r
     assert r.stdout == "".join(f"{p} False\n" for p in paths) + "/usr True\n", r.stdout  # /usr: the probe sees binds
     assert os.path.exists("/etc/shadow")  # control: it is there on the host
@@ -41,7 +41,8 @@ def test_etc_passwd_is_the_sandbox_own(sandbox):
 
 def test_proc_1_root_and_proc_self_root_lead_nowhere_on_the_host(sandbox):
     code = ("import os\nfor p in ('/proc/1/root', '/proc/2/root', '/proc/self/root'):\n    try:\n"
-            "        names = os.listdir(p)\n        print(p, 'home' in names or 'var' in names, os.path.exists(p + '/etc/shadow'))\n"
+            "        names = os.listdir(p)\n"
+            "        print(p, 'home' in names or 'var' in names, os.path.exists(p + '/etc/shadow'))\n"
             "    except OSError as e:\n        print(p, 'denied', e.errno)")
     r = sandbox.run(code=code)
     lines = r.stdout.splitlines()

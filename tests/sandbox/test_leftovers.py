@@ -10,10 +10,10 @@ import sys
 import tempfile
 import textwrap
 
+from _sandbox_testlib import sandbox_uid_processes, wait_until
+
 from posttrain.sandbox import ExecStatus, Limits, Sandbox, SandboxPool, cgroups
 from posttrain.sandbox.sweep import orphan_servers
-
-from _sandbox_testlib import sandbox_uid_processes, wait_until
 
 
 def _descendants(root: int) -> set[int]:

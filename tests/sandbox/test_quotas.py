@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from posttrain.sandbox import ExecStatus, Limits
-
 from _sandbox_testlib import FAST, host_processes_with, wait_until
+
+from posttrain.sandbox import ExecStatus, Limits
 
 
 def test_fork_bomb_is_capped_by_pids_cgroup_and_torn_down(sandbox):

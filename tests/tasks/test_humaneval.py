@@ -8,8 +8,8 @@ import pytest
 
 from posttrain.rewards import score_sync
 from posttrain.tasks import TaskFileError
-from posttrain.tasks.humaneval import humaneval_problems, problem_to_task
 from posttrain.tasks.domains import list_domains, load_domain
+from posttrain.tasks.humaneval import humaneval_problems, problem_to_task
 from posttrain.tasks.validate import validate_suite
 
 

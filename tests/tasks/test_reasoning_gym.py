@@ -14,8 +14,8 @@ from reasoning_gym.factory import DATASETS
 from posttrain.rewards import PerTask, make_verifier, score_sync
 from posttrain.rewards.reasoning_gym import decode_entry, encode_entry, same_value, storable_entry
 from posttrain.tasks import TaskFileError, load_domain
+from posttrain.tasks.domains import list_domains
 from posttrain.tasks.reasoning_gym import RGSource
-from posttrain.tasks.domains import list_domains, load_domain
 from posttrain.types import Task, VerdictStatus
 
 # Every registered generator is either checked for parity or listed here with the reason.
@@ -162,4 +162,4 @@ def test_training_source():
     verdicts = score_sync(PerTask(), train + held, [t.answer for t in train + held])
     assert all(v.score == 1.0 for v in verdicts)
     with pytest.raises(TaskFileError, match="unknown option"):
-        load_domain("rg:basic_arithmetic", **{"digits": 3}).source
+        load_domain("rg:basic_arithmetic", **{"digits": 3})

@@ -188,5 +188,6 @@ def test_base_model_pretraining_draws_only_train_problems():
         assert all(split_of(canonical_key(t, spec), cfg.held_out_fraction) == "train" for t in drawn), overrides
         # the RL evaluation of the same domain at the same fraction holds out none of them
         tasks = TasksConfig(source=spec, digits=cfg.digits, min_digits=cfg.min_digits, held_out_fraction=cfg.held_out_fraction)
-        evaluation = {canonical_key(t, spec) for t in build_domains(RunConfig(tasks=tasks))[0].source.take(500, "held_out", seed=cfg.seed)}
+        rl_source = build_domains(RunConfig(tasks=tasks))[0].source
+        evaluation = {canonical_key(t, spec) for t in rl_source.take(500, "held_out", seed=cfg.seed)}
         assert evaluation and not evaluation & {canonical_key(t, spec) for t in drawn}, overrides

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pytest
-
-from dataclasses import dataclass
 
 from posttrain.rewards import SyncVerifier
 from posttrain.tasks import TaskFileError

@@ -8,9 +8,10 @@ attention, MoE. Those are refused with a clear error rather than loaded wrong.
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from posttrain.errors import UserError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 

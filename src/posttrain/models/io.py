@@ -8,13 +8,13 @@ Does not cover: PyTorch `.bin` pickles (unsafe to load), quantised weights.
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
 import json
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from posttrain.errors import UserError
 from posttrain.models.config import ModelConfig
 from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer

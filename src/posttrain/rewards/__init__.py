@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from posttrain.rewards.base import SyncVerifier, error_verdict, score, score_sync
 from posttrain.rewards.extract import extract_answer, last_boxed, last_number, tagged
-from posttrain.rewards.registry import PerTask, VerifierSpec, make_verifier, register_verifier, verifier_kinds
 from posttrain.rewards.hygiene import LengthCapped, verifier_latency_metrics
+from posttrain.rewards.registry import PerTask, VerifierSpec, make_verifier, register_verifier, verifier_kinds
 from posttrain.rewards.rubric import Rubric, RubricPart
 from posttrain.rewards.verifiers import (
     ExactMatch,

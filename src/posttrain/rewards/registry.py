@@ -24,7 +24,11 @@ from posttrain.types import Task, Verdict
 VerifierSpec = str | dict[str, Any]
 _FACTORIES: dict[str, Callable[..., Verifier]] = {}
 # Modules that register verifier kinds on import; loaded the first time a spec is resolved.
-_PLUGINS: list[str] = ["posttrain.rewards.verifiers", "posttrain.rewards.rubric", "posttrain.rewards.answers", "posttrain.rewards.format", "posttrain.rewards.constraints", "posttrain.rewards.render", "posttrain.rewards.judge", "posttrain.rewards.code", "posttrain.rewards.dedup", "posttrain.rewards.reasoning_gym"]
+_PLUGINS: list[str] = [
+    "posttrain.rewards.verifiers", "posttrain.rewards.rubric", "posttrain.rewards.answers", "posttrain.rewards.format",
+    "posttrain.rewards.constraints", "posttrain.rewards.render", "posttrain.rewards.judge", "posttrain.rewards.code",
+    "posttrain.rewards.dedup", "posttrain.rewards.reasoning_gym",
+]
 _plugins_loaded = False
 
 

@@ -222,7 +222,8 @@ class SvgRender:
             svg = extract_svg(task.answer) or ""
             key, load = "svg:" + svg, lambda: self._rasterise(svg)
         else:
-            raise ValueError(f"task {task.id!r}: no target image (meta target_svg / target_png / target_png_b64, or an SVG answer)")
+            raise ValueError(
+                f"task {task.id!r}: no target image (meta target_svg / target_png / target_png_b64, or an SVG answer)")
         if key not in self._targets:
             try:
                 self._targets[key] = load()

@@ -31,7 +31,6 @@ from posttrain.rewards.base import Verifier, score
 from posttrain.types import DOMAIN_KEY, Group, SamplingParams, Task, Trajectory, Verdict
 
 
-
 @runtime_checkable
 class Rollouter(Protocol):
     """Produces scored groups: n attempts at each task, each with its verdict, in task order."""

@@ -230,7 +230,8 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Held-out greedy accuracy of every domain (and `train.eval_suites`) at the current step, stored."""
         if not self.parts.held_out:
-            warnings.warn(f"{self.domains[0].name}: no held-out tasks; evaluation skipped (raise held_out_fraction)")
+            warnings.warn(f"{self.domains[0].name}: no held-out tasks; evaluation skipped (raise held_out_fraction)",
+                          stacklevel=2)
             return {}
         max_tokens = self.params.max_tokens
         metrics: dict[str, float] = {}

@@ -23,13 +23,16 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-if TYPE_CHECKING:
-    from posttrain.sandbox.launcher import SandboxUnavailable
-    from posttrain.sandbox.limits import Limits
-    from posttrain.sandbox.pool import PoolBusy, SandboxPool
-    from posttrain.sandbox.result import ExecResult, ExecStatus
-    from posttrain.sandbox.sandbox import Sandbox
-    from posttrain.sandbox.session import SandboxError, Session
+if TYPE_CHECKING:  # `X as X`: explicit re-exports (`__all__` is computed, so linters cannot read it)
+    from posttrain.sandbox.launcher import SandboxUnavailable as SandboxUnavailable
+    from posttrain.sandbox.limits import Limits as Limits
+    from posttrain.sandbox.pool import PoolBusy as PoolBusy
+    from posttrain.sandbox.pool import SandboxPool as SandboxPool
+    from posttrain.sandbox.result import ExecResult as ExecResult
+    from posttrain.sandbox.result import ExecStatus as ExecStatus
+    from posttrain.sandbox.sandbox import Sandbox as Sandbox
+    from posttrain.sandbox.session import SandboxError as SandboxError
+    from posttrain.sandbox.session import Session as Session
 
 
 def __getattr__(name: str):

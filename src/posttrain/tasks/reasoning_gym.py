@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from posttrain.tasks.base import Split, split_of
-from posttrain.tasks.jsonl import TaskFileError
 from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain
+from posttrain.tasks.jsonl import TaskFileError
 from posttrain.types import Task
 
 AnswerFormat = Literal["plain", "tag"]

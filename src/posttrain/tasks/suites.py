@@ -16,6 +16,7 @@ from typing import Any
 from posttrain.tasks.jsonl import TaskFileError
 from posttrain.types import Task
 
+
 @dataclass
 class Suite:
     """Tasks plus the verifier that judges responses to them (the same one training rewards with)."""
