@@ -51,7 +51,9 @@ def test_interrupted_eval_resumes_without_redoing_finished_samples(tmp_path, jso
     assert resumed.calls == 3  # only the three unfinished chunks
     assert resumed.prompts_seen == [t.prompt for t in suite.tasks[8:]]
     assert run.meta["resumed"] == 1
-    key = lambda r: r.key
+    def key(r):
+        return r.key
+
     assert [(r.key, r.response, r.passed) for r in sorted(run.records, key=key)] == [
         (r.key, r.response, r.passed) for r in sorted(reference.records, key=key)]
     again = fake_engine_cls()

@@ -74,7 +74,9 @@ def _coverage(method, k: int, reps: int, tasks: int = 120, n: int = 10, a: float
     """Share of intervals that hold the population pass@k; tasks' pass rates ~ Beta(a, b), n samples each."""
     rng = np.random.default_rng(1234 + k)
     # E[1 - (1 - p)^k] under Beta(a, b) = 1 - B(a, b + k) / B(a, b)
-    log_beta = lambda x, y: math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
+    def log_beta(x: float, y: float) -> float:
+        return math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
+
     truth = 1 - math.exp(log_beta(a, b + k) - log_beta(a, b))
     table = pass_at_k_table(n, k)
     p = rng.beta(a, b, size=(reps, tasks))

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from posttrain.cli import app
 from posttrain.eval.records import EvalDir, SampleRecord
 from posttrain.eval.report import render_report
-from posttrain.store.run_store import RunStore
 from posttrain.store import EvalSampleRow, SampleRow
+from posttrain.store.run_store import RunStore
 
 runner = CliRunner()
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -46,8 +46,9 @@ def _run_dir(path):
         store.log_eval(4, "held_out", {"greedy_accuracy": 0.4}, {"a": 1.0, "b": 0.0})
         store.log_eval_samples(4, "held_out", [EvalSampleRow("b", 0, EVIL, 0.0, 0, "ok", "exact@abc", "expected 3",
                                                             {"got": EVIL})])
-        store.log_step(5, {"reward": 0.5}, samples=[SampleRow(0, j, "g", f"rollout {j}", 3, "stop", 1.0, 1, "ok", "exact@abc", "", 5)
-                                                    for j in range(2)])
+        store.log_step(5, {"reward": 0.5},
+                       samples=[SampleRow(0, j, "g", f"rollout {j}", 3, "stop", 1.0, 1, "ok", "exact@abc", "", 5)
+                                for j in range(2)])
     return path
 
 

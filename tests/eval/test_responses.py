@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from posttrain.cli import app
 from posttrain.eval.responses import read_responses, score_responses
-from posttrain.tasks.jsonl import TaskFileError
 from posttrain.tasks.domains import load_domain
+from posttrain.tasks.jsonl import TaskFileError
 
 runner = CliRunner()
 

@@ -118,7 +118,9 @@ def compare(
     paired = [t for t in ca if t in cb and ca[t][0] > 0 and cb[t][0] > 0]
     if not paired:
         raise TaskFileError(f"compare: {a.name} and {b.name} share no scored tasks")
-    rate = lambda nc: nc[1] / nc[0]
+    def rate(nc: tuple[int, int]) -> float:
+        return nc[1] / nc[0]
+
     diff = paired_bootstrap_ci([rate(ca[t]) for t in paired], [rate(cb[t]) for t in paired], 1 - alpha, reps, seed)
 
     mcnemar = None

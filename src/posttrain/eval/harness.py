@@ -212,7 +212,8 @@ def regrade(suite: Any, records: Sequence[SampleRecord], timeout: float | None =
     return out
 
 
-def rescore(path: str | Path, suite: Any | None = None, price: Price | None = None, timeout: float | None = None) -> tuple[EvalRun, int]:
+def rescore(path: str | Path, suite: Any | None = None, price: Price | None = None,
+            timeout: float | None = None) -> tuple[EvalRun, int]:
     """Re-grade an evaluation directory's responses with its suite's current verifier, in place.
 
     Returns the updated run and how many verdicts changed (passed or status).

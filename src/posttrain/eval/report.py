@@ -46,7 +46,8 @@ JS = """
     var q=(box.value||'').toLowerCase(), onlyFail=fails.checked, shown=0;
     var rows=document.querySelectorAll('tr.sample');
     for(var i=0;i<rows.length;i++){
-      var r=rows[i], hit=(!q||r.getAttribute('data-task').toLowerCase().indexOf(q)>=0)&&(!onlyFail||r.getAttribute('data-pass')!=='1');
+      var r=rows[i], hit=(!q||r.getAttribute('data-task').toLowerCase().indexOf(q)>=0)\
+&&(!onlyFail||r.getAttribute('data-pass')!=='1');
       r.style.display=hit?'':'none'; if(hit)shown++;
     }
     document.getElementById('shown').textContent=String(shown);
@@ -97,7 +98,8 @@ def _axes(w: int, h: int, xs: Sequence[float], ys: Sequence[float], xlabel: str,
     parts = [f'<line x1="{pad_l}" y1="{h - pad_b}" x2="{w - pad_r}" y2="{h - pad_b}" stroke="#999"/>',
              f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{h - pad_b}" stroke="#999"/>',
              f'<text x="{(w + pad_l) / 2}" y="{h - 4}" text-anchor="middle">{esc(xlabel)}</text>',
-             f'<text x="12" y="{(h - pad_b) / 2}" transform="rotate(-90 12 {(h - pad_b) / 2})" text-anchor="middle">{esc(ylabel)}</text>']
+             f'<text x="12" y="{(h - pad_b) / 2}" transform="rotate(-90 12 {(h - pad_b) / 2})"'
+             f' text-anchor="middle">{esc(ylabel)}</text>']
     for frac in (0.0, 0.5, 1.0):
         v = y0 + frac * (y1 - y0)
         parts.append(f'<text x="{pad_l - 4}" y="{py(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
@@ -200,14 +202,18 @@ def _regressions(evals: list[tuple[EvalRun, EvalSummary]]) -> str:
         except ValueError as exc:
             out.append(f"<p>{esc(run.name)}: {esc(exc)}</p>")
             continue
-        verdict = ('<b class="fail">REGRESSION</b>: ' + esc("; ".join(c.reasons))) if c.regression else '<b class="pass">no significant regression</b>'
+        verdict = (('<b class="fail">REGRESSION</b>: ' + esc("; ".join(c.reasons))) if c.regression
+                   else '<b class="pass">no significant regression</b>')
         out.append(f"<h3>{esc(base.name)} &rarr; {esc(run.name)}</h3><p>{verdict}. pass@1 {c.a_pass1:.1%} &rarr; {c.b_pass1:.1%}"
                    f" (B-A {c.diff.mean:+.3f}, paired 95% interval {c.diff.lo:+.3f} .. {c.diff.hi:+.3f})</p>")
         rows = [("regressed", t) for t in c.regressed] + [("improved", t) for t in c.improved]
         if rows:
-            out.append('<table class="changes"><tr><th class="l">task</th><th>change</th><th>A</th><th>B</th><th>p</th><th>q (BH)</th></tr>'
-                       + "".join(f'<tr class="{k}"><td class="l">{esc(t.task_id)}</td><td class="{"fail" if k == "regressed" else "pass"}">{k}</td>'
-                                 f"<td>{t.a_c}/{t.a_n}</td><td>{t.b_c}/{t.b_n}</td><td>{t.p:.2g}</td><td>{t.q:.2g}</td></tr>" for k, t in rows)
+            out.append('<table class="changes"><tr><th class="l">task</th><th>change</th><th>A</th><th>B</th>'
+                       '<th>p</th><th>q (BH)</th></tr>'
+                       + "".join(f'<tr class="{k}"><td class="l">{esc(t.task_id)}</td>'
+                                 f'<td class="{"fail" if k == "regressed" else "pass"}">{k}</td>'
+                                 f"<td>{t.a_c}/{t.a_n}</td><td>{t.b_c}/{t.b_n}</td><td>{t.p:.2g}</td><td>{t.q:.2g}</td></tr>"
+                                 for k, t in rows)
                        + "</table>")
     out.append("</div>")
     return "".join(out)
@@ -230,7 +236,8 @@ def _samples(rows: list[dict[str, Any]], prompts: dict[str, str], source: str) -
             + (f'<div class="muted">verdict info</div><pre class="info">'
                f'{esc(json.dumps(r["info"], indent=1, ensure_ascii=False))}</pre>' if r.get("info") else "")
             + "</details></td></tr>")
-    more = f'<p class="muted">{len(rows) - MAX_SAMPLES} more responses of {esc(source)} not shown</p>' if len(rows) > MAX_SAMPLES else ""
+    more = (f'<p class="muted">{len(rows) - MAX_SAMPLES} more responses of {esc(source)} not shown</p>'
+            if len(rows) > MAX_SAMPLES else "")
     return "".join(out) + (f"<tr><td colspan=6>{more}</td></tr>" if more else "")
 
 
@@ -279,8 +286,10 @@ def _run_sections(path: Path) -> tuple[str, list[str], str]:
         figs.append(line_chart("fig-evals", f"held-out evaluations: {path.name}", curves, "step", "accuracy", ymin=0.0, ymax=1.0))
         flags = regression_flags(store)
         rows = "".join(f'<tr><td class="l">{esc(f["name"])}</td><td class="l">{esc(f["task_id"])}</td><td>{f["best_step"]}</td>'
-                       f'<td>{_num(f["best"])}</td><td>{f["step"]}</td><td class="fail">{_num(f["value"])}</td></tr>' for f in flags)
-        table = (f'<h3>tasks that used to pass and now fail ({len(flags)})</h3><table id="run-regressions"><tr><th class="l">eval</th>'
+                       f'<td>{_num(f["best"])}</td><td>{f["step"]}</td><td class="fail">{_num(f["value"])}</td></tr>'
+                       for f in flags)
+        table = (f'<h3>tasks that used to pass and now fail ({len(flags)})</h3>'
+                 '<table id="run-regressions"><tr><th class="l">eval</th>'
                  '<th class="l">task</th><th>best step</th><th>best</th><th>step</th><th>now</th></tr>' + rows + "</table>")
         series = task_series(store)
         n_tasks = sum(len(v) for v in series.values())

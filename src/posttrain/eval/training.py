@@ -79,7 +79,8 @@ def regression_flags(store: RunStore) -> list[dict[str, Any]]:
 
 def eval_samples(store: RunStore, limit: int = 3000) -> list[dict[str, Any]]:
     """The newest stored evaluation responses, shaped for the report's drill-down."""
-    return [{**r, "where": f"{r['name']} @ step {r['step']}", "passed": bool(r["passed"])} for r in store.eval_samples(limit=limit)]
+    return [{**r, "where": f"{r['name']} @ step {r['step']}", "passed": bool(r["passed"])}
+            for r in store.eval_samples(limit=limit)]
 
 
 def rollout_samples(store: RunStore, limit: int = 500) -> list[dict[str, Any]]:
