@@ -160,5 +160,8 @@ def load_served_model(model: str, seed: int = 0, fast: bool = False) -> ServedMo
     where = locate_model(model)
     net, tokenizer = load_model(where.path)
     name = "builtin" if model == "builtin" else Path(model.rpartition("@")[0] or model).resolve().name
-    engine = build_engine(EngineConfig(precision="int8"), net, tokenizer, seed, SpecConfig()) if fast else build_engine(None, net, tokenizer, seed)
+    if fast:
+        engine = build_engine(EngineConfig(precision="int8"), net, tokenizer, seed, SpecConfig())
+    else:
+        engine = build_engine(None, net, tokenizer, seed)
     return ServedModel(engine, ChatTemplate.from_checkpoint(where.path), name, where.note)

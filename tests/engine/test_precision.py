@@ -117,7 +117,7 @@ def test_the_kernel_on_quantised_panels_equals_the_pytorch_reference(precision, 
             ref = copy(ids[:, None], cache=ref_cache.bind(slice(0, 3), lens, None, 1))[:, 0]
             torch.testing.assert_close(fused.step(ids, lens, cache), ref, atol=1e-5 * scale, rtol=0)
             lens = [n + 1 for n in lens]
-    for a, b in zip(ref_cache.k + ref_cache.v, cache.k + cache.v):
+    for a, b in zip(ref_cache.k + ref_cache.v, cache.k + cache.v, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
@@ -137,7 +137,7 @@ def test_greedy_generation_is_identical_on_the_kernel_and_the_fallback(precision
     torch_step = LocalEngine(model, tok, precision=precision)
     torch_step.fused.kernel = None  # the packed PyTorch step on the same decoder
     stepped = torch_step.generate(prompts, params)
-    for a, b, c in zip(kernel, fallback, stepped):
+    for a, b, c in zip(kernel, fallback, stepped, strict=True):
         assert a[0].token_ids == b[0].token_ids == c[0].token_ids
         torch.testing.assert_close(torch.tensor(a[0].logprobs), torch.tensor(b[0].logprobs), atol=1e-4, rtol=1e-4)
 
@@ -198,3 +198,19 @@ def test_the_config_section_builds_the_precision():
     model, tok = _model(), char_tokenizer()
     engine = build_engine(EngineConfig(precision="int8"), model, tok)
     assert isinstance(engine, LocalEngine) and engine.precision == "int8" and not engine.samples_with_learner_module
+
+
+def test_serve_fast_is_int8_with_prompt_lookup(tmp_path):
+    from typer.testing import CliRunner
+
+    from posttrain.cli import app
+    from posttrain.models import save_model
+    from posttrain.resolve import load_served_model
+
+    save_model(_model(), char_tokenizer(), tmp_path / "ckpt")
+    fast = load_served_model(str(tmp_path / "ckpt"), fast=True).engine
+    assert isinstance(fast, LocalEngine) and fast.precision == "int8" and fast.spec is not None and fast.spec.method == "ngram"
+    plain = load_served_model(str(tmp_path / "ckpt")).engine
+    assert isinstance(plain, LocalEngine) and plain.precision == "fp32" and plain.spec is None
+    out = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"}).output
+    assert "--fast" in out and "int8" in out

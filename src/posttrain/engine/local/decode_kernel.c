@@ -10,6 +10,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));  /* an unaligned load/store of 8 floats */
@@ -143,8 +146,14 @@ typedef unsigned short u8u __attribute__((vector_size(16), aligned(2)));
 static inline __attribute__((always_inline)) void wload(const int wt, const void *restrict P, size_t k, v8 *w0, v8 *w1) {
     if (wt == 1) {
         const signed char *p = (const signed char *)P + k * 16;
+#ifdef __AVX2__  /* GCC 12 scalarises the char -> float convertvector: say vpmovsxbd + vcvtdq2ps ourselves */
+        const __m128i b16 = _mm_loadu_si128((const __m128i *)p);
+        *w0 = (v8)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b16));
+        *w1 = (v8)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b16, b16)));
+#else
         *w0 = __builtin_convertvector(*(const c8u *)p, v8);
         *w1 = __builtin_convertvector(*(const c8u *)(p + 8), v8);
+#endif
     } else {  /* bf16 -> f32: the 16 bits are the float's high half */
         const unsigned short *p = (const unsigned short *)P + k * 16;
         *w0 = (v8)(__builtin_convertvector(*(const u8u *)p, v8i) << 16);

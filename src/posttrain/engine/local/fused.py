@@ -149,8 +149,9 @@ class FusedDecoder:
 
     def ensure(self, layout: str = "torch") -> None:
         """Pack the weights for `layout` ("torch": [K, N] matrices for `torch.mm`; "native": the C kernel's
-        16-column panels; "native-int8" / "native-bf16": its quantised panels), again whenever any parameter changed since the last pack. Packs are shared by
-        every decoder over the same model object (engines are often rebuilt over one model)."""
+        16-column panels; "native-int8" / "native-bf16": its quantised panels), again whenever any parameter
+        changed since the last pack. Packs are shared by every decoder over the same model object (engines are
+        often rebuilt over one model)."""
         if self._params and [p._version for p in self._params] != self._versions:
             self._packed.clear()
         if layout in self._packed:
@@ -221,7 +222,7 @@ class FusedDecoder:
             vecs.append([_padded(s), m.model.norm.weight.detach().float().contiguous()])
         panels, flat = _flat_pack(mats, _panels)
         ptrs: list[int | None] = []
-        for w, extra in zip(panels, vecs):
+        for w, extra in zip(panels, vecs, strict=True):
             ptrs += [w.data_ptr(), *(None if v is None else v.data_ptr() for v in extra)]
         return (flat, vecs, (ctypes.c_void_p * len(ptrs))(*ptrs))  # the tensors stay alive with their pointers
 

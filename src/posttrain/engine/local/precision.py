@@ -75,7 +75,8 @@ def quantized_weights(model: CausalLM) -> list[Tensor]:
     out: list[Tensor] = []
     for layer in model.model.layers:
         a, mlp = layer.self_attn, layer.mlp
-        out += [a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+        out += [a.q_proj.weight, a.k_proj.weight, a.v_proj.weight, a.o_proj.weight]
+        out += [mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
     out.append(model.lm_head.weight)
     return out
 
@@ -88,7 +89,8 @@ class ServingCopy:
             raise PrecisionError("ServingCopy is for bf16 and int8; fp32 serves the model itself")
         p = next(source.parameters())
         if type(source) is not CausalLM or p.dtype != torch.float32 or p.device.type != "cpu":
-            raise PrecisionError(f"precision {precision!r} needs the native fp32 CausalLM on CPU, got {type(source).__name__} ({p.dtype}, {p.device})")
+            got = f"{type(source).__name__} ({p.dtype}, {p.device})"
+            raise PrecisionError(f"precision {precision!r} needs the native fp32 CausalLM on CPU, got {got}")
         self.precision = precision
         self._source = weakref.ref(source)  # the copy must not keep the learner's module alive
         module = copy.deepcopy(source)
@@ -113,7 +115,7 @@ class ServingCopy:
         if versions == self._versions:
             return self.module
         with torch.no_grad():
-            for dst, s in zip(self.module.parameters(), params):
+            for dst, s in zip(self.module.parameters(), params, strict=True):
                 dst.copy_(s)
             for w in quantized_weights(self.module):  # a tied lm_head rounds the embedding with it: one tensor
                 w.copy_(dequantize(*quantize(w, self.precision)))
