@@ -29,11 +29,11 @@ QUANTISED = ("int8", "bf16")
 BOUNDS = {"int8": (0.12, 0.90), "bf16": (0.04, 0.96)}  # (max |dlogit| / max |logit|, top-1 agreement)
 
 
-def _model(seed=0, hidden=128, heads=4, kv_heads=2, layers=2, bias=False, std=0.08, inter=None):
+def _model(seed=0, hidden=128, heads=4, kv_heads=2, layers=2, bias=False, std=0.08, inter=None, tied=True):
     cfg = ModelConfig(
         vocab_size=char_tokenizer().vocab_size, hidden_size=hidden, intermediate_size=inter or 3 * hidden,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads, attention_bias=bias,
-        max_position_embeddings=512,
+        max_position_embeddings=512, tie_word_embeddings=tied,
     )  # fmt: skip
     m = CausalLM(cfg)
     m.init_weights(torch.Generator().manual_seed(seed), std=std)
@@ -91,15 +91,17 @@ def _prefilled(model, prompts):
 
 @pytest.mark.parametrize("precision", QUANTISED)
 @pytest.mark.parametrize(
-    "heads,kv_heads,bias,hidden,inter",
-    [(4, 2, False, 128, None), (4, 1, True, 32, None), (2, 2, False, 64, None), (4, 2, True, 40, 37)],
-)  # head_dim 32 (the 32-wide output tiles), 8, 32 and 10 with an odd MLP (every tail loop)
-def test_the_kernel_on_quantised_panels_equals_the_pytorch_reference(precision, heads, kv_heads, bias, hidden, inter):
+    "heads,kv_heads,bias,hidden,inter,tied",
+    [(4, 2, False, 128, None, True), (4, 1, True, 32, None, True), (2, 2, False, 64, None, False), (4, 2, True, 40, 37, True)],
+)  # head_dim 32 (the 32-wide output tiles), 8, 32 (an untied lm_head: the embedding stays fp32) and 10 with an odd MLP
+def test_the_kernel_on_quantised_panels_equals_the_pytorch_reference(precision, heads, kv_heads, bias, hidden, inter, tied):
     """Several tokens per ragged row, then one-token steps: logits and cached keys/values of the rounded copy's
     PyTorch forward, from int8 / bf16 panels dequantised in registers."""
     assert KERNEL is not None, NO_KERNEL
-    model = _model(heads=heads, kv_heads=kv_heads, bias=bias, hidden=hidden, inter=inter)
+    model = _model(heads=heads, kv_heads=kv_heads, bias=bias, hidden=hidden, inter=inter, tied=tied)
     copy = ServingCopy(model, precision).module
+    embed_rounded = not torch.equal(copy.model.embed_tokens.weight, model.model.embed_tokens.weight)
+    assert embed_rounded == tied  # a tied embedding is the lm_head's one tensor, rounded with it
     g = torch.Generator().manual_seed(3)
     prompts = [torch.randint(3, 90, (n,), generator=g).tolist() for n in (5, 11, 8)]
     ref_cache, cache = _prefilled(copy, prompts)
