@@ -244,6 +244,13 @@ class EngineConfig(_Section):
     """KV kept across requests for prefix reuse (local; 0 disables)."""
     fused_decode: bool = True
     """The packed one-token decode step and its C kernel where they apply (local)."""
+    precision: Literal["fp32", "bf16", "int8"] = "fp32"
+    """Weights the local engine samples with. fp32: the learner's module itself. bf16 / int8 (the high-speed
+    mode): a copy of it with the decode matmuls' weights (q|k|v, o, gate|up, down, lm_head) rounded to bf16,
+    or to int8 with one symmetric scale per output channel; activations, norms, attention and the KV cache
+    stay fp32, prefill included. Batch-1 decode on a CPU streams every weight per token, so reading 2x or 4x
+    fewer bytes is the speed-up. The rollouts' behaviour logprobs are then the rounded policy's, not the
+    learner's: the trainer turns truncated importance sampling on for it (local)."""
     gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)
     """Share of GPU memory vLLM may take (vllm)."""
 

@@ -151,13 +151,20 @@ class ServedModel:
     note: str = ""
 
 
-def load_served_model(model: str, seed: int = 0) -> ServedModel:
-    """The model `posttrain serve MODEL` names: `builtin`, a checkpoint directory, or a run (best/ or final/)."""
+def load_served_model(model: str, seed: int = 0, fast: bool = False) -> ServedModel:
+    """The model `posttrain serve MODEL` names: `builtin`, a checkpoint directory, or a run (best/ or final/);
+    `fast`: the high-speed mode (int8 weights and prompt-lookup speculation, `posttrain serve --fast`)."""
+    from posttrain.config import EngineConfig
     from posttrain.engine.build import build_engine
     from posttrain.engine.chat import ChatTemplate
+    from posttrain.engine.local.spec_decode import SpecConfig
     from posttrain.models.io import load_model
 
     where = locate_model(model)
     net, tokenizer = load_model(where.path)
     name = "builtin" if model == "builtin" else Path(model.rpartition("@")[0] or model).resolve().name
-    return ServedModel(build_engine(None, net, tokenizer, seed), ChatTemplate.from_checkpoint(where.path), name, where.note)
+    if fast:
+        engine = build_engine(EngineConfig(precision="int8"), net, tokenizer, seed, SpecConfig())
+    else:
+        engine = build_engine(None, net, tokenizer, seed)
+    return ServedModel(engine, ChatTemplate.from_checkpoint(where.path), name, where.note)

@@ -60,3 +60,9 @@ def test_two_domains_train_in_one_run(tiny_config):
         assert info["domains"][1]["verifier"].startswith("numeric@")
         verifiers = {r[0].split("@")[0] for r in store.db.execute("SELECT DISTINCT verifier FROM samples")}
         assert verifiers == {"exact", "numeric"}
+
+
+def test_a_reduced_precision_engine_turns_importance_sampling_on(tiny_config):
+    cfg = tiny_config.model_copy(update={"engine": tiny_config.engine.model_copy(update={"precision": "int8"})})
+    parts = build(cfg, store=False)
+    assert not parts.shares_weights and parts.learner.importance_sampling

@@ -24,6 +24,14 @@ def serve(
     name: Annotated[str | None, typer.Option(help="Model id clients send (default: the directory's name, or 'builtin').")] = None,
     max_tokens: Annotated[int, typer.Option(help="Default max_tokens for chat requests that set none.")] = 256,
     seed: Annotated[int, typer.Option(help="Seed of the engine's sampler (requests may also send their own seed).")] = 0,
+    fast: Annotated[
+        bool,
+        typer.Option(
+            help="High-speed mode: int8 weights (per-channel scales; activations and KV stay fp32) plus prompt-lookup "
+            "speculative decoding. Faster batch-1 decoding on a CPU; outputs are the int8 model's, a small "
+            "accuracy cost measured in benchmarks/fast.py (docs/serving.md)."
+        ),
+    ] = False,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     with friendly():
@@ -42,12 +50,13 @@ def serve(
                 probe.bind((host, port))
             except OSError as exc:
                 raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-        served = load_served_model(model, seed)
+        served = load_served_model(model, seed, fast=fast)
         if served.note:  # a run's best/ (or its newest checkpoint) was chosen: say which
             err.print(escape(served.note), highlight=False, soft_wrap=True)
         model_name = name or served.name
         config = ServeConfig(model_name=model_name, max_concurrency=max_concurrency, default_max_tokens=max_tokens)
         app = create_app(served.engine, config, served.template)
         kind = "plain" if served.template.is_plain else "the checkpoint's"
-        err.print(f"serving [bold]{model_name}[/] at http://{host}:{port}/v1 ({kind} chat template); Ctrl-C stops")
+        mode = ", high-speed mode: int8 + speculation" if fast else ""
+        err.print(f"serving [bold]{model_name}[/] at http://{host}:{port}/v1 ({kind} chat template{mode}); Ctrl-C stops")
         uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -3,7 +3,8 @@
 Covers: `build_engine(cfg, model, tokenizer, seed)`: `kind = "local"` is the
 in-process engine sampling with `model` itself (the trainer's module: new
 weights are seen without a copy); other kinds are refused here with the
-reason. Every caller outside `engine/` (the trainer's builder, the built-in
+reason; `cfg.precision` below fp32 samples with a weight-rounded copy
+(engine/local/precision.py). Every caller outside `engine/` (the trainer's builder, the built-in
 base model's band checks, the model resolver, `posttrain serve`) builds its
 engine through this function instead of naming an engine class.
 Does not cover: engines over remote servers (`OpenAIEngine`, built by the
@@ -14,12 +15,16 @@ from __future__ import annotations
 
 from posttrain.config import ConfigError, EngineConfig
 from posttrain.engine.base import Engine
+from posttrain.engine.local.spec_decode import SpecConfig
 from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer
 
 
-def build_engine(cfg: EngineConfig | None, model: CausalLM, tokenizer: Tokenizer, seed: int = 0) -> Engine:
-    """An engine over `model` (which it shares, not copies) as `cfg` describes (defaults when None)."""
+def build_engine(
+    cfg: EngineConfig | None, model: CausalLM, tokenizer: Tokenizer, seed: int = 0, speculative: SpecConfig | None = None
+) -> Engine:
+    """An engine over `model` (which it shares, not copies) as `cfg` describes (defaults when None);
+    `speculative`: the local engine's speculative decoding (`posttrain serve --fast`), none by default."""
     cfg = cfg or EngineConfig()
     if cfg.kind != "local":
         raise ConfigError(
@@ -31,5 +36,5 @@ def build_engine(cfg: EngineConfig | None, model: CausalLM, tokenizer: Tokenizer
     return LocalEngine(
         model, tokenizer, seed=seed, max_batch_rows=cfg.max_batch_rows, prefill_chunk=cfg.prefill_chunk,
         max_prefill_tokens=cfg.max_prefill_tokens, prefix_cache_tokens=cfg.prefix_cache_tokens,
-        fused_decode=cfg.fused_decode,
+        fused_decode=cfg.fused_decode, precision=cfg.precision, speculative=speculative,
     )

@@ -69,8 +69,9 @@ def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, Any]:
 
 
 def build_engine_for(cfg: EngineConfig, model: CausalLM, tokenizer: Tokenizer, seed: int = 0) -> tuple[Engine, bool]:
-    """(engine, shares_weights): the local engine samples with the learner's own module."""
-    return build_engine(cfg, model, tokenizer, seed), cfg.kind == "local"
+    """(engine, shares_weights): the local fp32 engine samples with the learner's own module; at bf16/int8 it
+    samples from a rounded copy, so the learner corrects with truncated importance sampling."""
+    return build_engine(cfg, model, tokenizer, seed), cfg.kind == "local" and cfg.precision == "fp32"
 
 
 def build_verifier(spec: Any, reward: RewardConfig) -> Verifier:

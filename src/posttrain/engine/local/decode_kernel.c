@@ -10,6 +10,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));  /* an unaligned load/store of 8 floats */
@@ -135,6 +138,92 @@ static void gemm_acc(int b, int K, int N, const float *restrict x, const float *
     }
 }
 
+/* The quantised panels (wt = 1: int8, wt = 2: bf16 bits), dequantised in registers: 16 weights of row k
+ * of a panel -> two v8. The per-column scale is applied once per output, after the K loop. */
+typedef signed char c8u __attribute__((vector_size(8), aligned(1)));
+typedef unsigned short u8u __attribute__((vector_size(16), aligned(2)));
+
+static inline __attribute__((always_inline)) void wload(const int wt, const void *restrict P, size_t k, v8 *w0, v8 *w1) {
+    if (wt == 1) {
+        const signed char *p = (const signed char *)P + k * 16;
+#ifdef __AVX2__  /* GCC 12 scalarises the char -> float convertvector: say vpmovsxbd + vcvtdq2ps ourselves */
+        const __m128i b16 = _mm_loadu_si128((const __m128i *)p);
+        *w0 = (v8)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b16));
+        *w1 = (v8)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b16, b16)));
+#else
+        *w0 = __builtin_convertvector(*(const c8u *)p, v8);
+        *w1 = __builtin_convertvector(*(const c8u *)(p + 8), v8);
+#endif
+    } else {  /* bf16 -> f32: the 16 bits are the float's high half */
+        const unsigned short *p = (const unsigned short *)P + k * 16;
+        *w0 = (v8)(__builtin_convertvector(*(const u8u *)p, v8i) << 16);
+        *w1 = (v8)(__builtin_convertvector(*(const u8u *)(p + 8), v8i) << 16);
+    }
+}
+
+/* acc[r, 0:16] = x[r, :] @ Q for r < R, Q one quantised [K, 16] panel; as panel_tile, from zero */
+static inline __attribute__((always_inline)) void panel_tile_q(const int wt, const int R, const int S, int K, const float *restrict x,
+                                                               int ldx, const void *restrict P, float *restrict acc) {
+    v8 a0[4][4], a1[4][4];
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < S; s++) { a0[s][r] = vsplat(0.f); a1[s][r] = vsplat(0.f); }
+    int k = 0;
+    for (; k + S <= K; k += S) {
+        for (int s = 0; s < S; s++) {
+            v8 w0, w1;
+            wload(wt, P, (size_t)(k + s), &w0, &w1);
+            for (int r = 0; r < R; r++) {
+                const float xv = x[(size_t)r * ldx + k + s];
+                a0[s][r] += xv * w0;
+                a1[s][r] += xv * w1;
+            }
+        }
+    }
+    for (; k < K; k++) {
+        v8 w0, w1;
+        wload(wt, P, (size_t)k, &w0, &w1);
+        for (int r = 0; r < R; r++) {
+            const float xv = x[(size_t)r * ldx + k];
+            a0[0][r] += xv * w0;
+            a1[0][r] += xv * w1;
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int s = 1; s < S; s++) { a0[0][r] += a0[s][r]; a1[0][r] += a1[s][r]; }
+        *(v8u *)(acc + r * 16) = a0[0][r];
+        *(v8u *)(acc + r * 16 + 8) = a1[0][r];
+    }
+}
+
+/* y[r, :] += (x[r, :] @ Q) * scale for r < b; Q packed as ceil(N/16) quantised panels of [K, 16],
+ * scale [ceil(N/16) * 16] (zero-padded columns) */
+static inline __attribute__((always_inline)) void gemm_acc_q(const int wt, int b, int K, int N, const float *restrict x,
+                                                             const void *restrict W, const float *restrict scale, float *restrict y) {
+    const int np = (N + 15) / 16;
+    const size_t esz = wt == 1 ? 1 : 2;
+    float acc[4 * 16];
+    for (int p = 0; p < np; p++) {
+        const void *P = (const char *)W + (size_t)p * K * 16 * esz;
+        const float *sc = scale + (size_t)p * 16;
+        const int n0 = p * 16, w = N - n0 < 16 ? N - n0 : 16;
+        for (int r0 = 0; r0 < b; r0 += 4) {
+            const int R = b - r0 < 4 ? b - r0 : 4;
+            const float *xr = x + (size_t)r0 * K;
+            switch (R) {
+                case 4: panel_tile_q(wt, 4, 1, K, xr, K, P, acc); break;
+                case 3: panel_tile_q(wt, 3, 2, K, xr, K, P, acc); break;
+                case 2: panel_tile_q(wt, 2, 2, K, xr, K, P, acc); break;
+                default: panel_tile_q(wt, 1, 4, K, xr, K, P, acc); break;
+            }
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < w; c++) y[(size_t)(r0 + r) * N + n0 + c] += acc[r * 16 + c] * sc[c];
+        }
+    }
+}
+
+static void gemm_int8(int b, int K, int N, const float *x, const void *W, const float *s, float *y) { gemm_acc_q(1, b, K, N, x, W, s, y); }
+static void gemm_bf16(int b, int K, int N, const float *x, const void *W, const float *s, float *y) { gemm_acc_q(2, b, K, N, x, W, s, y); }
+
 /* o = softmax(q . K[t] for t < n) @ V for one query head (the 1/sqrt(D) scale is in q); sc: n floats of scratch */
 static void attend(const float *q, const float *K, const float *V, int64_t n, int D, float *sc, float *o) {
     float mx = -INFINITY;
@@ -189,6 +278,13 @@ static void rms_scale(int b, int H, const float *h, float *out, float eps) {
     }
 }
 
+/* rms_scale, then times the norm's weight g (the quantised layouts cannot fold it into their columns) */
+static void rms_scale_g(int b, int H, const float *h, float *out, float eps, const float *g) {
+    rms_scale(b, H, h, out, eps);
+    for (int r = 0; r < b; r++)
+        for (int i = 0; i < H; i++) out[(size_t)r * H + i] *= g[i];
+}
+
 /* x * cos + rotate_half(x) * sin, in place, for one head of D values */
 static void rope(float *x, const float *c, const float *s, int D) {
     const int h = D / 2;
@@ -200,20 +296,34 @@ static void rope(float *x, const float *c, const float *s, int D) {
 
 /*
  * One forward of M new tokens (several per cache row for speculative verification, one for decode).
- * mats: per layer 5 pointers (w_qkv [H, (Hq+2Hkv)D], b_qkv [(Hq+2Hkv)D] or NULL, w_o [HqD, H],
- *       w_gu [H, 2I], w_down [I, H]), then w_head [H, V]; every matrix [K, N] packed in 16-column panels.
+ * wt = 0 (fp32, pt_forward_tokens): mats per layer 5 pointers (w_qkv [H, (Hq+2Hkv)D], b_qkv
+ *       [(Hq+2Hkv)D] or NULL, w_o [HqD, H], w_gu [H, 2I], w_down [I, H]), then w_head [H, V]; every
+ *       matrix [K, N] packed in 16-column panels, the norms' weights and 1/sqrt(D) folded in.
+ * wt = 1 (int8) or 2 (bf16), pt_forward_tokens_q: mats per layer 11 pointers (w_qkv, s_qkv, b_qkv or
+ *       NULL, g_in, w_o, s_o, g_post, w_gu, s_gu, w_down, s_down), then w_head, s_head, g_final: each
+ *       w_* quantised panels of the model's own weights, s_* its per-column scales (1/sqrt(D) in the
+ *       query columns' scales and in b_qkv), g_* the RMSNorm weights, applied to the activations.
  * kc, vc: per layer the cache base pointer, laid out [row, Hkv, slot, D] with row stride Hkv*slots*D.
  * Token m lives in cache row rows[m] at slot slot[m] (its position pos[m]) and attends to slots
  * 0..slot[m] of its row, which includes the tokens of this forward before it: every token's keys
  * and values are stored before any attends. slot[m] < 0 marks padding: nothing is stored, its logits are junk.
- * rope_cos/rope_sin: [L, D] tables indexed by position. ids: [M]; embed: [V, H]. logits: [M, V] out.
+ * rope_cos/rope_sin: [L, D] tables indexed by position. ids: [M]; embed: [V, H] fp32. logits: [M, V] out.
  */
-int pt_forward_tokens(int M, int n_layers, int H, int Hq, int Hkv, int D, int I, int V,
-                      const float *const *mats, float *const *kc, float *const *vc, int64_t slots,
-                      const int64_t *rows, const int64_t *slot, const int64_t *pos,
-                      const float *rope_cos, const float *rope_sin,
-                      const int64_t *ids, const float *embed, float eps, float *logits) {
+static inline __attribute__((always_inline)) int forward_body(
+        const int wt, int M, int n_layers, int H, int Hq, int Hkv, int D, int I, int V,
+        const float *const *mats, float *const *kc, float *const *vc, int64_t slots,
+        const int64_t *rows, const int64_t *slot, const int64_t *pos,
+        const float *rope_cos, const float *rope_sin,
+        const int64_t *ids, const float *embed, float eps, float *logits) {
     const int nq = Hq * D, nk = Hkv * D, nqkv = nq + 2 * nk, rep = Hq / Hkv;
+    const int per_layer = wt == 0 ? 5 : 11;
+    /* y += x @ w[wi] (times the scales w[wi + 1] when quantised) */
+#define LIN(K_, N_, X, WI, Y)                                                  \
+    do {                                                                       \
+        if (wt == 0) gemm_acc(M, K_, N_, X, w[WI], Y);                         \
+        else if (wt == 1) gemm_int8(M, K_, N_, X, w[WI], w[(WI) + 1], Y);      \
+        else gemm_bf16(M, K_, N_, X, w[WI], w[(WI) + 1], Y);                   \
+    } while (0)
     int64_t span = 1;
     for (int m = 0; m < M; m++) if (slot[m] + 1 > span) span = slot[m] + 1;
     size_t need = (size_t)M * (H + H + nqkv + nq + 2 * (size_t)I + I) + (size_t)span;
@@ -224,11 +334,12 @@ int pt_forward_tokens(int M, int n_layers, int H, int Hq, int Hkv, int D, int I,
     for (int m = 0; m < M; m++) memcpy(h + (size_t)m * H, embed + (size_t)ids[m] * H, sizeof(float) * H);
     const int64_t row_stride = (int64_t)Hkv * slots * D, head_stride = slots * D;
     for (int l = 0; l < n_layers; l++) {
-        const float *const *w = mats + 5 * l;
-        rms_scale(M, H, h, x, eps);
-        if (w[1]) { for (int m = 0; m < M; m++) memcpy(qkv + (size_t)m * nqkv, w[1], sizeof(float) * nqkv); }
+        const float *const *w = mats + per_layer * l;
+        const float *bias = wt == 0 ? w[1] : w[2];
+        if (wt == 0) rms_scale(M, H, h, x, eps); else rms_scale_g(M, H, h, x, eps, w[3]);
+        if (bias) { for (int m = 0; m < M; m++) memcpy(qkv + (size_t)m * nqkv, bias, sizeof(float) * nqkv); }
         else memset(qkv, 0, sizeof(float) * (size_t)M * nqkv);
-        gemm_acc(M, H, nqkv, x, w[0], qkv);
+        LIN(H, nqkv, x, 0, qkv);
         for (int m = 0; m < M; m++) {  /* RoPE, then store keys and values */
             if (slot[m] < 0) continue;
             float *q = qkv + (size_t)m * nqkv, *k = q + nq, *v = k + nk;
@@ -253,10 +364,10 @@ int pt_forward_tokens(int M, int n_layers, int H, int Hq, int Hkv, int D, int I,
                     attend(qkv + (size_t)m * nqkv + (g * rep + j) * D, K, Vv, seen, D, sc, orow + (g * rep + j) * D);
             }
         }
-        gemm_acc(M, nq, H, att, w[2], h);  /* residual add: h += attention @ W_o */
-        rms_scale(M, H, h, x, eps);
+        LIN(nq, H, att, wt == 0 ? 2 : 4, h);  /* residual add: h += attention @ W_o */
+        if (wt == 0) rms_scale(M, H, h, x, eps); else rms_scale_g(M, H, h, x, eps, w[6]);
         memset(gu, 0, sizeof(float) * (size_t)M * 2 * I);
-        gemm_acc(M, H, 2 * I, x, w[3], gu);
+        LIN(H, 2 * I, x, wt == 0 ? 3 : 7, gu);
         for (int m = 0; m < M; m++) {
             const float *g = gu + (size_t)m * 2 * I, *u = g + I;
             float *a = act + (size_t)m * I;
@@ -267,11 +378,39 @@ int pt_forward_tokens(int M, int n_layers, int H, int Hq, int Hkv, int D, int I,
             }
             for (; i < I; i++) a[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         }
-        gemm_acc(M, I, H, act, w[4], h);  /* residual add: h += silu(gate) * up @ W_down */
+        LIN(I, H, act, wt == 0 ? 4 : 9, h);  /* residual add: h += silu(gate) * up @ W_down */
     }
-    rms_scale(M, H, h, x, eps);
-    memset(logits, 0, sizeof(float) * (size_t)M * V);
-    gemm_acc(M, H, V, x, mats[5 * n_layers], logits);
+    {
+        const float *const *w = mats + per_layer * n_layers;
+        if (wt == 0) rms_scale(M, H, h, x, eps); else rms_scale_g(M, H, h, x, eps, w[2]);
+        memset(logits, 0, sizeof(float) * (size_t)M * V);
+        LIN(H, V, x, 0, logits);
+    }
+#undef LIN
     free(buf);
     return 0;
+}
+
+int pt_forward_tokens(int M, int n_layers, int H, int Hq, int Hkv, int D, int I, int V,
+                      const float *const *mats, float *const *kc, float *const *vc, int64_t slots,
+                      const int64_t *rows, const int64_t *slot, const int64_t *pos,
+                      const float *rope_cos, const float *rope_sin,
+                      const int64_t *ids, const float *embed, float eps, float *logits) {
+    return forward_body(0, M, n_layers, H, Hq, Hkv, D, I, V, mats, kc, vc, slots, rows, slot, pos,
+                        rope_cos, rope_sin, ids, embed, eps, logits);
+}
+
+/* the same forward on quantised panels: wt = 1 int8, 2 bf16 (anything else: -2) */
+int pt_forward_tokens_q(int wt, int M, int n_layers, int H, int Hq, int Hkv, int D, int I, int V,
+                        const float *const *mats, float *const *kc, float *const *vc, int64_t slots,
+                        const int64_t *rows, const int64_t *slot, const int64_t *pos,
+                        const float *rope_cos, const float *rope_sin,
+                        const int64_t *ids, const float *embed, float eps, float *logits) {
+    if (wt == 1)
+        return forward_body(1, M, n_layers, H, Hq, Hkv, D, I, V, mats, kc, vc, slots, rows, slot, pos,
+                            rope_cos, rope_sin, ids, embed, eps, logits);
+    if (wt == 2)
+        return forward_body(2, M, n_layers, H, Hq, Hkv, D, I, V, mats, kc, vc, slots, rows, slot, pos,
+                            rope_cos, rope_sin, ids, embed, eps, logits);
+    return -2;
 }

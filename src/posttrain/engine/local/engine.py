@@ -12,7 +12,8 @@ cross-request prefix cache (engine/local/prefix_cache.py); chunked prefill under
 per-step token budget; sampling with temperature, top-k, top-p, min-p, stop
 strings and token ids, per-request seeds, and behaviour logprobs of the
 processed distribution; optional sliding window with attention sinks; exact
-speculative decoding (engine/local/spec_decode.py); `generate` and `stream` on top,
+speculative decoding (engine/local/spec_decode.py); serving at a reduced
+precision (bf16 or int8 weights, engine/local/precision.py); `generate` and `stream` on top,
 and `agenerate` through a worker thread (engine/local/worker.py) that every
 concurrent caller shares; the context limit (a request asking for more tokens
 than fit is clamped to what fits, noted once in the log); `load_weights`.
@@ -42,6 +43,7 @@ from posttrain.engine.base import CompletionDelta, ContextLengthError, Prompt
 from posttrain.engine.detokenize import IncrementalText, find_stop
 from posttrain.engine.local.fused import FusedDecoder
 from posttrain.engine.local.kv import SharedPrefix, SlotCache, WindowSpec
+from posttrain.engine.local.precision import check_precision, serving_copy
 from posttrain.engine.local.prefix_cache import PrefixCache
 from posttrain.engine.local.sequence import Request, RequestStatus, Sequence
 from posttrain.engine.local.spec_decode import DraftProposer, SpecConfig, group_rows, lookup_propose, verify
@@ -78,7 +80,12 @@ class LocalEngine:
     `fused_decode` (the packed one-token step of engine/local/fused.py, on by default);
     `max_context` (prompt + completion tokens; default the model's
     `max_position_embeddings`, unbounded with a sliding window);
-    `max_concurrency` (requests the worker keeps in the batch at once).
+    `max_concurrency` (requests the worker keeps in the batch at once);
+    `precision` ("fp32", "bf16" or "int8": the high-speed mode, weight-only
+    rounding of the decode matmuls, engine/local/precision.py; below fp32 the
+    engine samples with a derived copy, `policy_model`, prefill included, and
+    `samples_with_learner_module` is False: behaviour logprobs are that
+    policy's, which truncated importance sampling corrects).
     """
 
     usage = None  # no remote traffic to total: `metrics()` has the engine's own counters
@@ -100,6 +107,7 @@ class LocalEngine:
         fused_decode: bool = True,
         max_context: int | None = None,
         max_concurrency: int = 64,
+        precision: str = "fp32",
     ) -> None:
         if prefill_chunk < 1 or max_prefill_tokens < prefill_chunk:
             raise ValueError("need prefill_chunk >= 1 and max_prefill_tokens >= prefill_chunk")
@@ -108,6 +116,12 @@ class LocalEngine:
         if (max_context is not None and max_context < 2) or max_concurrency < 1:
             raise ValueError("need max_context >= 2 (or None) and max_concurrency >= 1")
         self.model = model
+        self.precision = check_precision(precision)
+        # bf16 / int8: a weight-rounded copy derived from `model` (engine/local/precision.py) samples instead, kept
+        # current with it; behaviour logprobs are then that policy's, not the learner module's
+        self._copy = serving_copy(model, precision) if precision != "fp32" else None
+        self.policy_model: CausalLM = model if self._copy is None else self._copy.module
+        self.samples_with_learner_module = self._copy is None
         self.tokenizer = tokenizer
         self.generator = torch.Generator().manual_seed(seed)
         self.max_batch_rows = max_batch_rows
@@ -130,7 +144,10 @@ class LocalEngine:
         self._owner = threading.RLock()  # held by a direct generate/stream, and to start or stop the worker
         self.cascade = sliding_window is None  # samples share their prompt's KV instead of copying it
         # the packed one-token decode step (engine/local/fused.py) where it applies; the model's forward elsewhere
-        self.fused = FusedDecoder(model) if fused_decode and sliding_window is None and FusedDecoder.supports(model) else None
+        self.fused = (
+            FusedDecoder(self.policy_model, precision=precision)
+            if fused_decode and sliding_window is None and FusedDecoder.supports(self.policy_model) else None
+        )  # fmt: skip
         self.kv: SlotCache | None = None  # running rows: what each sample adds to its prompt
         self.pkv: SlotCache | None = None  # prompt store: one row per admitted request
         self.waiting: deque[Request] = deque()
@@ -187,6 +204,8 @@ class LocalEngine:
     def set_version(self, version: int) -> None:
         """The weights changed (in place, shared with the learner): retag, and forget KV computed with the old ones."""
         self.policy_version = version
+        if self._copy is not None:
+            self._copy.invalidate()
         if self.fused is not None:
             self.fused.invalidate()
         if self.prefix is not None:
@@ -346,6 +365,8 @@ class LocalEngine:
         if was_training:
             self.model.eval()
         try:
+            if self._copy is not None:  # re-derived only when the learner's parameters changed
+                self._copy.refresh()
             with torch.inference_mode():
                 self._admit()
                 if self.prefilling:
@@ -424,7 +445,7 @@ class LocalEngine:
         rows = [r.prompt_row for r in reqs]
         rows = slice(0, b) if rows == list(range(b)) else torch.tensor(rows)
         cache = self.pkv.bind(rows, start, None if min(chunks) == t else chunks, t)
-        logits = self.model(ids, cache=cache, logits_index=torch.tensor(chunks)[:, None] - 1)[:, 0]  # [b, V]
+        logits = self.policy_model(ids, cache=cache, logits_index=torch.tensor(chunks)[:, None] - 1)[:, 0]  # [b, V]
         self.stats["prefill_tokens"] += sum(chunks)
         done = []
         for r, c in zip(reqs, chunks):
@@ -480,7 +501,7 @@ class LocalEngine:
         if self.fused is not None and shared is None:
             logits = self.fused.step(last, start, self.kv)
         else:
-            logits = self.model(last[:, None], cache=self.kv.bind(slice(0, b), start, None, 1, shared))[:, 0]  # [b, V]
+            logits = self.policy_model(last[:, None], cache=self.kv.bind(slice(0, b), start, None, 1, shared))[:, 0]  # [b, V]
         for s in seqs:
             s.n_cached += 1
         self.stats["decode_forwards"] += 1
@@ -524,7 +545,7 @@ class LocalEngine:
         if self.fused is not None and shared is None:  # the compiled kernel verifies a few rows' drafts in one pass
             logits = self.fused.forward_tokens(ids, start, ragged, self.kv)
         if logits is None:
-            logits = self.model(ids, cache=self.kv.bind(slice(0, b), start, ragged, 1 + k, shared))  # [b, 1+k, V]
+            logits = self.policy_model(ids, cache=self.kv.bind(slice(0, b), start, ragged, 1 + k, shared))  # [b, 1+k, V]
         self.stats["decode_forwards"] += 1
         self.stats["decode_row_steps"] += b
         groups = group_rows(seqs)

@@ -41,6 +41,7 @@ from torch import Tensor
 
 from posttrain.engine.local.kv import SlotCache
 from posttrain.engine.local.native_decode import load_kernel
+from posttrain.engine.local.precision import check_precision, quantize
 from posttrain.models.llama import CausalLM
 
 # up to this many tokens per forward the C kernel (which streams every weight matrix once for all of
@@ -66,15 +67,23 @@ class _Layer:
 
 
 PANEL = 16  # the C kernel's column panel width (two AVX registers)
+_WTYPE = {"int8": 1, "bf16": 2}  # pt_forward_tokens_q's weight type codes
 
 
 def _panels(w: Tensor) -> Tensor:
     """[K, N] -> [ceil(N / 16), K, 16], zero-padded: the C kernel streams one panel front to back per column block."""
     k, n = w.shape
     np_ = -(-n // PANEL)
-    padded = torch.zeros((k, np_ * PANEL), dtype=torch.float32)
+    padded = torch.zeros((k, np_ * PANEL), dtype=w.dtype)
     padded[:, :n] = w
     return padded.view(k, np_, PANEL).permute(1, 0, 2)
+
+
+def _padded(v: Tensor) -> Tensor:
+    """[N] -> [ceil(N / 16) * 16] fp32, zero-padded: per-column scales beside their panels."""
+    out = torch.zeros(-(-v.numel() // PANEL) * PANEL, dtype=torch.float32)
+    out[: v.numel()] = v
+    return out
 
 
 def _flat_pack(mats: list[Tensor], shape_fn) -> tuple[list[Tensor], Tensor]:
@@ -85,7 +94,7 @@ def _flat_pack(mats: list[Tensor], shape_fn) -> tuple[list[Tensor], Tensor]:
     """
     with torch.no_grad():
         shaped = [shape_fn(m) for m in mats]
-        flat = torch.empty(sum(x.numel() for x in shaped), dtype=torch.float32)
+        flat = torch.empty(sum(x.numel() for x in shaped), dtype=shaped[0].dtype)
         views, off = [], 0
         for x in shaped:
             v = flat[off : off + x.numel()].view(x.shape)
@@ -103,9 +112,13 @@ _PACKS: "weakref.WeakKeyDictionary[CausalLM, dict]" = weakref.WeakKeyDictionary(
 class FusedDecoder:
     """The model's decode step in packed form; `step` returns the logits of one new token per row."""
 
-    def __init__(self, model: CausalLM, native: bool = True) -> None:
+    def __init__(self, model: CausalLM, native: bool = True, precision: str = "fp32") -> None:
         self.model = model
         self.kernel = load_kernel() if native else None
+        # the C kernel's weight layout: fp32 folded panels, or int8 / bf16 panels of weights that already hold
+        # those values (a ServingCopy); the PyTorch step always runs fp32 on the model's own (dequantised) weights
+        self.precision = check_precision(precision)
+        self._native_layout = "native" if precision == "fp32" else f"native-{precision}"
         cfg = model.config
         self.hq, self.hkv, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.rep = self.hq // self.hkv
@@ -136,8 +149,9 @@ class FusedDecoder:
 
     def ensure(self, layout: str = "torch") -> None:
         """Pack the weights for `layout` ("torch": [K, N] matrices for `torch.mm`; "native": the C kernel's
-        16-column panels), again whenever any parameter changed since the last pack. Packs are shared by
-        every decoder over the same model object (engines are often rebuilt over one model)."""
+        16-column panels; "native-int8" / "native-bf16": its quantised panels), again whenever any parameter
+        changed since the last pack. Packs are shared by every decoder over the same model object (engines are
+        often rebuilt over one model)."""
         if self._params and [p._version for p in self._params] != self._versions:
             self._packed.clear()
         if layout in self._packed:
@@ -150,12 +164,15 @@ class FusedDecoder:
         if hit is not None and hit[0] == self._versions and all(a is b for a, b in zip(hit[1], self._params)):
             payload = hit[2]
         else:
-            mats, biases = self._matrices()
-            if layout == "torch":
+            if layout.startswith("native-"):
+                payload = self._quantised_pack(layout.removeprefix("native-"))
+            elif layout == "torch":
+                mats, biases = self._matrices()
                 views, _ = _flat_pack(mats, lambda w: w)
                 layers = [_Layer(views[4 * i], biases[i], *views[4 * i + 1 : 4 * i + 4]) for i in range(len(biases))]
                 payload = (layers, views[-1])
             else:
+                mats, biases = self._matrices()
                 panels, flat = _flat_pack(mats, _panels)
                 ptrs = []
                 for i, bias in enumerate(biases):
@@ -169,6 +186,45 @@ class FusedDecoder:
             self._native = payload
             self._call_args = None
         self._packed.add(layout)
+
+    def _quantised_pack(self, precision: str) -> tuple:
+        """The kernel's int8 / bf16 layout: per layer (qkv, its scales, bias, input norm, o, scales, post norm,
+        gate|up, scales, down, scales), then (head, scales, final norm); 11 and 3 pointers. The model's own
+        weights are quantised unfolded (a norm weight varies along K, which a per-column scale cannot carry),
+        so the kernel applies the norms to the activations; 1/sqrt(D) rides in the query columns' scales.
+        Quantising weights that already hold int8 / bf16 values (a ServingCopy's) returns them exactly."""
+        m, cfg = self.model, self.model.config
+        scale = self.d**-0.5
+        nq = self.hq * self.d
+        mats: list[Tensor] = []
+        vecs: list[list[Tensor | None]] = []  # per matrix: its scales, then the layer's norm weight / bias
+        with torch.no_grad():
+            for layer in m.model.layers:
+                a, mlp = layer.self_attn, layer.mlp
+                q, s = quantize(torch.cat((a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)), precision)
+                s[:nq] *= scale
+                bias = None
+                if cfg.attention_bias:
+                    bias = torch.cat((a.q_proj.bias.float() * scale, a.k_proj.bias.float(), a.v_proj.bias.float())).contiguous()
+                mats.append(q.t())
+                vecs.append([_padded(s), bias, layer.input_layernorm.weight.detach().float().contiguous()])
+                q, s = quantize(a.o_proj.weight, precision)
+                mats.append(q.t())
+                vecs.append([_padded(s), layer.post_attention_layernorm.weight.detach().float().contiguous()])
+                q, s = quantize(torch.cat((mlp.gate_proj.weight, mlp.up_proj.weight)), precision)
+                mats.append(q.t())
+                vecs.append([_padded(s)])
+                q, s = quantize(mlp.down_proj.weight, precision)
+                mats.append(q.t())
+                vecs.append([_padded(s)])
+            q, s = quantize(m.lm_head.weight, precision)
+            mats.append(q.t())
+            vecs.append([_padded(s), m.model.norm.weight.detach().float().contiguous()])
+        panels, flat = _flat_pack(mats, _panels)
+        ptrs: list[int | None] = []
+        for w, extra in zip(panels, vecs, strict=True):
+            ptrs += [w.data_ptr(), *(None if v is None else v.data_ptr() for v in extra)]
+        return (flat, vecs, (ctypes.c_void_p * len(ptrs))(*ptrs))  # the tensors stay alive with their pointers
 
     def _matrices(self) -> tuple[list[Tensor], list[Tensor | None]]:
         """Per layer [K, N] matrices (qkv, o, gate|up, down) with norm weights and 1/sqrt(D) folded in, then the head."""
@@ -230,7 +286,7 @@ class FusedDecoder:
         valid_to = [t] * b if n_valid is None else n_valid
         if max(s + n for s, n in zip(starts, valid_to)) > cache.slots - 1:
             raise ValueError(f"KV cache row overflow: {max(s + n for s, n in zip(starts, valid_to))} tokens > {cache.slots - 1} slots")
-        self.ensure("native")
+        self.ensure(self._native_layout)
         m = b * t
         rows, slot, pos, tok = self._index_bufs
         ids_l = ids.reshape(-1).tolist()
@@ -249,7 +305,10 @@ class FusedDecoder:
         head, tail = self._call_args
         out = self._logits_buf
         kc, vc = self._cache_pointers(cache)
-        rc = self.kernel.pt_forward_tokens(m, *head, kc, vc, cache.slots, *tail, out.data_ptr())
+        if self.precision == "fp32":
+            rc = self.kernel.pt_forward_tokens(m, *head, kc, vc, cache.slots, *tail, out.data_ptr())
+        else:
+            rc = self.kernel.pt_forward_tokens_q(_WTYPE[self.precision], m, *head, kc, vc, cache.slots, *tail, out.data_ptr())
         logits = out[:m].view(b, t, cfg.vocab_size).clone()
         if rc != 0:
             raise MemoryError("native decode kernel could not allocate its scratch buffer")

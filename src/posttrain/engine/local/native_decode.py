@@ -1,6 +1,8 @@
 """The decode forward as one compiled C function: the engine's batch-1 (small-batch) fast path.
 
-Covers: building and loading the C kernel `pt_forward_tokens`
+Covers: building and loading the C kernel `pt_forward_tokens` (and
+`pt_forward_tokens_q`, the same forward on int8 or bf16 weight panels with
+per-column scales, dequantised in registers: engine/local/precision.py)
 (`decode_kernel.c`, shipped beside this module as package data and read when
 the kernel is built) for the forward of a few new tokens
 per row of the native Llama/Qwen2 model in float32 over the engine's plain
@@ -27,8 +29,8 @@ the learner's logprobs.
 Falls back (returns None from `load_kernel`, and the engine uses the PyTorch
 path) when there is no C compiler, the build fails, or
 `POSTTRAIN_NATIVE_KERNELS=0`; the reason is logged once.
-Does not cover: prefill, cascade rows, sliding windows, dtypes other than
-float32, compilers other than GCC/Clang (the code uses their vector extensions).
+Does not cover: prefill, cascade rows, sliding windows, activations or a
+KV cache in anything but float32, compilers other than GCC/Clang (the code uses their vector extensions).
 """
 
 from __future__ import annotations
@@ -111,4 +113,7 @@ def load_kernel() -> ctypes.CDLL | None:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     fn.argtypes = [i32] * 8 + [p, p, p, i64, p, p, p, p, p, p, p, ctypes.c_float, p]
     fn.restype = i32
+    fq = dll.pt_forward_tokens_q  # the same forward on int8 / bf16 panels: a leading weight-type code
+    fq.argtypes = [i32] * 9 + [p, p, p, i64, p, p, p, p, p, p, p, ctypes.c_float, p]
+    fq.restype = i32
     return dll
