@@ -265,7 +265,7 @@ def spec(tok, rounds: int, length: int = 120) -> dict:
         params = SamplingParams(max_tokens=new, temperature=temperature, ignore_eos=True, seed=0)
         outs, metrics = {}, {}
 
-        def run(kind):
+        def run(kind, params=params, outs=outs, metrics=metrics):
             cfg = SpecConfig("ngram", k=8, ngram_max=4, ngram_min=2) if kind == "spec" else None
             eng = LocalEngine(model, tok, speculative=cfg)
             toks = 0
@@ -327,7 +327,8 @@ def main() -> None:
             print({k: v for k, v in out.items() if k.startswith("batch1")}, flush=True)
         if "agent" not in skip:
             out.update(agent_replay(native, tok))
-            print({k: out[k] for k in ("prefill_fraction", "prefix_hit_rate", "agent_prefill_tokens", "agent_prompt_tokens_submitted")}, flush=True)
+            keys = ("prefill_fraction", "prefix_hit_rate", "agent_prefill_tokens", "agent_prompt_tokens_submitted")
+            print({k: out[k] for k in keys}, flush=True)
         if "spec" not in skip:
             out.update(spec(tok, args.rounds))
             print({k: v for k, v in out.items() if k.startswith("spec")}, flush=True)

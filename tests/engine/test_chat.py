@@ -18,7 +18,10 @@ CHATML = (
 def test_plain_template_joins_contents():
     t = ChatTemplate.plain()
     assert t.render([{"role": "user", "content": "12+34="}]) == "12+34="
-    assert t.render([{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "1+1="}]}]) == "be brief\n1+1="
+    assert (
+        t.render([{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "1+1="}]}])
+        == "be brief\n1+1="
+    )
     tok = char_tokenizer()
     assert t.encode([{"role": "user", "content": "7="}], tok) == tok.encode("7=")  # with BOS, as the model trained
 
@@ -31,7 +34,12 @@ def test_checkpoint_template_matches_transformers(tmp_path):
     cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
     cfg["chat_template"] = CHATML
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
-    messages = [{"role": "system", "content": "sum"}, {"role": "user", "content": "2+2="}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "3+3="}]
+    messages = [
+        {"role": "system", "content": "sum"},
+        {"role": "user", "content": "2+2="},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "3+3="},
+    ]
     ours = ChatTemplate.from_checkpoint(tmp_path)
     hf = PreTrainedTokenizerFast.from_pretrained(str(tmp_path))
     assert ours.render(messages) == hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -39,7 +47,14 @@ def test_checkpoint_template_matches_transformers(tmp_path):
 
 
 def test_named_template_list_and_jinja_file(tmp_path):
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D{{ bos_token }}"}], "bos_token": "<s>"}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D{{ bos_token }}"}],
+                "bos_token": "<s>",
+            }
+        )
+    )
     assert ChatTemplate.from_checkpoint(tmp_path).render([{"role": "user", "content": "x"}]) == "D<s>"
     (tmp_path / "chat_template.jinja").write_text("J{{ messages|length }}")
     assert ChatTemplate.from_checkpoint(tmp_path).render([{"role": "user", "content": "x"}]) == "J1"
@@ -53,7 +68,9 @@ def test_bad_messages_and_template_refusals_are_chat_template_errors(tmp_path):
         t.render([{"role": "user", "content": [{"type": "image_url"}]}])
     with pytest.raises(ChatTemplateError, match="at least one"):
         t.render([])
-    strict = ChatTemplate("{% if messages[0]['role'] != 'user' %}{{ raise_exception('first message must be from the user') }}{% endif %}ok")
+    strict = ChatTemplate(
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first message must be from the user') }}{% endif %}ok"
+    )
     with pytest.raises(ChatTemplateError, match="first message must be from the user"):
         strict.render([{"role": "assistant", "content": "x"}])
     assert strict.render([{"role": "user", "content": "x"}]) == "ok"

@@ -66,7 +66,7 @@ def test_decode_step_equals_the_model_forward(native, heads, kv_heads, bias, hid
     assert (fused.kernel is not None) == native, NO_KERNEL
     lens = [len(p) for p in prompts]
     with torch.inference_mode():
-        for step in range(4):
+        for _ in range(4):
             ids = torch.randint(3, 90, (3,), generator=g)
             ref = model(ids[:, None], cache=ref_cache.bind(slice(0, 3), lens, None, 1))[:, 0]
             out = fused.step(ids, lens, cache)
@@ -110,7 +110,9 @@ def test_rotate_half_matrix_is_rotate_half():
     assert torch.equal(x @ rotate_half_matrix(8), torch.cat((-x[:, 4:], x[:, :4]), dim=1))
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=0, max_tokens=24), SamplingParams(temperature=0.8, max_tokens=24, seed=4)])
+@pytest.mark.parametrize(
+    "params", [SamplingParams(temperature=0, max_tokens=24), SamplingParams(temperature=0.8, max_tokens=24, seed=4)]
+)
 def test_engine_with_and_without_the_fused_step_agree(params):
     """Same tokens, logprobs equal to 1e-5, and equal to the learner's (trainer parity) on the fast path."""
     model = _model(hidden=64, layers=3)
@@ -187,7 +189,9 @@ def test_several_tokens_per_row_equal_the_model_forward():
     for a, b in zip(ref_cache.k + ref_cache.v, cache.k + cache.v):  # real tokens stored, padding stored nowhere real
         torch.testing.assert_close(a[:, :, :-1], b[:, :, :-1], atol=2e-5, rtol=1e-5)
     with torch.inference_mode():
-        assert fused.forward_tokens(torch.zeros((4, 5), dtype=torch.long), [0] * 4, None, SlotCache(model.config, 4, 16)) is None  # too wide
+        assert (
+            fused.forward_tokens(torch.zeros((4, 5), dtype=torch.long), [0] * 4, None, SlotCache(model.config, 4, 16)) is None
+        )  # too wide
 
 
 def test_engines_over_one_model_share_one_packed_copy_until_it_changes():
@@ -241,7 +245,19 @@ def test_the_kernel_source_ships_as_package_data(tmp_path):
     shutil.copytree(root / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(root / name, tmp_path / name)
-    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(tmp_path / "dist"), str(tmp_path)]
+    build = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-q",
+        "-w",
+        str(tmp_path / "dist"),
+        str(tmp_path),
+    ]
     proc = subprocess.run(build, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("*.whl")

@@ -275,7 +275,7 @@ def test_continuous_batching_equals_one_at_a_time(tiny_model_dir):
     alone = [LocalEngine(model, tok).generate([p], _greedy(m, ignore_eos=True))[0][0] for p, m in zip(prompts, budgets)]
     eng = LocalEngine(model, tok, prefill_chunk=4, max_prefill_tokens=8)
     reqs = []
-    for i, (p, m) in enumerate(zip(prompts, budgets)):
+    for p, m in zip(prompts, budgets):
         reqs.append(eng.submit(p, _greedy(m, ignore_eos=True)))
         eng.step()  # the next request arrives while this one is running
     while eng.has_unfinished():

@@ -51,7 +51,9 @@ def test_with_a_tokenizer_it_has_tokens_max_tokens_stop_strings_and_a_token_stre
     assert len(deltas) == 10 and "".join(d.text for d in deltas if d.sample_index == 1) == "the a"
     assert [d.finish_reason for d in deltas if d.finish_reason] == [FinishReason.LENGTH] * 2
     assert engine.encode(["ab"]) == [tok.encode("ab")]
-    assert engine.usage.requests == 4 and engine.usage.prompt_tokens == 4 * len(tok.encode("q"))  # one request per prompt per call
+    assert engine.usage.requests == 4 and engine.usage.prompt_tokens == 4 * len(
+        tok.encode("q")
+    )  # one request per prompt per call
     assert engine.usage.completion_tokens == 16 + 3 + 13 + 2 * 5
 
 

@@ -122,7 +122,12 @@ class FakeServer:
                 n = body.get("n", 1)
                 return {
                     "choices": [
-                        {"index": i, "text": "ok", "finish_reason": "length", "logprobs": {"tokens": ["token_id:7", "token_id:8"], "token_logprobs": [-0.1, -0.2]}}
+                        {
+                            "index": i,
+                            "text": "ok",
+                            "finish_reason": "length",
+                            "logprobs": {"tokens": ["token_id:7", "token_id:8"], "token_logprobs": [-0.1, -0.2]},
+                        }
                         for i in range(n)
                     ],
                     "usage": {"prompt_tokens": 3, "completion_tokens": 2 * n, "total_tokens": 3 + 2 * n},
@@ -153,7 +158,7 @@ def _engine(url: str, **kwargs) -> OpenAIEngine:
 def test_retries_through_429_500_and_a_timeout():
     with FakeServer(["429", "500", "slow"]) as fake:
         engine = _engine(fake.url, timeout_s=1.0, max_retries=3)
-        (c,), = engine.generate(["x"], SamplingParams(max_tokens=2))
+        ((c,),) = engine.generate(["x"], SamplingParams(max_tokens=2))
     assert fake.attempts == 4
     assert c.token_ids == [7, 8] and c.logprobs == [-0.1, -0.2] and c.text == "ok" and c.finish_reason is FinishReason.LENGTH
     u = engine.usage.summary()

@@ -6,7 +6,9 @@ from posttrain.engine.local.kv import SlotCache
 from posttrain.engine.local.prefix_cache import PrefixCache
 from posttrain.models import ModelConfig
 
-CFG = ModelConfig(vocab_size=50, hidden_size=8, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+CFG = ModelConfig(
+    vocab_size=50, hidden_size=8, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1
+)
 
 
 def _row_source(cache, row):

@@ -82,7 +82,9 @@ def test_models_lists_and_retrieves_the_served_model(client):
 
 def test_greedy_completion_matches_the_engine_and_counts_usage(client, reference):
     _, tok, engine = reference
-    r = client.completions.create(model=MODEL, prompt="12+34=", max_tokens=6, temperature=0, extra_body={"return_token_ids": True})
+    r = client.completions.create(
+        model=MODEL, prompt="12+34=", max_tokens=6, temperature=0, extra_body={"return_token_ids": True}
+    )
     want = engine.generate(["12+34="], SamplingParams(temperature=0, max_tokens=6))[0][0]
     choice = r.choices[0]
     assert choice.text == want.text
@@ -142,7 +144,9 @@ def test_chat_logprobs_and_top_logprobs(client):
 
 
 def test_plain_chat_template_prompts_like_a_completion(client):
-    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "12+30="}], max_tokens=5, temperature=0)
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "12+30="}], max_tokens=5, temperature=0
+    )
     comp = client.completions.create(model=MODEL, prompt="12+30=", max_tokens=5, temperature=0)
     assert chat.choices[0].message.content == comp.choices[0].text
     assert chat.choices[0].message.role == "assistant"
@@ -181,8 +185,13 @@ def test_streaming_completion_concatenates_to_the_plain_answer(client):
 
 def test_streaming_chat_with_n_and_usage(client):
     stream = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "2+2="}], n=2, max_tokens=5, seed=7,
-        stream=True, stream_options={"include_usage": True},
+        model=MODEL,
+        messages=[{"role": "user", "content": "2+2="}],
+        n=2,
+        max_tokens=5,
+        seed=7,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     texts, finish, usage = {0: "", 1: ""}, {}, None
     for chunk in stream:
@@ -245,7 +254,11 @@ def test_concurrent_clients_run_in_one_continuous_batch(served):
     assert batcher.continuous
     batcher.stats.max_jobs_together = 0
     long_one = threading.Thread(
-        target=lambda: httpx.post(server.url + "/v1/completions", json={"model": MODEL, "prompt": "0=", "max_tokens": 200, "ignore_eos": True}, timeout=60)
+        target=lambda: httpx.post(
+            server.url + "/v1/completions",
+            json={"model": MODEL, "prompt": "0=", "max_tokens": 200, "ignore_eos": True},
+            timeout=60,
+        )
     )
     long_one.start()  # a long completion: the others join the batch while it runs
     _wait_until(lambda: batcher.stats.engine_calls > 0 and batcher.stats.max_jobs_together >= 1)
@@ -407,7 +420,9 @@ def test_checkpoint_chat_template_is_used(tmp_path, tiny_model_dir):
     d = tmp_path / "templated"
     shutil.copytree(tiny_model_dir, d)
     cfg = json.loads((d / "tokenizer_config.json").read_text())
-    cfg["chat_template"] = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+    cfg["chat_template"] = (
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     model, tok = load_model(d)
     template = ChatTemplate.from_checkpoint(d)
@@ -451,7 +466,10 @@ def test_text_deltas_hold_back_incomplete_utf8():
     vocab = {"a": 0, "<0xC3>": 1, "<0xA9>": 2, "b": 3}
     backend = HFTokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
     backend.decoder = decoders.ByteFallback()
-    decode = lambda ids: backend.decode(ids)
+
+    def decode(ids):
+        return backend.decode(ids)
+
     ids = [0, 1, 2, 3]
     assert decode(ids) == "aéb"
     assert text_deltas(decode, ids, "aéb") == ["a", "", "é", "b"]
@@ -471,7 +489,11 @@ def test_a_continuous_engine_streams_deltas_step_by_step(tiny_model_dir):
     batcher = RequestBatcher(LocalEngine(model, tok))
     seen: list[tuple[int, int]] = []  # (engine steps so far, tokens in the delta) at each delta
     try:
-        future = batcher.submit([tok.encode("1+2=")], SamplingParams(max_tokens=8, ignore_eos=True), on_delta=lambda d: seen.append((batcher.stats.engine_calls, len(d.token_ids))))
+        future = batcher.submit(
+            [tok.encode("1+2=")],
+            SamplingParams(max_tokens=8, ignore_eos=True),
+            on_delta=lambda d: seen.append((batcher.stats.engine_calls, len(d.token_ids))),
+        )
         (group,) = future.result(timeout=60)
     finally:
         batcher.close()
@@ -486,7 +508,10 @@ def test_an_engine_failure_mid_stream_is_an_error_event(tiny_model_dir):
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
         with pytest.raises(openai.APIError, match="CUDA fell over"):
             list(client.completions.create(model=MODEL, prompt="1", max_tokens=1, stream=True))
-        r = httpx.post(server.url + "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "1"}], "max_tokens": 1, "stream": True})
+        r = httpx.post(
+            server.url + "/v1/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": "1"}], "max_tokens": 1, "stream": True},
+        )
         assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]")
 
 
@@ -510,7 +535,9 @@ def test_a_request_whose_client_left_never_reaches_the_engine(tiny_model_dir):
     queued = app.state.service.batcher.waiting
     with ServerThread(app) as server:
         url = server.url + "/v1/completions"
-        blocker = threading.Thread(target=lambda: httpx.post(url, json={"model": MODEL, "prompt": "A", "max_tokens": 1}, timeout=60))
+        blocker = threading.Thread(
+            target=lambda: httpx.post(url, json={"model": MODEL, "prompt": "A", "max_tokens": 1}, timeout=60)
+        )
         blocker.start()  # occupies the engine until the gate opens
         _wait_until(lambda: engine.prompts)
         with pytest.raises(httpx.ReadTimeout):  # this client gives up while its request still waits

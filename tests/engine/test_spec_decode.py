@@ -27,12 +27,12 @@ import random
 
 import pytest
 import torch
-from tiny_models import copier_model
 
 from posttrain.engine import LocalEngine, SpecConfig
 from posttrain.engine.local.spec_decode import ngram_propose, verify
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer, load_model
 from posttrain.types import SamplingParams
+from tiny_models import copier_model
 
 
 def _chi2_pvalue(observed: torch.Tensor, expected_p: torch.Tensor) -> float:
@@ -94,7 +94,9 @@ def test_greedy_speculative_is_token_identical(pair):
 
 
 def _peaky_model(vocab: int, seed: int) -> CausalLM:
-    cfg = ModelConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    cfg = ModelConfig(
+        vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+    )
     m = CausalLM(cfg)
     m.init_weights(torch.Generator().manual_seed(seed), std=0.6)  # far from uniform: a meaningful test
     return m.eval()
@@ -247,7 +249,10 @@ def test_greedy_speculative_output_equals_plain_decoding_over_32_tokens(greedy_m
     for prompt, want_group, got_group in zip(GREEDY_PROMPTS, plain, got):
         for (want_ids, want_lps), (ids, lps) in zip(want_group, got_group, strict=True):
             assert len(ids) == 32
-            assert ids == want_ids, f"{method} k={k} {layout}: {prompt!r} diverges at token {next(i for i, (a, b) in enumerate(zip(ids, want_ids)) if a != b)}"
+            assert ids == want_ids, (
+                f"{method} k={k} {layout}: {prompt!r} diverges at token "
+                f"{next(i for i, (a, b) in enumerate(zip(ids, want_ids)) if a != b)}"
+            )
             torch.testing.assert_close(torch.tensor(lps), torch.tensor(want_lps), atol=1e-5, rtol=1e-5)
     m = eng.metrics()
     # both branches of the rule ran: some proposals accepted (multi-token steps), some rejected

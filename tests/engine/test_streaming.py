@@ -136,7 +136,11 @@ def test_detokenising_costs_a_bounded_window_per_token():
     tok.decode = counting
     try:
         n = 400
-        (c,) = [d.completion for d in engine.stream(["x"], SamplingParams(max_tokens=n, temperature=1.0, seed=0, ignore_eos=True)) if d.completion]
+        (c,) = [
+            d.completion
+            for d in engine.stream(["x"], SamplingParams(max_tokens=n, temperature=1.0, seed=0, ignore_eos=True))
+            if d.completion
+        ]
     finally:
         tok.decode = decode
     assert len(c.token_ids) == n

@@ -1,4 +1,5 @@
-"""VLLMEngine: parameter mapping and output conversion with a stand-in LLM everywhere; real generation where vLLM and a GPU exist."""
+"""VLLMEngine: parameter mapping and output conversion with a stand-in LLM everywhere;
+real generation where vLLM and a GPU exist."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
-from tiny_models import make_tiny_model
 
 from posttrain.engine.extras import MissingExtraError
 from posttrain.engine.remote.vllm_engine import (
@@ -21,11 +21,21 @@ from posttrain.engine.remote.vllm_engine import (
 from posttrain.models import load_model
 from posttrain.models.logprobs import token_logprobs
 from posttrain.types import FinishReason, SamplingParams
+from tiny_models import make_tiny_model
 
 
 def test_sampling_params_map_to_vllms():
     kw = sampling_kwargs(SamplingParams(n=4, temperature=0.7, top_p=0.9, top_k=0, max_tokens=12, stop_token_ids=(2,), seed=5))
-    assert kw == {"n": 4, "temperature": 0.7, "top_p": 0.9, "top_k": -1, "max_tokens": 12, "seed": 5, "logprobs": 0, "stop_token_ids": [2]}
+    assert kw == {
+        "n": 4,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": -1,
+        "max_tokens": 12,
+        "seed": 5,
+        "logprobs": 0,
+        "stop_token_ids": [2],
+    }
     assert sampling_kwargs(SamplingParams(top_k=20))["top_k"] == 20
     assert "stop_token_ids" not in sampling_kwargs(SamplingParams())
     assert vllm_prompt("12+3=") == "12+3="
@@ -33,7 +43,9 @@ def test_sampling_params_map_to_vllms():
 
 
 def _output(index, token_ids, lps, reason, text="t"):
-    steps = [{t: SimpleNamespace(logprob=lp, rank=1), t + 1: SimpleNamespace(logprob=lp - 1, rank=2)} for t, lp in zip(token_ids, lps)]
+    steps = [
+        {t: SimpleNamespace(logprob=lp, rank=1), t + 1: SimpleNamespace(logprob=lp - 1, rank=2)} for t, lp in zip(token_ids, lps)
+    ]
     return SimpleNamespace(index=index, text=text, token_ids=token_ids, logprobs=steps, finish_reason=reason)
 
 

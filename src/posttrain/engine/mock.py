@@ -132,7 +132,8 @@ class MockEngine:
         if self._next >= len(self.responses):
             if not self.cycle:
                 raise ScriptExhaustedError(
-                    f"MockEngine was asked for completion {self._next + 1} but holds {len(self.responses)} responses (pass cycle=True to repeat them)"
+                    f"MockEngine was asked for completion {self._next + 1} but holds {len(self.responses)} responses "
+                    "(pass cycle=True to repeat them)"
                 )
             self._next = 0
         text = self.responses[self._next]

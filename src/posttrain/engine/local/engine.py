@@ -112,7 +112,9 @@ class LocalEngine:
         if prefill_chunk < 1 or max_prefill_tokens < prefill_chunk:
             raise ValueError("need prefill_chunk >= 1 and max_prefill_tokens >= prefill_chunk")
         if sliding_window is not None and speculative is not None:
-            raise ValueError("speculative decoding does not combine with a sliding window (rejected tokens would evict kept ones)")
+            raise ValueError(
+                "speculative decoding does not combine with a sliding window (rejected tokens would evict kept ones)"
+            )
         if (max_context is not None and max_context < 2) or max_concurrency < 1:
             raise ValueError("need max_context >= 2 (or None) and max_concurrency >= 1")
         self.model = model
@@ -132,12 +134,16 @@ class LocalEngine:
         self.dtype = next(model.parameters()).dtype
         use_prefix = prefix_cache_tokens > 0 and sliding_window is None
         self.prefix = (
-            PrefixCache(model.config, max(1, prefix_cache_tokens // prefix_block), prefix_block, self.dtype) if use_prefix else None
+            PrefixCache(model.config, max(1, prefix_cache_tokens // prefix_block), prefix_block, self.dtype)
+            if use_prefix
+            else None
         )
         self.cache_completions = cache_completions
         self.policy_version = 0
         # a sliding window keeps any length in bounded memory: no context limit unless one is given
-        self.max_context = max_context if max_context is not None or sliding_window is not None else model.config.max_position_embeddings
+        self.max_context = (
+            max_context if max_context is not None or sliding_window is not None else model.config.max_position_embeddings
+        )
         self.max_concurrency = max_concurrency
         self._clamp_noted = False
         self._worker: EngineWorker | None = None
@@ -183,9 +189,15 @@ class LocalEngine:
             aliases.setdefault(id(t), []).append(name)
         missing = [names[0] for names in aliases.values() if not any(n in state for n in names)]
         unexpected = [k for k in state if k not in own]
-        misshapen = [f"{k} {tuple(state[k].shape)} != {tuple(own[k].shape)}" for k in state if k in own and state[k].shape != own[k].shape]
+        misshapen = [
+            f"{k} {tuple(state[k].shape)} != {tuple(own[k].shape)}" for k in state if k in own and state[k].shape != own[k].shape
+        ]
         if missing or unexpected or misshapen:
-            parts = [f"{label}: {_names(items)}" for label, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshapen)) if items]
+            parts = [
+                f"{label}: {_names(items)}"
+                for label, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape", misshapen))
+                if items
+            ]
             raise WeightsMismatchError(f"load_weights needs exactly the model's state dict; {'; '.join(parts)}")
         with torch.no_grad():
             for name, t in state.items():
@@ -241,7 +253,8 @@ class LocalEngine:
             raise ValueError(f"n={params.n} exceeds the engine's max_batch_rows={self.max_batch_rows}")
         if self.max_context is not None and len(ids) >= self.max_context:
             raise ContextLengthError(
-                f"the prompt has {len(ids)} tokens; this model's context holds {self.max_context} (prompt and completion together)"
+                f"the prompt has {len(ids)} tokens; this model's context holds {self.max_context} "
+                "(prompt and completion together)"
             )
         return ids
 
@@ -260,7 +273,12 @@ class LocalEngine:
         return room
 
     def submit(
-        self, prompt: Prompt, params: SamplingParams, generator: torch.Generator | None = None, stream: bool = False, index: int = 0
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        generator: torch.Generator | None = None,
+        stream: bool = False,
+        index: int = 0,
     ) -> Request:
         """Queue one prompt for `params.n` samples; `step()` runs it. Raises ValueError on bad input."""
         self._check_thread()
@@ -271,7 +289,9 @@ class LocalEngine:
         if self.tokenizer.eos_id is not None and not params.ignore_eos:
             stop_ids.add(self.tokenizer.eos_id)
         max_tokens = self._budget(len(ids), params.max_tokens)
-        req = Request(self._next_id, ids, params, generator, stream, index=index, stop_ids=frozenset(stop_ids), max_tokens=max_tokens)
+        req = Request(
+            self._next_id, ids, params, generator, stream, index=index, stop_ids=frozenset(stop_ids), max_tokens=max_tokens
+        )
         self._next_id += 1
         self.stats["prompt_tokens_submitted"] += len(ids) * params.n
         self.waiting.append(req)
@@ -354,7 +374,10 @@ class LocalEngine:
     def _check_thread(self) -> None:
         worker = self._worker
         if worker is not None and threading.current_thread() is not worker.thread:
-            raise RuntimeError("LocalEngine.submit/step called outside its worker thread while the worker runs: use generate, stream or agenerate")
+            raise RuntimeError(
+                "LocalEngine.submit/step called outside its worker thread while the worker runs: "
+                "use generate, stream or agenerate"
+            )
 
     # -- the step loop ------------------------------------------------------------------------
     def step(self) -> list[CompletionDelta]:
@@ -521,7 +544,9 @@ class LocalEngine:
         if self.draft is None:
             props, srcs = [], []
             for s, kk in zip(seqs, ks):
-                p, src = lookup_propose(s.all, kk, cfg.ngram_max, cfg.ngram_min, s.lookup_at if cfg.carry else -1) if kk else ([], -1)
+                p, src = (
+                    lookup_propose(s.all, kk, cfg.ngram_max, cfg.ngram_min, s.lookup_at if cfg.carry else -1) if kk else ([], -1)
+                )
                 props.append(p)
                 srcs.append(src)
         else:
@@ -606,8 +631,12 @@ class LocalEngine:
             count[g] += 1
         lens = torch.tensor([s.base for s in seqs])
         width = int(lens.max())
-        mask = torch.zeros((len(seqs), width), dtype=self.dtype).masked_fill_(torch.arange(width)[None] >= lens[:, None], float("-inf"))
-        return SharedPrefix(self.pkv, groups, width, max(count), torch.tensor(group), torch.tensor(member), lens, mask[:, None, None])
+        mask = torch.zeros((len(seqs), width), dtype=self.dtype).masked_fill_(
+            torch.arange(width)[None] >= lens[:, None], float("-inf")
+        )
+        return SharedPrefix(
+            self.pkv, groups, width, max(count), torch.tensor(group), torch.tensor(member), lens, mask[:, None, None]
+        )
 
     # -- sampling and bookkeeping -------------------------------------------------------------
     def _sample(self, logits: Tensor, seqs: list[Sequence]) -> tuple[Tensor, Tensor]:

@@ -176,7 +176,8 @@ class FusedDecoder:
                 panels, flat = _flat_pack(mats, _panels)
                 ptrs = []
                 for i, bias in enumerate(biases):
-                    ptrs += [panels[4 * i].data_ptr(), None if bias is None else bias.data_ptr(), *(x.data_ptr() for x in panels[4 * i + 1 : 4 * i + 4])]
+                    rest = panels[4 * i + 1 : 4 * i + 4]
+                    ptrs += [panels[4 * i].data_ptr(), None if bias is None else bias.data_ptr(), *(x.data_ptr() for x in rest)]
                 ptrs.append(panels[-1].data_ptr())
                 payload = (flat, biases, (ctypes.c_void_p * len(ptrs))(*ptrs))  # the tensors stay alive with their pointers
             shared[layout] = (list(self._versions), list(self._params), payload)
@@ -285,7 +286,9 @@ class FusedDecoder:
         cfg = self.model.config
         valid_to = [t] * b if n_valid is None else n_valid
         if max(s + n for s, n in zip(starts, valid_to)) > cache.slots - 1:
-            raise ValueError(f"KV cache row overflow: {max(s + n for s, n in zip(starts, valid_to))} tokens > {cache.slots - 1} slots")
+            raise ValueError(
+                f"KV cache row overflow: {max(s + n for s, n in zip(starts, valid_to))} tokens > {cache.slots - 1} slots"
+            )
         self.ensure(self._native_layout)
         m = b * t
         rows, slot, pos, tok = self._index_bufs
@@ -300,7 +303,8 @@ class FusedDecoder:
         if self._call_args is None:
             self._call_args = (
                 (cfg.num_hidden_layers, self.hidden, self.hq, self.hkv, self.d, self.inter, cfg.vocab_size, self._native[2]),
-                (rows, slot, pos, cos.data_ptr(), sin.data_ptr(), tok, self.model.model.embed_tokens.weight.data_ptr(), cfg.rms_norm_eps),
+                (rows, slot, pos, cos.data_ptr(), sin.data_ptr(), tok,
+                 self.model.model.embed_tokens.weight.data_ptr(), cfg.rms_norm_eps),
             )  # fmt: skip
         head, tail = self._call_args
         out = self._logits_buf
@@ -337,7 +341,9 @@ class FusedDecoder:
             mask = rows_t = slot_t = None
         else:
             st = torch.tensor(starts)
-            mask = torch.zeros((b * hkv, 1, span)).masked_fill_(torch.arange(span)[None, None] > st.repeat_interleave(hkv)[:, None, None], float("-inf"))
+            mask = torch.zeros((b * hkv, 1, span)).masked_fill_(
+                torch.arange(span)[None, None] > st.repeat_interleave(hkv)[:, None, None], float("-inf")
+            )
             rows_t, slot_t = torch.arange(b), st
         cos, sin = self._rope_tables(span)
         pos = torch.tensor(starts)

@@ -98,7 +98,9 @@ def load_kernel() -> ctypes.CDLL | None:
                 out = Path(tmp) / "decode.so"
                 proc = subprocess.run([cc, *CFLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True, timeout=120)
                 if proc.returncode != 0:
-                    log.warning("building the native decode kernel failed, using PyTorch kernels: %s", proc.stderr.strip()[-2000:])
+                    log.warning(
+                        "building the native decode kernel failed, using PyTorch kernels: %s", proc.stderr.strip()[-2000:]
+                    )
                     return None
                 os.replace(out, lib)  # atomic: concurrent builders never load a half-written file
         except (OSError, subprocess.SubprocessError) as e:

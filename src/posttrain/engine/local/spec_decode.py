@@ -56,7 +56,9 @@ def ngram_propose(tokens: list[int], k: int, n_max: int, n_min: int, horizon: in
     return lookup_propose(tokens, k, n_max, n_min, -1, horizon)[0]
 
 
-def lookup_propose(tokens: list[int], k: int, n_max: int, n_min: int, carry: int = -1, horizon: int = 4096) -> tuple[list[int], int]:
+def lookup_propose(
+    tokens: list[int], k: int, n_max: int, n_min: int, carry: int = -1, horizon: int = 4096
+) -> tuple[list[int], int]:
     """-> (up to k proposed tokens, the index in `tokens` they were read from, or -1).
 
     The longest suffix n-gram (n_max down to n_min) that occurred before proposes what followed its

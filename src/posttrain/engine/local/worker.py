@@ -180,7 +180,8 @@ class EngineWorker:
             self.stats.engine_calls += 1
             for d in deltas:
                 self._route(d, routes, in_flight)
-            for job in [j for j in in_flight if j.on_delta is None and all(r.status is RequestStatus.FINISHED for r in j.requests)]:
+            done = [j for j in in_flight if j.on_delta is None and all(r.status is RequestStatus.FINISHED for r in j.requests)]
+            for job in done:
                 in_flight.remove(job)
                 for r in job.requests:
                     routes.pop(r.id, None)
@@ -231,12 +232,15 @@ class EngineWorker:
         try:
             result = []
             for req, comps in zip(job.requests, groups):
-                top = top_logprobs(self._model(), req.prompt, [c.token_ids for c in comps], job.params, job.top_logprobs) if job.top_logprobs else None
+                top = (
+                    top_logprobs(self._model(), req.prompt, [c.token_ids for c in comps], job.params, job.top_logprobs)
+                    if job.top_logprobs
+                    else None
+                )
                 result.append(GeneratedGroup(list(req.prompt), comps, top))
             job.future.set_result(result)
         except Exception as exc:  # noqa: BLE001 - the job fails, not the worker
             job.future.set_exception(exc)
-
 
     def _model(self) -> CausalLM:
         engine = self._engine()
@@ -246,7 +250,9 @@ class EngineWorker:
 
 
 @torch.inference_mode()
-def top_logprobs(model: CausalLM, prompt: list[int], completions: list[list[int]], params: SamplingParams, k: int) -> list[TopLogprobs]:
+def top_logprobs(
+    model: CausalLM, prompt: list[int], completions: list[list[int]], params: SamplingParams, k: int
+) -> list[TopLogprobs]:
     """For each completion, the k most likely tokens at every step under the sampled distribution."""
     longest = max((len(c) for c in completions), default=0)
     if longest == 0:

@@ -206,7 +206,9 @@ class OpenAIEngine:
         headers = {"Authorization": f"Bearer {self.api_key}"}
         timeout = httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
         limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
-        async with httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout, limits=limits, transport=self.transport) as client:
+        async with httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout, limits=limits, transport=self.transport
+        ) as client:
             return list(await asyncio.gather(*(self._group(client, limit, p, params) for p in prompts)))
 
     def stream(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> Iterator[CompletionDelta]:
@@ -234,7 +236,9 @@ class OpenAIEngine:
 
     # ---- one prompt
 
-    async def _group(self, client: httpx.AsyncClient, limit: asyncio.Semaphore, prompt: str | list[int], params: SamplingParams) -> list[Completion]:
+    async def _group(
+        self, client: httpx.AsyncClient, limit: asyncio.Semaphore, prompt: str | list[int], params: SamplingParams
+    ) -> list[Completion]:
         out = await self._request(client, limit, prompt, params, params.n, params.seed)
         while len(out) < params.n:  # a server that ignores `n` (some hosted APIs): ask again for the rest
             seed = None if params.seed is None else params.seed + len(out)
@@ -245,7 +249,13 @@ class OpenAIEngine:
         return out[: params.n]
 
     def _body(self, prompt: str | list[int], params: SamplingParams, n: int, seed: int | None) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "n": n, "max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "n": n,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+        }
         if seed is not None:
             body["seed"] = seed
         if params.stop:
@@ -268,7 +278,13 @@ class OpenAIEngine:
         return body
 
     async def _request(
-        self, client: httpx.AsyncClient, limit: asyncio.Semaphore, prompt: str | list[int], params: SamplingParams, n: int, seed: int | None
+        self,
+        client: httpx.AsyncClient,
+        limit: asyncio.Semaphore,
+        prompt: str | list[int],
+        params: SamplingParams,
+        n: int,
+        seed: int | None,
     ) -> list[Completion]:
         body = self._body(prompt, params, n, seed)
         path = "/chat/completions" if self.mode == "chat" else "/completions"
@@ -276,7 +292,11 @@ class OpenAIEngine:
             data = await self._post(client, path, body)
         usage = data.get("usage") or {}
         prompt_tokens, completion_tokens = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-        self.usage.add(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=self.price.cost(prompt_tokens, completion_tokens) if self.price else 0.0)
+        self.usage.add(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost_usd=self.price.cost(prompt_tokens, completion_tokens) if self.price else 0.0,
+        )
         choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
         return [self._completion(c) for c in choices]
 

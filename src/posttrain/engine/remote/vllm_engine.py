@@ -42,7 +42,9 @@ def require_vllm() -> Any:
     import torch
 
     if not torch.cuda.is_available():
-        raise GPUUnavailableError("VLLMEngine needs a CUDA GPU and none is visible (check CUDA_VISIBLE_DEVICES); use LocalEngine on CPU")
+        raise GPUUnavailableError(
+            "VLLMEngine needs a CUDA GPU and none is visible (check CUDA_VISIBLE_DEVICES); use LocalEngine on CPU"
+        )
     return vllm
 
 

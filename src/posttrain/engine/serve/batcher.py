@@ -63,7 +63,11 @@ class RequestBatcher:
         return self._worker.waiting
 
     def submit(
-        self, prompts: list[list[int]], params: SamplingParams, top_logprobs: int = 0, on_delta: Callable[[CompletionDelta], None] | None = None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        top_logprobs: int = 0,
+        on_delta: Callable[[CompletionDelta], None] | None = None,
     ) -> Future:
         """Future of `list[GeneratedGroup]`, one per prompt. Raises `queue.Full` when too many jobs wait."""
         return self._worker.submit(prompts, params, top_logprobs, on_delta)
@@ -93,7 +97,11 @@ class MergedBatcher:
         self._thread.start()
 
     def submit(
-        self, prompts: list[list[int]], params: SamplingParams, top_logprobs: int = 0, on_delta: Callable[[CompletionDelta], None] | None = None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        top_logprobs: int = 0,
+        on_delta: Callable[[CompletionDelta], None] | None = None,
     ) -> Future:
         """`on_delta` is never called: completions arrive whole."""
         waiting = self.waiting.qsize()
@@ -177,4 +185,6 @@ def _trim(c: Completion, max_tokens: int, decode) -> Completion:
     if len(c.token_ids) <= max_tokens:
         return c
     ids = c.token_ids[:max_tokens]
-    return dataclasses.replace(c, token_ids=ids, logprobs=c.logprobs[:max_tokens], text=decode(ids), finish_reason=FinishReason.LENGTH)
+    return dataclasses.replace(
+        c, token_ids=ids, logprobs=c.logprobs[:max_tokens], text=decode(ids), finish_reason=FinishReason.LENGTH
+    )

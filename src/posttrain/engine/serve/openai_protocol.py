@@ -23,7 +23,9 @@ MAX_LOGPROBS = 20
 class APIError(Exception):
     """An error the client caused or must see: becomes `{"error": {...}}` with `status`."""
 
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None, code: str | None = None):
+    def __init__(
+        self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
+    ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
 
@@ -154,7 +156,11 @@ class ChatCompletionRequest(_Sampling):
             raise ValueError("response_format: only {'type': 'text'} is supported by this server")
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs requires logprobs: true")
-        if self.max_tokens is not None and self.max_completion_tokens is not None and self.max_tokens != self.max_completion_tokens:
+        if (
+            self.max_tokens is not None
+            and self.max_completion_tokens is not None
+            and self.max_tokens != self.max_completion_tokens
+        ):
             raise ValueError("max_tokens and max_completion_tokens disagree; send one")
         return self
 
@@ -182,4 +188,3 @@ def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
     if first.get("type") == "missing":
         return f"missing required field: {where}", (loc[0] if loc else None)
     return (f"{where}: {msg}" if where else msg), (loc[0] if loc else None)
-

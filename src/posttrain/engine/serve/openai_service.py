@@ -104,7 +104,13 @@ class Service:
 
     def check_model(self, name: str) -> None:
         if name != self.config.model_name:
-            raise APIError(404, f"The model '{name}' does not exist; this server serves '{self.config.model_name}'", "invalid_request_error", "model", "model_not_found")
+            raise APIError(
+                404,
+                f"The model '{name}' does not exist; this server serves '{self.config.model_name}'",
+                "invalid_request_error",
+                "model",
+                "model_not_found",
+            )
 
     def encode_prompts(self, prompts: list[str] | list[list[int]]) -> list[list[int]]:
         vocab = self.tokenizer.vocab_size
@@ -118,7 +124,14 @@ class Service:
             out.append(ids)
         return out
 
-    def prepare(self, req: CompletionRequest | ChatCompletionRequest, prompts: list[list[int]], max_tokens: int | None, default: int, top_k_logprobs: int) -> Prepared:
+    def prepare(
+        self,
+        req: CompletionRequest | ChatCompletionRequest,
+        prompts: list[list[int]],
+        max_tokens: int | None,
+        default: int,
+        top_k_logprobs: int,
+    ) -> Prepared:
         max_tokens = self._budget(prompts, req, max_tokens, default)
         vocab = self.tokenizer.vocab_size
         stop_ids = tuple(req.stop_token_ids or ())
@@ -141,7 +154,9 @@ class Service:
             raise bad_request(str(exc)) from None
         return Prepared(prompts, params, top_k_logprobs)
 
-    def _budget(self, prompts: list[list[int]], req: CompletionRequest | ChatCompletionRequest, max_tokens: int | None, default: int) -> int:
+    def _budget(
+        self, prompts: list[list[int]], req: CompletionRequest | ChatCompletionRequest, max_tokens: int | None, default: int
+    ) -> int:
         """Tokens to generate: as asked (chat: `default` when unset), cut to what the context leaves after the longest prompt."""
         if self.max_context is None:
             return default if max_tokens is None else max_tokens
@@ -149,7 +164,11 @@ class Service:
         room = self.max_context - longest
         if room < 1:
             where = "messages" if isinstance(req, ChatCompletionRequest) else "prompt"
-            raise bad_request(f"This model's maximum context length is {self.max_context} tokens; the prompt has {longest}", where, "context_length_exceeded")
+            raise bad_request(
+                f"This model's maximum context length is {self.max_context} tokens; the prompt has {longest}",
+                where,
+                "context_length_exceeded",
+            )
         if max_tokens is None:
             return min(default, room)
         if max_tokens > room:
@@ -166,7 +185,9 @@ class Service:
         try:
             return self.batcher.submit(job.prompts, job.params, job.top_k_logprobs, on_delta)
         except queue.Full:
-            raise APIError(429, "the server is at capacity; retry shortly", "rate_limit_error", None, "rate_limit_exceeded") from None
+            raise APIError(
+                429, "the server is at capacity; retry shortly", "rate_limit_error", None, "rate_limit_exceeded"
+            ) from None
 
     async def _result(self, future) -> list[GeneratedGroup]:
         try:
@@ -177,7 +198,9 @@ class Service:
             log.exception("generation failed")  # the traceback stays in the server log
             raise APIError(500, f"generation failed: {type(exc).__name__}: {exc}", "server_error") from None
 
-    async def generate(self, job: Prepared, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[GeneratedGroup] | None:
+    async def generate(
+        self, job: Prepared, is_disconnected: Callable[[], Awaitable[bool]] | None = None
+    ) -> list[GeneratedGroup] | None:
         """The job's groups; None if the client went away first (a job still waiting is then dropped)."""
         future = self._submit(job)
         if is_disconnected is not None:
@@ -224,7 +247,9 @@ class Service:
     def fingerprint(self) -> str:
         return f"posttrain-v{self.engine.policy_version}"
 
-    def completion_logprobs(self, token_ids: list[int], logprobs: list[float], top: TopLogprobs | None, k: int, offset0: int = 0) -> dict[str, Any]:
+    def completion_logprobs(
+        self, token_ids: list[int], logprobs: list[float], top: TopLogprobs | None, k: int, offset0: int = 0
+    ) -> dict[str, Any]:
         tokens = [token_str(self.tokenizer, t) for t in token_ids]
         offsets, pos = [], offset0
         for s in tokens:
@@ -304,12 +329,22 @@ class Service:
                     choice["token_ids"] = list(d.token_ids)
                 yield {**base, "choices": [choice]}
             if d.finish_reason is not None:
-                yield {**base, "choices": [{"index": index, "text": "", "logprobs": None, "finish_reason": d.finish_reason.value}]}
+                yield {
+                    **base,
+                    "choices": [{"index": index, "text": "", "logprobs": None, "finish_reason": d.finish_reason.value}],
+                }
 
-    async def chat_chunks(self, req: ChatCompletionRequest, rid: str, events: AsyncIterator, n_prompts: int = 1) -> AsyncIterator[dict[str, Any]]:
+    async def chat_chunks(
+        self, req: ChatCompletionRequest, rid: str, events: AsyncIterator, n_prompts: int = 1
+    ) -> AsyncIterator[dict[str, Any]]:
         base = self._envelope(rid, "chat.completion.chunk", req.model)
         for index in range(n_prompts * req.n):
-            yield {**base, "choices": [{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]}
+            yield {
+                **base,
+                "choices": [
+                    {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                ],
+            }
         async for event in events:
             if isinstance(event, list):
                 if req.stream_options and req.stream_options.include_usage:
@@ -320,4 +355,7 @@ class Service:
                 lp = self.chat_logprobs(d.token_ids, d.logprobs, event.top) if req.logprobs else None
                 yield {**base, "choices": [{"index": index, "delta": {"content": d.text}, "logprobs": lp, "finish_reason": None}]}
             if d.finish_reason is not None:
-                yield {**base, "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": d.finish_reason.value}]}
+                yield {
+                    **base,
+                    "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": d.finish_reason.value}],
+                }

@@ -96,7 +96,13 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
         return error(APIError(500, f"internal error: {type(exc).__name__}", "server_error"))
 
     def model_card() -> dict[str, Any]:
-        return {"id": config.model_name, "object": "model", "created": service.created, "owned_by": "posttrain", "max_model_len": service.max_context}
+        return {
+            "id": config.model_name,
+            "object": "model",
+            "created": service.created,
+            "owned_by": "posttrain",
+            "max_model_len": service.max_context,
+        }
 
     def stream(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
         return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
