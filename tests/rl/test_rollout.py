@@ -42,3 +42,16 @@ def test_tasks_of_several_domains_use_their_own_verifier(tiny_model_dir):
     tasks = [Task("a", "1=", "1", meta={DOMAIN_KEY: "good"}), Task("b", "2=", "2", meta={DOMAIN_KEY: "other"})]
     groups = asyncio.run(rollouter.run(tasks, n=2))
     assert groups[0].rewards == [1.0, 1.0] and groups[1].rewards == [0.0, 0.0]
+
+
+def test_inline_and_worker_sampling_give_the_same_groups(tiny_model_dir):
+    model, tok = load_model(tiny_model_dir)
+    tasks = [Task("a", "1+1=", "2"), Task("b", "2+2=", "4")]
+    params = SamplingParams(max_tokens=4, seed=7)
+    out = []
+    for inline in (True, False):
+        engine = build_engine(None, model, tok)
+        groups = asyncio.run(SingleTurnRollouter(engine, params, ExactMatch(), inline=inline).run(tasks, n=3))
+        out.append([[t.completion.token_ids for t in g.trajectories] for g in groups])
+        engine.close()
+    assert out[0] == out[1]

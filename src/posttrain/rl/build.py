@@ -120,7 +120,8 @@ def sampling_params(cfg: RunConfig, domains: list[Domain]) -> SamplingParams:
 
 def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], params: SamplingParams) -> Rollouter:
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
-    return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers)
+    return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers,
+                               inline=cfg.rollout.mode == "sync")
 
 
 def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate") -> Curriculum:
