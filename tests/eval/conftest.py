@@ -39,7 +39,12 @@ class FakeEngine:
         return self.generate(prompts, params)
 
     def stream(self, prompts, params):
-        raise NotImplementedError("the evaluation fakes do not stream")
+        """The same completions as `generate`, each as one final delta."""
+        from posttrain.engine.base import CompletionDelta
+
+        for i, group in enumerate(self.generate(prompts, params)):
+            for j, c in enumerate(group):
+                yield CompletionDelta(i, j, i, c.token_ids, c.logprobs, c.text, c.finish_reason, c)
 
     def load_weights(self, state, version):
         self.policy_version = version

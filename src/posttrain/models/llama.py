@@ -8,7 +8,7 @@ both the engine (with a `KVCache`) and the learner (without one), so sampler
 and trainer logprobs come from the same code.
 A cache is a `Cache`: `prepare` (positions and attention mask for the new
 tokens), `update` (store one layer's new keys/values, return what to attend
-over), `advance`, and `cascade` / `attend` for a cache that attends itself
+over), `advance`, and `cascade`; a `CascadeCache` also has `attend`, for a cache that attends itself
 (over a group's shared prompt KV); `KVCache` is the simple shared-length one,
 the engine's per-row slot cache (`posttrain.engine.local.kv`) is another.
 Does not cover: paged/block KV caches (the engine builds its own on top of the
@@ -18,7 +18,7 @@ Does not cover: paged/block KV caches (the engine builds its own on top of the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -40,9 +40,14 @@ class Cache(Protocol):
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]: ...
 
-    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
-
     def advance(self, t: int) -> None: ...
+
+
+class CascadeCache(Cache, Protocol):
+    """A cache whose `cascade` is True: it computes each layer's attention itself (the engine's slot cache,
+    attending over a group's shared prompt KV and each row's own tokens)."""
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor: ...
 
 
 @dataclass
@@ -120,9 +125,6 @@ class KVCache:
     def cascade(self) -> bool:
         return False  # rows hold their own copy of the prompt: plain attention over `update`'s keys
 
-    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        raise NotImplementedError("KVCache does not cascade: the model attends over what `update` returns")
-
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
@@ -176,7 +178,8 @@ class Attention(nn.Module):
         k = apply_rope(self.k_proj(x).view(b, t, self.n_kv, self.head_dim), cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         if cache is not None and cache.cascade:  # the cache attends itself (shared prompt KV)
-            return self.o_proj(cache.attend(layer, q, k, v).transpose(1, 2).reshape(b, t, -1))
+            attended = cast(CascadeCache, cache).attend(layer, q, k, v)
+            return self.o_proj(attended.transpose(1, 2).reshape(b, t, -1))
         if cache is not None:
             k, v = cache.update(layer, k, v)
             if self.n_kv != self.n_heads and mask is not None:
