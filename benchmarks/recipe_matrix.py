@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,6 +53,34 @@ def curve(run_dir: Path) -> list[tuple[int, float]]:
     return [(s, json.loads(m)["greedy_accuracy"]) for s, m in rows]
 
 
+def run_cell(family: str, seed: int, args: argparse.Namespace, runs: str, env: dict[str, str]) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cell_args(family, seed, args, runs), env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"{family} seed {seed}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr, flush=True)
+        return {"family": family, "seed": seed, "failed": True}
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    cell = {
+        "family": family, "seed": seed,
+        "greedy_before": r["greedy_before"], "greedy_after": r["greedy_after"],
+        "pass1_before": r["pass1_before"], "pass1_after": r["pass1_after"],
+        "greedy_final": r["greedy_final"], "best_step": r["best_step"], "base_in_band": r["base_in_band"],
+        "n_reporting": r["n_held_out"], "n_selection": r["n_selection"],
+        "curve": curve(Path(r["run_dir"])), "seconds": round(time.perf_counter() - t0, 1),
+        "sets": args.set, "tag": args.tag,
+    }
+    cell["gain"] = cell["greedy_after"] - cell["greedy_before"]
+    cell["pass1_gain"] = cell["pass1_after"] - cell["pass1_before"]
+    print(f"{family:>8} seed {seed}: greedy {cell['greedy_before']:.3f} -> {cell['greedy_after']:.3f} "
+          f"({cell['gain']:+.3f}, best step {cell['best_step']}, final {cell['greedy_final']:.3f}), "
+          f"pass@1 {cell['pass1_before']:.3f} -> {cell['pass1_after']:.3f}, base in band: "
+          f"{cell['base_in_band']}, {cell['seconds']:.0f}s  curve {cell['curve']}", flush=True)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(json.dumps(cell) + "\n")
+    return cell
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--families", nargs="+", default=FAMILIES)
@@ -61,38 +90,23 @@ def main() -> None:
     ap.add_argument("--eval-size", type=int, default=500, help="held-out problems per cell (split selection/reporting)")
     ap.add_argument("--cache", default=None, help="base-model cache (default: a fresh temporary directory)")
     ap.add_argument("--set", action="append", default=[], help="extra --set overrides for every cell")
+    ap.add_argument("--jobs", type=int, default=2, help="cells run at once (each with --threads torch threads)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per cell (OMP_NUM_THREADS)")
+    ap.add_argument("--tag", default="", help="a label stored with every cell (for comparing recipes)")
+    ap.add_argument("--out", default=None, help="also append every finished cell to this JSONL file")
     args = ap.parse_args()
     load_start = os.getloadavg()
     start = time.perf_counter()
-    cells = []
     with tempfile.TemporaryDirectory() as tmp:
         cache = args.cache or str(Path(tmp) / "cache")
         runs = str(Path(tmp) / "runs")
-        env = {**os.environ, "POSTTRAIN_CACHE": cache, "PYTHONPATH": str(REPO / "src")}
-        for family in args.families:
-            for seed in args.seeds:
-                t0 = time.perf_counter()
-                proc = subprocess.run(cell_args(family, seed, args, runs), env=env, capture_output=True, text=True)
-                if proc.returncode != 0:
-                    print(f"{family} seed {seed}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr)
-                    cells.append({"family": family, "seed": seed, "failed": True})
-                    continue
-                r = json.loads(proc.stdout.strip().splitlines()[-1])
-                cell = {
-                    "family": family, "seed": seed,
-                    "greedy_before": r["greedy_before"], "greedy_after": r["greedy_after"],
-                    "pass1_before": r["pass1_before"], "pass1_after": r["pass1_after"],
-                    "greedy_final": r["greedy_final"], "best_step": r["best_step"], "base_in_band": r["base_in_band"],
-                    "n_reporting": r["n_held_out"], "n_selection": r["n_selection"],
-                    "curve": curve(Path(r["run_dir"])), "seconds": round(time.perf_counter() - t0, 1),
-                }
-                cell["gain"] = cell["greedy_after"] - cell["greedy_before"]
-                cell["pass1_gain"] = cell["pass1_after"] - cell["pass1_before"]
-                cells.append(cell)
-                print(f"{family:>8} seed {seed}: greedy {cell['greedy_before']:.3f} -> {cell['greedy_after']:.3f} "
-                      f"({cell['gain']:+.3f}, best step {cell['best_step']}, final {cell['greedy_final']:.3f}), "
-                      f"pass@1 {cell['pass1_before']:.3f} -> {cell['pass1_after']:.3f}, base in band: "
-                      f"{cell['base_in_band']}, {cell['seconds']:.0f}s", flush=True)
+        env = {**os.environ, "POSTTRAIN_CACHE": cache, "PYTHONPATH": str(REPO / "src"),
+               "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+        todo = [(family, seed) for family in args.families for seed in args.seeds]
+        # a family's seeds share nothing, but two cells of one base key would build it twice: the base cache's
+        # lock makes the second wait, so cells are ordered family-major and run `--jobs` at a time
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            cells = list(pool.map(lambda fs: run_cell(fs[0], fs[1], args, runs, env), todo))
     done = [c for c in cells if not c.get("failed")]
     gains = [c["gain"] for c in done]
     print(json.dumps({

@@ -216,6 +216,11 @@ class RLConfig(_Section):
     """Optimizer steps per epoch (the batch is split in this many parts)."""
     warmup_steps: int = Field(0, ge=0)
     """Linear learning-rate warm-up, in optimizer steps."""
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    """After warm-up: constant, or a cosine / linear decay reaching lr x lr_min_ratio at the run's last
+    optimizer step (train.steps x epochs x minibatches)."""
+    lr_min_ratio: float = Field(0.1, ge=0.0, le=1.0)
+    """Where a decaying schedule ends, as a fraction of lr."""
     micro_batches: int = Field(1, ge=1)
     """Gradient accumulation: each minibatch runs in this many forward/backward passes before its one
     optimizer step (the same update within float tolerance, less memory)."""

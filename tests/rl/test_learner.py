@@ -109,3 +109,25 @@ def test_importance_sampling_corrects_an_off_policy_sampler(tiny_model_dir):
     metrics = on.update(batch)
     assert metrics["mismatch_mean"] > 0.1  # the gap is measured...
     assert metrics["clip_frac"] == 0.0  # ...but the clip is taken against the learner's own old logprobs
+
+
+def test_lr_schedules_warm_up_then_decay_to_the_floor():
+    from posttrain.rl.learner import scheduled_lr
+
+    lr = 1e-3
+    # warm-up is linear and shared by every schedule
+    for schedule in ("constant", "cosine", "linear"):
+        assert [scheduled_lr(lr, u, 4, schedule, 20, 0.1) for u in range(4)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3])
+    assert scheduled_lr(lr, 19, 4, "constant", 20, 0.1) == lr
+    # decays start at lr right after warm-up and end at lr x min_ratio on the last update
+    for schedule in ("cosine", "linear"):
+        assert scheduled_lr(lr, 4, 4, schedule, 20, 0.1) == pytest.approx(lr)
+        assert scheduled_lr(lr, 19, 4, schedule, 20, 0.1) == pytest.approx(1e-4)
+        assert scheduled_lr(lr, 50, 4, schedule, 20, 0.1) == pytest.approx(1e-4)  # past the end: the floor
+    # halfway: cosine and linear meet at the midpoint of lr and the floor
+    assert scheduled_lr(lr, 11, 0, "linear", 23, 0.0) == pytest.approx(5e-4)
+    assert scheduled_lr(lr, 11, 0, "cosine", 23, 0.0) == pytest.approx(5e-4)
+    # cosine stays above linear in the first half (slower start)
+    assert scheduled_lr(lr, 5, 0, "cosine", 23, 0.0) > scheduled_lr(lr, 5, 0, "linear", 23, 0.0)
+    # unknown total: constant after warm-up
+    assert scheduled_lr(lr, 100, 0, "cosine", None, 0.1) == lr

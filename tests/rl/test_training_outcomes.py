@@ -49,6 +49,31 @@ def test_training_raises_reward_and_held_out_accuracy(tiny_model_dir, tmp_path):
     assert after > before + 0.5, (before, after)
 
 
+def test_two_family_run_raises_held_out_accuracy_of_both(tiny_model_dir, tmp_path):
+    """Two domains in one run (each its own JSONL family, one right answer per family): every family's
+    held-out greedy accuracy must rise by a margin, not only the mixture's mean."""
+    sevens = _sevens(tmp_path)
+    threes = tmp_path / "threes.jsonl"
+    threes.write_text("".join(json.dumps({"id": f"t{i}", "prompt": f"{i}?", "answer": "3"}) + "\n" for i in range(300)))
+    cfg = load_config(None, [
+        f"model.path='{tiny_model_dir}'", f"run_dir='{tmp_path / 'runs'}'", "name='two'",
+        f"domains=[{{source='{sevens}', options={{held_out_fraction=0.2}}}}, "
+        f"{{source='{threes}', options={{held_out_fraction=0.2}}}}]",
+        "sampling.n=16", "sampling.max_tokens=1", "train.prompts_per_step=8", "train.eval_size=40",
+        "train.checkpoint_every=0", "tensorboard=false", "train.steps=40", "train.eval_every=40", "rl.lr=1e-2",
+        "rl.lr_schedule='cosine'",
+    ])
+    trainer = Trainer(cfg)
+    trainer.evaluate()  # step 0: the starting model
+    trainer.run()
+    trainer.close()
+    names = ["held_out", f"held_out:{trainer.parts.held_out[1].name}"]
+    with RunStore(cfg.path / "run.sqlite") as store:
+        for name in names:
+            curve = [(step, m["greedy_accuracy"]) for step, _, m in store.evals(name)]
+            assert curve[0][0] == 0 and curve[-1][0] == 40, curve
+            assert curve[-1][1] > curve[0][1] + 0.4, (name, curve)  # a margin, not an exact value
+
 def _steps(path: Path) -> list[tuple[int, dict]]:
     with RunStore(path / "run.sqlite") as store:
         return [(s, {k: v for k, v in m.items() if k not in TIMING}) for s, m in store.steps()]

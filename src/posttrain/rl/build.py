@@ -138,7 +138,9 @@ def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate") 
 def build_learner(cfg: RunConfig, model: CausalLM, max_tokens: int, shares_weights: bool) -> Learner:
     mode = cfg.rl.importance_sampling
     correct = mode == "on" or (mode == "auto" and not shares_weights)
-    return Learner(model, cfg.rl, max_tokens, cfg.sampling.temperature, importance_sampling=correct)
+    total = cfg.train.steps * cfg.rl.epochs * cfg.rl.minibatches
+    return Learner(model, cfg.rl, max_tokens, cfg.sampling.temperature, importance_sampling=correct,
+                   total_updates=total)
 
 
 def build_held_out(cfg: RunConfig, domains: list[Domain]) -> tuple[list[Suite], list[Suite]]:

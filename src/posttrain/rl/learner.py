@@ -16,6 +16,7 @@ Does not cover: distributed data parallelism or LoRA.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,19 @@ def pack_groups(groups: list[Group], advantages: Tensor, valid: Tensor, pad_id: 
     return TrainBatch(ids, mask, old, torch.stack(row_adv) if row_adv else torch.zeros(0))
 
 
+def scheduled_lr(lr: float, update: int, warmup: int, schedule: str, total: int | None, min_ratio: float) -> float:
+    """The learning rate of optimizer step `update` (0-based): linear warm-up over `warmup` steps, then
+    constant, or a cosine / linear decay from lr to lr x min_ratio at step `total` - 1 (constant when the
+    total is unknown)."""
+    if warmup and update < warmup:
+        return lr * (update + 1) / warmup
+    if schedule == "constant" or not total or total - 1 <= warmup:
+        return lr
+    progress = min(1.0, (update - warmup) / (total - 1 - warmup))
+    shape = 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
+    return lr * (min_ratio + (1.0 - min_ratio) * shape)
+
+
 class Learner:
     """One policy's optimizer and update rule.
 
@@ -88,6 +102,7 @@ class Learner:
         max_tokens: int,
         temperature: float = 1.0,
         importance_sampling: bool = False,
+        total_updates: int | None = None,
     ) -> None:
         self.model = model
         self.cfg = cfg
@@ -99,11 +114,11 @@ class Learner:
         if cfg.kl_beta > 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         self.updates = 0
+        self.total_updates = total_updates
 
     def _lr(self) -> float:
-        if self.cfg.warmup_steps and self.updates < self.cfg.warmup_steps:
-            return self.cfg.lr * (self.updates + 1) / self.cfg.warmup_steps
-        return self.cfg.lr
+        return scheduled_lr(self.cfg.lr, self.updates, self.cfg.warmup_steps, self.cfg.lr_schedule,
+                            self.total_updates, self.cfg.lr_min_ratio)
 
     def _logp(self, model: CausalLM, ids: Tensor) -> tuple[Tensor, Tensor]:
         logits = model(ids)[:, :-1]  # [b, T-1, V]
