@@ -6,7 +6,7 @@ held-out greedy accuracy and sampled pass@1 before (the base) and after (the bes
 the selection half of the held-out problems), both measured on the reporting half, which selection never
 sees; plus the selection-half curve every `--eval-every` steps from the run store.
 
-    python benchmarks/recipe_matrix.py                      # 6 families x 3 seeds, 300 steps
+    python benchmarks/recipe_matrix.py                      # 6 families x 3 seeds, each recipe's own steps
     python benchmarks/recipe_matrix.py --families add sub --seeds 0 --steps 100 --eval-size 200
 
 Prints one line per cell and, last, one JSON object: `worst_gain`, `mean_gain` (greedy, as fractions),
@@ -33,8 +33,12 @@ FAMILIES = ["add", "sub", "addsub", "mul", "chain", "code:ops"]
 
 
 def cell_args(family: str, seed: int, args: argparse.Namespace, runs: str) -> list[str]:
-    sets = [f"run_dir='{runs}'", f"name='{family.replace(':', '-')}-s{seed}'", f"train.steps={args.steps}",
-            f"train.eval_every={args.eval_every}", f"train.eval_size={args.eval_size}", "tensorboard=false"]
+    """A user's quickstart for this family: nothing but the family (and, for code, its example config) changes;
+    `--steps`, `--eval-every`, `--eval-size` override the recipe's own values only when given."""
+    sets = [f"run_dir='{runs}'", f"name='{family.replace(':', '-')}-s{seed}'", "tensorboard=false"]
+    for key, value in (("steps", args.steps), ("eval_every", args.eval_every), ("eval_size", args.eval_size)):
+        if value is not None:
+            sets.append(f"train.{key}={value}")
     cmd = [sys.executable, "-m", "posttrain.cli", "quickstart", "--seed", str(seed), "--json"]
     if family.startswith("code:"):
         cmd += ["--config", str(REPO / "examples" / "code.toml")]
@@ -85,9 +89,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--families", nargs="+", default=FAMILIES)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--eval-every", type=int, default=50)
-    ap.add_argument("--eval-size", type=int, default=500, help="held-out problems per cell (split selection/reporting)")
+    ap.add_argument("--steps", type=int, default=None, help="RL steps (default: the recipe's: 300; code.toml: 100)")
+    ap.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every K steps (default 50)")
+    ap.add_argument("--eval-size", type=int, default=None,
+                    help="held-out problems per cell, split selection/reporting (default 500; code.toml: 200)")
     ap.add_argument("--cache", default=None, help="base-model cache (default: a fresh temporary directory)")
     ap.add_argument("--set", action="append", default=[], help="extra --set overrides for every cell")
     ap.add_argument("--jobs", type=int, default=2, help="cells run at once (each with --threads torch threads)")
