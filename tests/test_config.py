@@ -62,3 +62,15 @@ def test_malformed_override_and_file(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "absent.toml")
+
+
+def test_family_base_defaults_apply_only_to_fields_left_unset():
+    from posttrain.config import FAMILY_BASE_DEFAULTS
+
+    mul = load_config(None, ["model.base.family='mul'"]).model.base
+    assert (mul.target_low, mul.target_high) == (FAMILY_BASE_DEFAULTS["mul"]["target_low"],
+                                                 FAMILY_BASE_DEFAULTS["mul"]["target_high"])
+    mine = load_config(None, ["model.base.family='mul'", "model.base.target_low=0.3"]).model.base
+    assert (mine.target_low, mine.target_high) == (0.3, FAMILY_BASE_DEFAULTS["mul"]["target_high"])
+    add = load_config(None, []).model.base
+    assert (add.target_low, add.target_high) == (0.40, 0.65)
