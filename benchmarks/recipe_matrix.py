@@ -99,7 +99,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per cell (OMP_NUM_THREADS)")
     ap.add_argument("--tag", default="", help="a label stored with every cell (for comparing recipes)")
     ap.add_argument("--out", default=None, help="also append every finished cell to this JSONL file")
+    ap.add_argument("--summarize", default=None, metavar="JSONL", help="only summarise cells stored by --out")
+    ap.add_argument("--tags", nargs="*", default=[], help="with --summarize: only cells with these tags")
     args = ap.parse_args()
+    if args.summarize:
+        summarize(args.summarize, args.tags)
+        return
     load_start = os.getloadavg()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,9 +117,16 @@ def main() -> None:
         # lock makes the second wait, so cells are ordered family-major and run `--jobs` at a time
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             cells = list(pool.map(lambda fs: run_cell(fs[0], fs[1], args, runs, env), todo))
+    print(json.dumps({**summary(cells), "steps": args.steps, "eval_size": args.eval_size,
+                      "seconds": round(time.perf_counter() - start, 1), "load_start": load_start,
+                      "load_end": os.getloadavg(), "cells_detail": cells}))
+
+
+def summary(cells: list[dict]) -> dict:
+    """The matrix's figures over its cells (failed cells counted apart, never as gains)."""
     done = [c for c in cells if not c.get("failed")]
     gains = [c["gain"] for c in done]
-    print(json.dumps({
+    return {
         "worst_gain": min(gains) if gains else None,
         "mean_gain": statistics.fmean(gains) if gains else None,
         "worst_pass1_gain": min(c["pass1_gain"] for c in done) if done else None,
@@ -122,10 +134,29 @@ def main() -> None:
         "failed_cells": len(cells) - len(done),
         "regressions": sum(c["greedy_after"] < c["greedy_before"] for c in done),
         "bases_out_of_band": sum(not c["base_in_band"] for c in done),
-        "steps": args.steps, "eval_size": args.eval_size, "seconds": round(time.perf_counter() - start, 1),
-        "load_start": load_start, "load_end": os.getloadavg(), "cells_detail": cells,
-    }))
+    }
 
+
+def summarize(path: str, tags: list[str]) -> None:
+    """Re-read cells appended by `--out` (several invocations, e.g. a matrix run in parts): a table, then the
+    same JSON figures; a (family, seed) measured twice keeps its last cell."""
+    cells: dict[tuple[str, int], dict] = {}
+    for line in Path(path).read_text().splitlines():
+        c = json.loads(line)
+        if not tags or c.get("tag") in tags:
+            cells[(c["family"], c["seed"])] = c
+    rows = sorted(cells.values(), key=lambda c: (FAMILIES.index(c["family"]), c["seed"]))
+    print("| family | seed | greedy base -> best/ (gain) | pass@1 base -> best/ (gain) | best step | final model "
+          "| curve (selection half) | s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for c in rows:
+        curve_s = " ".join(f"{100 * v:.1f}" for _, v in c["curve"])
+        print(f"| {c['family']} | {c['seed']} | {100 * c['greedy_before']:.1f} -> {100 * c['greedy_after']:.1f} "
+              f"({100 * c['gain']:+.1f}) | {100 * c['pass1_before']:.1f} -> {100 * c['pass1_after']:.1f} "
+              f"({100 * c['pass1_gain']:+.1f}) | {c['best_step']} | {100 * c['greedy_final']:.1f} | {curve_s} | "
+              f"{c['seconds']:.0f} |")
+    print(json.dumps({**summary(rows), "cell_seconds": round(sum(c["seconds"] for c in rows), 1),
+                      "tags": tags, "assembled_from": path}))
 
 if __name__ == "__main__":
     main()
