@@ -37,6 +37,8 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     # held-out greedy after 1,150 steps and 36.7% at the 3,000-step cap, so the 40-65% band cost ~30 min
     # and was missed. A lower band keeps the base build in minutes and still leaves RL room (docs/recipe.md).
     "mul": {"target_low": 0.20, "target_high": 0.50},
+    # three-term chains (a+b-c): seed 0 was at 14% after 1,544 steps (45 min under load) of the 3,000 cap
+    "chain": {"target_low": 0.15, "target_high": 0.45},
 }
 """Per-family defaults of the built-in base model, applied to the fields a config leaves unset."""
 
