@@ -27,15 +27,24 @@ medians of `--rounds` >= 3):
   perplexity vs KV bytes for a sliding window with attention sinks.
   Exactness itself is proven by tests/engine/test_spec_decode.py.
 
+GRPO ablations (same run, same rounds): `grpo_no_preamble` (192-token prompts that share nothing, so
+HF recomputes nothing it could have shared) and `grpo_no_prefix_cache` (the local engine without its
+prefix cache). Utilisation against this machine's own ceilings measured in the same run (`roofline`):
+`grpo_gemm_frac` (decode FLOP/s / one thread's 1024^3 GEMM FLOP/s) and `batch1_bandwidth_frac` (weight
+bytes read per second / one thread's streaming-read bandwidth).
+
 Run: ``nice -n 5 python benchmarks/engine.py [--size 1m] [--rounds 3] [--prompts 64]``.
 The last line is one JSON object with grpo_speedup, batch1_speedup,
-prefill_fraction, prefix_hit_rate and spec_speedup.
+prefill_fraction, prefix_hit_rate and spec_speedup. ``--sweep`` runs 1m, 10m and 50m in turn and leads
+with grpo_speedup_{1m,10m,50m}, batch1_speedup_{1m,10m,50m}, grpo_gemm_frac_{10m,50m} and
+batch1_bandwidth_frac_{10m,50m}.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import string
@@ -81,10 +90,14 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def grpo(native, tok, hf, n_prompts: int, rounds: int) -> dict:
+def grpo(native, tok, hf, n_prompts: int, rounds: int, preamble_len: int = 128, prefix_cache: bool = True,
+         tag: str = "grpo") -> dict:
+    """`preamble_len` tokens shared by every prompt (0: prompts of the same length that share nothing, the
+    workload where HF's recomputation costs it nothing extra); `prefix_cache=False`: the local engine
+    without its prefix cache (n samples of one prompt still share that prompt's prefill)."""
     rng = random.Random(1)
-    preamble = [rng.randrange(3, 100) for _ in range(128)]
-    prompts = [preamble + [rng.randrange(3, 100) for _ in range(64)] for _ in range(n_prompts)]
+    preamble = [rng.randrange(3, 100) for _ in range(preamble_len)]
+    prompts = [preamble + [rng.randrange(3, 100) for _ in range(192 - preamble_len)] for _ in range(n_prompts)]
     n, new = 16, 64
     params = SamplingParams(n=n, max_tokens=new, temperature=1.0, ignore_eos=True, seed=0)
     ids = torch.tensor(prompts)
@@ -100,7 +113,7 @@ def grpo(native, tok, hf, n_prompts: int, rounds: int) -> dict:
     stats = {}
 
     def run_local():
-        eng = LocalEngine(native, tok)
+        eng = LocalEngine(native, tok, prefix_cache_tokens=32768 if prefix_cache else 0)
         groups = eng.generate(prompts, params)
         assert sum(len(c.token_ids) for g in groups for c in g) == n_prompts * n * new
         stats.update(eng.metrics())
@@ -112,14 +125,42 @@ def grpo(native, tok, hf, n_prompts: int, rounds: int) -> dict:
     tokens = n_prompts * n * new
     hf_tps, local_tps = tokens / statistics.median(t_hf), tokens / statistics.median(t_local)
     return {
-        "grpo_hf_tok_s": round(hf_tps, 1),
-        "grpo_local_tok_s": round(local_tps, 1),
-        "grpo_speedup": round(local_tps / hf_tps, 2),
-        "grpo_prefill_fraction": round(stats["prefill_fraction"], 4),
-        "grpo_prompt_len": len(prompts[0]),
-        "grpo_hf_s": [round(x, 2) for x in t_hf],
-        "grpo_local_s": [round(x, 2) for x in t_local],
+        f"{tag}_hf_tok_s": round(hf_tps, 1),
+        f"{tag}_local_tok_s": round(local_tps, 1),
+        f"{tag}_speedup": round(local_tps / hf_tps, 2),
+        f"{tag}_prefill_fraction": round(stats["prefill_fraction"], 4),
+        f"{tag}_prompt_len": len(prompts[0]),
+        f"{tag}_shared_preamble": preamble_len,
+        f"{tag}_prefix_cache": prefix_cache,
+        f"{tag}_hf_s": [round(x, 2) for x in t_hf],
+        f"{tag}_local_s": [round(x, 2) for x in t_local],
     }
+
+
+def roofline() -> dict:
+    """This machine's ceilings on one thread, measured now: fp32 GEMM FLOP/s (a 1024^3 matmul) and the
+    bandwidth of streaming a 256 MB buffer (a sum reads it once), medians of 5."""
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    big = torch.randn(64 * 1024 * 1024)
+    a @ b
+    big.sum()
+    gemm = statistics.median(timed(lambda: a @ b) for _ in range(5))
+    read = statistics.median(timed(lambda: big.sum()) for _ in range(5))
+    return {"peak_gemm_gflop_s": round(2 * 1024**3 / gemm / 1e9, 1), "peak_read_gb_s": round(big.numel() * 4 / read / 1e9, 2)}
+
+
+def utilisation(out: dict, native, ceiling: dict) -> dict:
+    """How close each engine path comes to the machine's ceilings: GRPO decode as a share of GEMM FLOP/s
+    (2 x parameters FLOPs per generated token; attention left out, so it is a lower bound) and batch-1
+    decode as a share of read bandwidth (every weight read once per token)."""
+    params = native.num_parameters()
+    res = {}
+    if "grpo_local_tok_s" in out:
+        res["grpo_gemm_frac"] = round(2 * params * out["grpo_local_tok_s"] / (ceiling["peak_gemm_gflop_s"] * 1e9), 3)
+    if "batch1_local_ms_per_token" in out:
+        bytes_s = 4 * params / (out["batch1_local_ms_per_token"] / 1e3)
+        res["batch1_bandwidth_frac"] = round(bytes_s / (ceiling["peak_read_gb_s"] * 1e9), 3)
+    return res
 
 
 def batch1(native, tok, hf, rounds: int) -> dict:
@@ -302,26 +343,16 @@ def spec(tok, rounds: int, length: int = 120) -> dict:
     return result
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size", default="1m", choices=sorted(SIZES))
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--prompts", type=int, default=64)
-    ap.add_argument("--skip", default="", help="comma-separated workloads to skip: grpo,batch1,agent,spec")
-    args = ap.parse_args()
-    if args.rounds < 3:
-        raise SystemExit("--rounds must be >= 3 (medians of at least three runs)")
+def measure(size: str, args, skip: set[str]) -> dict:
     import transformers
 
-    torch.set_num_threads(1)
-    skip = set(filter(None, args.skip.split(",")))
-    out: dict = {"size": args.size}
+    out: dict = {"size": size}
     with tempfile.TemporaryDirectory() as tmp:
-        path = build(args.size, Path(tmp) / "model")
+        path = build(size, Path(tmp) / "model")
         native, tok = load_model(path)
         hf = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
         out["params_m"] = round(native.num_parameters() / 1e6, 2)
-        print(f"model {args.size}: {out['params_m']}M parameters", flush=True)
+        print(f"model {size}: {out['params_m']}M parameters", flush=True)
         if "batch1" not in skip:
             out.update(batch1(native, tok, hf, args.rounds))
             print({k: v for k, v in out.items() if k.startswith("batch1")}, flush=True)
@@ -335,9 +366,44 @@ def main() -> None:
         if "grpo" not in skip:
             out.update(grpo(native, tok, hf, args.prompts, args.rounds))
             print({k: v for k, v in out.items() if k.startswith("grpo")}, flush=True)
-    keys = ("grpo_speedup", "batch1_speedup", "prefill_fraction", "prefix_hit_rate", "spec_speedup")
-    print(json.dumps({**{k: out.get(k) for k in keys}, **{k: v for k, v in out.items() if k not in keys}}))
+        if "ablations" not in skip:  # the shared preamble and the prefix cache, one at a time
+            out.update(grpo(native, tok, hf, args.prompts, args.rounds, preamble_len=0, tag="grpo_no_preamble"))
+            out.update(grpo(native, tok, hf, args.prompts, args.rounds, prefix_cache=False, tag="grpo_no_prefix_cache"))
+            print({k: v for k, v in out.items() if k.startswith("grpo_no")}, flush=True)
+        out.update(utilisation(out, native, args.ceiling))
+    return out
 
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", default="1m", choices=sorted(SIZES))
+    ap.add_argument("--sweep", action="store_true", help="every size in turn (1m, 10m, 50m); keys get a _<size> suffix")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--skip", default="", help="comma-separated workloads to skip: grpo,batch1,agent,spec,ablations")
+    args = ap.parse_args()
+    if args.rounds < 3:
+        raise SystemExit("--rounds must be >= 3 (medians of at least three runs)")
+    torch.set_num_threads(1)
+    skip = set(filter(None, args.skip.split(",")))
+    load_start = os.getloadavg()
+    args.ceiling = roofline()
+    print(args.ceiling, flush=True)
+    if not args.sweep:
+        out = measure(args.size, args, skip)
+        keys = ("grpo_speedup", "batch1_speedup", "prefill_fraction", "prefix_hit_rate", "spec_speedup")
+        out.update(args.ceiling, load_start=load_start, load_end=os.getloadavg())
+        print(json.dumps({**{k: out.get(k) for k in keys}, **{k: v for k, v in out.items() if k not in keys}}))
+        return
+    merged: dict = {}
+    for size in ("1m", "10m", "50m"):
+        # speculation and the agent replay do not depend on the sweep's model (their own models / 1m only)
+        out = measure(size, args, skip | ({"spec", "agent"} if size != "1m" else set()))
+        merged.update({f"{k}_{size}": v for k, v in out.items() if k != "size"})
+    keys = [f"{k}_{s}" for k in ("grpo_speedup", "batch1_speedup") for s in ("1m", "10m", "50m")]
+    keys += [f"{k}_{s}" for k in ("grpo_gemm_frac", "batch1_bandwidth_frac") for s in ("10m", "50m")]
+    merged.update(args.ceiling, load_start=load_start, load_end=os.getloadavg())
+    print(json.dumps({**{k: merged.get(k) for k in keys}, **{k: v for k, v in merged.items() if k not in keys}}))
 
 if __name__ == "__main__":
     main()
