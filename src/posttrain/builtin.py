@@ -13,6 +13,7 @@ Does not cover: general-purpose pre-training of larger models.
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import json
@@ -166,7 +167,9 @@ def pretrain_base(
         verifier = ExactMatch()
         max_answer = len(str(10 ** (cfg.digits + 1))) + 2
     accuracy, step = 0.0, 0
-    for step in range(1, cfg.max_steps + 1):
+    check_every, below, refined = cfg.eval_every, None, False
+    step = 1
+    while step <= cfg.max_steps:
         model.train()
         ids, mask = _batch(tokenizer, [source.sample(rng) for _ in range(cfg.batch_size)])
         logits = model(ids)[:, :-1]
@@ -179,14 +182,25 @@ def pretrain_base(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+        if step % check_every == 0 or step == cfg.max_steps:
             accuracy = evaluate_accuracy(engine, held_out, verifier, max_tokens=max_answer).accuracy
             if on_eval:
                 on_eval(step, accuracy)
+            if accuracy > cfg.target_high and below is not None and not refined:
+                # stepped over the whole band between two checks: go back to the last check below it and
+                # replay the same batches (model, optimizer and data order restored) checking every step
+                model.load_state_dict(below[0])
+                opt.load_state_dict(below[1])
+                rng.setstate(below[2])
+                step, check_every, refined = below[3], 1, True
+                step += 1
+                continue
             if accuracy >= cfg.target_low:
                 break
+            below = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), rng.getstate(), step)
+        step += 1
     save_model(model, tokenizer, out_dir)
-    return accuracy, step
+    return accuracy, min(step, cfg.max_steps)
 
 
 def base_band_message(run_cfg, build: BaseBuild) -> str:

@@ -67,7 +67,8 @@ class BaseModelConfig(_Section):
     target_low: float = Field(0.40, ge=0.0, le=1.0)
     """Stop pre-training once held-out greedy accuracy reaches this..."""
     target_high: float = Field(0.65, ge=0.0, le=1.0)
-    """...and prefer a checkpoint at or below this (the band leaves RL room to improve)."""
+    """...and stay at or below this: a check that jumps over the whole band goes back to the previous check
+    and replays its batches checking every step (the band leaves RL room to improve)."""
     max_steps: int = Field(3000, ge=1)
     """Step cap: when the jump in accuracy happens depends on the seed, so stop on accuracy, capped."""
     batch_size: int = Field(256, ge=1)
