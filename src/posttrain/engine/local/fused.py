@@ -140,7 +140,8 @@ class FusedDecoder:
     @staticmethod
     def supports(model: CausalLM) -> bool:
         p = next(model.parameters())
-        return type(model) is CausalLM and p.dtype == torch.float32 and p.device.type == "cpu"
+        # the kernel has no per-head q/k norm (Qwen3): those models decode through the model's own forward
+        return type(model) is CausalLM and p.dtype == torch.float32 and p.device.type == "cpu" and not model.config.qk_norm
 
     # -- weights --------------------------------------------------------------------------
     def invalidate(self) -> None:
