@@ -291,8 +291,11 @@ class CausalLM(nn.Module):
         attention_mask: Tensor | None = None,  # [B, T] bool: real token (False for padding)
         logits_index: Tensor | None = None,  # [B, K] positions in T whose logits are wanted; all when None
         segment_ids: Tensor | None = None,  # [B, T] packed rows: attention stays within equal ids (no cache)
+        return_hidden: bool = False,  # the final normed hidden states [B, T, H] instead of logits (see `hidden`)
     ) -> Tensor:
         h = self._trunk(input_ids, position_ids, cache, attention_mask, segment_ids)
+        if return_hidden:
+            return self.model.norm(h)
         if logits_index is not None:  # prefill needs only the last position: skip the rest of the vocab projection
             h = h.gather(1, logits_index[..., None].expand(-1, -1, h.shape[-1]))
         return self.lm_head(self.model.norm(h))
@@ -305,8 +308,9 @@ class CausalLM(nn.Module):
         segment_ids: Tensor | None = None,
     ) -> Tensor:
         """The final normed hidden states [B, T, H] (no cache): `lm_head` of them is `forward`'s logits,
-        so a caller can project a few positions at a time (`models.logprobs.chunked_logprobs`)."""
-        return self.model.norm(self._trunk(input_ids, position_ids, None, attention_mask, segment_ids))
+        so a caller can project a few positions at a time (`models.logprobs.chunked_logprobs`). The same as
+        `forward(..., return_hidden=True)`, which wrappers that hook `forward` (DDP, FSDP, peft) need."""
+        return self(input_ids, position_ids, attention_mask=attention_mask, segment_ids=segment_ids, return_hidden=True)
 
     def _trunk(self, input_ids: Tensor, position_ids: Tensor | None, cache: Cache | None,
                attention_mask: Tensor | None, segment_ids: Tensor | None) -> Tensor:

@@ -47,7 +47,7 @@ def sequence_logprobs(
 
 
 def chunked_logprobs(
-    model: CausalLM,
+    model: torch.nn.Module,  # a CausalLM, or a wrapper (DDP, FSDP) whose forward is one
     input_ids: Tensor,  # [B, T]
     temperature: float = 1.0,
     chunk: int = DEFAULT_CHUNK,
@@ -55,19 +55,22 @@ def chunked_logprobs(
     position_ids: Tensor | None = None,
     segment_ids: Tensor | None = None,
     entropy: bool = False,
+    head: torch.nn.Module | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """log p(input_ids[:, t] | input_ids[:, :t]) for t >= 1 -> ([B, T-1], entropy [B, T-1] or None).
 
     `chunk` target positions (over the flattened batch) are projected at a time; with gradients on, each
     chunk is checkpointed, so backward keeps only the [T, H] hidden states, not the [T, V] logits. The
-    entropy (of the temperature-scaled distribution) carries no gradient.
+    entropy (of the temperature-scaled distribution) carries no gradient. `model` may be a wrapper whose
+    `forward` is the native model's (DDP, FSDP); `head` is then the native model's `lm_head`.
     """
     if chunk < 1:
         raise ValueError(f"logprob chunk must be >= 1, got {chunk}")
-    h = model.hidden(input_ids, position_ids, segment_ids=segment_ids)[:, :-1]  # [B, T-1, H]
+    h = model(input_ids, position_ids, segment_ids=segment_ids, return_hidden=True)[:, :-1]  # [B, T-1, H]
     b, t, d = h.shape
     flat_h, flat_t = h.reshape(b * t, d), input_ids[:, 1:].reshape(b * t)
-    head = model.lm_head
+    if head is None:
+        head = model.lm_head
 
     def piece(hc: Tensor, tc: Tensor) -> tuple[Tensor, Tensor]:
         logits = head(hc)

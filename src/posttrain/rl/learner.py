@@ -176,6 +176,9 @@ class Learner:
         if cfg.kl_beta > 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         self.updates = 0
+        # what the policy's forward goes through: the model, or a DDP / FSDP wrapper (posttrain/distributed/)
+        self.forward_module: torch.nn.Module = model
+        self.loss_scale = 1.0  # the data-parallel learner's world size: the wrappers average gradients over ranks
 
     def _lr(self) -> float:
         if self.cfg.warmup_steps and self.updates < self.cfg.warmup_steps:
@@ -187,19 +190,30 @@ class Learner:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _logp(self, model: CausalLM, batch: TrainBatch, entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    def _logp(self, batch: TrainBatch, entropy: bool = False, reference: bool = False) -> tuple[Tensor, Tensor | None]:
         """([b, T-1] logprobs of each target, its entropy when asked), `logprob_chunk` positions at a time."""
+        model, head = (self.ref_model, self.ref_model.lm_head) if reference and self.ref_model is not None else (
+            self.forward_module, self.model.lm_head)
         with self._precision():
             logp, ent = chunked_logprobs(model, batch.input_ids, self.temperature, self.cfg.logprob_chunk,
-                                         position_ids=batch.position_ids, segment_ids=batch.segment_ids, entropy=entropy)
+                                         position_ids=batch.position_ids, segment_ids=batch.segment_ids, entropy=entropy,
+                                         head=head)
         return logp.float(), ent
+
+    def local_rows(self, rows: Tensor) -> Tensor:
+        """The rows of a micro-batch this process computes (all of them; a data-parallel learner's share)."""
+        return rows
+
+    def reduce_stats(self, values: list[float], op: str = "sum") -> list[float]:
+        """Per-process sums (or maxima) -> the totals over every process (one process: as they are)."""
+        return values
 
     @torch.no_grad()
     def _learner_old(self, batch: TrainBatch) -> Tensor:
         """[B, T-1] the learner's own logprobs of the batch before any parameter moves."""
         out = torch.zeros_like(batch.old_logp)
         for rows in torch.arange(batch.input_ids.shape[0]).chunk(self.cfg.minibatches * self.cfg.micro_batches):
-            out[rows] = self._logp(self.model, batch.rows(rows))[0]
+            out[rows] = self._logp(batch.rows(rows))[0]
         return out
 
     def prepare(self, batch: TrainBatch) -> TrainBatch:
@@ -229,18 +243,19 @@ class Learner:
                 stats: dict[str, Any] = {"pg_loss": 0.0, "clip": 0.0, "tokens": 0.0, "entropy": 0.0, "kl": 0.0}
                 self.optimizer.zero_grad(set_to_none=True)
                 loss_total = 0.0
-                for micro in rows.chunk(cfg.micro_batches):
-                    mask = batch.mask[micro]
-                    if mask.sum() == 0:
+                for whole in rows.chunk(cfg.micro_batches):
+                    if batch.mask[whole].sum() == 0:  # every process sees the whole batch: they all skip together
                         continue
+                    micro = self.local_rows(whole)
+                    mask = batch.mask[micro]
                     part = batch.rows(micro)
-                    logp, ent = self._logp(self.model, part, entropy=True)
+                    logp, ent = self._logp(part, entropy=True)
                     old = old_policy[micro]
                     if first:  # before any parameter moved: sampler vs learner on identical tokens
                         diff = (logp.detach() - behaviour[micro]).abs() * mask
                         mismatch_num += float(diff.sum())
                         mismatch_den += float(mask.sum())
-                        mismatch_max = max(mismatch_max, float(diff.max()))
+                        mismatch_max = max(mismatch_max, float(diff.max()) if diff.numel() else 0.0)
                     pg, clipped = clipped_policy_loss(logp, old, batch.advantages[micro], cfg.clip_low, cfg.clip_high)
                     if self.importance_sampling:
                         pg = pg * truncated_importance_weights(old, behaviour[micro], cfg.tis_cap)
@@ -250,17 +265,19 @@ class Learner:
                     stats["tokens"] += float(mask.sum())
                     if self.ref_model is not None:
                         with torch.no_grad():
-                            ref_logp = self._logp(self.ref_model, part)[0]
+                            ref_logp = self._logp(part, reference=True)[0]
                         kl = aggregate_loss(k3_kl(logp, ref_logp), mask, cfg.loss_agg, self.max_tokens, normalizer=norm)
                         loss = loss + cfg.kl_beta * kl
                         stats["kl"] += kl.item()
                     assert ent is not None
                     stats["entropy"] += float((ent * mask).sum())
-                    loss.backward()
+                    (loss * self.loss_scale).backward()
                     loss_total += loss.item()
                 first = False
-                self.reduce_gradients()
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
+                grad_norm = self.clip_gradients()
+                keys = ("pg_loss", "clip", "tokens", "kl", "entropy")
+                totals = self.reduce_stats([float(stats[k]) for k in keys] + [loss_total])
+                stats, loss_total = dict(zip(keys, totals[:-1])), totals[-1]
                 for group in self.optimizer.param_groups:
                     group["lr"] = self._lr()
                 self.optimizer.step()
@@ -274,12 +291,15 @@ class Learner:
                     sums[k] = sums.get(k, 0.0) + v
                 n_mb += 1
         metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
+        mismatch_num, mismatch_den = self.reduce_stats([mismatch_num, mismatch_den])
+        (mismatch_max,) = self.reduce_stats([mismatch_max], op="max")
         metrics.update(mismatch_mean=mismatch_num / mismatch_den if mismatch_den else 0.0, mismatch_max=mismatch_max,
                        lr=self._lr(), optimizer_steps=n_mb)
         return metrics
 
-    def reduce_gradients(self) -> None:
-        """Before clipping and stepping: nothing here (one process); the distributed learner averages across ranks."""
+    def clip_gradients(self) -> float:
+        """Clip the global gradient norm to `rl.grad_clip`; the norm before clipping."""
+        return float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
