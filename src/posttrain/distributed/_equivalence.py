@@ -61,7 +61,8 @@ def main() -> None:
             "strategy": args.strategy, "world": world, "steps": args.steps,
             "max_grad_diff": max(float((grads[n] - g1[n]).abs().max()) for n in g1),
             "max_weight_diff": max(float((weights[n] - w1[n]).abs().max()) for n in w1),
-            "metrics_diff": max(abs(a[k] - b[k]) for a, b in zip(dp_metrics, metrics) for k in ("pg_loss", "entropy", "grad_norm")),
+            "metrics_diff": max(abs(a[k] - b[k]) for a, b in zip(dp_metrics, metrics)
+                                for k in ("pg_loss", "entropy", "grad_norm")),
             "grad_names": len(g1),
         }
         Path(args.out).write_text(json.dumps(result))
