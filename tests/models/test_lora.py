@@ -118,3 +118,12 @@ def test_rl_lora_config_trains_adapters_through_build(tiny_config):
     assert has_lora(parts.model)
     assert all(".lora_" in n for n, p in parts.model.named_parameters() if p.requires_grad)
     assert len(parts.learner.params) == 2 * 2 * parts.model.config.num_hidden_layers
+
+
+def test_adapter_weights_from_a_full_state_dict_match_peft(tiny_model_dir):
+    from posttrain.models.lora import adapter_weights
+
+    model, _ = load_model(tiny_model_dir)
+    apply_lora(model, r=4, alpha=8)
+    got, want = adapter_weights(model.state_dict()), adapter_state_dict(model)
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)

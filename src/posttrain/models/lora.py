@@ -60,6 +60,12 @@ def apply_lora(model: nn.Module, r: int = 8, alpha: float = 16.0, targets: tuple
     return model
 
 
+def adapter_settings(model: nn.Module) -> tuple[int, float, tuple[str, ...]]:
+    """(r, alpha, target modules) of the adapters `apply_lora` injected."""
+    cfg = model.lora_config
+    return int(cfg.r), float(cfg.lora_alpha), tuple(sorted(cfg.target_modules))
+
+
 def has_lora(model: nn.Module) -> bool:
     return any(".lora_" in name for name, _ in model.named_parameters())
 
@@ -71,11 +77,20 @@ def adapter_state_dict(model: nn.Module) -> dict[str, Tensor]:
 
 def save_adapter(model: nn.Module, path: str | Path, base_model: str | None = None) -> Path:
     """peft's format: adapter_config.json and adapter_model.safetensors (keys prefixed `base_model.model.`)."""
+    return write_adapter(adapter_state_dict(model), model.lora_config, path, base_model)
+
+
+def adapter_weights(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The adapter entries of a LoRA model's full state dict, named as peft saves them (adapter name dropped)."""
+    return {k.replace(f".{ADAPTER}.", "."): v for k, v in state.items() if ".lora_" in k}
+
+
+def write_adapter(adapter: dict[str, Tensor], config: Any, path: str | Path, base_model: str | None = None) -> Path:
+    """Adapter weights (peft names) and their `peft.LoraConfig` -> a peft-format directory."""
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
-    config = model.lora_config
     config.base_model_name_or_path = base_model
-    state = {_PREFIX + k: v.detach().contiguous().cpu() for k, v in adapter_state_dict(model).items()}
+    state = {_PREFIX + k: v.detach().contiguous().cpu() for k, v in adapter.items()}
     save_file(state, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(str(directory))
     return directory
