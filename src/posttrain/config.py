@@ -242,7 +242,7 @@ class RLConfig(_Section):
     dtype: Literal["fp32", "bf16"] = "fp32"
     """fp32: exact arithmetic. bf16: forward and backward under bf16 autocast, with fp32 master weights and
     optimizer state (logprobs and the loss are taken in fp32)."""
-    logprob_chunk: int = Field(1024, ge=1)
+    logprob_chunk: int = Field(256, ge=1)
     """Target positions per vocabulary projection (models/logprobs.py: `chunked_logprobs`): the full [T, V]
     logits never exist, peak memory O(chunk x V)."""
     activation_checkpointing: bool = False
