@@ -9,8 +9,8 @@ CPU, always (each measured against its baseline in the same run):
   and model overheads cancel, what is left is the logprobs' own working set. Goal <= 0.125.
 - `ddp_max_grad_diff` (and `fsdp_max_grad_diff`): 2 gloo processes under torchrun vs one process, tiny
   model, 2 updates (posttrain.distributed.equivalence). Goal <= 1e-6.
-- `lora_gain_ratio`: held-out greedy-accuracy gain of a LoRA run (r 8, alpha 16, every projection; lr
-  `--lora-lr`, 10x the full run's as is usual for LoRA) over the gain of full fine-tuning at equal steps
+- `lora_gain_ratio`: held-out greedy-accuracy gain of a LoRA run (`--lora-r` 8, `--lora-alpha` 16, every
+  projection; lr `--lora-lr`, above the full run's as is usual for LoRA) over the gain of full fine-tuning at equal steps
   (`--steps`) on the built-in addition recipe (examples/addition.toml), each from the same base model and
   seed, in a fresh process; trainable parameters of both are reported. Goal >= 0.8.
 - `qwen3_max_logit_diff`: the native Qwen3 against transformers' Qwen3ForCausalLM on a locally built random
@@ -120,10 +120,10 @@ def data_parallel() -> dict:
     return out
 
 
-def lora_gain(steps: int, lora_lr: float, seed: int) -> dict:
+def lora_gain(steps: int, lora_lr: float, seed: int, r: int = 8, alpha: float = 16.0) -> dict:
     config = str(ROOT / "examples" / "addition.toml")
     arms = {}
-    for arm, extra in (("full", []), ("lora", ["rl.lora={r=8, alpha=16}", f"rl.lr={lora_lr}"])):
+    for arm, extra in (("full", []), ("lora", [f"rl.lora={{r={r}, alpha={alpha}}}", f"rl.lr={lora_lr}"])):
         with tempfile.TemporaryDirectory() as runs:
             arms[arm] = _child(ARM_CHILD, config, runs, str(steps), f"seed={seed}", *extra)
         a = arms[arm]
@@ -133,7 +133,7 @@ def lora_gain(steps: int, lora_lr: float, seed: int) -> dict:
     ratio = lora["gain"] / full["gain"] if full["gain"] > 0 else float("nan")
     return {"lora_gain_ratio": round(ratio, 3), "lora_gain": round(lora["gain"], 4), "full_gain": round(full["gain"], 4),
             "lora_trainable_params": lora["trainable_params"], "full_trainable_params": full["trainable_params"],
-            "lora_steps": steps, "lora_lr": lora_lr}
+            "lora_steps": steps, "lora_lr": lora_lr, "lora_r": r, "lora_alpha": alpha}
 
 
 def qwen3_parity() -> dict:
@@ -170,7 +170,9 @@ def load() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=40, help="training steps per arm of the LoRA comparison")
-    ap.add_argument("--lora-lr", type=float, default=3e-3)
+    ap.add_argument("--lora-lr", type=float, default=1e-2)
+    ap.add_argument("--lora-r", type=int, default=8)
+    ap.add_argument("--lora-alpha", type=float, default=16.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--T", type=int, default=4096)
     ap.add_argument("--V", type=int, default=151936)
@@ -186,7 +188,7 @@ def main() -> None:
     if "peak" not in args.skip:
         out.update(logprob_peak(args.T, args.V))
     if "lora" not in args.skip:
-        out.update(lora_gain(args.steps, args.lora_lr, args.seed))
+        out.update(lora_gain(args.steps, args.lora_lr, args.seed, args.lora_r, args.lora_alpha))
     notes = []
     import torch
 

@@ -127,3 +127,18 @@ def test_adapter_weights_from_a_full_state_dict_match_peft(tiny_model_dir):
     apply_lora(model, r=4, alpha=8)
     got, want = adapter_weights(model.state_dict()), adapter_state_dict(model)
     assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_merged_weights_load_back_into_a_lora_model(tiny_model_dir):
+    from posttrain.models.lora import load_merged
+
+    model, _ = load_model(tiny_model_dir)
+    apply_lora(model, r=4, alpha=8)
+    _randomise_adapters(model)
+    merged = merged_state_dict(model)
+    again, _ = load_model(tiny_model_dir)
+    apply_lora(again, r=4, alpha=8)
+    load_merged(again, merged)  # what resuming a LoRA run from its (merged) checkpoint needs
+    ids = _ids(model.config.vocab_size)
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids), model(ids), atol=1e-5, rtol=1e-5)

@@ -110,6 +110,25 @@ def load_adapter(model: nn.Module, path: str | Path) -> nn.Module:
     return model
 
 
+def load_merged(model: nn.Module, state: dict[str, Tensor]) -> None:
+    """Load plain HF-named weights (what `save_model` wrote for a LoRA model: merged) into a LoRA-injected
+    model: they become the base weights and every adapter's B is zeroed, so the policy is exactly `state`'s."""
+    own = model.state_dict()
+    mapped = {}
+    for name, t in state.items():
+        owner, _, leaf = name.rpartition(".")
+        adapted = f"{owner}.base_layer.{leaf}"
+        mapped[adapted if adapted in own else name] = t
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_B." in name:
+                p.zero_()
+    missing = [k for k in own if ".lora_" not in k and k not in mapped]
+    model.load_state_dict(mapped, strict=False)
+    if missing:
+        raise UserError(f"load_merged: weights missing from the state: {missing[:5]}")
+
+
 def merged_state_dict(model: nn.Module) -> dict[str, Tensor]:
     """HF-named full weights with every adapter folded in (no `base_layer` / `lora_` names), detached."""
     modules = dict(model.named_modules())
