@@ -170,7 +170,7 @@ def load() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=40, help="training steps per arm of the LoRA comparison")
-    ap.add_argument("--lora-lr", type=float, default=1e-2)
+    ap.add_argument("--lora-lr", type=float, default=3e-3)
     ap.add_argument("--lora-r", type=int, default=8)
     ap.add_argument("--lora-alpha", type=float, default=16.0)
     ap.add_argument("--seed", type=int, default=0)
