@@ -211,6 +211,17 @@ class SamplingConfig(_Section):
         return self
 
 
+class LoRAConfig(_Section):
+    """Low-rank adapters (peft) on the native model's HF-named projections."""
+
+    r: int = Field(8, ge=1)
+    alpha: float = Field(16.0, gt=0.0)
+    """Scale: the adapter's update is (alpha / r) * B @ A."""
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    """Module names (HF's) that get adapters."""
+
+
 class RLConfig(_Section):
     advantage: Literal["grpo", "dr_grpo"] = "grpo"
     """grpo: (r - mean) / (std + eps); dr_grpo: r - mean (no std normalisation)."""
@@ -247,6 +258,31 @@ class RLConfig(_Section):
     engine shares the learner's weights and needs none."""
     tis_cap: float = Field(2.0, gt=0.0)
     """Truncation of the importance weight pi_old / mu (TIS)."""
+    device: str = "cpu"
+    """Where the learner's parameters and batches live (`cpu`, `cuda`, `cuda:1`, ...). The local engine shares
+    the learner's module, so `engine.device` must name the same device."""
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    """fp32: exact arithmetic. bf16: forward and backward under bf16 autocast, with fp32 master weights and
+    optimizer state (logprobs and the loss are taken in fp32)."""
+    logprob_chunk: int = Field(256, ge=1)
+    """Target positions per vocabulary projection (models/logprobs.py: `chunked_logprobs`): the full [T, V]
+    logits never exist, peak memory O(chunk x V)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of keeping them (less memory, ~1/3 more compute)."""
+    packing: bool = False
+    """Pack sequences of unequal length into shared rows (per-segment positions and attention) instead of
+    padding every row to the longest; needs loss_agg = token_mean."""
+    pack_tokens: int | None = Field(None, ge=2)
+    """Row width when packing (None: the longest sequence of the batch)."""
+    lora: LoRAConfig | None = None
+    """Train LoRA adapters (extra `lora`) instead of every weight: only adapter weights move, are synced and saved."""
+
+    @model_validator(mode="after")
+    def _packing(self) -> "RLConfig":
+        if self.packing and self.loss_agg != "token_mean":
+            raise ValueError(f"rl.packing needs loss_agg = 'token_mean' (got {self.loss_agg!r}): the per-sequence "
+                             "aggregations count rows, and a packed row holds several sequences")
+        return self
 
 
 class EngineConfig(_Section):
@@ -275,6 +311,9 @@ class EngineConfig(_Section):
     learner's: the trainer turns truncated importance sampling on for it (local)."""
     gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)
     """Share of GPU memory vLLM may take (vllm)."""
+    device: str = "cpu"
+    """Where the engine samples: the local engine shares the learner's module, so this must equal `rl.device`;
+    vLLM places itself on the visible GPUs."""
 
     @model_validator(mode="after")
     def _chunks(self) -> "EngineConfig":
@@ -362,6 +401,9 @@ class RunConfig(_Section):
             labels = [d.label for d in self.domains]
             if len(set(labels)) != len(labels):
                 raise ValueError(f"[[domains]] names must be distinct, got {labels} (set `name` to tell them apart)")
+        if self.engine.kind == "local" and self.engine.device != self.rl.device:
+            raise ValueError(f"engine.device ({self.engine.device!r}) must equal rl.device ({self.rl.device!r}) for the "
+                             "local engine: it samples with the learner's own module")
         return self
 
     def domain_configs(self) -> list[DomainConfig]:

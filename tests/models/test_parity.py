@@ -12,13 +12,21 @@ CASES = [
     ("llama", False, 4),  # untied, no GQA
     ("qwen2", True, 2),
     ("qwen2", False, 1),  # multi-query attention
+    ("qwen3", True, 2),  # per-head q/k RMSNorm
+    ("qwen3", False, 4),
 ]
+HF_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+}
 
 
 def _hf_model(kind: str, tie: bool, kv: int):
-    cls_cfg = transformers.LlamaConfig if kind == "llama" else transformers.Qwen2Config
-    cls_model = transformers.LlamaForCausalLM if kind == "llama" else transformers.Qwen2ForCausalLM
+    cls_cfg, cls_model = (getattr(transformers, name) for name in HF_CLASSES[kind])
+    extra = {"head_dim": 24} if kind == "qwen3" else {}  # Qwen3 sets head_dim apart from hidden / heads
     cfg = cls_cfg(
+        **extra,
         vocab_size=char_tokenizer().vocab_size,
         hidden_size=64,
         intermediate_size=96,
@@ -35,6 +43,11 @@ def _hf_model(kind: str, tie: bool, kv: int):
             for layer in model.model.layers:
                 layer.self_attn.q_proj.bias.normal_()
                 layer.self_attn.k_proj.bias.normal_()
+    if kind == "qwen3":  # HF inits the q/k norms to ones; make them matter
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+                layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
     return model
 
 

@@ -1,6 +1,7 @@
 """Model hyper-parameters, read from and written to HF `config.json`.
 
-Covers: the Llama and Qwen2 families (`model_type` "llama" / "qwen2"), in both
+Covers: the Llama, Qwen2 and Qwen3 families (`model_type` "llama" / "qwen2" / "qwen3"; Qwen3 adds a
+per-head RMSNorm on queries and keys and has no q/k/v biases by default), in both
 the transformers 4 (`rope_theta`) and 5 (`rope_parameters`) spellings.
 Does not cover: RoPE scaling variants (llama3, yarn, ...), sliding-window
 attention, MoE. Those are refused with a clear error rather than loaded wrong.
@@ -13,7 +14,8 @@ from typing import Any
 
 from posttrain.errors import UserError
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
 class UnsupportedModelError(UserError, ValueError):
@@ -38,6 +40,11 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     pad_token_id: int | None = None
+
+    @property
+    def qk_norm(self) -> bool:
+        """Queries and keys pass through a per-head RMSNorm before RoPE (Qwen3)."""
+        return self.model_type == "qwen3"
 
     def __post_init__(self) -> None:
         if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -93,7 +100,7 @@ class ModelConfig:
     def to_hf(self) -> dict[str, Any]:
         """A config.json that transformers loads as the matching *ForCausalLM."""
         d = asdict(self)
-        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[self.model_type]
+        arch = ARCHITECTURES[self.model_type]
         d.update(
             architectures=[arch],
             hidden_act="silu",
@@ -102,5 +109,6 @@ class ModelConfig:
         )
         if self.model_type == "qwen2":
             d.pop("attention_bias")
+        if self.model_type in ("qwen2", "qwen3"):
             d["use_sliding_window"] = False
         return d

@@ -3,6 +3,7 @@
 Covers: single-file and sharded (`model.safetensors.index.json`) safetensors,
 tied embeddings (saved without the duplicate `lm_head.weight`, as
 transformers does), clear errors for missing files and mismatched weights.
+A model with LoRA adapters injected (models/lora.py) is saved merged.
 Does not cover: PyTorch `.bin` pickles (unsafe to load), quantised weights.
 """
 
@@ -72,7 +73,12 @@ def save_model(model: CausalLM, tokenizer: Tokenizer, path: str | Path) -> Path:
     config = model.config
     config.bos_token_id, config.eos_token_id = tokenizer.bos_id, tokenizer.eos_id
     config.pad_token_id = tokenizer.pad_id
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    raw = model.state_dict()
+    if any(".base_layer." in k for k in raw):  # LoRA adapters injected: save the merged, plain HF weights
+        from posttrain.models.lora import merged_state_dict
+
+        raw = merged_state_dict(model)
+    state = {k: v.detach().contiguous().cpu() for k, v in raw.items()}
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     tmp = directory / "model.safetensors.tmp"

@@ -1,7 +1,11 @@
-"""The native decoder: Llama / Qwen2 family in plain PyTorch, with an explicit KV cache.
+"""The native decoder: Llama / Qwen2 / Qwen3 family in plain PyTorch, with an explicit KV cache.
 
 Covers: RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU,
-tied or untied embeddings, optional q/k/v biases (Qwen2). Parameter names are
+tied or untied embeddings, optional q/k/v biases (Qwen2), per-head q/k RMSNorm
+(Qwen3). Without a cache, `forward` / `hidden` also take `segment_ids` (several
+sequences packed in one row: attention stays inside a segment, positions are
+the caller's) and, when `gradient_checkpointing` is set and gradients are on,
+recompute each layer's activations in the backward pass instead of keeping them. Parameter names are
 HF's (`model.layers.0.self_attn.q_proj.weight`, ...), so a `model.safetensors`
 from transformers loads with a plain `load_state_dict`. One forward serves
 both the engine (with a `KVCache`) and the learner (without one), so sampler
@@ -162,6 +166,11 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's dimensions, before RoPE
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def forward(
         self,
@@ -174,8 +183,12 @@ class Attention(nn.Module):
     ) -> Tensor:
         b, t, _ = x.shape
         # RoPE in [B, T, H, D] layout: contiguous, so the elementwise kernels run on dense memory
-        q = apply_rope(self.q_proj(x).view(b, t, self.n_heads, self.head_dim), cos, sin).transpose(1, 2)  # [B, Hq, T, D]
-        k = apply_rope(self.k_proj(x).view(b, t, self.n_kv, self.head_dim), cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, cos, sin).transpose(1, 2)  # [B, Hq, T, D]
+        k = apply_rope(k, cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         if cache is not None and cache.cascade:  # the cache attends itself (shared prompt KV)
             attended = cast(CascadeCache, cache).attend(layer, q, k, v)
@@ -241,12 +254,13 @@ class CausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self._rope_table: tuple[Tensor, Tensor] | None = None  # (cos, signed sin) [1, L, D], grown on demand
+        self.gradient_checkpointing = False  # recompute layer activations in backward (the learner's memory knob)
 
     def init_weights(self, generator: torch.Generator | None = None, std: float = 0.02) -> None:
         """Random init as transformers does (normal(0, std), zero biases, unit norms)."""
         for name, p in self.named_parameters():
             with torch.no_grad():
-                if name.endswith("layernorm.weight") or name == "model.norm.weight":
+                if name.endswith(("layernorm.weight", "_norm.weight")) or name == "model.norm.weight":
                     p.fill_(1.0)
                 elif name.endswith(".bias"):
                     p.zero_()
@@ -276,23 +290,62 @@ class CausalLM(nn.Module):
         cache: Cache | None = None,  # a KVCache, the engine's SlotCache, or any other `Cache`
         attention_mask: Tensor | None = None,  # [B, T] bool: real token (False for padding)
         logits_index: Tensor | None = None,  # [B, K] positions in T whose logits are wanted; all when None
+        segment_ids: Tensor | None = None,  # [B, T] packed rows: attention stays within equal ids (no cache)
+        return_hidden: bool = False,  # the final normed hidden states [B, T, H] instead of logits (see `hidden`)
     ) -> Tensor:
+        h = self._trunk(input_ids, position_ids, cache, attention_mask, segment_ids)
+        if return_hidden:
+            return self.model.norm(h)
+        if logits_index is not None:  # prefill needs only the last position: skip the rest of the vocab projection
+            h = h.gather(1, logits_index[..., None].expand(-1, -1, h.shape[-1]))
+        return self.lm_head(self.model.norm(h))
+
+    def hidden(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        segment_ids: Tensor | None = None,
+    ) -> Tensor:
+        """The final normed hidden states [B, T, H] (no cache): `lm_head` of them is `forward`'s logits,
+        so a caller can project a few positions at a time (`models.logprobs.chunked_logprobs`). The same as
+        `forward(..., return_hidden=True)`, which wrappers that hook `forward` (DDP, FSDP, peft) need."""
+        return self(input_ids, position_ids, attention_mask=attention_mask, segment_ids=segment_ids, return_hidden=True)
+
+    def _trunk(self, input_ids: Tensor, position_ids: Tensor | None, cache: Cache | None,
+               attention_mask: Tensor | None, segment_ids: Tensor | None) -> Tensor:
         b, t = input_ids.shape
+        mask: Tensor | None
         if cache is None:
             if position_ids is None:
                 position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
-            mask = None if attention_mask is None else _padded_causal_mask(attention_mask)
+            if segment_ids is not None:
+                mask = packed_causal_mask(segment_ids)
+            else:
+                mask = None if attention_mask is None else _padded_causal_mask(attention_mask)
         else:
             position_ids, mask = cache.prepare(input_ids, position_ids, attention_mask)
         h = self.model.embed_tokens(input_ids)
         cos, sin = self._rope(position_ids, h.dtype)
+        recompute = self.gradient_checkpointing and cache is None and torch.is_grad_enabled()
         for i, layer in enumerate(self.model.layers):
-            h = layer(h, cos, sin, mask, cache, i)
+            if recompute:
+                from torch.utils.checkpoint import checkpoint
+
+                h = checkpoint(layer, h, cos, sin, mask, None, i, use_reentrant=False)
+            else:
+                h = layer(h, cos, sin, mask, cache, i)
         if cache is not None:
             cache.advance(t)
-        if logits_index is not None:  # prefill needs only the last position: skip the rest of the vocab projection
-            h = h.gather(1, logits_index[..., None].expand(-1, -1, h.shape[-1]))
-        return self.lm_head(self.model.norm(h))
+        return h
+
+
+def packed_causal_mask(segment_ids: Tensor) -> Tensor:
+    """[B, 1, T, T] bool for rows holding several sequences: query i sees key j <= i of the same segment."""
+    t = segment_ids.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=segment_ids.device).tril()
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    return (same & causal)[:, None]
 
 
 def _cache_mask(key_mask: Tensor, start: int, t: int) -> Tensor:

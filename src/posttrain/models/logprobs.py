@@ -1,7 +1,13 @@
 """Log-probabilities of chosen tokens: the one function sampler and learner share.
 
 Covers: per-token logprobs under a temperature-scaled distribution, for a
-batch of already-computed logits, and for whole padded sequences.
+batch of already-computed logits, and for whole padded sequences;
+`chunked_logprobs`, the learner's: the vocabulary projection, log-softmax and
+gather (and, optionally, the entropy) run over `chunk` target positions at a
+time, so the full [T, V] logits never exist: peak memory O(chunk x V), and in
+the backward pass each chunk's logits are recomputed from its hidden states
+(activation checkpointing of the head). Per position the arithmetic is the
+same as the unchunked path's (in fp32 bit for bit, tests/models/test_logprobs.py).
 Also `logprob_mismatch`: the train-inference gap (mean and max |delta log p|
 over real tokens) between sampler and learner logprobs of the same tokens.
 Does not cover: top-p/top-k renormalisation (the engine applies those to
@@ -14,6 +20,8 @@ import torch
 from torch import Tensor
 
 from posttrain.models.llama import CausalLM
+
+DEFAULT_CHUNK = 256  # target positions per vocabulary projection: 256 x 151936 fp32 logits = 156 MB
 
 
 def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
@@ -36,6 +44,58 @@ def sequence_logprobs(
     """
     logits = model(input_ids)  # [B, T, V]
     return token_logprobs(logits[:, :-1], input_ids[:, 1:], temperature)
+
+
+def chunked_logprobs(
+    model: torch.nn.Module,  # a CausalLM, or a wrapper (DDP, FSDP) whose forward is one
+    input_ids: Tensor,  # [B, T]
+    temperature: float = 1.0,
+    chunk: int = DEFAULT_CHUNK,
+    *,
+    position_ids: Tensor | None = None,
+    segment_ids: Tensor | None = None,
+    entropy: bool = False,
+    head: torch.nn.Module | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """log p(input_ids[:, t] | input_ids[:, :t]) for t >= 1 -> ([B, T-1], entropy [B, T-1] or None).
+
+    `chunk` target positions (over the flattened batch) are projected at a time; with gradients on, each
+    chunk is checkpointed, so backward keeps only the [T, H] hidden states, not the [T, V] logits. The
+    entropy (of the temperature-scaled distribution) carries no gradient. `model` may be a wrapper whose
+    `forward` is the native model's (DDP, FSDP); `head` is then the native model's `lm_head`.
+    """
+    if chunk < 1:
+        raise ValueError(f"logprob chunk must be >= 1, got {chunk}")
+    h = model(input_ids, position_ids, segment_ids=segment_ids, return_hidden=True)[:, :-1]  # [B, T-1, H]
+    b, t, d = h.shape
+    flat_h, flat_t = h.reshape(b * t, d), input_ids[:, 1:].reshape(b * t)
+    if head is None:
+        head = model.lm_head
+
+    def piece(hc: Tensor, tc: Tensor) -> tuple[Tensor, Tensor]:
+        logits = head(hc)
+        logp = token_logprobs(logits, tc, temperature)
+        if not entropy:
+            return logp, logp.new_zeros(())
+        with torch.no_grad():
+            scaled = logits.float() / temperature if temperature > 0 and temperature != 1.0 else logits.float()
+            logq = torch.log_softmax(scaled, -1)
+            return logp, -(logq.exp() * logq).sum(-1)
+
+    recompute = torch.is_grad_enabled() and b * t > chunk
+    logps, ents = [], []
+    for start in range(0, b * t, chunk):
+        hc, tc = flat_h[start : start + chunk], flat_t[start : start + chunk]
+        if recompute:
+            from torch.utils.checkpoint import checkpoint
+
+            lp, ent = checkpoint(piece, hc, tc, use_reentrant=False)
+        else:
+            lp, ent = piece(hc, tc)
+        logps.append(lp)
+        ents.append(ent)
+    logp = torch.cat(logps).view(b, t)
+    return logp, (torch.cat(ents).view(b, t) if entropy else None)
 
 
 def logprob_mismatch(sampler_logp: Tensor, learner_logp: Tensor, mask: Tensor) -> tuple[float, float]:

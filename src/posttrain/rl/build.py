@@ -6,8 +6,9 @@ piece it needs: `build_model` (`model`: a path, a run, or the built-in base),
 `build_engine` (`engine`, in `engine/build.py`), `build_verifier` (a spec plus `reward`'s hygiene),
 `build_domains` (`domains`, or the `tasks` + `reward` sugar), `build_rollouter`
 (`rollout` + `sampling` + `reward.timeout_s`), `build_curriculum`, and
-`build_learner` (`rl`). Problems a pure config cannot see (an unknown
-verifier kind, a task file's bad lines, an engine that cannot load weights)
+`build_learner` (`rl`; `rl.lora` injects adapters into the model before the
+engine is built). Problems a pure config cannot see (an unknown verifier kind,
+a task file's bad lines, an engine that cannot load weights)
 surface here as one-line `ConfigError`s / `UserError`s, before any step.
 Does not cover: the loop, evaluation hooks, checkpoints (`rl/trainer.py`).
 """
@@ -179,6 +180,11 @@ def build(cfg: RunConfig, store: bool = True) -> Components:
 
     torch.manual_seed(cfg.seed)
     model, tokenizer, init_path, base = build_model(cfg)
+    if cfg.rl.lora is not None:  # before the engine: it samples with the adapters applied (the shared module)
+        from posttrain.models.lora import apply_lora
+
+        lora = cfg.rl.lora
+        apply_lora(model, lora.r, lora.alpha, lora.targets, lora.dropout, seed=cfg.seed)
     domains = build_domains(cfg)
     engine, shares = build_engine_for(cfg.engine, model, tokenizer, cfg.seed)
     params = sampling_params(cfg, domains)

@@ -9,15 +9,22 @@ epochs / minibatches, gradient accumulation over micro-batches (the same
 update as one pass, within float tolerance); truncated importance sampling
 when the sampler is not the learner's own module; and train-inference
 mismatch metrics (|learner logp - sampler logp|) on the first pass, before
-any parameter moves.
-Does not cover: distributed data parallelism or LoRA.
+any parameter moves. Memory and precision (`[rl]`): logprobs in chunks of
+`logprob_chunk` positions (never the full [T, V] logits), `device`, `dtype`
+(bf16 autocast over fp32 master weights), activation checkpointing, and
+`packing` (`pack_rows`: several sequences per row, per-segment positions and
+attention, per-token advantages) in place of padding.
+Does not cover: distributed data parallelism (posttrain/distributed/ wraps this
+learner), building LoRA adapters (rl/lora.py: the learner then trains only
+the parameters that require grad).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -25,7 +32,7 @@ from torch import Tensor
 
 from posttrain.config import RLConfig
 from posttrain.models.llama import CausalLM
-from posttrain.models.logprobs import token_logprobs
+from posttrain.models.logprobs import chunked_logprobs
 from posttrain.rl.losses import (
     aggregate_loss,
     clipped_policy_loss,
@@ -41,7 +48,25 @@ class TrainBatch:
     input_ids: Tensor  # [B, T] token views, right-padded
     mask: Tensor  # [B, T-1] 1.0 where target t+1 is a sampled token of a trainable trajectory
     old_logp: Tensor  # [B, T-1] behaviour logprobs at those positions (0 elsewhere)
-    advantages: Tensor  # [B] each row's episode advantage
+    advantages: Tensor  # [B] each row's episode advantage, or [B, T-1] per target (packed rows)
+    lengths: Tensor | None = None  # [B] real tokens per row (what `pack_rows` packs by)
+    position_ids: Tensor | None = None  # [B, T] packed rows: positions restart at each segment
+    segment_ids: Tensor | None = None  # [B, T] packed rows: attention stays inside equal ids
+
+    def to(self, device: torch.device) -> "TrainBatch":
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device)
+
+        return TrainBatch(self.input_ids.to(device), self.mask.to(device), self.old_logp.to(device),
+                          self.advantages.to(device), move(self.lengths), move(self.position_ids), move(self.segment_ids))
+
+    def rows(self, index: Tensor) -> "TrainBatch":
+        def pick(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[index]
+
+        return replace(self, input_ids=self.input_ids[index], mask=self.mask[index], old_logp=self.old_logp[index],
+                       advantages=self.advantages[index], lengths=pick(self.lengths),
+                       position_ids=pick(self.position_ids), segment_ids=pick(self.segment_ids))
 
 
 def pack_groups(groups: list[Group], advantages: Tensor, valid: Tensor, pad_id: int) -> TrainBatch:
@@ -69,7 +94,54 @@ def pack_groups(groups: list[Group], advantages: Tensor, valid: Tensor, pad_id: 
         if row_valid[i] and len(v) > 1:
             mask[i, : len(v) - 1] = torch.tensor(v.mask[1:], dtype=torch.float)
             old[i, : len(v) - 1] = torch.tensor(v.logprobs[1:]) * mask[i, : len(v) - 1]
-    return TrainBatch(ids, mask, old, torch.stack(row_adv) if row_adv else torch.zeros(0))
+    lengths = torch.tensor([len(v) for v in views], dtype=torch.long)
+    return TrainBatch(ids, mask, old, torch.stack(row_adv) if row_adv else torch.zeros(0), lengths)
+
+
+def pack_rows(batch: TrainBatch, width: int | None = None, pad_id: int = 0) -> TrainBatch:
+    """A padded batch -> the same sequences packed first-fit-decreasing into rows of `width` tokens (at least
+    the longest sequence). Each sequence keeps its tokens, mask, behaviour logprobs and advantage (now per
+    target); positions restart at 0 per sequence and attention stays inside it (`segment_ids`); the target
+    that would cross from one sequence into the next is masked. Padding is a segment of its own."""
+    if batch.lengths is None:
+        raise ValueError("pack_rows needs the batch's row lengths (pack_groups records them)")
+    lengths = [int(n) for n in batch.lengths]
+    width = max(width or 0, max(lengths))
+    bins: list[list[int]] = []
+    fill: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for j, used in enumerate(fill):
+            if used + lengths[i] <= width:
+                bins[j].append(i)
+                fill[j] += lengths[i]
+                break
+        else:
+            bins.append([i])
+            fill.append(lengths[i])
+    r = len(bins)
+    ids = torch.full((r, width), pad_id, dtype=torch.long)
+    pos = torch.zeros((r, width), dtype=torch.long)
+    seg = torch.zeros((r, width), dtype=torch.long)
+    mask = torch.zeros((r, width - 1))
+    old = torch.zeros((r, width - 1))
+    adv = torch.zeros((r, width - 1))
+    row_adv = batch.advantages if batch.advantages.dim() == 1 else None
+    if row_adv is None:
+        raise ValueError("pack_rows packs a padded batch (one advantage per row)")
+    for j, members in enumerate(bins):
+        at = 0
+        for k, i in enumerate(members):
+            n = lengths[i]
+            ids[j, at : at + n] = batch.input_ids[i, :n]
+            pos[j, at : at + n] = torch.arange(n)
+            seg[j, at : at + n] = k
+            mask[j, at : at + n - 1] = batch.mask[i, : n - 1]
+            old[j, at : at + n - 1] = batch.old_logp[i, : n - 1]
+            adv[j, at : at + n - 1] = row_adv[i]
+            at += n
+        seg[j, at:] = len(members)  # padding attends only to padding: no all-masked (NaN) rows
+        pos[j, at:] = torch.arange(width - at)
+    return TrainBatch(ids, mask, old, adv, torch.tensor(fill), pos, seg)
 
 
 def scheduled_lr(lr: float, update: int, warmup: int, schedule: str, total: int | None, min_ratio: float) -> float:
@@ -109,32 +181,66 @@ class Learner:
         self.max_tokens = max_tokens
         self.temperature = temperature if temperature > 0 else 1.0
         self.importance_sampling = importance_sampling
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.device = torch.device(cfg.device)
+        model.to(self.device)
+        model.gradient_checkpointing = cfg.activation_checkpointing
+        # only what requires grad trains: every weight, or the LoRA adapters (rl/lora.py freezes the rest)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.ref_model: CausalLM | None = None
         if cfg.kl_beta > 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         self.updates = 0
         self.total_updates = total_updates
+        # what the policy's forward goes through: the model, or a DDP / FSDP wrapper (posttrain/distributed/)
+        self.forward_module: torch.nn.Module = model
+        self.loss_scale = 1.0  # the data-parallel learner's world size: the wrappers average gradients over ranks
 
     def _lr(self) -> float:
         return scheduled_lr(self.cfg.lr, self.updates, self.cfg.warmup_steps, self.cfg.lr_schedule,
                             self.total_updates, self.cfg.lr_min_ratio)
 
-    def _logp(self, model: CausalLM, ids: Tensor) -> tuple[Tensor, Tensor]:
-        logits = model(ids)[:, :-1]  # [b, T-1, V]
-        return logits, token_logprobs(logits, ids[:, 1:], self.temperature)  # [b, T-1]
+    def _precision(self) -> contextlib.AbstractContextManager[Any]:
+        if self.cfg.dtype == "bf16":  # fp32 master weights; matmuls in bf16
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _logp(self, batch: TrainBatch, entropy: bool = False, reference: bool = False) -> tuple[Tensor, Tensor | None]:
+        """([b, T-1] logprobs of each target, its entropy when asked), `logprob_chunk` positions at a time."""
+        model, head = (self.ref_model, self.ref_model.lm_head) if reference and self.ref_model is not None else (
+            self.forward_module, self.model.lm_head)
+        with self._precision():
+            logp, ent = chunked_logprobs(model, batch.input_ids, self.temperature, self.cfg.logprob_chunk,
+                                         position_ids=batch.position_ids, segment_ids=batch.segment_ids, entropy=entropy,
+                                         head=head)
+        return logp.float(), ent
+
+    def local_rows(self, rows: Tensor) -> Tensor:
+        """The rows of a micro-batch this process computes (all of them; a data-parallel learner's share)."""
+        return rows
+
+    def reduce_stats(self, values: list[float], op: str = "sum") -> list[float]:
+        """Per-process sums (or maxima) -> the totals over every process (one process: as they are)."""
+        return values
 
     @torch.no_grad()
     def _learner_old(self, batch: TrainBatch) -> Tensor:
         """[B, T-1] the learner's own logprobs of the batch before any parameter moves."""
         out = torch.zeros_like(batch.old_logp)
         for rows in torch.arange(batch.input_ids.shape[0]).chunk(self.cfg.minibatches * self.cfg.micro_batches):
-            out[rows] = self._logp(self.model, batch.input_ids[rows])[1]
+            out[rows] = self._logp(batch.rows(rows))[0]
         return out
+
+    def prepare(self, batch: TrainBatch) -> TrainBatch:
+        """The batch as `update` trains on it: on the learner's device, packed when `rl.packing`."""
+        if self.cfg.packing and batch.segment_ids is None:
+            batch = pack_rows(batch, self.cfg.pack_tokens)
+        return batch.to(self.device)
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
         self.model.train()
         cfg = self.cfg
+        batch = self.prepare(batch)
         b = batch.input_ids.shape[0]
         behaviour = batch.old_logp
         old_policy = self._learner_old(batch) if self.importance_sampling else behaviour
@@ -152,18 +258,19 @@ class Learner:
                 stats: dict[str, Any] = {"pg_loss": 0.0, "clip": 0.0, "tokens": 0.0, "entropy": 0.0, "kl": 0.0}
                 self.optimizer.zero_grad(set_to_none=True)
                 loss_total = 0.0
-                for micro in rows.chunk(cfg.micro_batches):
-                    mask = batch.mask[micro]
-                    if mask.sum() == 0:
+                for whole in rows.chunk(cfg.micro_batches):
+                    if batch.mask[whole].sum() == 0:  # every process sees the whole batch: they all skip together
                         continue
-                    ids = batch.input_ids[micro]
-                    logits, logp = self._logp(self.model, ids)
+                    micro = self.local_rows(whole)
+                    mask = batch.mask[micro]
+                    part = batch.rows(micro)
+                    logp, ent = self._logp(part, entropy=True)
                     old = old_policy[micro]
                     if first:  # before any parameter moved: sampler vs learner on identical tokens
                         diff = (logp.detach() - behaviour[micro]).abs() * mask
                         mismatch_num += float(diff.sum())
                         mismatch_den += float(mask.sum())
-                        mismatch_max = max(mismatch_max, float(diff.max()))
+                        mismatch_max = max(mismatch_max, float(diff.max()) if diff.numel() else 0.0)
                     pg, clipped = clipped_policy_loss(logp, old, batch.advantages[micro], cfg.clip_low, cfg.clip_high)
                     if self.importance_sampling:
                         pg = pg * truncated_importance_weights(old, behaviour[micro], cfg.tis_cap)
@@ -173,18 +280,19 @@ class Learner:
                     stats["tokens"] += float(mask.sum())
                     if self.ref_model is not None:
                         with torch.no_grad():
-                            _, ref_logp = self._logp(self.ref_model, ids)
+                            ref_logp = self._logp(part, reference=True)[0]
                         kl = aggregate_loss(k3_kl(logp, ref_logp), mask, cfg.loss_agg, self.max_tokens, normalizer=norm)
                         loss = loss + cfg.kl_beta * kl
                         stats["kl"] += kl.item()
-                    with torch.no_grad():
-                        logq = torch.log_softmax(logits.float() / self.temperature, -1)
-                        ent = -(logq.exp() * logq).sum(-1)
-                        stats["entropy"] += float((ent * mask).sum())
-                    loss.backward()
+                    assert ent is not None
+                    stats["entropy"] += float((ent * mask).sum())
+                    (loss * self.loss_scale).backward()
                     loss_total += loss.item()
                 first = False
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
+                grad_norm = self.clip_gradients()
+                keys = ("pg_loss", "clip", "tokens", "kl", "entropy")
+                totals = self.reduce_stats([float(stats[k]) for k in keys] + [loss_total])
+                stats, loss_total = dict(zip(keys, totals[:-1])), totals[-1]
                 for group in self.optimizer.param_groups:
                     group["lr"] = self._lr()
                 self.optimizer.step()
@@ -198,9 +306,15 @@ class Learner:
                     sums[k] = sums.get(k, 0.0) + v
                 n_mb += 1
         metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
+        mismatch_num, mismatch_den = self.reduce_stats([mismatch_num, mismatch_den])
+        (mismatch_max,) = self.reduce_stats([mismatch_max], op="max")
         metrics.update(mismatch_mean=mismatch_num / mismatch_den if mismatch_den else 0.0, mismatch_max=mismatch_max,
                        lr=self._lr(), optimizer_steps=n_mb)
         return metrics
+
+    def clip_gradients(self) -> float:
+        """Clip the global gradient norm to `rl.grad_clip`; the norm before clipping."""
+        return float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}

@@ -137,7 +137,12 @@ class Trainer:
         assert found is not None  # checked in __init__
         step, path = found
         model, _ = load_model(path)
-        self.model.load_state_dict(model.state_dict())
+        if self.cfg.rl.lora is not None:  # checkpoints hold merged weights: they become the base, adapters restart at 0
+            from posttrain.models.lora import load_merged
+
+            load_merged(self.model, model.state_dict())
+        else:
+            self.model.load_state_dict(model.state_dict())
         state = load_trainer_state(path)
         self.learner.load_state_dict(state.learner)
         self.curriculum.load_state_dict(state.curriculum)

@@ -140,7 +140,13 @@ class FusedDecoder:
     @staticmethod
     def supports(model: CausalLM) -> bool:
         p = next(model.parameters())
-        return type(model) is CausalLM and p.dtype == torch.float32 and p.device.type == "cpu"
+        # the kernel has no per-head q/k norm (Qwen3) and reads plain weights (no LoRA layers): those models
+        # decode through the model's own forward
+        attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+        plain = all(type(m) is torch.nn.Linear for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj,
+                                                          mlp.gate_proj, mlp.up_proj, mlp.down_proj))
+        return (type(model) is CausalLM and p.dtype == torch.float32 and p.device.type == "cpu"
+                and not model.config.qk_norm and plain)
 
     # -- weights --------------------------------------------------------------------------
     def invalidate(self) -> None:

@@ -11,18 +11,33 @@ model's are) into every worker with `LLM.collective_rpc`, calling each
 worker's `model_runner.model.load_weights`, then empties vLLM's prefix cache
 (`LLM.reset_prefix_cache`) so no KV computed by the old weights is reused;
 `agenerate` (calls take turns on a thread: vLLM's `LLM` is not thread-safe).
+Weight sync per policy version (`load_weights(state, version)`): versions only
+move forward; full weights go to the workers as above; with `lora` set (the
+learner trains LoRA adapters) only the adapter entries of `state` are kept,
+written in peft's format to `<adapter_dir>/v<version>` and sampled through a
+`LoRARequest` whose name and id are new for every version (vLLM keys its
+prefix cache by adapter, so one adapter name reused across versions would mix
+policies); the prefix cache is reset on every version either way (`resets`
+counts them). `sleep(level)` / `wake()` free and restore the GPU memory vLLM
+holds (vLLM's sleep mode, `enable_sleep_mode=True`), so rollout and training
+can share one GPU; a call that needs the engine wakes it first. The trainer
+never treats this engine as its own module: truncated importance sampling is
+on for it under `rl.importance_sampling = "auto"` (rl/build.py).
 vLLM is an optional extra (`pip install 'posttrain[vllm]'`), imported only
 when an engine is built; without it, or without a CUDA GPU, construction
 raises one clear error.
 Does not cover: the OpenAI server mode of vLLM (use `OpenAIEngine` against
-`vllm serve`), NCCL weight broadcast across nodes, LoRA adapters.
+`vllm serve`), NCCL weight broadcast across nodes, several adapters at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +49,24 @@ from posttrain.types import Completion, FinishReason, SamplingParams
 
 class GPUUnavailableError(UserError, RuntimeError):
     """vLLM is installed but this machine shows it no CUDA GPU."""
+
+
+class WeightSyncError(UserError, ValueError):
+    """A weight sync that would be silently wrong: an older version, or weights the engine cannot take."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterSpec:
+    """The LoRA adapters the learner trains (what vLLM needs to load them): rank, alpha, target modules."""
+
+    r: int
+    alpha: float
+    targets: tuple[str, ...]
+
+
+def adapter_name(version: int) -> str:
+    """A new name per policy version: vLLM's prefix cache and adapter cache key on it."""
+    return f"posttrain-policy-v{version}"
 
 
 def require_vllm() -> Any:
@@ -106,12 +139,20 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.5,
         enable_prefix_caching: bool = True,
         logprobs_mode: str | None = "processed_logprobs",
+        lora: AdapterSpec | None = None,
+        adapter_dir: str | Path | None = None,
+        enable_sleep_mode: bool = False,
         **llm_kwargs: Any,
     ) -> None:
-        """`logprobs_mode=None` leaves vLLM's default (raw logprobs; needed before vLLM 0.10.2)."""
+        """`logprobs_mode=None` leaves vLLM's default (raw logprobs; needed before vLLM 0.10.2); `lora`: sync
+        adapters (written under `adapter_dir`, a temporary directory when None) instead of full weights."""
         vllm = require_vllm()
         if logprobs_mode is not None:
             llm_kwargs["logprobs_mode"] = logprobs_mode
+        if lora is not None:
+            llm_kwargs.update(enable_lora=True, max_lora_rank=max(8, lora.r), max_loras=1)
+        if enable_sleep_mode:
+            llm_kwargs["enable_sleep_mode"] = True
         llm = vllm.LLM(
             model=str(model),
             dtype=dtype,
@@ -120,22 +161,31 @@ class VLLMEngine:
             enable_prefix_caching=enable_prefix_caching,
             **llm_kwargs,
         )
-        self._init(llm, vllm, model)
+        self._init(llm, vllm, model, lora, adapter_dir)
 
     @classmethod
-    def from_llm(cls, llm: Any, vllm_module: Any = None, model_dir: str | Path | None = None) -> VLLMEngine:
+    def from_llm(cls, llm: Any, vllm_module: Any = None, model_dir: str | Path | None = None,
+                 lora: AdapterSpec | None = None, adapter_dir: str | Path | None = None) -> VLLMEngine:
         """Wrap a `vllm.LLM` built elsewhere (custom parallelism, a colocated trainer)."""
         self = cls.__new__(cls)
-        self._init(llm, vllm_module if vllm_module is not None else require("vllm", "vllm", "VLLMEngine"), model_dir)
+        vllm = vllm_module if vllm_module is not None else require("vllm", "vllm", "VLLMEngine")
+        self._init(llm, vllm, model_dir, lora, adapter_dir)
         return self
 
     usage = None  # nothing remote to total: the GPU is in this process
     max_context: int | None = None  # vLLM enforces its own `max_model_len` and says so
     max_concurrency = 1  # calls run one at a time (vLLM batches inside a call: pass many prompts per call)
 
-    def _init(self, llm: Any, vllm: Any, model_dir: str | Path | None) -> None:
+    def _init(self, llm: Any, vllm: Any, model_dir: str | Path | None, lora: AdapterSpec | None = None,
+              adapter_dir: str | Path | None = None) -> None:
         self.llm, self._vllm = llm, vllm
         self.policy_version = 0
+        self.lora = lora
+        self.lora_request: Any = None  # the current version's adapter (None: the base weights, or full-weight sync)
+        self._tmp = tempfile.TemporaryDirectory(prefix="posttrain-adapters-") if lora and adapter_dir is None else None
+        self.adapter_dir = Path(adapter_dir) if adapter_dir is not None else (Path(self._tmp.name) if self._tmp else None)
+        self.resets = 0  # prefix-cache resets, one per adopted version
+        self.asleep = False
         self._lock = threading.Lock()  # vLLM's offline LLM is not thread-safe
         self.tokenizer = None  # a posttrain Tokenizer when the model is a local HF-format directory
         if model_dir is not None and (Path(model_dir) / "tokenizer.json").exists():
@@ -153,7 +203,9 @@ class VLLMEngine:
             return []
         sp = self._vllm.SamplingParams(**sampling_kwargs(params))
         with self._lock:
-            outputs = self.llm.generate([vllm_prompt(p) for p in prompts], sp, use_tqdm=False)
+            self._wake()
+            extra = {"lora_request": self.lora_request} if self.lora_request is not None else {}
+            outputs = self.llm.generate([vllm_prompt(p) for p in prompts], sp, use_tqdm=False, **extra)
             version = self.policy_version
         return [[completion_from_vllm(o, version) for o in sorted(out.outputs, key=lambda o: o.index)] for out in outputs]
 
@@ -168,18 +220,62 @@ class VLLMEngine:
                 yield CompletionDelta(i, j, i, list(c.token_ids), list(c.logprobs), c.text, c.finish_reason, c)
 
     def load_weights(self, state: Mapping[str, Any], version: int) -> None:
-        """Copy `state` (HF names) into every worker's model, then drop prefix-cache entries of the old weights."""
-        weights = list(state.items())
-        # These probe the vLLM object, not a posttrain capability: `LLM.collective_rpc` and
-        # `LLM.reset_prefix_cache` exist only in some vLLM releases, and the extra accepts a range of them.
+        """Adopt the policy of `version` (> the current one): every weight (HF names) into every worker, or with
+        `lora` the adapter entries of `state` as a new adapter; then drop the prefix cache of the old policy."""
+        if version < self.policy_version:
+            raise WeightSyncError(f"load_weights version {version} is older than the engine's {self.policy_version}")
         with self._lock:
-            if hasattr(self.llm, "collective_rpc"):
-                self.llm.collective_rpc(_load_weights_on_worker, args=(weights,))
-            else:  # vLLM before collective_rpc: the single in-process worker
-                self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights=weights)
+            self._wake()
+            if self.lora is not None:
+                self._load_adapter(state, version)
+            else:
+                self._load_full(state)
+            # These probe the vLLM object, not a posttrain capability: `LLM.reset_prefix_cache` exists only in
+            # some vLLM releases, and the extra accepts a range of them.
             if hasattr(self.llm, "reset_prefix_cache"):
                 self.llm.reset_prefix_cache()
+            self.resets += 1
             self.policy_version = version
+
+    def _load_full(self, state: Mapping[str, Any]) -> None:
+        if any(".lora_" in k or ".base_layer." in k for k in state):
+            raise WeightSyncError("load_weights got LoRA-injected names (base_layer / lora_): build the engine with "
+                                  "`lora=` to sync adapters, or pass merged weights (models.lora.merged_state_dict)")
+        weights = list(state.items())
+        if hasattr(self.llm, "collective_rpc"):  # probes vLLM's release (see load_weights)
+            self.llm.collective_rpc(_load_weights_on_worker, args=(weights,))
+        else:  # vLLM before collective_rpc: the single in-process worker
+            self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights=weights)
+
+    def _load_adapter(self, state: Mapping[str, Any], version: int) -> None:
+        from posttrain.models.lora import adapter_weights, lora_config, write_adapter
+
+        assert self.lora is not None and self.adapter_dir is not None
+        adapter = adapter_weights(dict(state))
+        if not adapter:
+            raise WeightSyncError("load_weights with lora: the state holds no adapter weights (.lora_A / .lora_B)")
+        config = lora_config(self.lora.r, self.lora.alpha, self.lora.targets)
+        path = write_adapter(adapter, config, self.adapter_dir / f"v{version}")
+        request_cls = importlib.import_module(self._vllm.__name__ + ".lora.request").LoRARequest
+        # a new name and a new integer id per version: never the old policy's adapter or its cached KV
+        self.lora_request = request_cls(adapter_name(version), version + 1, str(path))
+
+    def sleep(self, level: int = 1) -> None:
+        """Free vLLM's GPU memory for training: level 1 offloads the weights to CPU and drops the KV cache;
+        level 2 drops the weights too (the next `load_weights` brings them). Needs `enable_sleep_mode=True`."""
+        with self._lock:
+            if not self.asleep:
+                self.llm.sleep(level=level)
+                self.asleep = True
+
+    def wake(self) -> None:
+        with self._lock:
+            self._wake()
+
+    def _wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
 
     def sampler_state(self) -> None:
         """None: vLLM keeps its generators to itself (a request's `seed` is what reproduces it)."""

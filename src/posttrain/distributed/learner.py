@@ -1,0 +1,107 @@
+"""`DataParallelLearner`: the RL learner over DDP or FSDP2 (fully_shard), one process per rank.
+
+Covers: wrapping the native model (DDP: one replica per rank, gradients all-reduced; FSDP2: each decoder
+layer and the root sharded over the ranks, parameters gathered for forward and backward, gradients
+reduce-scattered), each micro-batch split into one contiguous share of rows per rank, the loss scaled by
+the world size so the wrappers' gradient average is the whole batch's gradient, and metrics summed over
+ranks; `init_from_env`: the process group from torchrun's environment.
+Does not cover: the KL reference model under FSDP (refused), checkpointing sharded optimizer state.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.distributed.tensor import DTensor
+
+from posttrain.config import RLConfig
+from posttrain.errors import UserError
+from posttrain.models.llama import CausalLM
+from posttrain.rl.learner import Learner
+
+Strategy = Literal["ddp", "fsdp"]
+
+
+class DistributedSetupError(UserError, RuntimeError):
+    """The process group is missing or the configuration cannot be distributed."""
+
+
+def init_from_env(backend: str | None = None) -> tuple[int, int]:
+    """Join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT) -> (rank, world size).
+    gloo on CPU, NCCL when CUDA is available (each rank on GPU LOCAL_RANK)."""
+    if "RANK" not in os.environ:
+        raise DistributedSetupError("no torchrun environment (RANK/WORLD_SIZE unset): launch with torchrun --nproc_per_node N")
+    if not dist.is_initialized():
+        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+class DataParallelLearner(Learner):
+    """`Learner.update` over the ranks: every rank is given the same whole batch and computes its share."""
+
+    def __init__(
+        self,
+        model: CausalLM,
+        cfg: RLConfig,
+        max_tokens: int,
+        temperature: float = 1.0,
+        importance_sampling: bool = False,
+        strategy: Strategy = "ddp",
+    ) -> None:
+        if not dist.is_initialized():
+            raise DistributedSetupError("DataParallelLearner needs torch.distributed initialised (init_from_env)")
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.strategy = strategy
+        if strategy == "fsdp":
+            if cfg.kl_beta > 0:
+                raise DistributedSetupError("rl.kl_beta > 0 under FSDP: the sharded reference model is not built yet")
+            from torch.distributed.fsdp import fully_shard
+
+            model.to(torch.device(cfg.device))
+            for layer in model.model.layers:
+                fully_shard(layer)
+            # the root (embeddings, final norm, lm_head) stays gathered after forward: the learner projects
+            # the hidden states through lm_head chunk by chunk, outside the root's forward
+            fully_shard(model, reshard_after_forward=False)
+        super().__init__(model, cfg, max_tokens, temperature, importance_sampling)
+        if strategy == "ddp":
+            from torch.nn.parallel import DistributedDataParallel
+
+            device_ids = [self.device.index or 0] if self.device.type == "cuda" else None
+            self.forward_module = DistributedDataParallel(model, device_ids=device_ids)
+        self.loss_scale = float(self.world)  # DDP and FSDP average gradients; each rank's loss is its part of the sum
+
+    def local_rows(self, rows: Tensor) -> Tensor:
+        share = rows.tensor_split(self.world)[self.rank]
+        if share.numel() == 0:
+            raise DistributedSetupError(f"a micro-batch of {rows.numel()} rows over {self.world} ranks leaves rank "
+                                        f"{self.rank} none: use fewer micro_batches or ranks")
+        return share
+
+    def reduce_stats(self, values: list[float], op: str = "sum") -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=self.device if self.device.type == "cuda" else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return t.tolist()
+
+    def clip_gradients(self) -> float:
+        return float(_whole(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)))
+
+    def full_state(self) -> dict[str, Tensor]:
+        """Every parameter, gathered whole (FSDP shards), on the CPU: what an engine loads or a checkpoint saves."""
+        return {name: _whole(p.detach()).cpu().clone() for name, p in self.model.named_parameters()}
+
+    def full_grads(self) -> dict[str, Tensor]:
+        """Every parameter's current gradient, gathered whole, on the CPU."""
+        return {name: _whole(p.grad).cpu().clone() for name, p in self.model.named_parameters() if p.grad is not None}
+
+
+def _whole(t: Tensor) -> Tensor:
+    """A tensor, or an FSDP2 shard (DTensor) gathered to the whole tensor on every rank."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
