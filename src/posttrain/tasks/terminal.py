@@ -86,10 +86,16 @@ async def judge_script(sandbox: Any, tt: TerminalTask, script: str) -> Verdict:
 
     session = await sandbox.in_worker(lambda: open_workspace(sandbox, tt))
     try:
+        acted = None
         if script.strip():
-            await run_solution(session, replace(tt, solution=script, solution_files={}, executable=tuple(
-                p for p in tt.executable if not p.startswith("solution/"))))
-        return await verify_workspace(session, tt)
+            is_oracle = script == tt.solution
+            acted = await run_solution(session, tt if is_oracle else replace(
+                tt, solution=script, solution_files={}, executable=tuple(p for p in tt.executable if not p.startswith("solution/"))))
+        verdict = await verify_workspace(session, tt)
+        if acted is not None and not acted.ok:  # the script's own failure explains a low reward
+            verdict.info["script_status"] = acted.status.value
+            verdict.details += f"\n[the script: {acted.status.value}, exit {acted.exit_code}] {acted.stderr[-500:]}"
+        return verdict
     finally:
         await sandbox.in_worker(session.close)
 
