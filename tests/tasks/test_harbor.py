@@ -277,3 +277,70 @@ def test_terminal_bench_1_without_a_pytest_summary_is_an_error(tmp_path, sandbox
     with open_workspace(sandbox, t) as s:
         v = run(verify_workspace(s, t))
     assert v.status is VerdictStatus.ERROR
+
+
+# ----------------------------------------------------------------------------- the domain, its verifier, the suite
+
+
+def test_the_verifier_runs_a_response_as_a_script(tmp_path):
+    from posttrain.rewards import score_sync
+    from posttrain.tasks.domains import load_domain
+
+    harbor_task(tmp_path)
+    domain = load_domain(f"terminal:{tmp_path}")
+    (task,) = domain.suite().tasks
+    assert domain.rollouter == "agent" and task.prompt.startswith("Write hello") and task.answer.startswith("echo hello")
+    fenced = "I will write the file.\n```bash\necho hello > /app/out.txt\n```\n"
+    verdicts = score_sync(domain.verifier, [task] * 4, [task.answer, fenced, "", "echo nope > out.txt; exit 3"])
+    assert [v.passed for v in verdicts] == [True, True, False, False] and all(v.ok for v in verdicts)
+    assert verdicts[3].info["script_status"] == "runtime_error"
+
+
+def test_editing_the_visible_tests_earns_nothing():
+    from posttrain.rewards import safe_verify
+    from posttrain.tasks.domains import load_domain
+
+    domain = load_domain("terminal")
+    task = next(t for t in domain.suite().tasks if t.id == "fix-failing-test")
+    cheat = "sed -i 's/2.5)/3)/' test_stats.py && python3 -m unittest test_stats"  # the visible test now passes
+    v = safe_verify(domain.verifier, task, cheat)
+    assert v.ok and not v.passed and "median_of_even_lists" in v.details
+
+
+def test_every_builtin_oracle_passes_and_doing_nothing_fails():
+    """All built-in tasks, oracle and do-nothing agent, through the one validation path (a pool of workspaces)."""
+    from posttrain.tasks.domains import load_domain
+    from posttrain.tasks.validate import validate_suite
+
+    report = validate_suite(load_domain("terminal").suite())
+    assert report.ok, [(r.task_id, r.details[:400]) for r in report.rows if not r.ok]
+    assert report.total == len(report.rows) >= 20 and report.passed == report.total
+    assert all(r.gold_score == 1.0 and r.null_status == "ok" and r.null_score < 1.0 for r in report.rows)
+
+
+def test_every_builtin_task_loads_cleanly():
+    tasks = load_terminal_suite("terminal")
+    assert len(tasks) >= 20 and len({t.id for t in tasks}) == len(tasks)
+    for t in tasks:
+        assert t.solution and "test.sh" in t.tests and t.instruction.strip() and not t.allow_internet
+        assert [n for n in t.notes if "Dockerfile is not built" not in n] == [], (t.id, t.notes)
+
+
+def test_cli_validate_prints_the_table_and_fails_on_a_bad_task(tmp_path):
+    from typer.testing import CliRunner
+
+    from posttrain.cli import app
+
+    harbor_task(tmp_path, "good")
+    harbor_task(tmp_path, "wrong-oracle", solve="echo bye > out.txt\n")
+    always = "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\n"
+    harbor_task(tmp_path, "always-passes", test_sh=always)
+    (harbor_task(tmp_path, "broken") / "task.toml").write_text("[agent\n")
+    r = CliRunner().invoke(app, ["tasks", "validate", f"terminal:{tmp_path}"])
+    assert r.exit_code == 1, r.output
+    rows = {line.split()[1]: line for line in r.output.splitlines() if line.startswith("│")}
+    assert "yes" in rows["good"] and "NO" in rows["wrong-oracle"] and "NO" in rows["always-passes"]
+    assert "FAIL always-passes: the do-nothing response scored 1.000" in r.output
+    assert "malformed TOML" in r.output  # the task that did not load is a failure too, and the others still ran
+    d = json.loads(CliRunner().invoke(app, ["tasks", "validate", f"terminal:{tmp_path}", "--json"]).output)
+    assert d["ok"] is False and {x["task_id"] for x in d["rows"] if x["ok"]} == {"good"}
