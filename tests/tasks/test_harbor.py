@@ -66,7 +66,7 @@ def tb1_task(root, name="tb1"):
     (d / "run-tests.sh").write_text("#!/bin/bash\npython3 $TEST_DIR/check.py\n")
     # A stand-in for pytest (not in the sandbox): its summary line and exit codes
     (d / "tests" / "check.py").write_text(
-        "import sys\nok = open('/app/out.txt').read().strip() == 'hello' if __import__('os').path.exists('/app/out.txt') else False\n"
+        "import os, sys\nok = os.path.exists('/app/out.txt') and open('/app/out.txt').read().strip() == 'hello'\n"
         "print('===== 1 passed in 0.01s =====' if ok else '===== 1 failed in 0.01s =====')\nsys.exit(0 if ok else 1)\n")
     (d / "solution.sh").write_text("echo hello > /app/out.txt\n")
     return d
@@ -240,7 +240,8 @@ def test_reward_json_gives_partial_credit(tmp_path, sandbox):
 
 def test_a_hanging_test_script_is_a_timeout(tmp_path, sandbox):
     toml = "[verifier]\ntimeout_sec = 1.0\n[environment]\nallow_internet = false\n"
-    t = load_terminal_task(harbor_task(tmp_path, toml=toml, test_sh="mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 30\n"))
+    hang = "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 30\n"
+    t = load_terminal_task(harbor_task(tmp_path, toml=toml, test_sh=hang))
     with open_workspace(sandbox, t) as s:
         v = run(verify_workspace(s, t))
     assert v.status is VerdictStatus.TIMEOUT and not v.passed

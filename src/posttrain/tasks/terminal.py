@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain, reject_unknown
-from posttrain.tasks.harbor import TaskLoadError, TerminalTask, load_terminal_suite, open_workspace, run_solution, verify_workspace
+from posttrain.tasks.harbor import (
+    TaskLoadError,
+    TerminalTask,
+    load_terminal_suite,
+    open_workspace,
+    run_solution,
+    verify_workspace,
+)
 from posttrain.tasks.jsonl import ListSource, TaskFileError
 from posttrain.types import Task, Verdict, VerdictStatus
 
@@ -88,9 +95,9 @@ async def judge_script(sandbox: Any, tt: TerminalTask, script: str) -> Verdict:
     try:
         acted = None
         if script.strip():
-            is_oracle = script == tt.solution
-            acted = await run_solution(session, tt if is_oracle else replace(
-                tt, solution=script, solution_files={}, executable=tuple(p for p in tt.executable if not p.startswith("solution/"))))
+            own = tuple(p for p in tt.executable if not p.startswith("solution/"))
+            acted = await run_solution(session, tt if script == tt.solution else replace(
+                tt, solution=script, solution_files={}, executable=own))
         verdict = await verify_workspace(session, tt)
         if acted is not None and not acted.ok:  # the script's own failure explains a low reward
             verdict.info["script_status"] = acted.status.value
