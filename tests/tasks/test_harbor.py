@@ -345,3 +345,22 @@ def test_cli_validate_prints_the_table_and_fails_on_a_bad_task(tmp_path):
     assert "malformed TOML" in r.output  # the task that did not load is a failure too, and the others still ran
     d = json.loads(CliRunner().invoke(app, ["tasks", "validate", f"terminal:{tmp_path}", "--json"]).output)
     assert d["ok"] is False and {x["task_id"] for x in d["rows"] if x["ok"]} == {"good"}
+
+
+def test_the_tests_are_gone_once_judged_and_verdicts_name_their_checking_code(tmp_path, sandbox):
+    t = load_terminal_task(harbor_task(tmp_path))
+    with open_workspace(sandbox, t) as s:
+        v = run(verify_workspace(s, t))
+        assert s.exec("test -e /work/.harbor || echo gone").stdout == "gone\n"  # the agent could not read them on
+    other = load_terminal_task(harbor_task(tmp_path, "other", test_sh=TEST_SH + "# changed\n"))
+    with open_workspace(sandbox, other) as s:
+        w = run(verify_workspace(s, other))
+    assert v.verifier.startswith("terminal@") and w.verifier.startswith("terminal@") and v.verifier != w.verifier
+
+
+def test_a_test_script_killed_for_its_output_is_an_error_even_with_a_reward(tmp_path, sandbox):
+    flood = "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; head -c 3000000 /dev/zero | tr '\\0' x\n"
+    t = load_terminal_task(harbor_task(tmp_path, test_sh=flood))
+    with open_workspace(sandbox, t) as s:
+        v = run(verify_workspace(s, t))
+    assert v.status is VerdictStatus.ERROR and "output_limit" in v.details and not v.passed
