@@ -91,7 +91,8 @@ async def run_solution(session: Session, task: TerminalTask) -> ExecResult:
 _CLEAR = (f"chmod -R u+rwx {HARBOR_DIR} 2>/dev/null; rm -rf {HARBOR_DIR}; "
           f"test ! -e {HARBOR_DIR} && test ! -L {HARBOR_DIR}")
 
-# Run as `python3 -I`: nothing the agent left in the workspace is imported. Only regular files count.
+# Run as `python3 -I -S`: nothing the agent left in the workspace is imported (-S: nor site-packages, which
+# only slow the start). Only regular files count.
 # The tests go with it, so a session that goes on (a runtime that lets the agent continue) never sees them.
 _READ_REWARD = f"""
 import json, os, shutil, stat
@@ -158,15 +159,20 @@ def parse_reward(files: dict[str, dict[str, str]]) -> Reward | str:
 _SOURCE_HASH: list[str] = []
 
 
-def verifier_id(task: TerminalTask) -> str:
-    """`terminal@<hash>` of this module's code and the task's tests: which checking code judged a workspace."""
+def verifier_id() -> str:
+    """`terminal@<hash of this module>`: which checking code judged a workspace (`tests_hash` in a verdict's
+    `info` names the task's tests, as a task's own data)."""
     if not _SOURCE_HASH:
         with open(__file__, "rb") as f:
-            _SOURCE_HASH.append(hashlib.sha256(f.read()).hexdigest())
-    h = hashlib.sha256(_SOURCE_HASH[0].encode() + task.test_script.encode())
+            _SOURCE_HASH.append(hashlib.sha256(f.read()).hexdigest()[:12])
+    return f"terminal@{_SOURCE_HASH[0]}"
+
+
+def tests_hash(task: TerminalTask) -> str:
+    h = hashlib.sha256(task.test_script.encode())
     for rel in sorted(task.tests):
-        h.update(rel.encode() + b"\0" + task.tests[rel])
-    return f"terminal@{h.hexdigest()[:12]}"
+        h.update(b"\0" + rel.encode() + b"\0" + task.tests[rel])
+    return h.hexdigest()[:12]
 
 
 def _tail(text: str, n: int = 2000) -> str:
@@ -187,8 +193,8 @@ async def verify_workspace(session: Session, task: TerminalTask) -> Verdict:
     name = f"terminal:{task.id}"
 
     def verdict(score: float, status: VerdictStatus, details: str, **info: Any) -> Verdict:
-        return Verdict(score, status is VerdictStatus.OK and score >= 1.0 - 1e-9, status, verifier=verifier_id(task),
-                       details=details, info=info, latency_s=time.perf_counter() - start)
+        return Verdict(score, status is VerdictStatus.OK and score >= 1.0 - 1e-9, status, verifier=verifier_id(),
+                       details=details, info={**info, "tests_hash": tests_hash(task)}, latency_s=time.perf_counter() - start)
 
     cleared = await session.aexec(_CLEAR)
     if not cleared.ok:
@@ -202,7 +208,7 @@ async def verify_workspace(session: Session, task: TerminalTask) -> Verdict:
                f"export {exports} && exec bash /tests/{shlex.quote(task.test_script)}")
     run = await session.aexec(command, files=files,
                               limits=_limits(task, task.verifier_timeout_s, session.limits.disk_mb))
-    read = await session.aexec([task_python(), "-I", "-c", _READ_REWARD])  # reads, then removes the tests
+    read = await session.aexec([task_python(), "-I", "-S", "-c", _READ_REWARD])  # reads, then removes the tests
     output = _tail(run.stdout + ("\n" + run.stderr if run.stderr else ""))
     info = {"exit_code": run.exit_code, "exec_status": run.status.value, "test_seconds": round(run.wall_s, 3)}
     if not read.ok:
