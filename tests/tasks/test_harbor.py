@@ -118,6 +118,7 @@ def test_harbor_defaults_and_older_memory_spelling(tmp_path):
     (lambda d: (d / "task.toml").write_text("verifier = 3\n"), "[verifier] must be a table"),
     (lambda d: (d / "instruction.md").unlink(), "instruction.md: missing"),
     (lambda d: (d / "task.toml").write_text("[environment]\nmemory = 'lots'\n"), "memory must look like"),
+    (lambda d: ((d / "instruction.md").unlink(), (d / "instruction.md").mkdir()), "instruction.md: missing"),
 ])
 def test_bad_harbor_directories_fail_in_one_line_naming_the_file(tmp_path, breakage, expected):
     d = harbor_task(tmp_path)

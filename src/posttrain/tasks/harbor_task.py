@@ -139,10 +139,13 @@ def load_terminal_task(path: str | Path) -> TerminalTask:
     root = Path(path)
     if not root.is_dir():
         raise TaskFileError(f"{root}: not a task directory")
-    if (root / "task.toml").exists() or (root / "instruction.md").exists():
-        return _load_harbor(root)
-    if (root / "task.yaml").exists():
-        return _load_terminal_bench(root)
+    try:
+        if (root / "task.toml").exists() or (root / "instruction.md").exists():
+            return _load_harbor(root)
+        if (root / "task.yaml").exists():
+            return _load_terminal_bench(root)
+    except OSError as exc:  # an unreadable file, a directory where a file belongs
+        raise TaskFileError(f"{exc.filename or root}: {exc.strerror or exc}") from None
     raise TaskFileError(f"{root}: neither a Harbor task (task.toml, instruction.md) nor a Terminal-Bench one (task.yaml)")
 
 

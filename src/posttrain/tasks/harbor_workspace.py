@@ -37,12 +37,13 @@ from posttrain.tasks.jsonl import TaskFileError
 from posttrain.types import Verdict, VerdictStatus
 
 if TYPE_CHECKING:
-    from posttrain.sandbox import ExecResult, Sandbox, Session
+    from posttrain.sandbox import ExecResult, Limits, Sandbox, Session
 
 HARBOR_DIR = ".harbor"  # under /work: /tests, /logs, /solution link into it (sandbox.WORKSPACE_LINKS)
 REWARD_MAX_BYTES = 1 << 16
 
-def _limits(task: TerminalTask, wall_s: float, disk_mb: int):
+
+def _limits(task: TerminalTask, wall_s: float, disk_mb: int) -> Limits:
     from posttrain.sandbox import Limits
 
     return Limits(wall_s=wall_s, cpu_s=wall_s * task.cpus, memory_mb=task.memory_mb, pids=256, disk_mb=disk_mb,
