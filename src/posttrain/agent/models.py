@@ -38,6 +38,7 @@ class Sampled:
     context_tokens: int
     calls: list[ToolCall] | None = None
     cost_usd: float = 0.0
+    format_error: str = ""  # native calls that could not be read
 
 
 @runtime_checkable

@@ -164,6 +164,8 @@ class _Loop:
             if calls is None:
                 parsed = fmt.parse_call(c.text)
                 calls, error = ([parsed.call] if parsed.call is not None else []), parsed.error
+            elif sampled.format_error:
+                error = sampled.format_error
             elif not calls:
                 error = "no tool call: call a tool (submit when done)"
             reply = Entry("assistant", c.text, list(c.token_ids), len(c.token_ids) or max(1, len(c.text) // 4), step,
