@@ -18,6 +18,7 @@ Does not cover: the loop (`runtime.py`), terminal tasks (`terminal.py` over `pos
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -78,6 +79,14 @@ class AgentTask:
         return Task(self.id, self.instruction, None, {**self.meta, "kind": "agent"})
 
 
+async def dispatch(tools: dict[str, Tool], ctx: ToolContext, call: ToolCall) -> ToolResult:
+    """Run the named tool; an unknown name is an observation listing the tools."""
+    tool = tools.get(call.name)
+    if tool is None:
+        return ToolResult(call, f"unknown tool {call.name!r}; the tools are {', '.join(tools)}", ok=False)
+    return await tool.run(ctx, call)
+
+
 class SessionEnv:
     """The tool dispatch of every env backed by a sandbox session (subclasses open the session and verify)."""
 
@@ -97,10 +106,7 @@ class SessionEnv:
         self.ctx = ToolContext(session, session.limits, self.test_command, memory)
 
     async def step(self, call: ToolCall) -> ToolResult:
-        tool = self._by_name.get(call.name)
-        if tool is None:
-            return ToolResult(call, f"unknown tool {call.name!r}; the tools are {', '.join(self._by_name)}", ok=False)
-        return await tool.run(self.ctx, call)
+        return await dispatch(self._by_name, self.ctx, call)
 
     async def close(self) -> None:
         if self.session is not None:
@@ -152,6 +158,40 @@ class ToolEnv(SessionEnv):
         return Verdict(float(passed), passed, VerdictStatus.OK, VERIFIER,
                        f"tests {'passed' if passed else 'failed'} ({r.status.value}, exit {r.exit_code})\n{tail}",
                        info={"exit_code": r.exit_code, "status": r.status.value}, latency_s=dt)
+
+
+class FunctionEnv:
+    """Tools that need no sandbox, and a verdict computed from the answer given to `submit` (None: never submitted).
+
+    >>> env = FunctionEnv("sum", "Add 2 and 3, submit the result.", [add, submit], lambda answer: answer == "5")
+    """
+
+    def __init__(self, task_id: str, instruction: str, tools: list[Tool], check: Callable[[str | None], bool],
+                 timeout_s: float = 600.0, documents: dict[str, str] | None = None) -> None:
+        self.task_id, self.instruction, self.tools, self.check = task_id, instruction, list(tools), check
+        self.timeout_s = timeout_s
+        self.documents = dict(documents or {})
+        self.answer: str | None = None
+        self.ctx = ToolContext(None)
+        self._by_name = {t.name: t for t in self.tools}
+
+    async def reset(self, memory: Memory | None) -> str:
+        self.ctx = ToolContext(None, memory=memory)
+        self.answer = None
+        return self.instruction
+
+    async def step(self, call: ToolCall) -> ToolResult:
+        result = await dispatch(self._by_name, self.ctx, call)
+        if result.ends_episode:
+            self.answer = str(call.arguments.get("answer", ""))
+        return result
+
+    async def verify(self) -> Verdict:
+        passed = bool(self.check(self.answer))
+        return Verdict(float(passed), passed, VerdictStatus.OK, "function-env@1", f"answer {self.answer!r}")
+
+    async def close(self) -> None:
+        pass
 
 
 def make_env(task: object, sandbox: Sandbox | None, tools: list[Tool] | None = None) -> Env:
