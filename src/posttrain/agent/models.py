@@ -39,6 +39,7 @@ class Sampled:
     calls: list[ToolCall] | None = None
     cost_usd: float = 0.0
     format_error: str = ""  # native calls that could not be read
+    completion_tokens: int | None = None  # the endpoint's count (None: the completion's ids are the count)
 
 
 @runtime_checkable

@@ -146,8 +146,8 @@ class ChatEndpointModel:
         tokens_out = int(usage.get("completion_tokens") or max(1, len(completion.text) // 4))
         cost = self.price.cost(tokens_in, tokens_out) if self.price is not None else 0.0
         if isinstance(calls, str):  # unreadable calls: a format error, shown to the model
-            return Sampled(completion, [], tokens_in, [], cost, format_error=f"malformed tool call: {calls}")
-        return Sampled(completion, [], tokens_in, calls, cost)
+            return Sampled(completion, [], tokens_in, [], cost, f"malformed tool call: {calls}", tokens_out)
+        return Sampled(completion, [], tokens_in, calls, cost, completion_tokens=tokens_out)
 
     async def post(self, body: dict[str, Any]) -> Any:
         url = self.base_url + "/chat/completions"

@@ -235,7 +235,8 @@ class _Loop:
         finally:
             self.ep.times.model_s += time.perf_counter() - t0
         self.ep.tokens_in += sampled.context_tokens
-        self.ep.tokens_out += len(sampled.completion.token_ids) or max(1, len(sampled.completion.text) // 4)
+        out = sampled.completion_tokens
+        self.ep.tokens_out += len(sampled.completion.token_ids) if out is None else out
         self.ep.cost_usd += sampled.cost_usd
         return sampled
 
