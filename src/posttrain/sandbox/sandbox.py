@@ -115,10 +115,19 @@ def rebinds_of(ro_binds: list[str]) -> list[str]:
     return [b for b in ro_binds if under_task_mount(b) in REBOUND_MOUNTS]
 
 
+# Harbor's paths (tasks/harbor.py), linked from the read-only root into the task's own /work: the workspace
+# is Harbor's /app; /tests, /logs and /solution exist only while a verifier or an oracle solution runs (their
+# targets are created then, and removed before the verifier). They point nowhere outside the task's mounts.
+WORKSPACE_LINKS = {"/app": "/work", "/tests": "/work/.harbor/tests", "/logs": "/work/.harbor/logs",
+                   "/solution": "/work/.harbor/solution"}
+
+
 def default_symlinks() -> dict[str, str]:
-    """Merged-/usr layouts: /bin -> usr/bin etc. (bound as directories where they are real)."""
-    return {f"/{d}": f"usr/{d}" for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-            if os.path.islink(f"/{d}") and os.path.exists(f"/usr/{d}")}
+    """Merged-/usr layouts (/bin -> usr/bin etc., bound as directories where they are real), and
+    ``WORKSPACE_LINKS``."""
+    merged = {f"/{d}": f"usr/{d}" for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+              if os.path.islink(f"/{d}") and os.path.exists(f"/usr/{d}")}
+    return {**merged, **WORKSPACE_LINKS}
 
 
 def _validate_files(files: dict[str, bytes | str] | None) -> dict[str, str]:

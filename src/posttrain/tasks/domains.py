@@ -31,7 +31,8 @@ from posttrain.tasks.suites import Suite
 from posttrain.types import Task
 
 # Modules that register domains when imported; each is imported lazily, the first time the registry is read.
-_PLUGINS: list[str] = ["posttrain.tasks.humaneval", "posttrain.tasks.codegen", "posttrain.tasks.reasoning_gym"]
+_PLUGINS: list[str] = ["posttrain.tasks.humaneval", "posttrain.tasks.codegen", "posttrain.tasks.reasoning_gym",
+                        "posttrain.tasks.terminal"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,125 @@
+"""The `terminal` domain: Harbor-format terminal tasks as `Task`s, and the verifier that judges them.
+
+Covers: `terminal_task_of(task)` (the `TerminalTask` a `Task` carries in `meta["terminal_task"]`),
+`TerminalVerifier` (the `rewards.Verifier` protocol: a response is a shell script, run as the agent
+in a fresh workspace, then the task's tests judge the workspace; the oracle's `solve.sh` is the gold
+response, the empty script the do-nothing one), and the registry entries `terminal` (the built-in
+suite) and `terminal:<dir>` (a directory of Harbor or Terminal-Bench 1 task directories).
+
+How an agent episode is judged: the runtime holds the session it acted in, so it calls
+`tasks.harbor.verify_workspace(session, terminal_task_of(task))` itself; `TerminalVerifier` is the
+single-response form of the same check (same tests, same reward rules), which `posttrain tasks
+validate` and single-turn evaluation use.
+Does not cover: loading task directories or the workspace contract (`tasks/harbor.py`), the agent loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain, reject_unknown
+from posttrain.tasks.harbor import TaskLoadError, TerminalTask, load_terminal_suite, open_workspace, run_solution, verify_workspace
+from posttrain.tasks.jsonl import ListSource, TaskFileError
+from posttrain.types import Task, Verdict, VerdictStatus
+
+TASK_KEY = "terminal_task"  # Task.meta key holding the TerminalTask
+NULL_RESPONSE = ""  # the do-nothing agent: a script that changes nothing
+_FENCE = re.compile(r"```(?:bash|sh|shell)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def terminal_task_of(task: Task) -> TerminalTask:
+    tt = task.meta.get(TASK_KEY)
+    if not isinstance(tt, TerminalTask):
+        raise TaskFileError(f"task {task.id!r} is not a terminal task (no meta[{TASK_KEY!r}])")
+    return tt
+
+
+def as_task(tt: TerminalTask, suite: str) -> Task:
+    """The registry's view of a terminal task: the instruction is the prompt, solve.sh the gold answer."""
+    return Task(id=tt.id, prompt=tt.instruction, answer=tt.solution,
+                meta={TASK_KEY: tt, "suite": suite, "rollouter": "agent", **{k: v for k, v in tt.metadata.items()
+                                                                             if k in ("difficulty", "category")}})
+
+
+def script_of(response: str) -> str:
+    """The shell script a response holds: its last ```bash fenced block, else the whole text."""
+    blocks = _FENCE.findall(response)
+    return blocks[-1] if blocks else response
+
+
+@dataclass
+class TerminalVerifier:
+    """Runs each response as a bash script in a fresh workspace of its task, then the task's tests.
+
+    >>> verifier = TerminalVerifier()
+    >>> t = load_domain("terminal").suite().tasks[0]                       # doctest: +SKIP
+    >>> safe_verify(verifier, t, t.answer).passed, safe_verify(verifier, t, "").passed   # doctest: +SKIP
+    (True, False)
+    """
+
+    max_concurrency: int = 4  # workspaces at once
+    name: str = "terminal"
+
+    async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
+        from posttrain.rewards.code import shared_sandbox
+
+        try:
+            sandbox = shared_sandbox()
+        except Exception as exc:  # noqa: BLE001 - no sandbox here: infrastructure, never a wrong answer
+            return [Verdict(0.0, False, VerdictStatus.ERROR, details=f"sandbox unavailable: {exc}") for _ in tasks]
+        gate = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(task: Task, response: str) -> Verdict:
+            async with gate:
+                return await judge_script(sandbox, terminal_task_of(task), script_of(response))
+
+        return list(await asyncio.gather(*(one(t, r) for t, r in zip(tasks, responses))))
+
+
+async def judge_script(sandbox: Any, tt: TerminalTask, script: str) -> Verdict:
+    """A fresh workspace, `script` run in it as the agent (under `agent_timeout_s`), then `verify_workspace`."""
+    from dataclasses import replace
+
+    session = await sandbox.in_worker(lambda: open_workspace(sandbox, tt))
+    try:
+        acted = None
+        if script.strip():
+            is_oracle = script == tt.solution
+            acted = await run_solution(session, tt if is_oracle else replace(
+                tt, solution=script, solution_files={}, executable=tuple(p for p in tt.executable if not p.startswith("solution/"))))
+        verdict = await verify_workspace(session, tt)
+        if acted is not None and not acted.ok:  # the script's own failure explains a low reward
+            verdict.info["script_status"] = acted.status.value
+            verdict.details += f"\n[the script: {acted.status.value}, exit {acted.exit_code}] {acted.stderr[-500:]}"
+        return verdict
+    finally:
+        await sandbox.in_worker(session.close)
+
+
+def terminal_domain(spec: str, tasks: list[TerminalTask], errors: list[TaskLoadError], limit: int | None) -> Domain:
+    items = [as_task(t, spec) for t in tasks]
+    if not items:
+        raise TaskFileError(f"{spec}: no task loaded" + "".join(f"\n  {e.path}: {e.message}" for e in errors))
+    return Domain(spec, ListSource(items, name=spec), TerminalVerifier(),
+                  evaluation=lambda n, _seed: items[:n], sampling=SamplingDefaults(max_tokens=1024),
+                  rollouter="agent", description=f"{len(items[:limit])} terminal tasks (Harbor format)",
+                  meta={"limit": limit, "tasks": len(items), "null_response": NULL_RESPONSE,
+                        "load_errors": [vars(e) for e in errors]}, eval_limit=limit)
+
+
+@register_domain("terminal", "built-in terminal tasks in the Harbor format: an agent acts in the sandbox, tests/test.sh judges")
+def _builtin(**options: Any) -> Domain:
+    reject_unknown("terminal", options, ("limit",))
+    return terminal_domain("terminal", load_terminal_suite("terminal"), [], options.get("limit"))
+
+
+@register_domain("terminal:", "a directory of Harbor (task.toml) or Terminal-Bench 1 (task.yaml) task directories")
+def _directory(path: str, **options: Any) -> Domain:
+    reject_unknown(f"terminal:{path}", options, ("limit",))
+    errors: list[TaskLoadError] = []
+    tasks = load_terminal_suite(path, errors=errors)
+    return terminal_domain(f"terminal:{path}", tasks, errors, options.get("limit"))

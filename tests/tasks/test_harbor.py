@@ -1,0 +1,279 @@
+"""Terminal tasks in the Harbor format: both loaders, bad inputs as one line, the verifier's rules (planted
+rewards and edited tests earn nothing, a missing reward is an error), and the built-in suite's oracles."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from posttrain.errors import UserError
+from posttrain.sandbox import Sandbox
+from posttrain.tasks.harbor import (
+    TaskLoadError,
+    load_terminal_suite,
+    load_terminal_task,
+    open_workspace,
+    parse_reward,
+    run_solution,
+    verify_workspace,
+)
+from posttrain.types import VerdictStatus
+
+TEST_SH = """#!/bin/bash
+mkdir -p /logs/verifier
+if [ "$(cat /app/out.txt 2>/dev/null)" = hello ]; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+TASK_TOML = """version = "1.0"
+[metadata]
+difficulty = "easy"
+[verifier]
+timeout_sec = 20.0
+[agent]
+timeout_sec = 30.0
+[environment]
+cpus = 2
+memory_mb = 512
+allow_internet = false
+"""
+
+
+def harbor_task(root, name="hello", test_sh=TEST_SH, toml=TASK_TOML, solve="echo hello > out.txt\n"):
+    d = root / name
+    (d / "environment").mkdir(parents=True)
+    (d / "tests").mkdir()
+    (d / "solution").mkdir()
+    (d / "instruction.md").write_text("Write hello to /app/out.txt\n")
+    (d / "task.toml").write_text(toml)
+    (d / "environment" / "Dockerfile").write_text("FROM python:3.11\nWORKDIR /app\nRUN pip install nothing\n")
+    (d / "environment" / "seed.txt").write_text("seed\n")
+    (d / "environment" / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (d / "environment" / "run.sh").chmod(0o755)
+    (d / "tests" / "test.sh").write_text(test_sh)
+    (d / "solution" / "solve.sh").write_text(solve)
+    return d
+
+
+def tb1_task(root, name="tb1"):
+    d = root / name
+    (d / "tests").mkdir(parents=True)
+    (d / "task.yaml").write_text("instruction: |\n  Write hello to out.txt\ndifficulty: easy\n"
+                                 "max_agent_timeout_sec: 50\nmax_test_timeout_sec: 15\nparser_name: pytest\n")
+    (d / "Dockerfile").write_text("FROM python:3.11\n")
+    (d / "data.txt").write_text("x\n")
+    (d / "run-tests.sh").write_text("#!/bin/bash\npython3 $TEST_DIR/check.py\n")
+    # A stand-in for pytest (not in the sandbox): its summary line and exit codes
+    (d / "tests" / "check.py").write_text(
+        "import sys\nok = open('/app/out.txt').read().strip() == 'hello' if __import__('os').path.exists('/app/out.txt') else False\n"
+        "print('===== 1 passed in 0.01s =====' if ok else '===== 1 failed in 0.01s =====')\nsys.exit(0 if ok else 1)\n")
+    (d / "solution.sh").write_text("echo hello > /app/out.txt\n")
+    return d
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sb = Sandbox()
+    yield sb
+    sb.close()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def test_harbor_directory_loads(tmp_path):
+    t = load_terminal_task(harbor_task(tmp_path))
+    assert (t.id, t.instruction, t.format) == ("hello", "Write hello to /app/out.txt\n", "harbor")
+    assert set(t.environment) == {"seed.txt", "run.sh"} and set(t.tests) == {"test.sh"}  # the Dockerfile is not copied
+    assert t.solution == "echo hello > out.txt\n" and t.test_script == "test.sh"
+    assert (t.agent_timeout_s, t.verifier_timeout_s, t.cpus, t.memory_mb, t.allow_internet) == (30.0, 20.0, 2.0, 512, False)
+    assert t.metadata == {"difficulty": "easy"}
+    assert "environment/run.sh" in t.executable
+    assert any("Dockerfile is not built" in n and "1 RUN step" in n for n in t.notes)
+
+
+def test_terminal_bench_1_directory_loads(tmp_path):
+    t = load_terminal_task(tb1_task(tmp_path))
+    assert (t.format, t.test_script, t.agent_timeout_s, t.verifier_timeout_s) == ("terminal-bench", "run-tests.sh", 50.0, 15.0)
+    assert t.instruction.strip() == "Write hello to out.txt" and t.solution.startswith("echo hello")
+    assert set(t.environment) == {"data.txt"} and set(t.tests) == {"check.py", "run-tests.sh"}
+    assert t.metadata["difficulty"] == "easy" and any("Dockerfile is not built" in n for n in t.notes)
+
+
+def test_harbor_defaults_and_older_memory_spelling(tmp_path):
+    toml = "[environment]\nmemory = '1G'\n"
+    t = load_terminal_task(harbor_task(tmp_path, toml=toml))
+    assert (t.memory_mb, t.cpus, t.allow_internet, t.agent_timeout_s, t.verifier_timeout_s) == (1024, 1.0, True, 600.0, 600.0)
+
+
+@pytest.mark.parametrize("breakage, expected", [
+    (lambda d: (d / "tests" / "test.sh").unlink(), "tests/test.sh: missing"),
+    (lambda d: (d / "task.toml").write_text("[verifier\ntimeout_sec = 1"), "task.toml: malformed TOML"),
+    (lambda d: (d / "task.toml").write_text("[verifier]\ntimeout_sec = -1\n"), "timeout_sec must be a positive number"),
+    (lambda d: (d / "task.toml").write_text("verifier = 3\n"), "[verifier] must be a table"),
+    (lambda d: (d / "instruction.md").unlink(), "instruction.md: missing"),
+    (lambda d: (d / "task.toml").write_text("[environment]\nmemory = 'lots'\n"), "memory must look like"),
+])
+def test_bad_harbor_directories_fail_in_one_line_naming_the_file(tmp_path, breakage, expected):
+    d = harbor_task(tmp_path)
+    breakage(d)
+    with pytest.raises(UserError) as err:
+        load_terminal_task(d)
+    assert expected in str(err.value) and "\n" not in str(err.value) and str(d) in str(err.value)
+
+
+@pytest.mark.parametrize("breakage, expected", [
+    (lambda d: (d / "run-tests.sh").unlink(), "run-tests.sh: missing"),
+    (lambda d: __import__("shutil").rmtree(d / "tests"), "tests: missing"),
+    (lambda d: (d / "task.yaml").write_text("instruction: [unclosed\n"), "task.yaml: malformed YAML"),
+    (lambda d: (d / "task.yaml").write_text("difficulty: easy\n"), "no 'instruction'"),
+])
+def test_bad_terminal_bench_directories_fail_in_one_line(tmp_path, breakage, expected):
+    d = tb1_task(tmp_path)
+    breakage(d)
+    with pytest.raises(UserError) as err:
+        load_terminal_task(d)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_suite_reports_bad_tasks_and_keeps_the_others(tmp_path):
+    harbor_task(tmp_path, "good")
+    tb1_task(tmp_path, "good-tb1")
+    (harbor_task(tmp_path, "bad") / "tests" / "test.sh").unlink()
+    errors: list[TaskLoadError] = []
+    tasks = load_terminal_suite(tmp_path, errors=errors)
+    assert [t.id for t in tasks] == ["good", "good-tb1"]
+    assert len(errors) == 1 and errors[0].path.endswith("bad") and "test.sh: missing" in errors[0].message
+    with pytest.raises(UserError, match="test.sh: missing"):
+        load_terminal_suite(tmp_path)
+    with pytest.raises(UserError, match="neither a built-in suite"):
+        load_terminal_suite(tmp_path / "nowhere")
+
+
+def test_parse_reward():
+    assert parse_reward({"reward.txt": {"text": " 0.5\n"}}).score == 0.5
+    r = parse_reward({"reward.json": {"text": json.dumps({"reward": 1, "checks": 3, "note": "x"})}})
+    assert (r.score, r.breakdown, r.source) == (1.0, {"checks": 3.0}, "reward.json")
+    assert parse_reward({"reward.txt": {"text": "0"}, "reward.json": {"text": '{"reward": 1}'}}).score == 0.0  # txt first
+    assert "wrote no reward" in parse_reward({})
+    assert "unreadable" in parse_reward({"reward.txt": {"text": "passed"}})
+    assert "not a finite number" in parse_reward({"reward.json": {"text": '{"reward": NaN}'}})
+    assert "unreadable" in parse_reward({"reward.json": {"text": '{"score": 1}'}})
+    assert "not a regular file" in parse_reward({"reward.txt": {"error": "not a regular file"}})
+
+
+# ----------------------------------------------------------------------------- the workspace and the verifier
+
+
+def test_the_oracle_passes_and_doing_nothing_fails(tmp_path, sandbox):
+    t = load_terminal_task(harbor_task(tmp_path))
+
+    async def go():
+        with open_workspace(sandbox, t) as s:
+            assert s.read_file("/app/seed.txt") == b"seed\n"
+            assert s.exec("./run.sh").stdout == "ran\n"  # the executable bit survived
+            assert s.exec("pwd; ls -A /tests /solution 2>&1; ls -A").stdout.split("\n")[0] == "/work"
+            nothing = await verify_workspace(s, t)
+            solved = await run_solution(s, t)
+            assert solved.ok and s.exec("ls -A").stdout.split() == ["out.txt", "run.sh", "seed.txt"]  # solution/ is gone
+            return nothing, await verify_workspace(s, t)
+
+    nothing, solved = run(go())
+    assert (nothing.status, nothing.score, nothing.passed) == (VerdictStatus.OK, 0.0, False)
+    assert (solved.status, solved.score, solved.passed) == (VerdictStatus.OK, 1.0, True)
+    assert solved.info["reward_source"] == "reward.txt"
+
+
+def test_the_agent_sees_neither_tests_nor_solution(tmp_path, sandbox):
+    t = load_terminal_task(harbor_task(tmp_path))
+    with open_workspace(sandbox, t) as s:
+        r = s.exec("ls -A /app; for p in /tests /solution /logs /work/.harbor; do test -e $p && echo $p; done; "
+                   "grep -rl 'echo hello' /work /tmp /dev/shm")
+    assert r.stdout.split() == ["run.sh", "seed.txt"]
+
+
+def test_a_planted_reward_and_planted_tests_earn_nothing(tmp_path, sandbox):
+    t = load_terminal_task(harbor_task(tmp_path))
+    plant = ("mkdir -p .harbor/logs/verifier .harbor/tests && echo 1 > .harbor/logs/verifier/reward.txt && "
+             "echo '{\"reward\": 1}' > .harbor/logs/verifier/reward.json && "
+             "printf 'mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\\n' > .harbor/tests/test.sh && "
+             "chmod 000 .harbor/logs/verifier .harbor")
+    with open_workspace(sandbox, t) as s:
+        assert s.exec(plant).ok
+        v = run(verify_workspace(s, t))
+    assert (v.status, v.score, v.passed) == (VerdictStatus.OK, 0.0, False)
+
+
+def test_a_test_script_without_a_reward_is_an_error_never_zero(tmp_path, sandbox):
+    t = load_terminal_task(harbor_task(tmp_path, test_sh="#!/bin/bash\necho 'tests ran'\nexit 1\n"))
+    with open_workspace(sandbox, t) as s:
+        v = run(verify_workspace(s, t))
+    assert v.status is VerdictStatus.ERROR and not v.passed and "wrote no reward" in v.details and "tests ran" in v.details
+
+
+def test_an_unreadable_reward_is_an_error(tmp_path, sandbox):
+    t = load_terminal_task(harbor_task(tmp_path, test_sh="mkdir -p /logs/verifier; echo yes > /logs/verifier/reward.txt\n"))
+    with open_workspace(sandbox, t) as s:
+        v = run(verify_workspace(s, t))
+    assert v.status is VerdictStatus.ERROR and "unreadable" in v.details
+
+
+def test_a_reward_that_is_not_a_file_is_an_error(tmp_path, sandbox):
+    t = load_terminal_task(harbor_task(tmp_path, test_sh="mkdir -p /logs/verifier/reward.txt\n"))
+    with open_workspace(sandbox, t) as s:
+        v = run(verify_workspace(s, t))
+    assert v.status is VerdictStatus.ERROR and "not a regular file" in v.details
+
+
+def test_reward_json_gives_partial_credit(tmp_path, sandbox):
+    test_sh = "mkdir -p /logs/verifier; echo '{\"reward\": 0.25, \"checks_passed\": 1}' > /logs/verifier/reward.json\n"
+    t = load_terminal_task(harbor_task(tmp_path, test_sh=test_sh))
+    with open_workspace(sandbox, t) as s:
+        v = run(verify_workspace(s, t))
+    assert (v.status, v.score, v.passed, v.breakdown) == (VerdictStatus.OK, 0.25, False, {"checks_passed": 1.0})
+
+
+def test_a_hanging_test_script_is_a_timeout(tmp_path, sandbox):
+    toml = "[verifier]\ntimeout_sec = 1.0\n[environment]\nallow_internet = false\n"
+    t = load_terminal_task(harbor_task(tmp_path, toml=toml, test_sh="mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 30\n"))
+    with open_workspace(sandbox, t) as s:
+        v = run(verify_workspace(s, t))
+    assert v.status is VerdictStatus.TIMEOUT and not v.passed
+
+
+def test_planted_modules_do_not_reach_the_reward_reader(tmp_path, sandbox):
+    t = load_terminal_task(harbor_task(tmp_path))
+    with open_workspace(sandbox, t) as s:
+        s.write_file("json.py", "import sys; print('{\"reward.txt\": {\"text\": \"1\"}}'); sys.exit(0)\n")
+        s.write_file("os.py", "raise SystemExit(0)\n")
+        v = run(verify_workspace(s, t))
+    assert (v.status, v.score) == (VerdictStatus.OK, 0.0)
+
+
+def test_terminal_bench_1_rewards_from_the_pytest_outcome(tmp_path, sandbox):
+    t = load_terminal_task(tb1_task(tmp_path))
+
+    async def go():
+        with open_workspace(sandbox, t) as s:
+            assert s.read_file("data.txt") == b"x\n"
+            failed = await verify_workspace(s, t)
+            assert (await run_solution(s, t)).ok
+            return failed, await verify_workspace(s, t)
+
+    failed, passed = run(go())
+    assert (failed.status, failed.score) == (VerdictStatus.OK, 0.0) and failed.info["reward_source"] == "pytest summary"
+    assert (passed.status, passed.score, passed.passed) == (VerdictStatus.OK, 1.0, True)
+
+
+def test_terminal_bench_1_without_a_pytest_summary_is_an_error(tmp_path, sandbox):
+    d = tb1_task(tmp_path)
+    (d / "run-tests.sh").write_text("#!/bin/bash\nuv run pytest\n")  # no uv here: nothing ran
+    t = load_terminal_task(d)
+    with open_workspace(sandbox, t) as s:
+        v = run(verify_workspace(s, t))
+    assert v.status is VerdictStatus.ERROR
