@@ -99,9 +99,9 @@ async def run_agent_task(
             verdict = await _verify(env)
             times.verification_s = time.perf_counter() - t0
             ep.verdict = verdict
-            if not verdict.ok:
+            if verdict.status is VerdictStatus.ERROR:  # the verifier failed: the environment's fault, masked
                 status = EpisodeStatus.ENV_ERROR
-                ep.error = ep.error or f"verification failed ({verdict.status.value}): {verdict.details[:300]}"
+                ep.error = ep.error or f"verification failed: {verdict.details[:300]}"
             elif verdict.passed:
                 status = EpisodeStatus.SOLVED
         ep.status = status

@@ -4,7 +4,9 @@ Covers: opening the task's workspace (`open_workspace`: the environment files, H
 the working directory), the agent's tools over that session, and verification through
 `verify_workspace` (planted reward files deleted, the hidden `tests/` copied in only after the
 agent, `tests/test.sh` run, the reward read; a missing reward is an error verdict, not 0). The
-agent's wall-clock budget is the task's `[agent] timeout_sec`.
+agent's wall-clock budget is the task's `[agent] timeout_sec`. `solution_tool(task)` is the tool an
+oracle agent calls to run the task's `solve.sh` (`run_solution`: with its `solution/` files, under the
+agent's budget), so `--model oracle` proves each task can be solved through the runtime itself.
 Does not cover: loading or validating tasks, the verifier itself (both `posttrain.tasks.harbor`).
 """
 
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from posttrain.agent.env import SessionEnv
 from posttrain.agent.recall import Memory
-from posttrain.agent.tools import Tool
+from posttrain.agent.tools import Tool, ToolContext, ToolOutput, exec_output, tool
 from posttrain.types import Verdict, VerdictStatus
 
 if TYPE_CHECKING:
@@ -52,3 +54,16 @@ class TerminalEnv(SessionEnv):
             return Verdict(0.0, False, VerdictStatus.ERROR, "harbor", "no workspace to verify")
         return await verify_workspace(self.session, self.task)
 
+
+
+def solution_tool(task: TerminalTask) -> Tool:
+    """`run_solution()`: the task's oracle `solve.sh` in the workspace (for oracle agents only)."""
+
+    @tool(name="run_solution", timeout_s=float(task.agent_timeout_s))
+    async def run_oracle(ctx: ToolContext) -> ToolOutput:
+        """Run the task's reference solution."""
+        from posttrain.tasks.harbor import run_solution
+
+        return exec_output(await run_solution(ctx.need_session(), task), float(task.agent_timeout_s))
+
+    return run_oracle

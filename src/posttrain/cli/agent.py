@@ -38,26 +38,33 @@ def _load_tasks(task_dir: Optional[Path], suite: Optional[str]) -> list[Any]:
         from posttrain.agent.demo import demo_tasks
 
         return list(demo_tasks())
-    try:
-        from posttrain.tasks import harbor
-    except ImportError:
-        raise UserError("terminal tasks need the Harbor adapter (posttrain.tasks.harbor), which this installation "
-                        "lacks; --suite demo runs the built-in demo tasks") from None
+    from posttrain.tasks import harbor
+
     if task_dir is not None:
         return [harbor.load_terminal_task(task_dir)]
-    return list(harbor.load_terminal_suite(suite))
+    errors: list[harbor.TaskLoadError] = []
+    tasks = list(harbor.load_terminal_suite(suite, errors=errors))
+    for e in errors:  # one line each; the other tasks still run
+        err.print(f"[bold red]error:[/] {escape(e.path)}: {escape(e.message)}", highlight=False)
+    return tasks
 
 
-def _model_for(spec: str, task: Any, shared: Any) -> Any:
-    from posttrain.agent.scripted import noop_agent, oracle_agent
+def _model_for(spec: str, task: Any, shared: Any) -> tuple[Any, list[Any] | None]:
+    """The model for one task, and the tools it gets (None: the env's own)."""
+    from posttrain.agent.env import AgentTask
+    from posttrain.agent.scripted import ScriptedAgent, call, noop_agent, oracle_agent
+    from posttrain.agent.terminal import solution_tool
+    from posttrain.agent.tools import default_tools
 
     if spec == "noop":
-        return noop_agent()
+        return noop_agent(), None
     if spec == "oracle":
         if not task.solution:
             raise UserError(f"task {task.id}: it has no solution for the oracle to run")
-        return oracle_agent(task.solution)
-    return shared
+        if isinstance(task, AgentTask):
+            return oracle_agent(task.solution), None
+        return ScriptedAgent([call("run_solution"), call("submit")]), [*default_tools(), solution_tool(task)]
+    return shared, None
 
 
 def _shared_model(spec: str, seed: int) -> Any:
@@ -137,12 +144,12 @@ def run_cmd(
             async def one(idx: int, t: Any) -> None:
                 async with gate:
                     try:
-                        agent = _model_for(model, t, shared)
+                        agent, tools = _model_for(model, t, shared)
                     except UserError as exc:
                         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
                         return
                     hook = None if quiet else (lambda turn, tid=t.id: _print_turn(tid, turn))
-                    ep = await run_agent_task(agent, t, None, max_steps, policy, sandbox=sandbox, params=params,
+                    ep = await run_agent_task(agent, t, tools, max_steps, policy, sandbox=sandbox, params=params,
                                               on_turn=hook)
                 r = _result(idx, ep)
                 results.append(r)
