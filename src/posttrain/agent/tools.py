@@ -58,6 +58,18 @@ class ToolOutput:
 
 
 @dataclass
+class Staged:
+    """Task files not yet in the workspace: they travel with the session's first execution, so opening an
+    episode costs no execution of its own (one sandbox fork fewer per episode)."""
+
+    files: dict[str, bytes | str] = field(default_factory=dict)
+
+    def take(self) -> dict[str, bytes | str]:
+        files, self.files = self.files, {}
+        return files
+
+
+@dataclass
 class ToolContext:
     """What a tool can reach: the session (None for tools that need no sandbox), the task's visible test
     command, the episode's memory, and the limits of one execution (`timeout_s` is the calling tool's)."""
@@ -67,6 +79,7 @@ class ToolContext:
     test_command: str | None = None
     memory: Memory | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
+    staged: Staged = field(default_factory=Staged)  # shared by the copies `Tool.run` makes
 
     def exec_limits(self) -> Limits:
         return dataclasses.replace(self.limits, wall_s=self.timeout_s, cpu_s=max(self.limits.cpu_s, self.timeout_s))
@@ -78,14 +91,30 @@ class ToolContext:
 
     async def exec(self, command: str | None = None, *, code: str | None = None) -> ExecResult:
         s = self.need_session()
-        return await s.aexec(command, code=code, limits=self.exec_limits())
+        files = self.staged.take()
+        r = await s.aexec(command, code=code, files=files or None, limits=self.exec_limits())
+        if r.status is ExecStatus.SANDBOX_ERROR and files:
+            self.staged.files = files  # not laid out: the next execution carries them
+        return r
+
+    async def flush(self) -> None:
+        """Lay out the staged files now (before a read or write that goes around `exec`)."""
+        if self.staged.files:
+            s = self.need_session()
+            files = self.staged.take()
+            r = await s.aexec(code="pass", files=files, prefork=True)
+            if not r.ok:
+                self.staged.files = files
+                raise SandboxError(f"could not lay out the task's files: {r.error or r.stderr.strip()}")
 
     async def read(self, path: str) -> str:
         s = self.need_session()
+        await self.flush()
         return (await s.sandbox.in_worker(lambda: s.read_file(path))).decode(errors="replace")
 
     async def write(self, path: str, data: str) -> None:
         s = self.need_session()
+        await self.flush()
         await s.sandbox.in_worker(lambda: s.write_file(path, data))
 
 
