@@ -36,12 +36,12 @@ import time
 import torch
 
 from posttrain.agent import ContextPolicy, EpisodeStatus, ScriptedAgent, call, run_agent_task, tool
+from posttrain.agent import format as fmt
 from posttrain.agent.demo import demo_tasks
 from posttrain.agent.env import FunctionEnv, ToolEnv
 from posttrain.agent.models import EngineModel, Sampled
 from posttrain.agent.scripted import oracle_agent
 from posttrain.agent.tools import BUILTIN, ToolContext
-from posttrain.agent import format as fmt
 from posttrain.engine.local.engine import LocalEngine
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer
 from posttrain.sandbox import Limits, Sandbox

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from posttrain.agent import EpisodeStatus, ScriptedAgent, call, run_agent_task
-from posttrain.agent.env import make_env
+from posttrain.agent.runtime import make_env
 from posttrain.agent.scripted import noop_agent
 from posttrain.agent.terminal import TerminalEnv, solution_tool
 from posttrain.agent.tools import default_tools

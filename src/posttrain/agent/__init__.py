@@ -12,9 +12,9 @@ training; `scripted.py` the scripted model; `demo.py` the demo suite.
 from __future__ import annotations
 
 from posttrain.agent.context import ContextPolicy
-from posttrain.agent.env import AgentTask, Env, ToolEnv, make_env
+from posttrain.agent.env import AgentTask, Env, ToolEnv
 from posttrain.agent.episode import AgentTurn, Episode, EpisodeStatus, ToolCall, ToolResult
-from posttrain.agent.runtime import run_agent_task
+from posttrain.agent.runtime import make_env, run_agent_task
 from posttrain.agent.scripted import ScriptedAgent, call
 from posttrain.agent.tools import Tool, ToolContext, ToolOutput, default_tools, tool
 

@@ -7,9 +7,8 @@ observation, like any failing call); `AgentTask`, a plain task: workspace files,
 copied in only after the agent finished (over whatever the agent wrote there), a test command
 whose exit status is the verdict, optional visible tests for `run_tests`, an oracle solution and
 documents for `recall` (the files go into the workspace with the session's first execution:
-`tools.Staged`); and `ToolEnv`, which runs an `AgentTask` in a `Session`. `make_env` picks
-the env for a task (`AgentTask` -> `ToolEnv`, a Harbor `TerminalTask` -> `TerminalEnv`, an `Env` as
-it is).
+`tools.Staged`); `ToolEnv`, which runs an `AgentTask` in a `Session`; and `FunctionEnv`, for tools
+that need no sandbox (plain Python `@tool` functions), judged on the answer given to `submit`.
 Does not cover: the loop (`runtime.py`), terminal tasks (`terminal.py` over `posttrain.tasks.harbor`).
 
 >>> env = ToolEnv(sandbox, AgentTask("t", "Create hello.txt", tests={"t.sh": "grep -q hi hello.txt"},
@@ -191,17 +190,3 @@ class FunctionEnv:
     async def close(self) -> None:
         pass
 
-
-def make_env(task: object, sandbox: Sandbox | None, tools: list[Tool] | None = None) -> Env:
-    """The env for `task`: an `Env` as given, an `AgentTask` in a `ToolEnv`, a Harbor `TerminalTask` in a `TerminalEnv`."""
-    if isinstance(task, Env):
-        return task
-    if sandbox is None:
-        raise ValueError("make_env: a task (not an Env) needs a sandbox to run in")
-    if isinstance(task, AgentTask):
-        return ToolEnv(sandbox, task, tools)
-    from posttrain.agent.terminal import TerminalEnv, is_terminal_task
-
-    if is_terminal_task(task):
-        return TerminalEnv(sandbox, task, tools)
-    raise TypeError(f"no env for a {type(task).__name__}: give an Env, an AgentTask or a TerminalTask")

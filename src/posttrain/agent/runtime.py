@@ -16,6 +16,8 @@ trajectory starts a new segment there.
 Failure is data: a tool that fails is an observation; a sandbox or endpoint failure ends the
 episode as env_error (masked in training, never scored 0); a verifier that fails is an ERROR
 verdict and also an env_error episode.
+`make_env` picks the env for a task (`AgentTask` -> `ToolEnv`, a Harbor `TerminalTask` -> `TerminalEnv`,
+an `Env` as it is).
 Does not cover: the model adapters (`models.py`, `openai_chat.py`), tools (`tools.py`), the
 policies (`context.py`), many episodes at once (`rollouter.py`, the CLI).
 
@@ -34,10 +36,11 @@ from typing import TYPE_CHECKING
 
 from posttrain.agent import format as fmt
 from posttrain.agent.context import SUMMARY_REQUEST, ContextPolicy, ContextWindow, Entry
-from posttrain.agent.env import make_env
+from posttrain.agent.env import AgentTask, Env, ToolEnv
 from posttrain.agent.episode import AgentTurn, Episode, EpisodeStatus, PhaseTimes, ToolCall
 from posttrain.agent.models import AgentModel, as_agent_model
 from posttrain.agent.recall import Memory
+from posttrain.agent.terminal import TerminalEnv, is_terminal_task
 from posttrain.agent.tools import Tool
 from posttrain.pricing import Price
 from posttrain.types import SamplingParams, Verdict, VerdictStatus
@@ -112,6 +115,19 @@ async def run_agent_task(
         finally:
             memory.close()
             times.total_s = time.perf_counter() - t_start
+
+
+def make_env(task: object, sandbox: Sandbox | None, tools: list[Tool] | None = None) -> Env:
+    """The env for `task`: an `Env` as given, an `AgentTask` in a `ToolEnv`, a Harbor `TerminalTask` in a `TerminalEnv`."""
+    if isinstance(task, Env):
+        return task
+    if sandbox is None:
+        raise ValueError("make_env: a task (not an Env) needs a sandbox to run in")
+    if isinstance(task, AgentTask):
+        return ToolEnv(sandbox, task, tools)
+    if is_terminal_task(task):
+        return TerminalEnv(sandbox, task, tools)
+    raise TypeError(f"no env for a {type(task).__name__}: give an Env, an AgentTask or a TerminalTask")
 
 
 async def _verify(env: object) -> Verdict:

@@ -53,7 +53,8 @@ class ScriptedAgent(MockEngine):
 
 def oracle_agent(solution: str, tokenizer: TextTokenizer | None = None) -> ScriptedAgent:
     """Runs `solution` (a shell script) in one bash call, then submits: the task's proof that it can be solved."""
-    script = "cat > /tmp/solve.sh <<'POSTTRAIN_SOLUTION_EOF'\n" + solution.rstrip("\n") + "\nPOSTTRAIN_SOLUTION_EOF\nbash /tmp/solve.sh"
+    script = ("cat > /tmp/solve.sh <<'POSTTRAIN_SOLUTION_EOF'\n" + solution.rstrip("\n")
+              + "\nPOSTTRAIN_SOLUTION_EOF\nbash /tmp/solve.sh")
     return ScriptedAgent([call("bash", command=script), call("submit")], tokenizer=tokenizer)
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import typer
 
-from posttrain.cli import agent
+from posttrain.cli import agent, sandbox, serve, tasks, train
 from posttrain.cli import eval as eval_commands
-from posttrain.cli import sandbox, serve, tasks, train
 
 app = typer.Typer(
     help="posttrain: post-train language models with RL from verifiable rewards.",

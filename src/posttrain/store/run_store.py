@@ -4,7 +4,8 @@ Covers: the run's config and code version; per-step metrics; per-group
 rewards; every sampled completion with its verdict (details for people, `info` as JSON for
 programs) and the verifier's latency; held-out evaluations
 (metrics, per-task pass rates, and their responses in `eval_samples`);
-agent episodes (`episodes`: one row per episode, its transcript as JSON); the checkpoint index; and truncation after a step, so a resumed run never
+agent episodes (`episodes`: one row per episode, its transcript as JSON);
+the checkpoint index; and truncation after a step, so a resumed run never
 holds rows from the steps it is about to redo.
 Does not cover: eval-harness results across models (the eval package adds
 its own tables to the same kind of file).
