@@ -53,3 +53,18 @@ def test_concurrent_episodes_on_the_local_engine(engine):
         sampled = [lp for t in ep.turns for lp in t.completion.logprobs]
         assert [lp for lp, m in zip(view.logprobs, view.mask) if m] == sampled
     assert engine.metrics()["prefix_hit_rate"] > 0.5  # later turns find their earlier context cached
+
+
+def test_a_full_model_window_is_context_exhausted():
+    tok = char_tokenizer()
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
+    model = CausalLM(cfg)
+    model.init_weights(torch.Generator().manual_seed(0))
+    small = LocalEngine(model, tok, seed=0)
+    try:
+        ep = asyncio.run(run_agent_task(small, env(0), None, 50, params=SamplingParams(max_tokens=8),
+                                        max_format_errors=None, system="Act.\n"))
+    finally:
+        small.close()
+    assert ep.status is EpisodeStatus.CONTEXT_EXHAUSTED and "context holds 256" in ep.error

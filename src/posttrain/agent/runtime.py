@@ -42,6 +42,7 @@ from posttrain.agent.models import AgentModel, as_agent_model
 from posttrain.agent.recall import Memory
 from posttrain.agent.terminal import TerminalEnv, is_terminal_task
 from posttrain.agent.tools import Tool
+from posttrain.engine.base import ContextLengthError
 from posttrain.pricing import Price
 from posttrain.types import SamplingParams, Verdict, VerdictStatus
 
@@ -220,8 +221,9 @@ class _Loop:
     async def act(self, call: ToolCall, step: int, turn: AgentTurn, observations: list[Entry]) -> EpisodeStatus | None:
         t0 = time.perf_counter()
         try:
-            result = await asyncio.wait_for(self.env.step(call), max(0.001, self.remaining()) + 1.0)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(max(0.001, self.remaining()) + 1.0):  # no extra task, unlike wait_for
+                result = await self.env.step(call)
+        except TimeoutError:
             self.ep.times.tools_s += time.perf_counter() - t0
             self.ep.error = f"the agent's time ran out during {call.name}"
             return EpisodeStatus.TIMEOUT
@@ -241,10 +243,14 @@ class _Loop:
     async def sample(self, w: ContextWindow, params: SamplingParams):
         t0 = time.perf_counter()
         try:
-            sampled = await asyncio.wait_for(self.agent.sample(w, self.env.tools, params), max(0.001, self.remaining()))
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(max(0.001, self.remaining())):
+                sampled = await self.agent.sample(w, self.env.tools, params)
+        except TimeoutError:
             self.ep.error = "the agent's time ran out while the model was sampling"
             return EpisodeStatus.TIMEOUT
+        except ContextLengthError as exc:  # the model's own window is full (no policy budget stopped it first)
+            self.ep.error = str(exc)
+            return EpisodeStatus.CONTEXT_EXHAUSTED
         except Exception as exc:  # noqa: BLE001 - an endpoint or engine failure is the environment's, not the model's
             self.ep.error = f"the model failed: {type(exc).__name__}: {exc}"
             return EpisodeStatus.ENV_ERROR

@@ -171,9 +171,9 @@ class Tool:
             return ToolResult(call, msg + f"; expected {_signature(self)}", ok=False, seconds=time.perf_counter() - t0)
         try:
             # the sandbox enforces the timeout inside the session; this bound catches tools that hang elsewhere
-            out = await asyncio.wait_for(self.fn(dataclasses.replace(ctx, timeout_s=self.timeout_s), **call.arguments),
-                                         self.timeout_s + 5.0)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.timeout_s + 5.0):
+                out = await self.fn(dataclasses.replace(ctx, timeout_s=self.timeout_s), **call.arguments)
+        except TimeoutError:
             out = ToolOutput(f"{self.name} timed out after {self.timeout_s:g}s", ok=False)
         except SandboxError as exc:
             # a failed read or write carries the in-sandbox traceback: its last line is the reason
