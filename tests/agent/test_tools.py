@@ -158,8 +158,8 @@ def test_decorator_rejects_unknown_annotations():
 
 def test_tool_sets():
     assert [t.name for t in default_tools()] == ["bash", "python", "read_file", "write_file", "edit", "run_tests",
-                                                 "submit"]
-    assert default_tools(recall_tool=True)[-1].name == "recall"
+                                                 "submit", "recall"]
+    assert default_tools(recall_tool=False)[-1].name == "submit"
     with pytest.raises(ValueError, match="unknown tools"):
         tools_named(["bash", "nope"])
 

@@ -93,7 +93,7 @@ class SessionEnv:
     def __init__(self, task_id: str, tools: list[Tool] | None, timeout_s: float,
                  documents: dict[str, str] | None = None, test_command: str | None = None) -> None:
         self.task_id = task_id
-        self.tools = list(tools) if tools is not None else default_tools(recall_tool=False)
+        self.tools = list(tools) if tools is not None else default_tools()
         self.timeout_s = timeout_s
         self.documents = dict(documents or {})
         self.test_command = test_command

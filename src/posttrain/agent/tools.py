@@ -398,8 +398,8 @@ async def recall(ctx: ToolContext, query: str, k: int = 5) -> ToolOutput:
 BUILTIN = {t.name: t for t in (bash, python, read_file, write_file, edit, run_tests, submit, recall)}
 
 
-def default_tools(recall_tool: bool = False) -> list[Tool]:
-    """bash, python, read_file, write_file, edit, run_tests, submit (and recall when asked), in that order."""
+def default_tools(recall_tool: bool = True) -> list[Tool]:
+    """bash, python, read_file, write_file, edit, run_tests, submit and recall, in that order."""
     names = ["bash", "python", "read_file", "write_file", "edit", "run_tests", "submit"] + (["recall"] if recall_tool else [])
     return [BUILTIN[n] for n in names]
 
