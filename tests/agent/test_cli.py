@@ -42,3 +42,31 @@ def test_one_line_errors(tmp_path):
     assert res.exit_code == 2 and "no run store" in res.output
     res = runner.invoke(app, ["agent", "run", "--model", str(tmp_path / "nothing"), "--suite", "demo"])
     assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+def harbor_task(d, toml="[verifier]\ntimeout_sec = 30\n[agent]\ntimeout_sec = 30\n"):
+    (d / "tests").mkdir(parents=True)
+    (d / "solution").mkdir()
+    (d / "instruction.md").write_text("Write hello world to /app/hello.txt.\n")
+    (d / "task.toml").write_text(toml)
+    (d / "tests" / "test.sh").write_text("grep -qx 'hello world' /app/hello.txt && echo 1 > /logs/verifier/reward.txt"
+                                         " || echo 0 > /logs/verifier/reward.txt\n")
+    (d / "solution" / "solve.sh").write_text("echo 'hello world' > /app/hello.txt\n")
+    return d
+
+
+def test_a_bad_task_is_one_line_and_the_rest_of_the_suite_runs(tmp_path):
+    harbor_task(tmp_path / "suite" / "good")
+    harbor_task(tmp_path / "suite" / "bad", toml="[verifier\n")
+    res = runner.invoke(app, ["agent", "run", "--model", "oracle", "--suite", str(tmp_path / "suite"), "--json", "-q",
+                              "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert [(r["task_id"], r["passed"]) for r in rows] == [("good", True)]
+    assert "malformed TOML" in res.output
+    res = runner.invoke(app, ["agent", "run", "--model", "noop", "--task", str(tmp_path / "suite" / "bad")])
+    assert res.exit_code == 2 and "malformed TOML" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["agent", "run", "--model", "noop", "--task", str(tmp_path / "suite" / "good"), "--json",
+                              "--out", str(tmp_path / "run2")])
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    assert res.exit_code == 0 and rows[0]["status"] == "failed" and rows[0]["reward"] == 0.0
