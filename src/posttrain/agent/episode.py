@@ -63,9 +63,11 @@ class AgentTurn:
     give no ids: their turns hold text only (`context_ids` empty) and do not train.
     """
 
-    context_ids: list[int]  # [T_context] exactly what the engine saw
-    completion: Completion  # sampled ids, behaviour logprobs, policy version
-    observation_ids: list[int] = field(default_factory=list)  # [T_observation] appended after the completion
+    # ids stay out of repr: asyncio formats a finished task's result into a message when `asyncio.run` restores
+    # its signal handler, and a long episode's ids would take seconds to print
+    context_ids: list[int] = field(repr=False)  # [T_context] exactly what the engine saw
+    completion: Completion = field(repr=False)  # sampled ids, behaviour logprobs, policy version
+    observation_ids: list[int] = field(default_factory=list, repr=False)  # [T_observation] appended after the completion
     calls: list[ToolCall] = field(default_factory=list)
     results: list[ToolResult] = field(default_factory=list)
     observation: str = ""  # the observation's text (what observation_ids encode)
@@ -106,7 +108,7 @@ class Episode:
     """One attempt at an agent task, with everything training, evaluation and replay need."""
 
     task_id: str
-    turns: list[AgentTurn]
+    turns: list[AgentTurn] = field(repr=False)  # see AgentTurn: a repr must stay small
     status: EpisodeStatus
     verdict: Verdict | None = None
     tokens_in: int = 0  # context tokens sent over all model calls
