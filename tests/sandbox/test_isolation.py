@@ -81,6 +81,17 @@ def test_symlinks_cannot_redirect_writes_to_the_host(sandbox):
         assert "owned" not in f.read()
 
 
+def test_harbor_paths_link_into_the_tasks_own_workspace(sandbox):
+    """/app, /tests, /logs, /solution (sandbox.WORKSPACE_LINKS) resolve inside /work and cannot be re-pointed."""
+    with sandbox.session() as s:
+        r = s.exec("readlink /app /tests /logs /solution; echo a > /app/f; mkdir -p .harbor/logs && echo b > /logs/g; "
+                   "cat /work/f /work/.harbor/logs/g; rm -f /tests 2>/dev/null || echo fixed; "
+                   "ln -s /etc /app/etc && ln -sfn / /logs 2>/dev/null || echo readonly")
+        assert r.stdout == "/work\n/work/.harbor/tests\n/work/.harbor/logs\n/work/.harbor/solution\na\nb\nfixed\nreadonly\n", r
+    r = sandbox.run("ls -A /app; test -e /logs || echo fresh")  # a one-shot run: a fresh, empty /work behind the links
+    assert r.stdout == "fresh\n", r
+
+
 def test_mknod_mount_and_chroot_are_refused(sandbox):
     code = ("import os, ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "try:\n    os.mknod('/tmp/null', 0o666 | 0o020000, os.makedev(1, 3)); print('mknod ok')\n"

@@ -66,7 +66,7 @@ def tb1_task(root, name="tb1"):
     (d / "run-tests.sh").write_text("#!/bin/bash\npython3 $TEST_DIR/check.py\n")
     # A stand-in for pytest (not in the sandbox): its summary line and exit codes
     (d / "tests" / "check.py").write_text(
-        "import sys\nok = open('/app/out.txt').read().strip() == 'hello' if __import__('os').path.exists('/app/out.txt') else False\n"
+        "import os, sys\nok = os.path.exists('/app/out.txt') and open('/app/out.txt').read().strip() == 'hello'\n"
         "print('===== 1 passed in 0.01s =====' if ok else '===== 1 failed in 0.01s =====')\nsys.exit(0 if ok else 1)\n")
     (d / "solution.sh").write_text("echo hello > /app/out.txt\n")
     return d
@@ -118,6 +118,7 @@ def test_harbor_defaults_and_older_memory_spelling(tmp_path):
     (lambda d: (d / "task.toml").write_text("verifier = 3\n"), "[verifier] must be a table"),
     (lambda d: (d / "instruction.md").unlink(), "instruction.md: missing"),
     (lambda d: (d / "task.toml").write_text("[environment]\nmemory = 'lots'\n"), "memory must look like"),
+    (lambda d: ((d / "instruction.md").unlink(), (d / "instruction.md").mkdir()), "instruction.md: missing"),
 ])
 def test_bad_harbor_directories_fail_in_one_line_naming_the_file(tmp_path, breakage, expected):
     d = harbor_task(tmp_path)
@@ -240,7 +241,8 @@ def test_reward_json_gives_partial_credit(tmp_path, sandbox):
 
 def test_a_hanging_test_script_is_a_timeout(tmp_path, sandbox):
     toml = "[verifier]\ntimeout_sec = 1.0\n[environment]\nallow_internet = false\n"
-    t = load_terminal_task(harbor_task(tmp_path, toml=toml, test_sh="mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 30\n"))
+    hang = "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 30\n"
+    t = load_terminal_task(harbor_task(tmp_path, toml=toml, test_sh=hang))
     with open_workspace(sandbox, t) as s:
         v = run(verify_workspace(s, t))
     assert v.status is VerdictStatus.TIMEOUT and not v.passed
@@ -277,3 +279,90 @@ def test_terminal_bench_1_without_a_pytest_summary_is_an_error(tmp_path, sandbox
     with open_workspace(sandbox, t) as s:
         v = run(verify_workspace(s, t))
     assert v.status is VerdictStatus.ERROR
+
+
+# ----------------------------------------------------------------------------- the domain, its verifier, the suite
+
+
+def test_the_verifier_runs_a_response_as_a_script(tmp_path):
+    from posttrain.rewards import score_sync
+    from posttrain.tasks.domains import load_domain
+
+    harbor_task(tmp_path)
+    domain = load_domain(f"terminal:{tmp_path}")
+    (task,) = domain.suite().tasks
+    assert domain.rollouter == "agent" and task.prompt.startswith("Write hello") and task.answer.startswith("echo hello")
+    fenced = "I will write the file.\n```bash\necho hello > /app/out.txt\n```\n"
+    verdicts = score_sync(domain.verifier, [task] * 4, [task.answer, fenced, "", "echo nope > out.txt; exit 3"])
+    assert [v.passed for v in verdicts] == [True, True, False, False] and all(v.ok for v in verdicts)
+    assert verdicts[3].info["script_status"] == "runtime_error"
+
+
+def test_editing_the_visible_tests_earns_nothing():
+    from posttrain.rewards import safe_verify
+    from posttrain.tasks.domains import load_domain
+
+    domain = load_domain("terminal")
+    task = next(t for t in domain.suite().tasks if t.id == "fix-failing-test")
+    cheat = "sed -i 's/2.5)/3)/' test_stats.py && python3 -m unittest test_stats"  # the visible test now passes
+    v = safe_verify(domain.verifier, task, cheat)
+    assert v.ok and not v.passed and "median_of_even_lists" in v.details
+
+
+def test_every_builtin_oracle_passes_and_doing_nothing_fails():
+    """All built-in tasks, oracle and do-nothing agent, through the one validation path (a pool of workspaces)."""
+    from posttrain.tasks.domains import load_domain
+    from posttrain.tasks.validate import validate_suite
+
+    report = validate_suite(load_domain("terminal").suite())
+    assert report.ok, [(r.task_id, r.details[:400]) for r in report.rows if not r.ok]
+    assert report.total == len(report.rows) >= 20 and report.passed == report.total
+    assert all(r.gold_score == 1.0 and r.null_status == "ok" and r.null_score < 1.0 for r in report.rows)
+
+
+def test_every_builtin_task_loads_cleanly():
+    tasks = load_terminal_suite("terminal")
+    assert len(tasks) >= 20 and len({t.id for t in tasks}) == len(tasks)
+    for t in tasks:
+        assert t.solution and "test.sh" in t.tests and t.instruction.strip() and not t.allow_internet
+        assert [n for n in t.notes if "Dockerfile is not built" not in n] == [], (t.id, t.notes)
+
+
+def test_cli_validate_prints_the_table_and_fails_on_a_bad_task(tmp_path):
+    from typer.testing import CliRunner
+
+    from posttrain.cli import app
+
+    harbor_task(tmp_path, "good")
+    harbor_task(tmp_path, "wrong-oracle", solve="echo bye > out.txt\n")
+    always = "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\n"
+    harbor_task(tmp_path, "always-passes", test_sh=always)
+    (harbor_task(tmp_path, "broken") / "task.toml").write_text("[agent\n")
+    r = CliRunner().invoke(app, ["tasks", "validate", f"terminal:{tmp_path}"])
+    assert r.exit_code == 1, r.output
+    rows = {line.split()[1]: line for line in r.output.splitlines() if line.startswith("│")}
+    assert "yes" in rows["good"] and "NO" in rows["wrong-oracle"] and "NO" in rows["always-passes"]
+    assert "FAIL always-passes: the do-nothing response scored 1.000" in r.output
+    assert "malformed TOML" in r.output  # the task that did not load is a failure too, and the others still ran
+    d = json.loads(CliRunner().invoke(app, ["tasks", "validate", f"terminal:{tmp_path}", "--json"]).output)
+    assert d["ok"] is False and {x["task_id"] for x in d["rows"] if x["ok"]} == {"good"}
+
+
+def test_the_tests_are_gone_once_judged_and_verdicts_name_their_checking_code(tmp_path, sandbox):
+    t = load_terminal_task(harbor_task(tmp_path))
+    with open_workspace(sandbox, t) as s:
+        v = run(verify_workspace(s, t))
+        assert s.exec("test -e /work/.harbor || echo gone").stdout == "gone\n"  # the agent could not read them on
+    other = load_terminal_task(harbor_task(tmp_path, "other", test_sh=TEST_SH + "# changed\n"))
+    with open_workspace(sandbox, other) as s:
+        w = run(verify_workspace(s, other))
+    assert v.verifier == w.verifier and v.verifier.startswith("terminal@")  # the same checking code
+    assert v.info["tests_hash"] != w.info["tests_hash"]  # other tests
+
+
+def test_a_test_script_killed_for_its_output_is_an_error_even_with_a_reward(tmp_path, sandbox):
+    flood = "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; head -c 3000000 /dev/zero | tr '\\0' x\n"
+    t = load_terminal_task(harbor_task(tmp_path, test_sh=flood))
+    with open_workspace(sandbox, t) as s:
+        v = run(verify_workspace(s, t))
+    assert v.status is VerdictStatus.ERROR and "output_limit" in v.details and not v.passed

@@ -1,8 +1,9 @@
 """`posttrain tasks list` and `posttrain tasks validate SUITE`: the registered suites, and proof of their graders.
 
 Covers: `list [--json]` (registered suites) and `validate SUITE [--limit N] [--suite-opt K=V]... [--json]` (every
-gold answer through the suite's verifier: pass rate and each failure; exit 0 when all score full marks, 1 when
-any does not, 2 for a user error such as an unknown suite or a missing extra).
+gold answer through the suite's verifier: pass rate and each failure; for a suite with a do-nothing response, such
+as `terminal`, a table of each task's oracle and do-nothing verdicts; exit 0 when all gold answers score full marks
+and every do-nothing response fails, 1 otherwise, 2 for a user error such as an unknown suite or a missing extra).
 Does not cover: evaluation of a model (`posttrain eval`, `cli/eval.py`) or the validation itself (`tasks/validate.py`).
 """
 
@@ -59,8 +60,24 @@ def validate_cmd(
     if as_json:
         typer.echo(json.dumps(report.to_dict()))
     else:
+        if report.rows:
+            _print_rows(report)
+        for f in report.null_failures:
+            typer.echo(f"FAIL {f.task_id}: the do-nothing response scored {f.score:.3f} [{f.status}] {f.details[:300]}")
         for f in report.failures:
             typer.echo(f"FAIL {f.task_id}: score {f.score:.3f} [{f.status}] {f.details[:300]}")
         typer.echo(f"{report.suite}: {report.passed}/{report.total} gold answers score full marks "
                    f"({100 * report.pass_rate:.1f}%) in {report.seconds:.1f} s  verifier {report.verifier}")
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _print_rows(report) -> None:
+    """The per-task table: the oracle must pass, the do-nothing response must fail."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("task", "oracle", "do-nothing", "ok", title=f"{report.suite}: oracle solutions and a do-nothing agent")
+    for r in report.rows:
+        table.add_row(r.task_id, f"{r.gold_score:g} ({r.gold_status})", f"{r.null_score:g} ({r.null_status})",
+                      "yes" if r.ok else "[red]NO[/red]")
+    Console(width=120).print(table)

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain, reject_unknown
-from posttrain.tasks.harbor import TaskLoadError, TerminalTask, load_terminal_suite, open_workspace, run_solution, verify_workspace
+from posttrain.tasks.harbor import (
+    TaskLoadError,
+    TerminalTask,
+    load_terminal_suite,
+    open_workspace,
+    run_solution,
+    verify_workspace,
+)
 from posttrain.tasks.jsonl import ListSource, TaskFileError
 from posttrain.types import Task, Verdict, VerdictStatus
 
@@ -61,7 +68,7 @@ class TerminalVerifier:
     (True, False)
     """
 
-    max_concurrency: int = 4  # workspaces at once
+    max_concurrency: int = 8  # workspaces at once (most of a task's time is spent waiting on its processes)
     name: str = "terminal"
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
@@ -88,9 +95,9 @@ async def judge_script(sandbox: Any, tt: TerminalTask, script: str) -> Verdict:
     try:
         acted = None
         if script.strip():
-            is_oracle = script == tt.solution
-            acted = await run_solution(session, tt if is_oracle else replace(
-                tt, solution=script, solution_files={}, executable=tuple(p for p in tt.executable if not p.startswith("solution/"))))
+            own = tuple(p for p in tt.executable if not p.startswith("solution/"))
+            acted = await run_solution(session, tt if script == tt.solution else replace(
+                tt, solution=script, solution_files={}, executable=own))
         verdict = await verify_workspace(session, tt)
         if acted is not None and not acted.ok:  # the script's own failure explains a low reward
             verdict.info["script_status"] = acted.status.value
@@ -100,26 +107,32 @@ async def judge_script(sandbox: Any, tt: TerminalTask, script: str) -> Verdict:
         await sandbox.in_worker(session.close)
 
 
-def terminal_domain(spec: str, tasks: list[TerminalTask], errors: list[TaskLoadError], limit: int | None) -> Domain:
+_OPTIONS = ("limit", "held_out_fraction", "seed")
+
+
+def terminal_domain(spec: str, tasks: list[TerminalTask], errors: list[TaskLoadError], options: dict[str, Any]) -> Domain:
+    """A benchmark, as HumanEval: every task is in the evaluation view; `held_out_fraction` splits what
+    training draws from (by a hash of each id)."""
+    reject_unknown(spec, options, _OPTIONS)
     items = [as_task(t, spec) for t in tasks]
     if not items:
         raise TaskFileError(f"{spec}: no task loaded" + "".join(f"\n  {e.path}: {e.message}" for e in errors))
-    return Domain(spec, ListSource(items, name=spec), TerminalVerifier(),
+    limit = options.get("limit")
+    source = ListSource(items, name=spec, held_out_fraction=options.get("held_out_fraction") or 0.0)
+    return Domain(spec, source, TerminalVerifier(),
                   evaluation=lambda n, _seed: items[:n], sampling=SamplingDefaults(max_tokens=1024),
                   rollouter="agent", description=f"{len(items[:limit])} terminal tasks (Harbor format)",
                   meta={"limit": limit, "tasks": len(items), "null_response": NULL_RESPONSE,
-                        "load_errors": [vars(e) for e in errors]}, eval_limit=limit)
+                        "load_errors": [vars(e) for e in errors]}, eval_limit=limit, eval_seed=options.get("seed", 0))
 
 
 @register_domain("terminal", "built-in terminal tasks in the Harbor format: an agent acts in the sandbox, tests/test.sh judges")
 def _builtin(**options: Any) -> Domain:
-    reject_unknown("terminal", options, ("limit",))
-    return terminal_domain("terminal", load_terminal_suite("terminal"), [], options.get("limit"))
+    return terminal_domain("terminal", load_terminal_suite("terminal"), [], options)
 
 
 @register_domain("terminal:", "a directory of Harbor (task.toml) or Terminal-Bench 1 (task.yaml) task directories")
 def _directory(path: str, **options: Any) -> Domain:
-    reject_unknown(f"terminal:{path}", options, ("limit",))
     errors: list[TaskLoadError] = []
     tasks = load_terminal_suite(path, errors=errors)
-    return terminal_domain(f"terminal:{path}", tasks, errors, options.get("limit"))
+    return terminal_domain(f"terminal:{path}", tasks, errors, options)

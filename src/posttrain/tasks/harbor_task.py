@@ -1,0 +1,306 @@
+"""Terminal tasks as records, and their loaders: Harbor and Terminal-Bench 1 task directories, without Docker.
+
+Covers: `TerminalTask` (the record); `load_terminal_task(path)` for a Harbor task directory
+(`instruction.md`, `task.toml` with `[verifier] timeout_sec`, `[agent] timeout_sec`, `[environment]
+cpus / memory_mb / allow_internet`, `[metadata]`; `environment/`, `tests/test.sh`, `solution/solve.sh`)
+or a Terminal-Bench 1 one (`task.yaml`, `run-tests.sh`, `tests/`, `solution.sh`; needs PyYAML, the
+`terminal` extra); `load_terminal_suite` (the built-in `terminal` suite, package data under
+`tasks/data/terminal/`, or a directory of task directories, with per-task load errors collected so
+the other tasks still run). A bad directory is a one-line `TaskFileError` naming the file.
+What differs from Docker-based Harbor is said per task in `TerminalTask.notes`: a Dockerfile is not
+built (the files beside it are copied into the workspace), non-regular files are skipped.
+Does not cover: running a task (`tasks/harbor_workspace.py`), the `terminal` domain (`tasks/terminal.py`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from posttrain.tasks.jsonl import TaskFileError
+
+BUILTIN_SUITES = ("terminal",)
+MAX_TASK_BYTES = 64 << 20  # environment + tests + solution of one task: they travel in one request
+_DOCKER_FILES = ("Dockerfile", "docker-compose.yaml", "docker-compose.yml")
+_TB1_OWN = frozenset({"task.yaml", "solution.sh", "solution.yaml", "run-tests.sh", *_DOCKER_FILES})
+
+
+@dataclass(frozen=True)
+class TerminalTask:
+    """One task: what the agent is told, the files it starts from, and the hidden tests that judge it.
+
+    `environment` and `tests` map relative paths to bytes: `environment` is copied into the workspace
+    (Harbor's /app) before the agent starts, `tests` into /tests only when it has finished.
+    """
+
+    id: str
+    instruction: str
+    environment: dict[str, bytes]
+    tests: dict[str, bytes]
+    solution: str | None = None
+    """The oracle's `solve.sh` (Terminal-Bench 1: `solution.sh`), or None."""
+    agent_timeout_s: float = 600.0
+    verifier_timeout_s: float = 600.0
+    cpus: float = 1.0
+    """CPU cores; the sandbox bounds CPU time, so an execution gets `cpus` x its wall limit of CPU seconds."""
+    memory_mb: int = 2048
+    allow_internet: bool = True
+    """Harbor's default; `open_workspace(network=...)` overrides it."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    """What this adapter does differently from Docker-based Harbor for this task."""
+    test_script: str = "test.sh"
+    """The entry point under /tests (`run-tests.sh` for Terminal-Bench 1 tasks)."""
+    solution_files: dict[str, bytes] = field(default_factory=dict)
+    """The other files of `solution/` (copied to /solution beside solve.sh)."""
+    executable: tuple[str, ...] = ()
+    """`environment/...`, `tests/...` and `solution/...` paths whose executable bit is set in the task directory."""
+    format: Literal["harbor", "terminal-bench"] = "harbor"
+    source: str = ""
+    """The directory the task was loaded from."""
+
+
+@dataclass(frozen=True)
+class TaskLoadError:
+    """A task directory of a suite that could not be loaded; the others still run."""
+
+    path: str
+    message: str
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _read_tree(root: Path, what: str, skip: frozenset[str] = frozenset()) -> tuple[dict[str, bytes], list[str], list[str]]:
+    """(files by relative path, relative paths with the executable bit, notes) of a directory tree."""
+    files: dict[str, bytes] = {}
+    executable: list[str] = []
+    notes: list[str] = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.split("/")[0] in skip or path.is_dir() and not path.is_symlink():
+            continue
+        if path.is_symlink() or not path.is_file():
+            notes.append(f"{what}/{rel} is not a regular file: not copied")
+            continue
+        files[rel] = path.read_bytes()
+        if path.stat().st_mode & 0o111:
+            executable.append(rel)
+    return files, executable, notes
+
+
+def _number(table: dict[str, Any], key: str, default: float, where: str) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise TaskFileError(f"{where}: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _memory_mb(env: dict[str, Any], where: str) -> int:
+    """`memory_mb`, or Harbor's older spelling `memory = "2G"`."""
+    if "memory_mb" in env:
+        return int(_number(env, "memory_mb", 2048, where))
+    raw = env.get("memory")
+    if raw is None:
+        return 2048
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgG])?[bB]?\s*", str(raw))
+    if not m:
+        raise TaskFileError(f"{where}: memory must look like '2G' or '512M', got {raw!r}")
+    scale = {"k": 1 / 1024, "m": 1, "g": 1024, None: 1 / (1 << 20)}[(m.group(2) or "").lower() or None]
+    return max(1, int(float(m.group(1)) * scale))
+
+
+def _table(config: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = config.get(key, {})
+    if not isinstance(value, dict):
+        raise TaskFileError(f"{where}: [{key}] must be a table")
+    return value
+
+
+def _dockerfile_notes(text: str, where: str) -> list[str]:
+    runs = len(re.findall(r"^\s*RUN\b", text, flags=re.MULTILINE | re.IGNORECASE))
+    note = f"{where} is not built: the other files beside it are copied into the workspace (/app)"
+    return [note + (f"; its {runs} RUN step(s) did not run" if runs else "")]
+
+
+def _check_size(task_id: str, *parts: dict[str, bytes]) -> None:
+    total = sum(len(v) for p in parts for v in p.values())
+    if total > MAX_TASK_BYTES:
+        raise TaskFileError(f"{task_id}: {total >> 20} MiB of files; at most {MAX_TASK_BYTES >> 20} MiB are supported")
+
+
+def load_terminal_task(path: str | Path) -> TerminalTask:
+    """The task in a Harbor or a Terminal-Bench 1 directory; a bad directory is a one-line `TaskFileError`."""
+    root = Path(path)
+    if not root.is_dir():
+        raise TaskFileError(f"{root}: not a task directory")
+    try:
+        if (root / "task.toml").exists() or (root / "instruction.md").exists():
+            return _load_harbor(root)
+        if (root / "task.yaml").exists():
+            return _load_terminal_bench(root)
+    except OSError as exc:  # an unreadable file, a directory where a file belongs
+        raise TaskFileError(f"{exc.filename or root}: {exc.strerror or exc}") from None
+    raise TaskFileError(f"{root}: neither a Harbor task (task.toml, instruction.md) nor a Terminal-Bench one (task.yaml)")
+
+
+def _load_harbor(root: Path) -> TerminalTask:
+    toml_path, instr_path = root / "task.toml", root / "instruction.md"
+    for p in (toml_path, instr_path):
+        if not p.is_file():
+            raise TaskFileError(f"{p}: missing")
+    try:
+        config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TaskFileError(f"{toml_path}: malformed TOML: {exc}") from None
+    where = str(toml_path)
+    verifier, agent, env = (_table(config, k, where) for k in ("verifier", "agent", "environment"))
+    metadata = _table(config, "metadata", where)
+    if isinstance(config.get("task"), dict):  # schema 1.1 keeps name/description/keywords in [task]
+        metadata = {**config["task"], **metadata}
+    tests_dir = root / "tests"
+    if not (tests_dir / "test.sh").is_file():
+        raise TaskFileError(f"{tests_dir / 'test.sh'}: missing (every Harbor task needs tests/test.sh)")
+    notes: list[str] = []
+    environment: dict[str, bytes] = {}
+    executable: list[str] = []
+    env_dir = root / "environment"
+    if env_dir.is_dir():
+        environment, ex, n = _read_tree(env_dir, "environment")
+        notes += n
+        executable += [f"environment/{p}" for p in ex]
+        for name in _DOCKER_FILES:
+            if name in environment:
+                notes += _dockerfile_notes(environment.pop(name).decode("utf-8", "replace"), f"environment/{name}")
+    tests, ex, n = _read_tree(tests_dir, "tests")
+    notes += n
+    executable += [f"tests/{p}" for p in ex]
+    solution = None
+    solution_files: dict[str, bytes] = {}
+    if (root / "solution" / "solve.sh").is_file():
+        solution_files, ex, n = _read_tree(root / "solution", "solution")
+        notes += n
+        executable += [f"solution/{p}" for p in ex]
+        solution = solution_files.pop("solve.sh").decode("utf-8", "replace")
+    _check_size(root.name, environment, tests, solution_files)
+    return TerminalTask(
+        id=root.name,
+        instruction=instr_path.read_text(encoding="utf-8", errors="replace"),
+        environment=environment,
+        tests=tests,
+        solution=solution,
+        agent_timeout_s=_number(agent, "timeout_sec", 600.0, where),
+        verifier_timeout_s=_number(verifier, "timeout_sec", 600.0, where),
+        cpus=_number(env, "cpus", 1.0, where),
+        memory_mb=_memory_mb(env, where),
+        allow_internet=bool(env.get("allow_internet", True)),
+        metadata={**metadata, **({"verifier_env": verifier["env"]} if isinstance(verifier.get("env"), dict) else {})},
+        notes=tuple(notes),
+        solution_files=solution_files,
+        executable=tuple(executable),
+        format="harbor",
+        source=str(root),
+    )
+
+
+def _load_terminal_bench(root: Path) -> TerminalTask:
+    yaml_path = root / "task.yaml"
+    try:
+        import yaml
+    except ImportError:
+        raise TaskFileError(f"{yaml_path}: Terminal-Bench 1 tasks need PyYAML: pip install 'posttrain[terminal]'") from None
+    try:
+        config = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise TaskFileError(f"{yaml_path}: malformed YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(config, dict):
+        raise TaskFileError(f"{yaml_path}: expected a mapping at the top level")
+    instruction = config.get("instruction")
+    if instruction is None and isinstance(config.get("descriptions"), list):  # the oldest Terminal-Bench layout
+        instruction = next((d.get("description") for d in config["descriptions"]
+                            if isinstance(d, dict) and d.get("key") == "base"), None)
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise TaskFileError(f"{yaml_path}: no 'instruction'")
+    run_tests = root / "run-tests.sh"
+    if not run_tests.is_file():
+        raise TaskFileError(f"{run_tests}: missing (every Terminal-Bench task needs run-tests.sh)")
+    if not (root / "tests").is_dir():
+        raise TaskFileError(f"{root / 'tests'}: missing (every Terminal-Bench task needs tests/)")
+    where = str(yaml_path)
+    notes = []
+    environment, ex, n = _read_tree(root, "", skip=_TB1_OWN | {"tests"})
+    executable = [f"environment/{p}" for p in ex]
+    notes += [x.lstrip("/") for x in n]
+    for name in _DOCKER_FILES:
+        if (root / name).is_file():
+            notes += _dockerfile_notes((root / name).read_text(encoding="utf-8", errors="replace"), name)
+    tests, ex, n = _read_tree(root / "tests", "tests")
+    notes += n
+    executable += [f"tests/{p}" for p in ex]
+    if "run-tests.sh" in tests:
+        raise TaskFileError(f"{root / 'tests' / 'run-tests.sh'}: clashes with the task's run-tests.sh")
+    tests["run-tests.sh"] = run_tests.read_bytes()
+    solution = (root / "solution.sh").read_text(encoding="utf-8", errors="replace") if (root / "solution.sh").is_file() else None
+    if solution is None and (root / "solution.yaml").is_file():
+        notes.append("solution.yaml (tmux keystrokes) is not supported: the task has no oracle solution here")
+    parser = config.get("parser_name", "pytest")
+    notes.append("Terminal-Bench 1 task: without a reward file the reward is run-tests.sh's pytest outcome "
+                 "(1 when it exits 0, 0 when pytest reports failures)")
+    if parser != "pytest":
+        notes.append(f"parser_name {parser!r} is read as pytest's outcome")
+    _check_size(root.name, environment, tests)
+    metadata = {k: v for k, v in config.items() if k not in ("instruction", "descriptions")}
+    return TerminalTask(
+        id=root.name,
+        instruction=instruction,
+        environment=environment,
+        tests=tests,
+        solution=solution,
+        agent_timeout_s=_number(config, "max_agent_timeout_sec", 360.0, where),
+        verifier_timeout_s=_number(config, "max_test_timeout_sec", 60.0, where),
+        metadata=metadata,
+        notes=tuple(notes),
+        test_script="run-tests.sh",
+        executable=tuple(executable),
+        format="terminal-bench",
+        source=str(root),
+    )
+
+
+def builtin_suite_dir(name: str) -> Path:
+    """The package-data directory of a built-in suite."""
+    return Path(str(resources.files("posttrain.tasks").joinpath("data", name)))
+
+
+def _task_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir() and any(
+        (p / f).exists() for f in ("task.toml", "instruction.md", "task.yaml")))
+
+
+def load_terminal_suite(name_or_dir: str | Path, *, errors: list[TaskLoadError] | None = None) -> list[TerminalTask]:
+    """The tasks of a built-in suite (`terminal`) or of a directory of task directories (a single task
+    directory is a suite of one). Without `errors`, the first bad task raises; with it, each bad task is
+    appended there and the others are returned."""
+    root = builtin_suite_dir(str(name_or_dir)) if str(name_or_dir) in BUILTIN_SUITES else Path(name_or_dir)
+    if not root.is_dir():
+        raise TaskFileError(f"{name_or_dir}: neither a built-in suite ({', '.join(BUILTIN_SUITES)}) nor a directory")
+    if any((root / f).exists() for f in ("task.toml", "task.yaml")):
+        dirs = [root]
+    else:
+        dirs = _task_dirs(root)
+    if not dirs:
+        raise TaskFileError(f"{root}: no task directories (each needs task.toml or task.yaml)")
+    tasks = []
+    for d in dirs:
+        try:
+            tasks.append(load_terminal_task(d))
+        except TaskFileError as exc:
+            if errors is None:
+                raise
+            errors.append(TaskLoadError(str(d), str(exc)))
+    return tasks
