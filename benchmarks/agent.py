@@ -223,24 +223,40 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--concurrent", type=int, default=64)
+    ap.add_argument("--parts", default="prefix,compaction,overhead,start",
+                    help="which figures to measure (comma-separated), e.g. to run them in separate processes")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     torch.set_num_threads(1)
     load0 = os.getloadavg()
     out: dict = {"cpus": os.cpu_count(), "load_avg_start": [round(x, 2) for x in load0]}
 
+    if "prefix" in parts:
+        prefix_part(args, out)
+    if "compaction" in parts:
+        comp = compaction(args.steps, args.budget)
+        print(f"compaction over a {args.steps}-step episode at a {args.budget}-token budget: "
+              f"{comp['compacted_tokens_in']} / {comp['linear_tokens_in']} context tokens = {comp['compaction_ratio']} "
+              f"({comp['compactions']} compactions; peak context + reply {comp['compacted_peak_context_plus_reply']})")
+        out.update(comp)
+    if "overhead" in parts:
+        overhead_part(out)
+    if "start" in parts:
+        start_part(args, out)
+    out["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(out))
+
+
+def prefix_part(args, out: dict) -> None:
     hit, peak = prefix_hit_rate(args.episodes, args.turns, baseline=False)
     base_hit, _ = prefix_hit_rate(args.episodes, args.turns, baseline=True)
     print(f"prefix hit rate over {args.episodes} x {args.turns}-turn transcripts: {hit:.3f} "
           f"(per-turn header baseline {base_hit:.3f}; {hit / max(base_hit, 1e-9):.1f}x); peak context {peak} tokens")
     out.update(agent_prefix_hit_rate=round(hit, 4), baseline_prefix_hit_rate=round(base_hit, 4),
-               prefix_peak_context=peak)
+               prefix_peak_context=peak, prefix_episodes=args.episodes, prefix_turns=args.turns)
 
-    comp = compaction(args.steps, args.budget)
-    print(f"compaction over a {args.steps}-step episode at a {args.budget}-token budget: "
-          f"{comp['compacted_tokens_in']} / {comp['linear_tokens_in']} context tokens = {comp['compaction_ratio']} "
-          f"({comp['compactions']} compactions; peak context + reply {comp['compacted_peak_context_plus_reply']})")
-    out.update(comp)
 
+def overhead_part(out: dict) -> None:
     ours, model_tool, bare, mt = step_overhead(episodes=30, steps=20)
     p50 = statistics.median(ours)
     print(f"step overhead p50 {p50:.3f} ms (bare loop {bare:.3f} ms: {p50 / bare:.2f}x; model + tool {mt:.3f} ms/step)")
@@ -248,14 +264,14 @@ def main() -> None:
                bare_loop_overhead_ms=round(bare, 3), overhead_vs_bare=round(p50 / bare, 3),
                model_and_tool_ms_per_step=round(mt, 3))
 
+
+def start_part(args, out: dict) -> None:
     start = episode_start(args.rounds, args.concurrent)
     print(f"episode start p50 {start['episode_start_ms']} ms (Session(files=...) {start['session_ctor_with_files_ms']} ms); "
           f"{args.concurrent} concurrent episodes: {start[f'concurrent_{args.concurrent}_solved']} solved, "
           f"{start[f'concurrent_{args.concurrent}_errors']} not, start p50 "
           f"{start[f'concurrent_{args.concurrent}_start_p50_ms']} ms")
     out.update(start)
-    out["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
-    print(json.dumps(out))
 
 
 if __name__ == "__main__":
