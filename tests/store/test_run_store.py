@@ -90,3 +90,19 @@ def test_a_trajectory_row_carries_its_verdicts_info():
     row = SampleRow.of(0, 1, t)
     assert (row.details, row.info) == ("1/2 tests passed", {"passed": 1})
     assert SampleRow.of(0, 2, Trajectory.single_turn(Task("t", "p"), [5], c)).info == {}
+
+
+def test_agent_episodes_round_trip(tmp_path):
+    from posttrain.store.run_store import EpisodeRow, RunStore
+
+    with RunStore(tmp_path / "run.sqlite") as store:
+        store.log_episodes(0, [EpisodeRow(0, "a", "solved", 1, 1.0, 3, 100, 20, 0.5, 0.0, {"turns": [1]}),
+                               EpisodeRow(1, "b", "env_error", 0, None, 1, 10, 2, 0.1, 0.0, {})])
+        store.log_episodes(2, [EpisodeRow(0, "a", "failed", 0, 0.0, 5, 10, 2, 0.1, 0.0, {})])
+        rows = store.episodes()
+        assert [(s, r.task_id, r.status) for s, r in rows] == [(0, "a", "solved"), (0, "b", "env_error"),
+                                                                (2, "a", "failed")]
+        assert rows[0][1].transcript == {} and store.episodes(0, transcripts=True)[0][1].transcript == {"turns": [1]}
+        assert rows[1][1].reward is None
+        store.truncate_after(1)
+        assert store.count("episodes") == 2

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import typer
 
+from posttrain.cli import agent, sandbox, serve, tasks, train
 from posttrain.cli import eval as eval_commands
-from posttrain.cli import sandbox, serve, tasks, train
 
 app = typer.Typer(
     help="posttrain: post-train language models with RL from verifiable rewards.",
@@ -24,6 +24,7 @@ app.command()(train.train)
 app.command("config")(train.show_config)
 app.add_typer(sandbox.app, name="sandbox", help="Run commands in the isolated sandbox.")
 app.add_typer(tasks.app, name="tasks", help="Task suites: list them, prove their graders.")
+app.add_typer(agent.app, name="agent", help="Run agents on tasks in the sandbox; replay their transcripts.")
 app.command()(serve.serve)
 app.command("eval")(eval_commands.eval_cmd)
 app.command("compare")(eval_commands.compare_cmd)

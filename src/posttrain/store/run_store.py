@@ -4,6 +4,7 @@ Covers: the run's config and code version; per-step metrics; per-group
 rewards; every sampled completion with its verdict (details for people, `info` as JSON for
 programs) and the verifier's latency; held-out evaluations
 (metrics, per-task pass rates, and their responses in `eval_samples`);
+agent episodes (`episodes`: one row per episode, its transcript as JSON);
 the checkpoint index; and truncation after a step, so a resumed run never
 holds rows from the steps it is about to redo.
 Does not cover: eval-harness results across models (the eval package adds
@@ -56,8 +57,14 @@ CREATE TABLE IF NOT EXISTS eval_samples (
     info TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (step, name, task_id, sample_idx)
 );
+CREATE TABLE IF NOT EXISTS episodes (
+    step INTEGER NOT NULL, idx INTEGER NOT NULL, task_id TEXT NOT NULL, status TEXT NOT NULL, passed INTEGER NOT NULL,
+    reward REAL, steps INTEGER NOT NULL, tokens_in INTEGER NOT NULL, tokens_out INTEGER NOT NULL, seconds REAL NOT NULL,
+    cost_usd REAL NOT NULL, transcript TEXT NOT NULL,
+    PRIMARY KEY (step, idx)
+);
 """
-_TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples")
+_TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples", "episodes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,26 @@ class EvalSampleRow:
     def values(self) -> tuple:
         """The row's column values, `info` as JSON."""
         return (*astuple(self)[:-1], json.dumps(self.info))
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeRow:
+    """One agent episode as the `episodes` table stores it (after its step): `transcript` is `Episode.to_dict()`."""
+
+    idx: int
+    task_id: str
+    status: str
+    passed: int
+    reward: float | None
+    steps: int
+    tokens_in: int
+    tokens_out: int
+    seconds: float
+    cost_usd: float
+    transcript: dict[str, Any] = field(default_factory=dict)
+
+    def values(self) -> tuple:
+        return (*astuple(self)[:-1], json.dumps(self.transcript))
 
 
 class RunStore:
@@ -212,6 +239,24 @@ class RunStore:
                 " verifier, details, info) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(step, name, *r.values()) for r in rows],
             )
+
+    def log_episodes(self, step: int, rows: Iterable[EpisodeRow]) -> None:
+        """Agent episodes (a training step's, or step 0 for `posttrain agent run`)."""
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO episodes(step, idx, task_id, status, passed, reward, steps, tokens_in, tokens_out,"
+                " seconds, cost_usd, transcript) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(step, *r.values()) for r in rows],
+            )
+
+    def episodes(self, step: int | None = None, transcripts: bool = False) -> list[tuple[int, EpisodeRow]]:
+        """(step, row) for stored episodes in order; transcripts parsed only when asked (they are large)."""
+        cols = "step, idx, task_id, status, passed, reward, steps, tokens_in, tokens_out, seconds, cost_usd"
+        transcript = "transcript" if transcripts else "'{}'"
+        rows = self.db.execute(
+            f"SELECT {cols}, {transcript} FROM episodes "
+            "WHERE (? IS NULL OR step = ?) ORDER BY step, idx", (step, step))
+        return [(r[0], EpisodeRow(*r[1:-1], json.loads(r[-1]))) for r in rows]
 
     def log_checkpoint(self, step: int, path: str) -> None:
         with self.db:

@@ -1,0 +1,69 @@
+"""`TerminalEnv`: a Harbor-format terminal task (`posttrain.tasks.harbor.TerminalTask`) as an agent `Env`.
+
+Covers: opening the task's workspace (`open_workspace`: the environment files, Harbor's `/app` as
+the working directory), the agent's tools over that session, and verification through
+`verify_workspace` (planted reward files deleted, the hidden `tests/` copied in only after the
+agent, `tests/test.sh` run, the reward read; a missing reward is an error verdict, not 0). The
+agent's wall-clock budget is the task's `[agent] timeout_sec`. `solution_tool(task)` is the tool an
+oracle agent calls to run the task's `solve.sh` (`run_solution`: with its `solution/` files, under the
+agent's budget), so `--model oracle` proves each task can be solved through the runtime itself.
+Does not cover: loading or validating tasks, the verifier itself (both `posttrain.tasks.harbor`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from posttrain.agent.env import SessionEnv
+from posttrain.agent.recall import Memory
+from posttrain.agent.tools import Tool, ToolContext, ToolOutput, exec_output, tool
+from posttrain.types import Verdict, VerdictStatus
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.sandbox import Sandbox
+    from posttrain.tasks.harbor import TerminalTask
+
+
+def is_terminal_task(task: object) -> bool:
+    try:
+        from posttrain.tasks.harbor import TerminalTask
+    except ImportError:  # the Harbor adapter is not part of this installation
+        return False
+    return isinstance(task, TerminalTask)
+
+
+class TerminalEnv(SessionEnv):
+    """A terminal task in the sandbox: no visible tests (they are hidden until verification)."""
+
+    def __init__(self, sandbox: Sandbox, task: TerminalTask, tools: list[Tool] | None = None) -> None:
+        super().__init__(task.id, tools, float(task.agent_timeout_s))
+        self.sandbox = sandbox
+        self.task = task
+
+    async def reset(self, memory: Memory | None) -> str:
+        from posttrain.tasks.harbor import open_workspace
+
+        session = await self.sandbox.in_worker(lambda: open_workspace(self.sandbox, self.task))
+        self.bind(session, memory)
+        return self.task.instruction
+
+    async def verify(self) -> Verdict:
+        from posttrain.tasks.harbor import verify_workspace
+
+        if self.session is None:
+            return Verdict(0.0, False, VerdictStatus.ERROR, "harbor", "no workspace to verify")
+        return await verify_workspace(self.session, self.task)
+
+
+
+def solution_tool(task: TerminalTask) -> Tool:
+    """`run_solution()`: the task's oracle `solve.sh` in the workspace (for oracle agents only)."""
+
+    @tool(name="run_solution", timeout_s=float(task.agent_timeout_s))
+    async def run_oracle(ctx: ToolContext) -> ToolOutput:
+        """Run the task's reference solution."""
+        from posttrain.tasks.harbor import run_solution
+
+        return exec_output(await run_solution(ctx.need_session(), task), float(task.agent_timeout_s))
+
+    return run_oracle
