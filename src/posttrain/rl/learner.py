@@ -126,7 +126,7 @@ class Learner:
         chunks = torch.arange(b).chunk(cfg.minibatches)
         sums: dict[str, float] = {}
         n_mb = 0
-        mismatch_num = mismatch_den = mismatch_max = 0.0
+        mismatch_num = mismatch_den = mismatch_max = mismatch_kl = 0.0
         first = True
         for _ in range(cfg.epochs):
             for rows in chunks:
@@ -149,6 +149,8 @@ class Learner:
                         mismatch_num += float(diff.sum())
                         mismatch_den += float(mask.sum())
                         mismatch_max = max(mismatch_max, float(diff.max()))
+                        # KL(sampler || learner) on the sampler's tokens, k3 estimator (>= 0)
+                        mismatch_kl += float((k3_kl(behaviour[micro], logp.detach()) * mask).sum())
                     pg, clipped = clipped_policy_loss(logp, old, batch.advantages[micro], cfg.clip_low, cfg.clip_high)
                     if self.importance_sampling:
                         pg = pg * truncated_importance_weights(old, behaviour[micro], cfg.tis_cap)
@@ -184,6 +186,7 @@ class Learner:
                 n_mb += 1
         metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
         metrics.update(mismatch_mean=mismatch_num / mismatch_den if mismatch_den else 0.0, mismatch_max=mismatch_max,
+                       mismatch_kl=mismatch_kl / mismatch_den if mismatch_den else 0.0,
                        lr=self._lr(), optimizer_steps=n_mb)
         return metrics
 
