@@ -255,3 +255,12 @@ def test_async_resume_drops_and_counts_the_pending_look_ahead(cfg):
     with RunStore(base.path / "run.sqlite") as store:
         assert store.info()["resume_dropped_groups"] == base.train.prompts_per_step  # step 3's look-ahead
         assert [s for s, _ in store.steps()] == [1, 2, 3, 4]
+
+
+def test_live_progress_shows_staleness_and_idle_fractions():
+    from posttrain.cli.train import HeldOut, step_info
+
+    step = {"reward": 0.5, "pass_rate": 0.25, "groups_kept": 2, "staleness_max": 2, "staleness_mean": 1.25,
+            "learner_idle_frac": 0.1, "producer_idle_frac": 0.5}
+    assert "stale 2/1.2  idle L 10% P 50%" in step_info(step, HeldOut("greedy_accuracy"))
+    assert "stale" not in step_info({"reward": 0.5, "pass_rate": 0.25, "groups_kept": 2}, HeldOut("greedy_accuracy"))
