@@ -33,3 +33,12 @@ def tiny_config(tiny_model_dir, tmp_path):
             "tensorboard=false",
         ],
     )
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for the whole session (2 CPUs, a capped object store, no dashboard)."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+    ray.init(num_cpus=2, object_store_memory=200 * 1024 * 1024, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

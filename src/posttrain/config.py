@@ -281,6 +281,13 @@ class RolloutConfig(_Section):
     """async: torch threads of each producer process."""
     buffer_groups: int = Field(64, ge=1)
     """async: groups submitted ahead and not yet consumed, at most (backpressure on the look-ahead)."""
+    backend: Literal["local", "ray"] = "local"
+    """async: where producers run. local: `producer_kind` on this machine; ray: Ray actors (extra `ray`), each
+    building its engine and rollouter from this config, on the cluster at `ray_address` (none: a local one)."""
+    ray_address: str | None = None
+    """backend = ray: `ray.init(address=...)` joins an existing cluster; None starts (or reuses) a local one."""
+    ray_worker_cpus: float = Field(1.0, gt=0.0)
+    """backend = ray: CPUs each rollout actor reserves."""
     on_new_weights: Literal["continue", "requeue"] = "continue"
     """async: a rollout in flight when new weights arrive finishes under the weights it started with
     (continue: every completion keeps its own version) or is discarded, counted and sampled again (requeue)."""

@@ -22,21 +22,24 @@ for step t may start only with weights of version >= t-1-max_staleness, so
 look-ahead never produces a group that is stale on arrival. max_staleness 0
 submits nothing ahead: exactly the synchronous loop's order of sampling,
 with the producer's bitwise-equal weight copy (the golden test).
-Does not cover: the Ray backend, multi-turn episodes (a rollouter's own concern:
+Back ends beyond this machine register a `RunnerFactory` (`register_backend`; the Ray one lives in
+`distributed/ray_backend.py` and is loaded by name, never imported here).
+Does not cover: multi-turn episodes (a rollouter's own concern:
 each turn's completion carries its version, and `group_version` takes the oldest).
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import math
 import multiprocessing
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -205,7 +208,44 @@ class ProcessRunner:
         self.conn.close()
 
 
-Runner = ThreadRunner | ProcessRunner
+@runtime_checkable
+class Runner(Protocol):
+    """What a producer thread drives: this process, a spawned process, or a Ray actor."""
+
+    version: int  # the version it acknowledged loading (-1 before the first load)
+
+    def load(self, board: WeightBoard) -> int: ...
+
+    def run(self, request: RolloutRequest) -> list[Group]: ...
+
+    def sampler_state(self) -> Any: ...
+
+    def load_sampler_state(self, state: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+RunnerFactory = Callable[[RunConfig, int, int, WeightBoard], Runner]  # (cfg, producer index, seed, board)
+_BACKENDS: dict[str, RunnerFactory] = {}
+# Modules that register producer back ends on import (optional extras), loaded when a run asks for one.
+_PLUGINS: list[str] = ["posttrain.distributed.ray_backend"]
+
+
+def register_backend(name: str) -> Callable[[RunnerFactory], RunnerFactory]:
+    def decorate(factory: RunnerFactory) -> RunnerFactory:
+        _BACKENDS[name] = factory
+        return factory
+
+    return decorate
+
+
+def backend_factory(name: str) -> RunnerFactory:
+    if name not in _BACKENDS:
+        for module in _PLUGINS:
+            importlib.import_module(module)
+    if name not in _BACKENDS:
+        raise UserError(f"rollout.backend = {name!r}: no such producer back end (known: local, {', '.join(_BACKENDS)})")
+    return _BACKENDS[name]
 
 
 @dataclass
@@ -305,12 +345,17 @@ class AsyncLoop:
         r = cfg.rollout
         self.cfg, self.k, self.total_steps = cfg, r.max_staleness, total_steps
         self.buffer = GroupBuffer(r.buffer_groups)
-        self.board = WeightBoard(model.state_dict(), version, shared=r.producer_kind == "process")
+        self.board = WeightBoard(model.state_dict(), version, shared=r.backend == "local" and r.producer_kind == "process")
         self.ahead: list[RolloutRequest] = []
         self.producers: list[Producer] = []
+        remote = backend_factory(r.backend) if r.backend != "local" else None
         for i in range(r.producers):
             seed = cfg.seed + i  # producer 0 samples the synchronous engine's stream (the golden test)
-            if r.producer_kind == "process":
+            if remote is not None:
+                def make(i: int = i, seed: int = seed) -> Runner:
+                    assert remote is not None
+                    return remote(cfg, i, seed, self.board)
+            elif r.producer_kind == "process":
                 def make(i: int = i, seed: int = seed) -> Runner:
                     return ProcessRunner(cfg, i, seed, r.producer_threads, self.board)
             else:
