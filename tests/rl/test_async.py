@@ -221,6 +221,8 @@ def test_a_killed_producer_process_has_its_request_requeued_and_the_run_continue
         assert store.count("samples") == sum(int(m["groups_sampled"]) for _, m in steps) * cfg.sampling.n
         rows = list(store.db.execute("SELECT step, group_idx, COUNT(*) FROM groups GROUP BY step, group_idx"))
         assert all(c == 1 for _, _, c in rows)
+    ledger = trainer.async_loop.buffer.ledger()
+    assert ledger["lost"] == 0 and ledger["taken_twice"] == 0 and ledger["taken"] > 0
 
 
 def test_async_resume_at_staleness_zero_is_the_uninterrupted_run(cfg):
@@ -264,3 +266,21 @@ def test_live_progress_shows_staleness_and_idle_fractions():
             "learner_idle_frac": 0.1, "producer_idle_frac": 0.5}
     assert "stale 2/1.2  idle L 10% P 50%" in step_info(step, HeldOut("greedy_accuracy"))
     assert "stale" not in step_info({"reward": 0.5, "pass_rate": 0.25, "groups_kept": 2}, HeldOut("greedy_accuracy"))
+
+
+def test_scheduler_hooks_submit_cancel_and_durations(cfg):
+    cfg = _with(cfg.model_copy(update={"name": "hooks"}), train={"steps": 2},
+                rollout={"mode": "async", "max_staleness": 1, "producer_kind": "thread"})
+    trainer = Trainer(cfg)
+    loop = trainer.async_loop
+    extra = loop.submit(trainer.curriculum.sample(2), 2, for_step=1)
+    later = loop.submit(trainer.curriculum.sample(2), 2, for_step=2)
+    assert extra is not None and later is not None
+    taken = loop.buffer.take(extra, 0, 1, timeout=60)
+    assert len(taken.groups) == 2 and taken.duration_s > 0
+    assert loop.cancel(later)
+    trainer.run()
+    trainer.close()
+    ledger = loop.buffer.ledger()
+    assert ledger["cancelled"] == 2 and ledger["lost"] == 0 and ledger["taken_twice"] == 0
+    assert len(loop.durations()) >= 3 and all(d > 0 for d in loop.durations())

@@ -504,7 +504,25 @@ class AsyncLoop:
             p.runner.load_sampler_state(rng)
         self.resume_dropped = int(state.get("pending_groups", 0))
 
+    # hooks for a scheduler (a later issue): work beyond the loop's own, and what each rollout took
+    def submit(self, tasks: list[Any], n: int, for_step: int, ahead: bool = True) -> RolloutRequest | None:
+        """Queue tasks for consumption at `for_step` (gated like look-ahead); None when the bound refuses it."""
+        return self.buffer.submit(tasks, n, for_step, for_step - 1 - self.k, ahead=ahead)
+
+    def cancel(self, request: RolloutRequest) -> bool:
+        """Withdraw a request (queued: removed; running or finished: its groups discarded), counted as cancelled."""
+        if request in self.ahead:
+            self.ahead.remove(request)
+        return self.buffer.cancel(request.id)
+
+    def durations(self) -> list[float]:
+        """The measured duration (s) of every finished rollout request, in finishing order."""
+        return list(self.buffer.finished_durations)
+
     def close(self) -> None:
+        """Stop the producers; what was pending is dropped and counted (`buffer.ledger()`). Idempotent."""
+        if self.buffer.closed:
+            return
         self.buffer.drop_all()
         self.buffer.close()
         for p in self.producers:

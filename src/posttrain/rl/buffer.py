@@ -92,6 +92,10 @@ class GroupBuffer:
         self.dropped_pending = 0  # groups dropped unconsumed (drop_all), whole run
         self.requeued = 0  # requests sampled again (on_new_weights = requeue, a dead producer)
         self.finished_durations: list[float] = []  # every finished rollout's measured duration (the scheduler hook)
+        self.submitted_groups = 0
+        self.cancelled_groups = 0
+        self._taken: dict[int, int] = {}  # request id -> times taken (more than once would be a group used twice)
+        self._sizes: dict[int, int] = {}
 
     # learner side
     def occupancy(self) -> int:
@@ -110,6 +114,8 @@ class GroupBuffer:
                 return None
             request = RolloutRequest(self._next_id, list(tasks), n, for_step, min_version)
             self._next_id += 1
+            self.submitted_groups += len(tasks)
+            self._sizes[request.id] = len(tasks)
             self._queue.append(request)
             self._cond.notify_all()
             return request
@@ -117,17 +123,21 @@ class GroupBuffer:
     def cancel(self, request_id: int) -> bool:
         """Withdraw a request: removed if still queued, its result discarded if running or done. False if unknown."""
         with self._cond:
+            found = False
             for i, r in enumerate(self._queue):
                 if r.id == request_id:
                     del self._queue[i]
-                    return True
-            if request_id in self._done:
+                    found = True
+                    break
+            if not found and request_id in self._done:
                 del self._done[request_id]
-                return True
-            if request_id in self._running:
+                found = True
+            if not found and request_id in self._running:
                 self._cancelled.add(request_id)
-                return True
-            return False
+                found = True
+            if found:
+                self.cancelled_groups += self._sizes.get(request_id, 0)
+            return found
 
     def take(self, request: RolloutRequest, version: int, max_staleness: int, timeout: float | None = None) -> Taken:
         """Block until `request` is finished; its groups with staleness (`version` - group_version) at most
@@ -140,6 +150,7 @@ class GroupBuffer:
                 if not self._cond.wait(timeout):
                     raise TimeoutError(f"rollout request {request.id} not finished after {timeout} s")
             finished = self._done.pop(request.id)
+            self._taken[request.id] = self._taken.get(request.id, 0) + 1
             self._cond.notify_all()
         waited = time.perf_counter() - t0
         kept, staleness, dropped = [], [], 0
@@ -208,6 +219,17 @@ class GroupBuffer:
             self.requeued += 1
             self._queue.insert(0, request)
             self._cond.notify_all()
+
+    def ledger(self) -> dict[str, int]:
+        """Where every submitted group went: taken by the learner, cancelled, dropped unconsumed, or lost
+        (none of those; a producer fault must leave this 0), and groups taken more than once (must be 0)."""
+        with self._cond:
+            taken = sum(self._sizes[r] for r in self._taken)
+            twice = sum(self._sizes[r] * (c - 1) for r, c in self._taken.items())
+            pending = self._pending_groups()
+            lost = self.submitted_groups - taken - self.cancelled_groups - self.dropped_pending - pending
+            return {"submitted": self.submitted_groups, "taken": taken, "cancelled": self.cancelled_groups,
+                    "dropped_pending": self.dropped_pending, "pending": pending, "lost": lost, "taken_twice": twice}
 
     @property
     def closed(self) -> bool:

@@ -365,7 +365,6 @@ class Trainer:
     def close(self) -> None:
         if self.async_loop is not None:
             self.async_loop.close()
-            self.async_loop = None
         if self.writer is not None:
             self.writer.close()
         self.store.close()
