@@ -288,9 +288,10 @@ class RolloutConfig(_Section):
     """backend = ray: `ray.init(address=...)` joins an existing cluster; None starts (or reuses) a local one."""
     ray_worker_cpus: float = Field(1.0, gt=0.0)
     """backend = ray: CPUs each rollout actor reserves."""
-    on_new_weights: Literal["continue", "requeue"] = "continue"
-    """async: a rollout in flight when new weights arrive finishes under the weights it started with
-    (continue: every completion keeps its own version) or is discarded, counted and sampled again (requeue)."""
+    on_new_weights: Literal["continue", "update", "requeue"] = "continue"
+    """async: a rollout in flight when new weights arrive finishes under the weights it started with (continue),
+    adopts them from its next engine call on, so each turn of an episode keeps its own version (update; local
+    producers), or is discarded, counted and sampled again under the new weights (requeue)."""
 
 
 class TrainConfig(_Section):

@@ -284,3 +284,38 @@ def test_scheduler_hooks_submit_cancel_and_durations(cfg):
     ledger = loop.buffer.ledger()
     assert ledger["cancelled"] == 2 and ledger["lost"] == 0 and ledger["taken_twice"] == 0
     assert len(loop.durations()) >= 3 and all(d > 0 for d in loop.durations())
+
+
+def test_update_mode_samples_each_turn_with_the_newest_weights_and_keeps_its_version():
+    from posttrain.engine.base import Engine
+    from posttrain.engine.mock import MockEngine
+    from posttrain.rl.async_loop import FollowWeights, follow_board
+    from posttrain.types import SamplingParams, Turn
+
+    board = WeightBoard({"w": torch.zeros(2)}, 0, shared=False)
+    mock = MockEngine(["x"], cycle=True)
+    engine = FollowWeights(mock, follow_board(board))
+    assert isinstance(engine, Engine)
+    first = engine.generate(["turn 1"], SamplingParams(n=1))[0][0]
+    board.publish({"w": torch.ones(2)}, 1)  # the learner publishes between the episode's two turns
+    second = engine.generate(["turn 2"], SamplingParams(n=1))[0][0]
+    assert (first.policy_version, second.policy_version) == (0, 1)
+    assert torch.equal(mock.weights["w"], torch.ones(2))
+    task = Task("t", "p", "a")
+    episode = Trajectory(task, [Turn([1], first), Turn([1, 2], second)], Verdict(1.0, True, VerdictStatus.OK, "v"))
+    group = Group(task, [episode])
+    assert group_version(group) == 0  # the oldest turn decides the staleness
+    assert [turn.completion.policy_version for turn in episode.turns] == [0, 1]  # each turn keeps its own
+
+
+@pytest.mark.parametrize("policy", ["update", "requeue"])
+def test_in_flight_policies_keep_the_bound(cfg, policy):
+    cfg = _with(cfg, train={"steps": 4})
+    trainer, run_cfg = _train(cfg, policy, mode="async", max_staleness=1, producer_kind="thread", on_new_weights=policy)
+    steps, _ = _steps(run_cfg)
+    assert [s for s, _ in steps] == [1, 2, 3, 4]
+    assert all(m["staleness_max"] <= 1 for _, m in steps)
+    ledger = trainer.async_loop.buffer.ledger()
+    assert ledger["lost"] == 0 and ledger["taken_twice"] == 0
+    if policy == "requeue":  # a look-ahead request still running when the weights changed is sampled again
+        assert sum(m["requeued_requests"] for _, m in steps) == trainer.async_loop.buffer.requeued

@@ -4,7 +4,8 @@ Covers: building the producer's own model copy, engine, domains and
 rollouter from the run's config alone (`rl/build.py`), its own torch thread
 count, and a request loop over one pipe: `load` (copy the newest published
 weights out of shared memory under the board's lock and acknowledge the
-version actually loaded), `run` (one rollout request, scored groups back),
+version actually loaded), `run` (one rollout request, scored groups back; with `on_new_weights =
+"update"` each engine call first adopts newer weights, so each turn keeps its own version),
 `rng_get` / `rng_set` (the sampler state, for exact resume), `stop`. Any
 exception is answered as `("error", message)`; a closed pipe (the learner
 died, even by SIGKILL) ends the process.
@@ -29,7 +30,17 @@ def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any],
         model, tokenizer, _, _ = build_model(cfg)
         domains = build_domains(cfg)
         engine = build_engine(cfg.engine, model, tokenizer, seed)
-        rollouter = build_rollouter(cfg, engine, domains, sampling_params(cfg, domains), inline=True)
+        sampler = engine
+        if cfg.rollout.on_new_weights == "update":  # each turn samples with the newest published weights
+            from posttrain.rl.async_loop import FollowWeights
+
+            def refresh(target: Any) -> None:
+                with lock:
+                    if int(version.value) > target.policy_version:
+                        target.load_weights(tensors, int(version.value))
+
+            sampler = FollowWeights(engine, refresh)
+        rollouter = build_rollouter(cfg, sampler, domains, sampling_params(cfg, domains), inline=True)
     except Exception as exc:  # noqa: BLE001 - reported to the learner, which raises it
         conn.send(("error", f"producer {index} failed to build: {type(exc).__name__}: {exc}"))
         return

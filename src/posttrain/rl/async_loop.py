@@ -115,6 +115,63 @@ class WeightBoard:
         return v
 
 
+class FollowWeights:
+    """An engine that adopts newer published weights before each call (`on_new_weights = "update"`).
+
+    A multi-turn episode then samples each turn with the newest weights; every
+    completion carries the version that produced it, so the correction and the
+    group's staleness (its oldest token) see every turn's own policy.
+    `refresh(engine)` loads newer weights into `engine` when there are any.
+    """
+
+    def __init__(self, engine: Engine, refresh: Callable[[Engine], None]) -> None:
+        self.inner, self.refresh = engine, refresh
+        self.tokenizer, self.usage = engine.tokenizer, engine.usage
+        self.max_context, self.max_concurrency = engine.max_context, engine.max_concurrency
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        self.inner.policy_version = version
+
+    def encode(self, prompts: list[str]) -> list[list[int]] | None:
+        return self.inner.encode(prompts)
+
+    def generate(self, prompts: list[Any], params: Any) -> list[list[Any]]:
+        self.refresh(self.inner)
+        return self.inner.generate(prompts, params)
+
+    async def agenerate(self, prompts: list[Any], params: Any) -> list[list[Any]]:
+        self.refresh(self.inner)
+        return await self.inner.agenerate(prompts, params)
+
+    def stream(self, prompts: list[Any], params: Any) -> Any:
+        self.refresh(self.inner)
+        return self.inner.stream(prompts, params)
+
+    def load_weights(self, state: Mapping[str, Any], version: int) -> None:
+        self.inner.load_weights(state, version)
+
+    def sampler_state(self) -> Any:
+        return self.inner.sampler_state()
+
+    def load_sampler_state(self, state: Any) -> None:
+        self.inner.load_sampler_state(state)
+
+
+def follow_board(board: WeightBoard) -> Callable[[Engine], None]:
+    """A `FollowWeights` refresh that loads the board's newest weights when they are newer than the engine's."""
+
+    def refresh(engine: Engine) -> None:
+        if board.version > engine.policy_version:
+            board.load_into(engine)
+
+    return refresh
+
+
 class RunnerDied(RuntimeError):
     """The runner's process is gone (its in-flight request is re-queued)."""
 
@@ -360,7 +417,7 @@ class AsyncLoop:
                     return ProcessRunner(cfg, i, seed, r.producer_threads, self.board)
             else:
                 def make(i: int = i, seed: int = seed) -> Runner:
-                    runner: Runner = make_thread_runner(seed)
+                    runner: Runner = make_thread_runner(seed, self.board)
                     return runner
             self.producers.append(Producer(i, make, self.buffer, self.board, r.on_new_weights == "requeue"))
         for p in self.producers:
@@ -381,9 +438,12 @@ class AsyncLoop:
                        total_steps: int) -> AsyncLoop:
         from posttrain.rl.build import build_engine_for, build_rollouter
 
-        def thread_runner(seed: int) -> ThreadRunner:
+        def thread_runner(seed: int, board: WeightBoard) -> ThreadRunner:
             engine, _ = build_engine_for(cfg.engine, copy.deepcopy(model), tokenizer, seed)
-            return ThreadRunner(engine, build_rollouter(cfg, engine, domains, params, inline=True))
+            sampler: Engine = engine
+            if cfg.rollout.on_new_weights == "update":
+                sampler = FollowWeights(engine, follow_board(board))
+            return ThreadRunner(engine, build_rollouter(cfg, sampler, domains, params, inline=True))
 
         return cls(cfg, model, thread_runner, version, total_steps)
 
