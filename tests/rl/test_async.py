@@ -319,3 +319,49 @@ def test_in_flight_policies_keep_the_bound(cfg, policy):
     assert ledger["lost"] == 0 and ledger["taken_twice"] == 0
     if policy == "requeue":  # a look-ahead request still running when the weights changed is sampled again
         assert sum(m["requeued_requests"] for _, m in steps) == trainer.async_loop.buffer.requeued
+
+
+_CHILD = """
+import sys, torch
+from posttrain.config import RunConfig
+from posttrain.rl.trainer import Trainer
+torch.set_num_threads(int(sys.argv[2]))
+cfg = RunConfig.model_validate_json(open(sys.argv[1]).read())
+Trainer(cfg).run()
+"""
+
+
+def test_sigkilled_async_run_resumes_to_the_uninterrupted_run(cfg, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time as _time
+
+    base = _with(cfg, train={"steps": 8, "checkpoint_every": 2},
+                 rollout={"mode": "async", "max_staleness": 0, "producer_kind": "thread"})
+    full = Trainer(base.model_copy(update={"name": "full"}))
+    full.run()
+    full.close()
+
+    cut = base.model_copy(update={"name": "killed"})
+    (tmp_path / "cfg.json").write_text(cut.model_dump_json())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path / "cfg.json"), str(torch.get_num_threads())],
+                             env=env)
+    deadline = _time.monotonic() + 300
+    while not list((cut.path / "checkpoints").glob("step_*[0-9]")) and child.poll() is None:
+        assert _time.monotonic() < deadline, "no checkpoint appeared"
+        _time.sleep(0.05)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert child.returncode == -signal.SIGKILL
+    resumed = Trainer(cut, resume=True)
+    assert 2 <= resumed.step < 8
+    resumed.run()
+    resumed.close()
+    for (k, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items()):
+        assert torch.equal(a, b), k
+    with RunStore(cut.path / "run.sqlite") as store:
+        assert [s for s, _ in store.steps()] == list(range(1, 9))
+        assert store.info()["resume_dropped_groups"] == 0  # nothing is pending between steps at staleness 0
