@@ -158,59 +158,69 @@ def main() -> None:
     ap.add_argument("--max-staleness", type=int, default=2)
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "posttrain-async-bench-cache"))
     ap.add_argument("--skip-code", action="store_true")
+    ap.add_argument("--skip-quick", action="store_true", help="only the code-domain comparison")
     args = ap.parse_args()
     out: dict = {"cpus": os.cpu_count(), "load_avg_start": _load()}
     import ray
 
     ray.init(num_cpus=2, object_store_memory=256 * 1024 * 1024, include_dashboard=False, log_to_driver=False)
     with tempfile.TemporaryDirectory() as runs:
-        local_ms, ray_ms = publish_ms()
-        out.update(weight_publish_ms=round(local_ms, 2), weight_publish_ray_ms=round(ray_ms, 2))
-        print(f"weight publish, 10M parameters: shared memory {local_ms:.1f} ms, ray.put {ray_ms:.1f} ms", flush=True)
-        ledger = fault_lost(runs)
-        out["worker_fault_lost_groups"] = ledger["lost"] + ledger["taken_twice"]
-        out["worker_fault_ledger"] = ledger
-        print(f"producer killed at step 2: {ledger}", flush=True)
-        local = steps_per_s("process", 10, runs)
-        remote = steps_per_s("ray", 10, runs)
-        out.update(ray_overhead_ratio=round(remote / local, 3), ray_steps_per_s=round(remote, 3),
-                   process_steps_per_s=round(local, 3))
-        print(f"steps/s: ray {remote:.3f}, producer processes {local:.3f}, ratio {remote / local:.3f}", flush=True)
+        if not args.skip_quick:
+            quick(out, runs)
         if not args.skip_code:
-            ratios, effs, bounds, rows = [], [], [], []
-            for r in range(args.repeats):
-                seed = r
-                sync = code_run("sync", args.steps, args.eval_every, args.eval_size, args.cache, runs, seed,
-                                args.max_staleness)
-                asyn = code_run("async", args.steps, args.eval_every, args.eval_size, args.cache, runs, seed,
-                                args.max_staleness)
-                reach = time_to_gain(asyn["curve"], sync["final_gain"])
-                ratio = (reach if reach is not None else asyn["wall_s"]) / sync["wall_s"]
-                bound = max(sync["rollout_s"], sync["learn_s"]) / sync["step_s"]
-                eff = max(sync["rollout_s"], sync["learn_s"]) / asyn["step_s"]
-                ratios.append(ratio)
-                effs.append(eff)
-                bounds.append(bound)
-                rows.append({"seed": seed, "reached": reach is not None, "sync": sync, "async": asyn})
-                print(f"seed {seed}: sync {sync['wall_s']:.0f}s gain {sync['final_gain']:+.1f} pts "
-                      f"(step {sync['step_s']:.2f}s = rollout {sync['rollout_s']:.2f} + learn {sync['learn_s']:.2f}); "
-                      f"async {asyn['wall_s']:.0f}s gain {asyn['final_gain']:+.1f} pts (step {asyn['step_s']:.2f}s, "
-                      f"staleness max {asyn['staleness_max']:.0f}, learner idle {asyn['learner_idle']:.0%}, "
-                      f"producer idle {asyn['producer_idle']:.0%}); reached sync's gain: {reach is not None}; "
-                      f"time ratio {ratio:.3f}, ideal bound {bound:.3f}, overlap efficiency {eff:.3f}", flush=True)
-                print("  sync curve (train s, step, gain pts): "
-                      + ", ".join(f"({t:.0f}, {s}, {g:+.1f})" for t, s, g in sync["curve"]), flush=True)
-                print("  async curve: " + ", ".join(f"({t:.0f}, {s}, {g:+.1f})" for t, s, g in asyn["curve"]), flush=True)
-            out.update(async_time_ratio=round(statistics.median(ratios), 3),
-                       ideal_overlap_bound=round(statistics.median(bounds), 3),
-                       overlap_efficiency=round(statistics.median(effs), 3),
-                       staleness_max=max(r["async"]["staleness_max"] for r in rows),
-                       sync_final_gain=statistics.median(r["sync"]["final_gain"] for r in rows),
-                       async_final_gain=statistics.median(r["async"]["final_gain"] for r in rows),
-                       repeats=args.repeats, steps=args.steps)
+            code(out, args, runs)
     ray.shutdown()
     out["load_avg_end"] = _load()
     print(json.dumps(out))
+
+
+def quick(out: dict, runs: str) -> None:
+    local_ms, ray_ms = publish_ms()
+    out.update(weight_publish_ms=round(local_ms, 2), weight_publish_ray_ms=round(ray_ms, 2))
+    print(f"weight publish, 10M parameters: shared memory {local_ms:.1f} ms, ray.put {ray_ms:.1f} ms", flush=True)
+    ledger = fault_lost(runs)
+    out["worker_fault_lost_groups"] = ledger["lost"] + ledger["taken_twice"]
+    out["worker_fault_ledger"] = ledger
+    print(f"producer killed at step 2: {ledger}", flush=True)
+    local = steps_per_s("process", 10, runs)
+    remote = steps_per_s("ray", 10, runs)
+    out.update(ray_overhead_ratio=round(remote / local, 3), ray_steps_per_s=round(remote, 3),
+               process_steps_per_s=round(local, 3))
+    print(f"steps/s: ray {remote:.3f}, producer processes {local:.3f}, ratio {remote / local:.3f}", flush=True)
+
+
+def code(out: dict, args: argparse.Namespace, runs: str) -> None:
+    ratios, effs, bounds, rows = [], [], [], []
+    for r in range(args.repeats):
+        seed = r
+        sync = code_run("sync", args.steps, args.eval_every, args.eval_size, args.cache, runs, seed,
+                        args.max_staleness)
+        asyn = code_run("async", args.steps, args.eval_every, args.eval_size, args.cache, runs, seed,
+                        args.max_staleness)
+        reach = time_to_gain(asyn["curve"], sync["final_gain"])
+        ratio = (reach if reach is not None else asyn["wall_s"]) / sync["wall_s"]
+        bound = max(sync["rollout_s"], sync["learn_s"]) / sync["step_s"]
+        eff = max(sync["rollout_s"], sync["learn_s"]) / asyn["step_s"]
+        ratios.append(ratio)
+        effs.append(eff)
+        bounds.append(bound)
+        rows.append({"seed": seed, "reached": reach is not None, "sync": sync, "async": asyn})
+        print(f"seed {seed}: sync {sync['wall_s']:.0f}s gain {sync['final_gain']:+.1f} pts "
+              f"(step {sync['step_s']:.2f}s = rollout {sync['rollout_s']:.2f} + learn {sync['learn_s']:.2f}); "
+              f"async {asyn['wall_s']:.0f}s gain {asyn['final_gain']:+.1f} pts (step {asyn['step_s']:.2f}s, "
+              f"staleness max {asyn['staleness_max']:.0f}, learner idle {asyn['learner_idle']:.0%}, "
+              f"producer idle {asyn['producer_idle']:.0%}); reached sync's gain: {reach is not None}; "
+              f"time ratio {ratio:.3f}, ideal bound {bound:.3f}, overlap efficiency {eff:.3f}", flush=True)
+        print("  sync curve (train s, step, gain pts): "
+              + ", ".join(f"({t:.0f}, {s}, {g:+.1f})" for t, s, g in sync["curve"]), flush=True)
+        print("  async curve: " + ", ".join(f"({t:.0f}, {s}, {g:+.1f})" for t, s, g in asyn["curve"]), flush=True)
+    out.update(async_time_ratio=round(statistics.median(ratios), 3),
+               ideal_overlap_bound=round(statistics.median(bounds), 3),
+               overlap_efficiency=round(statistics.median(effs), 3),
+               staleness_max=max(r["async"]["staleness_max"] for r in rows),
+               sync_final_gain=statistics.median(r["sync"]["final_gain"] for r in rows),
+               async_final_gain=statistics.median(r["async"]["final_gain"] for r in rows),
+               repeats=args.repeats, steps=args.steps)
 
 
 if __name__ == "__main__":
