@@ -289,7 +289,8 @@ def test_scheduler_hooks_submit_cancel_and_durations(cfg):
 def test_update_mode_samples_each_turn_with_the_newest_weights_and_keeps_its_version():
     from posttrain.engine.base import Engine
     from posttrain.engine.mock import MockEngine
-    from posttrain.rl.async_loop import FollowWeights, follow_board
+    from posttrain.rl.async_loop import follow_board
+    from posttrain.rl.follow import FollowWeights
     from posttrain.types import SamplingParams, Turn
 
     board = WeightBoard({"w": torch.zeros(2)}, 0, shared=False)

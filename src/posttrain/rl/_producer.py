@@ -32,7 +32,7 @@ def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any],
         engine = build_engine(cfg.engine, model, tokenizer, seed)
         sampler = engine
         if cfg.rollout.on_new_weights == "update":  # each turn samples with the newest published weights
-            from posttrain.rl.async_loop import FollowWeights
+            from posttrain.rl.follow import FollowWeights
 
             def refresh(target: Any) -> None:
                 with lock:

@@ -49,6 +49,7 @@ from posttrain.engine.base import Engine
 from posttrain.errors import UserError
 from posttrain.rl.advantages import has_signal
 from posttrain.rl.buffer import BufferClosed, FinishedRollout, GroupBuffer, RolloutRequest
+from posttrain.rl.follow import FollowWeights
 from posttrain.rl.rollout import Rollouter
 from posttrain.scheduler.curriculum import Curriculum
 from posttrain.types import Group
@@ -78,13 +79,13 @@ class WeightBoard:
         if shared:
             for t in self.tensors.values():
                 t.share_memory_()
-        self._version = version
+        self._published_version = version
         self._cond = threading.Condition()
         self.publish_s: list[float] = []
 
     @property
     def version(self) -> int:
-        return self._version
+        return self._published_version
 
     def publish(self, state: Mapping[str, torch.Tensor], version: int) -> None:
         t0 = time.perf_counter()
@@ -94,14 +95,14 @@ class WeightBoard:
             if self.value is not None:
                 self.value.value = version
         with self._cond:
-            self._version = version
+            self._published_version = version
             self._cond.notify_all()
         self.publish_s.append(time.perf_counter() - t0)
 
     def wait_for(self, version: int, stop: threading.Event) -> bool:
         """Block until a version >= `version` is published (False when `stop` is set first)."""
         with self._cond:
-            while self._version < version:
+            while self._published_version < version:
                 if stop.is_set():
                     return False
                 self._cond.wait(0.2)
@@ -110,56 +111,9 @@ class WeightBoard:
     def load_into(self, engine: Engine) -> int:
         """Copy the newest weights into `engine` (in this process); the version loaded."""
         with self.lock:
-            v = self._version
+            v = self._published_version
             engine.load_weights(self.tensors, v)
         return v
-
-
-class FollowWeights:
-    """An engine that adopts newer published weights before each call (`on_new_weights = "update"`).
-
-    A multi-turn episode then samples each turn with the newest weights; every
-    completion carries the version that produced it, so the correction and the
-    group's staleness (its oldest token) see every turn's own policy.
-    `refresh(engine)` loads newer weights into `engine` when there are any.
-    """
-
-    def __init__(self, engine: Engine, refresh: Callable[[Engine], None]) -> None:
-        self.inner, self.refresh = engine, refresh
-        self.tokenizer, self.usage = engine.tokenizer, engine.usage
-        self.max_context, self.max_concurrency = engine.max_context, engine.max_concurrency
-
-    @property
-    def policy_version(self) -> int:
-        return self.inner.policy_version
-
-    @policy_version.setter
-    def policy_version(self, version: int) -> None:
-        self.inner.policy_version = version
-
-    def encode(self, prompts: list[str]) -> list[list[int]] | None:
-        return self.inner.encode(prompts)
-
-    def generate(self, prompts: list[Any], params: Any) -> list[list[Any]]:
-        self.refresh(self.inner)
-        return self.inner.generate(prompts, params)
-
-    async def agenerate(self, prompts: list[Any], params: Any) -> list[list[Any]]:
-        self.refresh(self.inner)
-        return await self.inner.agenerate(prompts, params)
-
-    def stream(self, prompts: list[Any], params: Any) -> Any:
-        self.refresh(self.inner)
-        return self.inner.stream(prompts, params)
-
-    def load_weights(self, state: Mapping[str, Any], version: int) -> None:
-        self.inner.load_weights(state, version)
-
-    def sampler_state(self) -> Any:
-        return self.inner.sampler_state()
-
-    def load_sampler_state(self, state: Any) -> None:
-        self.inner.load_sampler_state(state)
 
 
 def follow_board(board: WeightBoard) -> Callable[[Engine], None]:
