@@ -366,3 +366,37 @@ def test_sigkilled_async_run_resumes_to_the_uninterrupted_run(cfg, tmp_path):
     with RunStore(cut.path / "run.sqlite") as store:
         assert [s for s, _ in store.steps()] == list(range(1, 9))
         assert store.info()["resume_dropped_groups"] == 0  # nothing is pending between steps at staleness 0
+
+
+def test_cli_train_with_set_rollout_mode_async(tiny_model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from posttrain.cli import app
+
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f"""
+name = "cli_async"
+run_dir = "{tmp_path / 'runs'}"
+tensorboard = false
+[model]
+path = "{tiny_model_dir}"
+[tasks]
+digits = 1
+[reward]
+verifier = "numeric"
+tolerance = 4.0
+[sampling]
+n = 4
+max_tokens = 4
+[train]
+steps = 3
+prompts_per_step = 2
+eval_every = 0
+eval_size = 10
+checkpoint_every = 0
+""")
+    res = CliRunner().invoke(app, ["train", str(cfg), "--set", "rollout.mode='async'", "--set", "rollout.max_staleness=1"])
+    assert res.exit_code == 0, res.output
+    with RunStore(tmp_path / "runs" / "cli_async" / "run.sqlite") as store:
+        steps = store.steps()
+    assert [s for s, _ in steps] == [1, 2, 3] and all(m["staleness_max"] <= 1 for _, m in steps)
