@@ -449,12 +449,18 @@ class AsyncLoop:
             sampled.extend(groups)
             if not cfg.drop_zero_variance:
                 break
-        self._look_ahead(step, curriculum, n)
+        self._look_ahead(step, curriculum, n, informative_rate)
         return Collected(kept, sampled, rounds, silent, informative_rate)
 
-    def _look_ahead(self, step: int, curriculum: Curriculum, n: int) -> None:
-        """Requests for steps step+1 .. step+max_staleness, each allowed to start at version t-1-max_staleness."""
-        per_step = self.cfg.train.prompts_per_step
+    def _look_ahead(self, step: int, curriculum: Curriculum, n: int, informative_rate: float) -> None:
+        """Requests for steps step+1 .. step+max_staleness, each allowed to start at version t-1-max_staleness.
+
+        Each is sized like a refill, prompts_per_step / informative rate (at most 4x): zero-variance groups are
+        dropped, and a refill is sampled on the learner's critical path, so the look-ahead samples them too."""
+        cfg = self.cfg.train
+        per_step = cfg.prompts_per_step
+        if cfg.drop_zero_variance:
+            per_step = min(4 * per_step, math.ceil(per_step / max(informative_rate, 0.25)))
         last = max((r.for_step for r in self.ahead), default=step)
         for t in range(max(last, step) + 1, min(step + self.k, self.total_steps) + 1):
             if self.buffer.occupancy() + per_step > self.buffer.capacity:
