@@ -163,7 +163,7 @@ def main() -> None:
     out: dict = {"cpus": os.cpu_count(), "load_avg_start": _load()}
     import ray
 
-    ray.init(num_cpus=2, object_store_memory=256 * 1024 * 1024, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, object_store_memory=256 * 1024 * 1024, include_dashboard=False, log_to_driver=False)
     with tempfile.TemporaryDirectory() as runs:
         if not args.skip_quick:
             quick(out, runs)

@@ -44,8 +44,8 @@ def _ray() -> Any:
 def connect(address: str | None) -> None:
     """Join the cluster at `address`, or start a local one; a session already connected is reused."""
     ray = _ray()
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    if not ray.is_initialized():  # "local": a new cluster of our own, not whichever one this machine runs already
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
 
 
 class _Published:
