@@ -33,3 +33,18 @@ def tiny_config(tiny_model_dir, tmp_path):
             "tensorboard=false",
         ],
     )
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for the whole session (2 CPUs, a capped object store, no dashboard)."""
+    import os
+
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+    # Ray's default 90 s for the raylet to register was measured too short at load 20 on 2 cores
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", "300")
+    # address="local": always a fresh cluster of our own, never one another process on this machine started
+    ray.init(address="local", num_cpus=2, object_store_memory=200 * 1024 * 1024, include_dashboard=False,
+             log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -325,10 +325,34 @@ class EngineConfig(_Section):
 class RolloutConfig(_Section):
     """How rollouts are produced."""
 
-    mode: Literal["sync"] = "sync"
-    """sync: rollout, then update, in order (the asynchronous, bounded-staleness mode is not built yet)."""
+    mode: Literal["sync", "async"] = "sync"
+    """sync: rollout, then update, in order. async: producers sample the next steps' groups while the learner
+    updates (bounded staleness, docs/async.md)."""
     kind: Literal["single_turn"] = "single_turn"
     """single_turn: one completion per task, judged by the domain's verifier."""
+    max_staleness: int = Field(1, ge=0)
+    """async: the most policy versions a consumed group may lag the learner (learner version minus the oldest
+    version that sampled any of its tokens); older groups are dropped and counted. 0 is the synchronous loop."""
+    producers: int = Field(1, ge=1)
+    """async: rollout producers, each with its own engine and copy of the weights."""
+    producer_kind: Literal["process", "thread"] = "process"
+    """async: process (own interpreter and torch threads; weights through shared memory) or thread (in this
+    process; for debugging and tests)."""
+    producer_threads: int = Field(1, ge=1)
+    """async: torch threads of each producer process."""
+    buffer_groups: int = Field(64, ge=1)
+    """async: groups submitted ahead and not yet consumed, at most (backpressure on the look-ahead)."""
+    backend: Literal["local", "ray"] = "local"
+    """async: where producers run. local: `producer_kind` on this machine; ray: Ray actors (extra `ray`), each
+    building its engine and rollouter from this config, on the cluster at `ray_address` (none: a local one)."""
+    ray_address: str | None = None
+    """backend = ray: `ray.init(address=...)` joins an existing cluster; None starts (or reuses) a local one."""
+    ray_worker_cpus: float = Field(1.0, gt=0.0)
+    """backend = ray: CPUs each rollout actor reserves."""
+    on_new_weights: Literal["continue", "update", "requeue"] = "continue"
+    """async: a rollout in flight when new weights arrive finishes under the weights it started with (continue),
+    adopts them from its next engine call on, so each turn of an episode keeps its own version (update; local
+    producers), or is discarded, counted and sampled again under the new weights (requeue)."""
 
 
 class TrainConfig(_Section):

@@ -51,6 +51,9 @@ class HeldOut:
 def step_info(metrics: dict[str, float], held: HeldOut) -> str:
     """The progress bar's text for one training step (and the newest held-out value and the best so far)."""
     info = f"reward {metrics['reward']:.3f}  pass {metrics['pass_rate']:.3f}  kept {int(metrics['groups_kept'])}"
+    if "staleness_max" in metrics:  # the asynchronous loop: how stale, and who waited on whom
+        info += (f"  stale {int(metrics['staleness_max'])}/{metrics['staleness_mean']:.1f}"
+                 f"  idle L {metrics['learner_idle_frac']:.0%} P {metrics['producer_idle_frac']:.0%}")
     if held.value is not None:
         info += f"  held-out {held.value:.3f}"
         if held.best is not None:

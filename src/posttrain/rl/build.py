@@ -119,10 +119,13 @@ def sampling_params(cfg: RunConfig, domains: list[Domain]) -> SamplingParams:
                           max_tokens=max_tokens_for(cfg, domains), stop=stops)
 
 
-def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], params: SamplingParams) -> Rollouter:
+def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], params: SamplingParams,
+                    inline: bool | None = None) -> Rollouter:
+    """`inline` (default: in the synchronous mode) samples with the engine's blocking `generate`; an async
+    producer that owns its engine passes True."""
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
     return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers,
-                               inline=cfg.rollout.mode == "sync")
+                               inline=cfg.rollout.mode == "sync" if inline is None else inline)
 
 
 def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate") -> Curriculum:
@@ -138,7 +141,10 @@ def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate") 
 
 def build_learner(cfg: RunConfig, model: CausalLM, max_tokens: int, shares_weights: bool) -> Learner:
     mode = cfg.rl.importance_sampling
-    correct = mode == "on" or (mode == "auto" and not shares_weights)
+    # async producers sample with their own copy of older weights; at max_staleness 0 the copy is bitwise the
+    # learner's policy, so (like the shared module) it needs no correction
+    stale = cfg.rollout.mode == "async" and cfg.rollout.max_staleness > 0
+    correct = mode == "on" or (mode == "auto" and (stale or not shares_weights))
     total = cfg.train.steps * cfg.rl.epochs * cfg.rl.minibatches
     return Learner(model, cfg.rl, max_tokens, cfg.sampling.temperature, importance_sampling=correct,
                    total_updates=total)

@@ -247,7 +247,7 @@ class Learner:
         chunks = torch.arange(b).chunk(cfg.minibatches)
         sums: dict[str, float] = {}
         n_mb = 0
-        mismatch_num = mismatch_den = mismatch_max = 0.0
+        mismatch_num = mismatch_den = mismatch_max = mismatch_kl = 0.0
         first = True
         for _ in range(cfg.epochs):
             for rows in chunks:
@@ -271,6 +271,8 @@ class Learner:
                         mismatch_num += float(diff.sum())
                         mismatch_den += float(mask.sum())
                         mismatch_max = max(mismatch_max, float(diff.max()) if diff.numel() else 0.0)
+                        # KL(sampler || learner) on the sampler's tokens, k3 estimator (>= 0)
+                        mismatch_kl += float((k3_kl(behaviour[micro], logp.detach()) * mask).sum())
                     pg, clipped = clipped_policy_loss(logp, old, batch.advantages[micro], cfg.clip_low, cfg.clip_high)
                     if self.importance_sampling:
                         pg = pg * truncated_importance_weights(old, behaviour[micro], cfg.tis_cap)
@@ -309,6 +311,7 @@ class Learner:
         mismatch_num, mismatch_den = self.reduce_stats([mismatch_num, mismatch_den])
         (mismatch_max,) = self.reduce_stats([mismatch_max], op="max")
         metrics.update(mismatch_mean=mismatch_num / mismatch_den if mismatch_den else 0.0, mismatch_max=mismatch_max,
+                       mismatch_kl=mismatch_kl / mismatch_den if mismatch_den else 0.0,
                        lr=self._lr(), optimizer_steps=n_mb)
         return metrics
 

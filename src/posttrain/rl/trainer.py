@@ -7,8 +7,10 @@ spent); the update; `engine.load_weights` after every update; metrics to
 the run store and TensorBoard; held-out evaluation every K steps through
 the evaluation harness (responses stored like any eval); checkpoints every
 K steps; and exact resume from the newest checkpoint (`TrainerState`).
+`[rollout] mode = "async"` hands sampling to `rl/async_loop.py` (producers,
+the bounded buffer, staleness) and keeps everything else here.
 Does not cover: building components (`rl/build.py`), the asynchronous
-(bounded-staleness) mode, or agent rollouts (they plug in as a `Rollouter`).
+loop itself, or agent rollouts (they plug in as a `Rollouter`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from posttrain.eval.training import evaluate_in_training
 from posttrain.provenance import code_version
 from posttrain.rewards import verifier_id, verifier_latency_metrics
 from posttrain.rl.advantages import group_relative_advantages, has_signal
+from posttrain.rl.async_loop import AsyncLoop
 from posttrain.rl.build import Components, build
 from posttrain.rl.learner import pack_groups
 from posttrain.rl.rollout import run_sync
@@ -106,6 +109,8 @@ class Trainer:
         self.informative_rate = 1.0  # running share of groups with reward variance: sizes refills
         self.best: Best | None = None
         self.store = p.store or RunStore(store_path)
+        self.async_loop: AsyncLoop | None = None
+        self._async_state: dict = {}
         if resume:
             self._restore()
         else:
@@ -123,6 +128,12 @@ class Trainer:
                 if not p.base.in_band:
                     self.store.add_alert({"step": 0, "kind": "base_out_of_band", "message": base_band_message(cfg, p.base)})
         self.writer = self._tensorboard() if cfg.tensorboard else None
+        if cfg.rollout.mode == "async":
+            self.async_loop = AsyncLoop.for_components(cfg, self.model, self.tokenizer, self.domains, self.params,
+                                                       self.step, cfg.train.steps)
+            if resume:  # the buffer is not in the checkpoint: what was pending is dropped, and counted
+                self.async_loop.load_state_dict(self._async_state)
+                self.store.set_info(resume_dropped_groups=self.async_loop.resume_dropped)
 
     # construction helpers
     def _tensorboard(self):
@@ -149,6 +160,7 @@ class Trainer:
         self.engine.load_sampler_state(state.engine_rng)
         torch.set_rng_state(state.torch_rng)
         self.informative_rate = state.informative_rate
+        self._async_state = state.extra.get("async", {})
         self.best = Best(**state.best) if state.best else None
         self.step = step
         self.engine.load_weights(self.model.state_dict(), version=step)
@@ -185,7 +197,12 @@ class Trainer:
     def train_step(self) -> StepResult:
         t0 = time.perf_counter()
         self.step += 1
-        kept, sampled, rounds, silent = self.collect()
+        if self.async_loop is None:
+            kept, sampled, rounds, silent = self.collect()
+        else:
+            got = self.async_loop.collect(self.step, self.curriculum, self.params.n, self.informative_rate)
+            kept, sampled, rounds, silent, self.informative_rate = got.kept, got.sampled, got.rounds, got.silent, \
+                got.informative_rate
         t1 = time.perf_counter()
         metrics: dict[str, float] = {}
         if kept:
@@ -195,6 +212,8 @@ class Trainer:
             batch = pack_groups(kept, adv, valid, self.tokenizer.pad_id)
             metrics.update(self.learner.update(batch))
         self.engine.load_weights(self.model.state_dict(), version=self.step)
+        if self.async_loop is not None:
+            self.async_loop.publish(self.model.state_dict(), self.step)
         t2 = time.perf_counter()
         trajs = [t for g in sampled for t in g.trajectories]
         ok = [t for t in trajs if t.trainable]
@@ -213,6 +232,12 @@ class Trainer:
             learn_s=t2 - t1,
             step_s=t2 - t0,
         )
+        if self.async_loop is not None:
+            metrics.update(self.async_loop.step_metrics())
+            for f in self.async_loop.new_failures():  # a producer that died or failed: in the log and the store
+                warnings.warn(f"rollout producer {f.producer} failed (request re-queued): {f.message}", stacklevel=2)
+                self.store.add_alert({"step": self.step, "kind": "producer_failure", "producer": f.producer,
+                                      "message": f.message})
         self._record(metrics, sampled, kept)
         result = StepResult(self.step, metrics)
         if self.on_step:
@@ -311,6 +336,7 @@ class Trainer:
             torch_rng=torch.get_rng_state(),
             informative_rate=self.informative_rate,
             best=asdict(self.best) if self.best else None,
+            extra={"async": self.async_loop.state_dict()} if self.async_loop is not None else {},
         )
 
     def checkpoint(self) -> Path:
@@ -342,6 +368,8 @@ class Trainer:
         return TrainResult(self.run_dir, self.step, time.perf_counter() - start, final)
 
     def close(self) -> None:
+        if self.async_loop is not None:
+            self.async_loop.close()
         if self.writer is not None:
             self.writer.close()
         self.store.close()

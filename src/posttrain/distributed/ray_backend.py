@@ -1,0 +1,164 @@
+"""Rollout producers as Ray actors (`[rollout] mode = "async"`, `backend = "ray"`; extra `ray`).
+
+Covers: `RolloutWorker`, an actor that builds its own model copy, engine,
+domains and rollouter from the run's config alone (`rl/build.py`) and
+answers `load` (adopt the weights of one version and acknowledge it),
+`run` (one rollout request), and its sampler state; `RayRunner`, the
+learner-side handle one producer thread drives (the same `Runner` contract
+as a thread or a process, so the buffer, the staleness gate, backpressure,
+re-queueing on failure and the metrics are the asynchronous loop's own);
+`publish_ref`, the weights put into the object store once per version
+(`ray.put` of numpy arrays, read zero-copy by every worker on the node);
+`connect`, `ray.init(address=...)` to join a cluster or a local one when
+no address is given. A worker that dies raises `RunnerDied`: its request is
+re-queued and the actor rebuilt, the failure logged and stored by the trainer.
+Does not cover: sandbox/verifier actors (a `SandboxPool` behind an actor), placement groups, GPUs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from typing import Any
+
+from posttrain.config import RunConfig
+from posttrain.errors import UserError
+from posttrain.rl.async_loop import Runner, RunnerDied, WeightBoard, register_backend
+from posttrain.rl.buffer import RolloutRequest
+from posttrain.types import Group
+
+
+class RayMissingError(UserError, ImportError):
+    """`rollout.backend = "ray"` without Ray installed."""
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayMissingError("rollout.backend = 'ray' needs Ray: pip install 'posttrain[ray]'") from None
+    return ray
+
+
+def connect(address: str | None) -> None:
+    """Join the cluster at `address`, or start a local one; a session already connected is reused."""
+    ray = _ray()
+    if not ray.is_initialized():  # "local": a new cluster of our own, not whichever one this machine runs already
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
+
+
+class _Published:
+    """The object-store copy of the board's weights, put once per version and shared by every runner."""
+
+    lock = threading.Lock()
+    ref: Any = None
+    version: int = -1
+    board_id: int = -1
+    put_s: list[float] = []
+
+
+def publish_ref(board: WeightBoard) -> tuple[Any, int]:
+    """(object ref, version) of the board's newest weights, `ray.put` at most once per version."""
+    ray = _ray()
+    with _Published.lock:
+        if _Published.board_id != id(board) or _Published.version != board.version:
+            t0 = time.perf_counter()
+            with board.lock:
+                version = board.version
+                arrays = {k: v.detach().cpu().numpy() for k, v in board.tensors.items()}
+                _Published.ref = ray.put(arrays)
+            _Published.version, _Published.board_id = version, id(board)
+            _Published.put_s.append(time.perf_counter() - t0)
+        return _Published.ref, _Published.version
+
+
+class RolloutWorker:
+    """The actor's body (wrapped by `ray.remote` in `RayRunner`): one engine and rollouter, built from `cfg`."""
+
+    def __init__(self, cfg: RunConfig, index: int, seed: int, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        from posttrain.engine.build import build_engine
+        from posttrain.rl.build import build_domains, build_model, build_rollouter, sampling_params
+
+        model, tokenizer, _, _ = build_model(cfg)
+        domains = build_domains(cfg)
+        self.engine = build_engine(cfg.engine, model, tokenizer, seed)
+        self.rollouter = build_rollouter(cfg, self.engine, domains, sampling_params(cfg, domains), inline=True)
+        self.index = index
+        self.version = -1
+
+    def ready(self) -> int:
+        return self.index
+
+    def load(self, arrays: dict[str, Any], version: int) -> int:
+        """Adopt `arrays` as version `version`; the version now held (an exception leaves the old one)."""
+        import torch
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the object store's arrays are read-only; they are only copied from
+            state = {k: torch.from_numpy(a) for k, a in arrays.items()}
+        self.engine.load_weights(state, version)
+        self.version = version
+        return version
+
+    def run(self, tasks: list[Any], n: int) -> list[Group]:
+        from posttrain import aio
+
+        return aio.run_sync(self.rollouter.run(tasks, n))
+
+    def sampler_state(self) -> Any:
+        return self.engine.sampler_state()
+
+    def load_sampler_state(self, state: Any) -> None:
+        self.engine.load_sampler_state(state)
+
+
+class RayRunner:
+    """One rollout actor, driven by one producer thread of the asynchronous loop."""
+
+    def __init__(self, cfg: RunConfig, index: int, seed: int, board: WeightBoard) -> None:
+        ray = _ray()
+        connect(cfg.rollout.ray_address)
+        actor_cls = ray.remote(num_cpus=cfg.rollout.ray_worker_cpus, max_restarts=0)(RolloutWorker)
+        self.actor = actor_cls.remote(cfg, index, seed, cfg.rollout.producer_threads)
+        self.version = -1
+        self._get(self.actor.ready.remote())
+
+    def _get(self, ref: Any) -> Any:
+        ray = _ray()
+        try:
+            return ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError) as exc:
+            raise RunnerDied(f"rollout actor died: {type(exc).__name__}") from exc
+        except ray.exceptions.RayTaskError as exc:  # the worker's own exception, e.g. a weights mismatch
+            raise RuntimeError(str(exc.cause) if exc.cause is not None else str(exc)) from None
+
+    def load(self, board: WeightBoard) -> int:
+        ref, version = publish_ref(board)
+        self.version = int(self._get(self.actor.load.remote(ref, version)))  # acknowledged before sampling
+        return self.version
+
+    def run(self, request: RolloutRequest) -> list[Group]:
+        groups: list[Group] = self._get(self.actor.run.remote(request.tasks, request.n))
+        return groups
+
+    def sampler_state(self) -> Any:
+        return self._get(self.actor.sampler_state.remote())
+
+    def load_sampler_state(self, state: Any) -> None:
+        self._get(self.actor.load_sampler_state.remote(state))
+
+    def close(self) -> None:
+        ray = _ray()
+        try:
+            ray.kill(self.actor)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
+@register_backend("ray")
+def make_runner(cfg: RunConfig, index: int, seed: int, board: WeightBoard) -> Runner:
+    return RayRunner(cfg, index, seed, board)

@@ -1,0 +1,549 @@
+"""The asynchronous (bounded-staleness) loop: producers sample the next steps' groups while the learner updates.
+
+Covers: `WeightBoard` (the newest published weights, once per version: a
+snapshot in this process, or shared-memory tensors that producer processes
+copy out under a lock), `Producer` (one thread per producer that takes
+requests from the `GroupBuffer`, waits for the staleness gate, makes its
+runner load the newest weights and acknowledge the version, samples, and
+hands the groups back; a runner that dies or fails to load has its request
+re-queued and is rebuilt), the two runners (`ThreadRunner`: an engine over a
+private model copy in this process; `ProcessRunner`: `rl/_producer.py` in a
+spawned process with its own torch threads), and `AsyncLoop`, which the
+trainer calls instead of its synchronous `collect`: the same fill-and-refill
+rule, with each step's first request submitted up to `max_staleness` steps
+ahead so that it samples during the learner's updates, and the per-step
+metrics (staleness max/mean/histogram, buffer occupancy, learner and
+producer idle fractions, dropped and re-queued groups, producer failures,
+rollout durations).
+Semantics (docs/async.md): a group's version is the oldest version that
+sampled any of its tokens; at learner step s the learner holds version s-1
+and consumes only groups with (s-1) - version <= max_staleness. A request
+for step t may start only with weights of version >= t-1-max_staleness, so
+look-ahead never produces a group that is stale on arrival. max_staleness 0
+submits nothing ahead: exactly the synchronous loop's order of sampling,
+with the producer's bitwise-equal weight copy (the golden test).
+Back ends beyond this machine register a `RunnerFactory` (`register_backend`; the Ray one lives in
+`distributed/ray_backend.py` and is loaded by name, never imported here).
+Does not cover: multi-turn episodes (a rollouter's own concern:
+each turn's completion carries its version, and `group_version` takes the oldest).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+import multiprocessing
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from posttrain import aio
+from posttrain.config import RunConfig
+from posttrain.engine.base import Engine
+from posttrain.errors import UserError
+from posttrain.rl.advantages import has_signal
+from posttrain.rl.buffer import BufferClosed, FinishedRollout, GroupBuffer, RolloutRequest
+from posttrain.rl.follow import FollowWeights
+from posttrain.rl.rollout import Rollouter
+from posttrain.scheduler.curriculum import Curriculum
+from posttrain.types import Group
+
+
+class ProducerError(UserError, RuntimeError):
+    """A rollout producer failed repeatedly (it could not build, load weights or sample)."""
+
+
+MAX_FAILURES = 3  # consecutive failures of one producer before the run stops with its error
+
+
+class WeightBoard:
+    """The newest published policy weights and their version.
+
+    `shared`: the tensors live in shared memory (producer processes map them
+    at spawn; `publish` copies into them once per version, a reader copies
+    out under the same lock). Otherwise a snapshot in this process.
+    """
+
+    def __init__(self, state: Mapping[str, torch.Tensor], version: int, shared: bool) -> None:
+        self.shared = shared
+        ctx = multiprocessing.get_context("spawn")
+        self.lock: Any = ctx.Lock() if shared else threading.Lock()
+        self.value: Any = ctx.Value("q", version) if shared else None
+        self.tensors = {k: v.detach().clone() for k, v in state.items()}
+        if shared:
+            for t in self.tensors.values():
+                t.share_memory_()
+        self._published_version = version
+        self._cond = threading.Condition()
+        self.publish_s: list[float] = []
+
+    @property
+    def version(self) -> int:
+        return self._published_version
+
+    def publish(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        t0 = time.perf_counter()
+        with self.lock, torch.no_grad():
+            for k, v in state.items():
+                self.tensors[k].copy_(v)
+            if self.value is not None:
+                self.value.value = version
+        with self._cond:
+            self._published_version = version
+            self._cond.notify_all()
+        self.publish_s.append(time.perf_counter() - t0)
+
+    def wait_for(self, version: int, stop: threading.Event) -> bool:
+        """Block until a version >= `version` is published (False when `stop` is set first)."""
+        with self._cond:
+            while self._published_version < version:
+                if stop.is_set():
+                    return False
+                self._cond.wait(0.2)
+            return True
+
+    def load_into(self, engine: Engine) -> int:
+        """Copy the newest weights into `engine` (in this process); the version loaded."""
+        with self.lock:
+            v = self._published_version
+            engine.load_weights(self.tensors, v)
+        return v
+
+
+def follow_board(board: WeightBoard) -> Callable[[Engine], None]:
+    """A `FollowWeights` refresh that loads the board's newest weights when they are newer than the engine's."""
+
+    def refresh(engine: Engine) -> None:
+        if board.version > engine.policy_version:
+            board.load_into(engine)
+
+    return refresh
+
+
+class RunnerDied(RuntimeError):
+    """The runner's process is gone (its in-flight request is re-queued)."""
+
+
+class ThreadRunner:
+    """A producer in this process: an engine over a private copy of the model."""
+
+    def __init__(self, engine: Engine, rollouter: Rollouter) -> None:
+        self.engine, self.rollouter = engine, rollouter
+        self.version = -1
+
+    def load(self, board: WeightBoard) -> int:
+        self.version = board.load_into(self.engine)
+        return self.version
+
+    def run(self, request: RolloutRequest) -> list[Group]:
+        return aio.run_sync(self.rollouter.run(request.tasks, request.n))
+
+    def sampler_state(self) -> Any:
+        return self.engine.sampler_state()
+
+    def load_sampler_state(self, state: Any) -> None:
+        self.engine.load_sampler_state(state)
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessRunner:
+    """A producer process (`rl/_producer.py`) and the pipe to it; calls are serialised by a lock."""
+
+    def __init__(self, cfg: RunConfig, index: int, seed: int, threads: int, board: WeightBoard) -> None:
+        from posttrain.rl import _producer
+
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(
+            target=_producer.main, args=(cfg, index, seed, threads, board.tensors, board.lock, board.value, child),
+            daemon=True, name=f"posttrain-producer-{index}")
+        self.process.start()
+        child.close()
+        self._lock = threading.Lock()
+        self.version = -1
+        kind, payload = self._recv()
+        if kind != "ready":
+            self.close()
+            raise ProducerError(str(payload))
+
+    def _recv(self) -> tuple[str, Any]:
+        try:
+            kind, payload = self.conn.recv()
+        except (EOFError, OSError, ConnectionError) as exc:
+            raise RunnerDied(f"producer process {self.process.pid} died (exit code {self.process.exitcode})") from exc
+        return kind, payload
+
+    def _call(self, *msg: Any) -> Any:
+        with self._lock:
+            try:
+                self.conn.send(msg)
+            except (OSError, BrokenPipeError, ConnectionError) as exc:
+                raise RunnerDied(f"producer process {self.process.pid} died (exit code {self.process.exitcode})") from exc
+            kind, payload = self._recv()
+        if kind == "error":
+            raise RuntimeError(payload)
+        return payload
+
+    def load(self, board: WeightBoard) -> int:
+        self.version = int(self._call("load"))
+        return self.version
+
+    def run(self, request: RolloutRequest) -> list[Group]:
+        groups: list[Group] = self._call("run", request.tasks, request.n)
+        return groups
+
+    def sampler_state(self) -> Any:
+        return self._call("rng_get")
+
+    def load_sampler_state(self, state: Any) -> None:
+        self._call("rng_set", state)
+
+    def close(self) -> None:
+        try:
+            with self._lock:
+                self.conn.send(("stop",))
+        except (OSError, BrokenPipeError, ConnectionError):
+            pass
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self.conn.close()
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """What a producer thread drives: this process, a spawned process, or a Ray actor."""
+
+    version: int  # the version it acknowledged loading (-1 before the first load)
+
+    def load(self, board: WeightBoard) -> int: ...
+
+    def run(self, request: RolloutRequest) -> list[Group]: ...
+
+    def sampler_state(self) -> Any: ...
+
+    def load_sampler_state(self, state: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+RunnerFactory = Callable[[RunConfig, int, int, WeightBoard], Runner]  # (cfg, producer index, seed, board)
+_BACKENDS: dict[str, RunnerFactory] = {}
+# Modules that register producer back ends on import (optional extras), loaded when a run asks for one.
+_PLUGINS: list[str] = ["posttrain.distributed.ray_backend"]
+
+
+def register_backend(name: str) -> Callable[[RunnerFactory], RunnerFactory]:
+    def decorate(factory: RunnerFactory) -> RunnerFactory:
+        _BACKENDS[name] = factory
+        return factory
+
+    return decorate
+
+
+def backend_factory(name: str) -> RunnerFactory:
+    if name not in _BACKENDS:
+        for module in _PLUGINS:
+            importlib.import_module(module)
+    if name not in _BACKENDS:
+        raise UserError(f"rollout.backend = {name!r}: no such producer back end (known: local, {', '.join(_BACKENDS)})")
+    return _BACKENDS[name]
+
+
+@dataclass
+class ProducerFailure:
+    producer: int
+    request: int
+    message: str
+    time: float = field(default_factory=time.time)
+
+
+class Producer:
+    """One producer thread: request -> staleness gate -> newest weights (acknowledged) -> rollout -> buffer."""
+
+    def __init__(self, index: int, make_runner: Any, buffer: GroupBuffer, board: WeightBoard, requeue_on_new: bool) -> None:
+        self.index, self.make_runner, self.buffer, self.board = index, make_runner, buffer, board
+        self.requeue_on_new = requeue_on_new
+        self.runner: Runner = make_runner()
+        self.stop = threading.Event()
+        self.idle_s = 0.0
+        self.failures: list[ProducerFailure] = []
+        self.error: str | None = None
+        self._consecutive = 0
+        self.thread = threading.Thread(target=self._loop, name=f"posttrain-producer-{index}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            t0 = time.perf_counter()
+            request = self.buffer.next_request(timeout=0.2)
+            if request is None:
+                self.idle_s += time.perf_counter() - t0
+                if self.buffer.closed:
+                    return
+                continue
+            gate = self.board.wait_for(request.min_version, self.stop)
+            self.idle_s += time.perf_counter() - t0
+            if not gate:
+                return
+            try:
+                if self.runner.version < self.board.version:
+                    self.runner.load(self.board)  # acknowledged: the version actually loaded
+                if self.runner.version < request.min_version:
+                    raise RuntimeError(f"loaded version {self.runner.version} < required {request.min_version}")
+                start = time.perf_counter()
+                groups = self.runner.run(request)
+                duration = time.perf_counter() - start
+            except Exception as exc:  # noqa: BLE001 - a failing producer is data: re-queue, rebuild, count
+                self._fail(request, exc)
+                continue
+            self._consecutive = 0
+            if self.requeue_on_new and self.board.version > self.runner.version:
+                self.buffer.requeue(request)  # on_new_weights = requeue: sampled again under the new weights
+                continue
+            self.buffer.finish(FinishedRollout(request, groups, self.runner.version, duration, self.index))
+
+    def _fail(self, request: RolloutRequest, exc: Exception) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        self.failures.append(ProducerFailure(self.index, request.id, message))
+        self.buffer.requeue(request)
+        self._consecutive += 1
+        if self._consecutive >= MAX_FAILURES:
+            self.error = f"producer {self.index} failed {self._consecutive} times in a row; last: {message}"
+            self.buffer.close()
+            return
+        try:  # a dead process, or one whose weights may be half loaded: a fresh runner
+            self.runner.close()
+        except Exception:  # noqa: BLE001 - it is being replaced
+            traceback.print_exc()
+        try:
+            self.runner = self.make_runner()
+        except Exception as build_exc:  # noqa: BLE001
+            self.error = f"producer {self.index} could not be rebuilt: {build_exc}"
+            self.buffer.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        self.runner.close()
+
+
+@dataclass
+class Collected:
+    kept: list[Group]
+    sampled: list[Group]
+    rounds: int
+    silent: int
+    informative_rate: float
+
+
+class AsyncLoop:
+    """Producers, the buffer and the weight board of one asynchronous run (`[rollout] mode = "async"`)."""
+
+    def __init__(self, cfg: RunConfig, model: torch.nn.Module, make_thread_runner: Any, version: int,
+                 total_steps: int) -> None:
+        r = cfg.rollout
+        self.cfg, self.k, self.total_steps = cfg, r.max_staleness, total_steps
+        self.buffer = GroupBuffer(r.buffer_groups)
+        self.board = WeightBoard(model.state_dict(), version, shared=r.backend == "local" and r.producer_kind == "process")
+        self.ahead: list[RolloutRequest] = []
+        self.producers: list[Producer] = []
+        remote = backend_factory(r.backend) if r.backend != "local" else None
+        for i in range(r.producers):
+            seed = cfg.seed + i  # producer 0 samples the synchronous engine's stream (the golden test)
+            if remote is not None:
+                def make(i: int = i, seed: int = seed) -> Runner:
+                    assert remote is not None
+                    return remote(cfg, i, seed, self.board)
+            elif r.producer_kind == "process":
+                def make(i: int = i, seed: int = seed) -> Runner:
+                    return ProcessRunner(cfg, i, seed, r.producer_threads, self.board)
+            else:
+                def make(i: int = i, seed: int = seed) -> Runner:
+                    runner: Runner = make_thread_runner(seed, self.board)
+                    return runner
+            self.producers.append(Producer(i, make, self.buffer, self.board, r.on_new_weights == "requeue"))
+        for p in self.producers:
+            p.start()
+        self._mark = time.perf_counter()
+        self._idle_mark = 0.0
+        self._waited = 0.0
+        self._dropped = 0
+        self._requeued_mark = 0
+        self._failures_mark = 0
+        self._durations_mark = 0
+        self._staleness: list[int] = []
+        self.resume_dropped = 0
+        self._reported = 0
+
+    @classmethod
+    def for_components(cls, cfg: RunConfig, model: Any, tokenizer: Any, domains: list[Any], params: Any, version: int,
+                       total_steps: int) -> AsyncLoop:
+        from posttrain.rl.build import build_engine_for, build_rollouter
+
+        def thread_runner(seed: int, board: WeightBoard) -> ThreadRunner:
+            engine, _ = build_engine_for(cfg.engine, copy.deepcopy(model), tokenizer, seed)
+            sampler: Engine = engine
+            if cfg.rollout.on_new_weights == "update":
+                sampler = FollowWeights(engine, follow_board(board))
+            return ThreadRunner(engine, build_rollouter(cfg, sampler, domains, params, inline=True))
+
+        return cls(cfg, model, thread_runner, version, total_steps)
+
+    # the learner's side
+    def _take(self, request: RolloutRequest, version: int) -> list[Group]:
+        try:
+            taken = self.buffer.take(request, version, self.k)
+        except BufferClosed:
+            raise ProducerError(self.error() or "the rollout producers stopped") from None
+        self._waited += taken.waited_s
+        self._dropped += taken.dropped
+        assert all(s <= self.k for s in taken.staleness), (taken.staleness, self.k)  # the bound, every step
+        self._staleness.extend(taken.staleness)
+        return taken.groups
+
+    def error(self) -> str | None:
+        return next((p.error for p in self.producers if p.error), None)
+
+    def collect(self, step: int, curriculum: Curriculum, n: int, informative_rate: float) -> Collected:
+        """Step `step`'s groups: the synchronous fill-and-refill rule over requests to the producers, then the
+        look-ahead requests for the next `max_staleness` steps (they sample while the learner updates)."""
+        cfg = self.cfg.train
+        version = step - 1
+        kept: list[Group] = []
+        sampled: list[Group] = []
+        rounds = silent = 0
+        while len(kept) < cfg.prompts_per_step and rounds < cfg.max_fill_rounds:
+            need = cfg.prompts_per_step - len(kept)
+            if rounds == 0 and self.ahead and self.ahead[0].for_step == step:
+                request = self.ahead.pop(0)
+            else:
+                k = need if rounds == 0 else min(4 * need, math.ceil(need / max(informative_rate, 0.25)))
+                submitted = self.buffer.submit(curriculum.sample(k), n, step, version)
+                assert submitted is not None  # critical-path requests are always admitted
+                request = submitted
+            groups = self._take(request, version)
+            rounds += 1
+            if not groups:
+                continue
+            curriculum.update(groups)
+            rewards = torch.tensor([g.rewards for g in groups])
+            valid = torch.tensor([g.valid for g in groups])
+            signal = has_signal(rewards, valid).tolist()
+            silent += signal.count(False)
+            informative_rate = 0.9 * informative_rate + 0.1 * (sum(signal) / len(signal))
+            for g, s in zip(groups, signal):
+                if (s or not cfg.drop_zero_variance) and len(kept) < cfg.prompts_per_step:
+                    kept.append(g)
+            sampled.extend(groups)
+            if not cfg.drop_zero_variance:
+                break
+        self._look_ahead(step, curriculum, n, informative_rate)
+        return Collected(kept, sampled, rounds, silent, informative_rate)
+
+    def _look_ahead(self, step: int, curriculum: Curriculum, n: int, informative_rate: float) -> None:
+        """Requests for steps step+1 .. step+max_staleness, each allowed to start at version t-1-max_staleness.
+
+        Each is sized like a refill, prompts_per_step / informative rate (at most 4x): zero-variance groups are
+        dropped, and a refill is sampled on the learner's critical path, so the look-ahead samples them too."""
+        cfg = self.cfg.train
+        per_step = cfg.prompts_per_step
+        if cfg.drop_zero_variance:
+            per_step = min(4 * per_step, math.ceil(per_step / max(informative_rate, 0.25)))
+        last = max((r.for_step for r in self.ahead), default=step)
+        for t in range(max(last, step) + 1, min(step + self.k, self.total_steps) + 1):
+            if self.buffer.occupancy() + per_step > self.buffer.capacity:
+                break  # backpressure: checked before sampling tasks, so a refused request costs no curriculum draw
+            request = self.buffer.submit(curriculum.sample(per_step), n, t, t - 1 - self.k, ahead=True)
+            if request is None:
+                break
+            self.ahead.append(request)
+
+    def publish(self, state: Mapping[str, torch.Tensor], version: int) -> None:
+        self.board.publish(state, version)
+
+    def step_metrics(self) -> dict[str, float]:
+        """What happened since the previous call: staleness, occupancy, idle fractions, drops, failures."""
+        now = time.perf_counter()
+        wall = max(now - self._mark, 1e-9)
+        idle = sum(p.idle_s for p in self.producers)
+        st = self._staleness
+        durations = self.buffer.finished_durations[self._durations_mark:]
+        failures = sum(len(p.failures) for p in self.producers)
+        m: dict[str, float] = {
+            "staleness_max": float(max(st)) if st else 0.0,
+            "staleness_mean": sum(st) / len(st) if st else 0.0,
+            "buffer_occupancy": float(self.buffer.occupancy()),
+            "buffer_capacity": float(self.buffer.capacity),
+            "learner_idle_frac": min(self._waited / wall, 1.0),
+            "producer_idle_frac": min((idle - self._idle_mark) / (wall * len(self.producers)), 1.0),
+            "dropped_stale_groups": float(self._dropped),
+            "dropped_stale_total": float(self.buffer.dropped_stale),
+            "dropped_pending_total": float(self.buffer.dropped_pending + self.resume_dropped),
+            "requeued_requests": float(self.buffer.requeued - self._requeued_mark),
+            "producer_failures": float(failures - self._failures_mark),
+            "rollout_duration_mean": sum(durations) / len(durations) if durations else 0.0,
+            "weight_publish_ms": 1000 * self.board.publish_s[-1] if self.board.publish_s else 0.0,
+        }
+        for s in range(self.k + 1):
+            m[f"staleness_hist/{s}"] = float(st.count(s))
+        self._mark, self._idle_mark, self._waited, self._dropped = now, idle, 0.0, 0
+        self._requeued_mark, self._failures_mark = self.buffer.requeued, failures
+        self._durations_mark = len(self.buffer.finished_durations)
+        self._staleness = []
+        return m
+
+    def failures(self) -> list[ProducerFailure]:
+        return [f for p in self.producers for f in p.failures]
+
+    def new_failures(self) -> list[ProducerFailure]:
+        """Failures not returned by an earlier call."""
+        every = sorted(self.failures(), key=lambda f: f.time)
+        fresh, self._reported = every[self._reported:], len(every)
+        return fresh
+
+    # checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The producers' sampler states and what is pending (dropped on resume: a resume starts an empty buffer)."""
+        return {"producer_rng": [p.runner.sampler_state() for p in self.producers],
+                "pending_groups": self.buffer.occupancy()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for p, rng in zip(self.producers, state.get("producer_rng", [])):
+            p.runner.load_sampler_state(rng)
+        self.resume_dropped = int(state.get("pending_groups", 0))
+
+    # hooks for a scheduler (a later issue): work beyond the loop's own, and what each rollout took
+    def submit(self, tasks: list[Any], n: int, for_step: int, ahead: bool = True) -> RolloutRequest | None:
+        """Queue tasks for consumption at `for_step` (gated like look-ahead); None when the bound refuses it."""
+        return self.buffer.submit(tasks, n, for_step, for_step - 1 - self.k, ahead=ahead)
+
+    def cancel(self, request: RolloutRequest) -> bool:
+        """Withdraw a request (queued: removed; running or finished: its groups discarded), counted as cancelled."""
+        if request in self.ahead:
+            self.ahead.remove(request)
+        return self.buffer.cancel(request.id)
+
+    def durations(self) -> list[float]:
+        """The measured duration (s) of every finished rollout request, in finishing order."""
+        return list(self.buffer.finished_durations)
+
+    def close(self) -> None:
+        """Stop the producers; what was pending is dropped and counted (`buffer.ledger()`). Idempotent."""
+        if self.buffer.closed:
+            return
+        self.buffer.drop_all()
+        self.buffer.close()
+        for p in self.producers:
+            p.close()
