@@ -48,3 +48,15 @@ def ray_cluster():
              log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch_threads_restored():
+    """A test module that changes torch's thread count must not leak it: later tests compare in-process runs
+    with subprocess runs, and another thread count changes float reductions (fails them, far from the cause)."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
