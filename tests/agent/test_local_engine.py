@@ -18,8 +18,7 @@ from posttrain.types import SamplingParams
 
 @pytest.fixture(scope="module")
 def engine():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # restored below: later tests compare in-process runs with subprocesses
+    torch.set_num_threads(1)  # restored after this module by tests/conftest.py's _torch_threads_restored
     tok = char_tokenizer()
     cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
@@ -28,7 +27,6 @@ def engine():
     e = LocalEngine(model, tok, seed=0)
     yield e
     e.close()
-    torch.set_num_threads(before)
 
 
 def env(i):
