@@ -1,7 +1,7 @@
 """Isolated, quota-bound, snapshot-able execution of model-written code.
 
 Public API: ``Sandbox`` (one-shot ``run``/``arun``), ``Session`` (stateful workspace with
-``exec``, files, ``snapshot``/``rollback``), ``SandboxPool`` (concurrency with backpressure),
+``exec``, files, ``snapshot``/``rollback``, ``fork``), ``SandboxPool`` (concurrency with backpressure),
 ``Limits``, ``ExecResult``, ``ExecStatus``. See ``docs/sandbox.md`` for the design and its
 limits. This package imports nothing from the rest of posttrain.
 

@@ -19,8 +19,12 @@ Covers, in this process (started by ``launcher.ServerHandle``):
    status, then kills G: the kernel then kills everything left in the namespace (daemons
    included). Orphans of the task are reaped then, not while it runs (G runs no code).
 3. Session workspaces: a size-capped tmpfs per session inside this server's mount namespace
-   holding overlay layers; snapshot renames the upper layer into a new lower one, rollback
-   discards layers. Nothing is mounted on the host, so nothing can leak there.
+   (its layer store) holding overlay layers; snapshot renames the upper layer into a new lower
+   one, rollback discards layers. A fork is a session whose lower layers start with its
+   parent's frozen ones, read from the parent's store (never copied, never written); the server
+   tracks which layers each open session's overlay uses (``_Store``) and frees a layer, and a
+   closed session's store, only when no open session uses it. Nothing is mounted on the host, so
+   nothing can leak there.
 
 Why direct kernel calls rather than bubblewrap: bubblewrap 0.8 run by root maps the sandbox
 to host root (tested: ``--userns`` with ``--uid`` fails with EPERM), and run as an
@@ -115,10 +119,12 @@ if TYPE_CHECKING:
         """A session's layer store operation; the reply (``session.SessionReply``) goes to the socket
         that rides along."""
 
-        op: Literal["session_new", "snapshot", "rollback", "session_close"]
+        op: Literal["session_new", "session_fork", "snapshot", "rollback", "session_close"]
         sid: str
         disk_bytes: NotRequired[int]
-        """``session_new``: the size of the session's layer store."""
+        """``session_new``, ``session_fork``: the size of the session's own layer store."""
+        parent: NotRequired[str]
+        """``session_fork``: the session whose current state the new session ``sid`` starts from."""
         layer: NotRequired[int]
         """``rollback``: the snapshot to go back to."""
 
@@ -255,11 +261,10 @@ def _task_main(req: ExecRequest, fds: list[int], seccomp_program: bytes | None, 
         if sid is None:
             sc.mount("tmpfs", "/work", "tmpfs", flags, f"mode=0777,size={disk}")
         else:
-            base = f"/state/{sid}"
-            layers = sorted(os.listdir(f"{base}/layers"), reverse=True)
-            lower = ":".join(f"{base}/layers/{x}" for x in layers)
-            sc.mount("overlay", "/work", "overlay", flags,
-                     f"lowerdir={lower},upperdir={base}/upper,workdir={base}/work,userxattr")
+            store = _stores.get(sid)  # this process is a fork of the server: its registry as of now
+            if store is None or not store.open:
+                raise OSError(f"no open session {sid} in this fork-server (closed, or the server restarted)")
+            sc.mount("overlay", "/work", "overlay", flags, _overlay_options(sid, store.chain(sid)))
         sc.umount2("/state", sc.MNT_DETACH)
         if not req["network"]:
             sc.loopback_up()
@@ -378,42 +383,149 @@ def _run_python_inline(code: str, argv: list[str], env: dict[str, str]) -> None:
 # ----------------------------------------------------------------------------- sessions
 
 
-def _session_op(req: SessionRequest) -> dict[str, object]:
+class _Store:
+    """One session's layer store as the server tracks it. The files are in a size-capped tmpfs at
+    ``/state/<sid>``: ``layers/<n>`` (this session's own frozen layers), ``upper`` and ``work``
+    (the overlay's). A fork's overlay also reads its ancestors' layers, from their stores."""
+
+    __slots__ = ("open", "inherited", "own", "next_layer")
+
+    def __init__(self, inherited: list[tuple[str, int]], own: list[int]) -> None:
+        self.open = True
+        self.inherited = inherited
+        """(sid, layer) of the ancestors' frozen layers below this session's own, bottom first."""
+        self.own = own
+        """This session's own layers, bottom first (layer 0 of a new session is an empty one)."""
+        self.next_layer = max(own, default=0) + 1
+        """Layer numbers are never reused: a layer dropped by rollback may live on for a fork."""
+
+    def chain(self, sid: str) -> list[tuple[str, int]]:
+        """Every lower layer of this session's overlay, bottom first."""
+        return self.inherited + [(sid, n) for n in self.own]
+
+
+_stores: dict[str, _Store] = {}  # sid -> store, closed ones included while a fork still reads their layers
+_MOUNT_DATA_MAX = 4095  # mount(2) copies at most one page of options, its NUL included
+
+
+def _overlay_options(sid: str, chain: list[tuple[str, int]]) -> str:
+    lower = ":".join(f"/state/{s}/layers/{n:06d}" for s, n in reversed(chain))  # overlayfs: top first
+    return f"lowerdir={lower},upperdir=/state/{sid}/upper,workdir=/state/{sid}/work,userxattr"
+
+
+def _check_depth(sid: str, chain: list[tuple[str, int]]) -> str | None:
+    if len(_overlay_options(sid, chain)) > _MOUNT_DATA_MAX:
+        return (f"session {sid}: {len(chain)} layers (its snapshots and those it was forked from) are more than "
+                "one overlay mount can take; roll back, or start a new session from fewer snapshots")
+    return None
+
+
+def _reset_upper(base: str) -> None:
     import shutil  # rare, and in the server only: see ``_serve``
 
+    for d in ("upper", "work"):
+        if os.path.exists(f"{base}/{d}"):
+            shutil.rmtree(f"{base}/{d}")
+        os.mkdir(f"{base}/{d}", 0o755)
+
+
+def _new_store(sid: str, disk_bytes: int) -> str:
+    base = f"/state/{sid}"
+    os.mkdir(base, 0o700)
+    sc.mount("tmpfs", base, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, f"mode=0755,size={int(disk_bytes)}")
+    for d in ("layers", "upper", "work"):
+        os.mkdir(f"{base}/{d}", 0o755)
+    return base
+
+
+def _snapshot(sid: str, store: _Store) -> dict[str, object]:
+    base = f"/state/{sid}"
+    layer = store.next_layer
+    error = _check_depth(sid, [*store.chain(sid), (sid, layer)])
+    if error:
+        return {"error": error}
+    os.rename(f"{base}/upper", f"{base}/layers/{layer:06d}")
+    store.own.append(layer)
+    store.next_layer += 1
+    _reset_upper(base)
+    return {"ok": True, "layer": layer}
+
+
+def _collect(sids: set[str]) -> None:
+    """Free the layers of these stores that no open session's overlay uses, and the stores of
+    closed sessions that are left with none."""
+    import shutil  # rare, and in the server only: see ``_serve``
+
+    used = {layer for sid, store in _stores.items() if store.open for layer in store.chain(sid)}
+    for sid in sids:
+        store = _stores.get(sid)
+        if store is None:
+            continue
+        base = f"/state/{sid}"
+        left = 0
+        for name in os.listdir(f"{base}/layers"):
+            if (sid, int(name)) in used:
+                left += 1
+            else:
+                shutil.rmtree(f"{base}/layers/{name}")
+        if not store.open and not left:
+            sc.umount2(base, sc.MNT_DETACH)
+            os.rmdir(base)
+            del _stores[sid]
+
+
+def _session_op(req: SessionRequest) -> dict[str, object]:
     sid = req["sid"]
     if not sid.isalnum():
         return {"error": "bad session id"}
-    base = f"/state/{sid}"
     op = req["op"]
     if op == "session_new":
-        os.mkdir(base, 0o700)
-        sc.mount("tmpfs", base, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, f"mode=0755,size={int(req['disk_bytes'])}")
-        for d in ("layers", "layers/000000", "upper", "work"):
-            os.mkdir(f"{base}/{d}", 0o755)
+        base = _new_store(sid, req["disk_bytes"])
+        os.mkdir(f"{base}/layers/000000", 0o755)  # overlayfs needs a lower layer
+        _stores[sid] = _Store([], [0])
         return {"ok": True, "layer": 0}
+    if op == "session_fork":
+        parent_sid = req["parent"]
+        parent = _stores.get(parent_sid)
+        if parent is None or not parent.open:
+            return {"error": f"cannot fork session {parent_sid}: it is closed (or the fork-server restarted)"}
+        if sid in _stores:
+            return {"error": f"session {sid} exists"}
+        if os.listdir(f"/state/{parent_sid}/upper"):
+            # What the parent sees now includes its unfrozen upper layer: freeze it (as its snapshot()
+            # would; what the parent sees is unchanged) so that the fork can share it read-only.
+            done = _snapshot(parent_sid, parent)
+            if "error" in done:
+                return done
+        inherited = parent.chain(parent_sid)
+        error = _check_depth(sid, inherited)
+        if error:
+            return {"error": error}
+        _new_store(sid, req["disk_bytes"])
+        _stores[sid] = _Store(inherited, [])
+        return {"ok": True, "layer": 0}
+    store = _stores.get(sid)
+    if op == "session_close":
+        if store is not None and store.open:
+            store.open = False
+            _reset_upper(f"/state/{sid}")  # nobody mounts it again: give its space back now
+            _collect({sid, *(s for s, _ in store.inherited)})
+        return {"ok": True}
+    if store is None or not store.open:
+        return {"error": f"session {sid} is closed (or the fork-server restarted)"}
     if op == "snapshot":
-        layer = max(int(x) for x in os.listdir(f"{base}/layers")) + 1
-        os.rename(f"{base}/upper", f"{base}/layers/{layer:06d}")
-        shutil.rmtree(f"{base}/work")
-        os.mkdir(f"{base}/upper", 0o755)
-        os.mkdir(f"{base}/work", 0o755)
-        return {"ok": True, "layer": layer}
+        return _snapshot(sid, store)
     if op == "rollback":
         keep = int(req["layer"])
-        for x in os.listdir(f"{base}/layers"):
-            if int(x) > keep:
-                shutil.rmtree(f"{base}/layers/{x}")
-        shutil.rmtree(f"{base}/upper")
-        shutil.rmtree(f"{base}/work")
-        os.mkdir(f"{base}/upper", 0o755)
-        os.mkdir(f"{base}/work", 0o755)
+        if keep in store.own:
+            store.own = store.own[:store.own.index(keep) + 1]
+        elif keep == 0 and store.inherited:
+            store.own = []  # a fork's snapshot 0 is its fork point
+        else:
+            return {"error": f"session {sid} has no snapshot {keep} (never taken, or dropped by a rollback)"}
+        _reset_upper(f"/state/{sid}")
+        _collect({sid})  # layers above `keep` go, unless a fork still reads them
         return {"ok": True, "layer": keep}
-    if op == "session_close":
-        if os.path.exists(base):
-            sc.umount2(base, sc.MNT_DETACH)
-            os.rmdir(base)
-        return {"ok": True}
     return {"error": f"unknown op {op}"}
 
 

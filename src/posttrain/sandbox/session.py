@@ -4,13 +4,21 @@ Covers: a per-session layer store (a size-capped tmpfs inside the fork-server) m
 overlay at ``/work`` for each ``exec``/``aexec``; ``read_file``/``write_file`` performed inside
 the sandbox with the task's own privileges (so symlinks planted by the model resolve inside the
 sandbox, never on the host); ``snapshot()`` freezes the upper layer into a new lower layer,
-``rollback(id)`` discards everything above that layer; ``close()`` destroys it all. A session
-reaches its sandbox only through ``Sandbox.execute`` and ``Sandbox.call_server``.
+``rollback(id)`` discards everything above that layer; ``fork()`` starts a new session from this
+one's current state without copying it (the child's overlay reads the parent's frozen layers,
+below layers of its own: a GRPO group's n episodes share one workspace set-up); ``close()``
+destroys what no fork still reads. A session reaches its sandbox only through
+``Sandbox.execute`` and ``Sandbox.call_server``.
+
+Lifetimes: the fork-server keeps a layer while any open session's overlay uses it, so a parent
+may be closed or rolled back below its forks' start while they run; its layers are freed when
+the last session that reads them closes.
 
 Does not cover: processes that outlive an ``exec`` (each exec is its own PID namespace, so
-background jobs end with it), executions of one session in parallel (they run one at a time),
-or layer compaction (chains deeper than a few hundred snapshots hit overlayfs'
-lower-layer limit).
+background jobs end with it), executions of one session in parallel (they run one at a time;
+separate sessions, forks of one parent included, run in parallel), or layer compaction: a
+session's layers, those inherited through forks included, must fit in one overlay mount's
+options (about 100 layers; past that ``snapshot``/``fork`` raise ``SandboxError``).
 """
 
 from __future__ import annotations
@@ -63,19 +71,31 @@ class Session:
     b'1'
 
     ``await s.aexec(...)`` does what ``exec`` does from asyncio (the agent runtime's entry point).
+    ``s.fork()`` is a new session that starts as ``s`` is now (see ``fork``).
+
+    ``fork_of`` is what ``fork`` passes: the session this one starts from (``None``: an empty
+    workspace). ``files`` are written after that and snapshotted.
     """
 
     def __init__(self, sandbox: Sandbox, *, files: dict[str, bytes | str] | None = None,
-                 limits: Limits | None = None, network: bool | None = None):
+                 limits: Limits | None = None, network: bool | None = None, fork_of: Session | None = None):
         self.sandbox = sandbox
         self.limits = limits or sandbox.limits
         self.network = network
         self.id = uuid.uuid4().hex[:16]
+        self.parent_id = fork_of.id if fork_of is not None else None
         self._lock = threading.Lock()
         self._closed = False
         if not sandbox.isolated:
             raise SandboxError("sessions need namespaces; unisolated mode offers one-shot runs only")
-        self._layer_op({"op": "session_new", "sid": self.id, "disk_bytes": self.limits.disk_mb << 20}, check=False)
+        disk = self.limits.disk_mb << 20
+        if fork_of is None:
+            self._layer_op({"op": "session_new", "sid": self.id, "disk_bytes": disk}, check=False)
+        else:
+            if fork_of._closed:
+                raise SandboxError(f"cannot fork session {fork_of.id}: it is closed")
+            # The parent's lock: its state must not change while the server freezes and shares it.
+            fork_of._layer_op({"op": "session_fork", "sid": self.id, "parent": fork_of.id, "disk_bytes": disk})
         if files:
             r = self.exec(["true"], files=files)
             if not r.ok:
@@ -124,8 +144,33 @@ class Session:
         return self._layer_op({"op": "snapshot", "sid": self.id})
 
     def rollback(self, snapshot_id: int) -> None:
-        """Restore the workspace exactly as it was at ``snapshot(id)``; later snapshots are dropped."""
+        """Restore the workspace exactly as it was at ``snapshot(id)``; later snapshots are dropped
+        (their ids are not reused). ``rollback(0)`` goes back to the start: the empty workspace, or
+        for a fork its fork point (a fork can never go below it)."""
         self._layer_op({"op": "rollback", "sid": self.id, "layer": int(snapshot_id)})
+
+    def fork(self, *, limits: Limits | None = None, network: bool | None = None) -> Session:
+        """A new session whose workspace starts exactly as this one's is now, at the cost of one
+        server call: nothing is copied.
+
+        Uncommitted changes are frozen first: when this session's upper layer is dirty, ``fork``
+        takes a snapshot of it (as ``snapshot()`` would; what this session sees is unchanged, and a
+        later ``rollback`` here works as before). The child's overlay then reads this session's
+        frozen layers read-only, below a store of its own: its own upper layer, snapshots and
+        ``rollback`` (``rollback(0)`` is its fork point; it never reaches below it), and its own
+        disk quota (``limits.disk_mb``, this session's limits by default; a parent's file the child
+        modifies is copied up and counts there). Writes in one fork are invisible to the parent and
+        to its siblings; forks of forks work alike.
+
+        The child does not depend on this object: closing or rolling back the parent keeps the
+        layers the child reads (the server frees them when the last session reading them closes).
+        Forking a closed session raises ``SandboxError``.
+
+        >>> with sb.session(files=repo) as template:          # doctest: +SKIP
+        ...     group = [template.fork() for _ in range(8)]     # 8 workspaces, one set-up
+        """
+        return Session(self.sandbox, limits=limits or self.limits,
+                       network=self.network if network is None else network, fork_of=self)
 
     def _layer_op(self, req: SessionRequest, *, check: bool = True) -> int:
         with self._lock:
