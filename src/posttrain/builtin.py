@@ -7,7 +7,11 @@ and a content-addressed on-disk cache guarded by a file lock so concurrent
 callers build it once. The same machinery builds a base for the code-writing
 domain (`family = "code:ops"` or `"code:linear"`, see `tasks/codegen.py`),
 measured by the sandboxed unit-test verifier instead of exact match; the
-arithmetic path, its cache keys and its results are untouched by that.
+arithmetic path, its cache keys and its results are untouched by that. And a
+base for the multi-turn agent domain (`family = "lookup"`, `agent/lookup.py`):
+pre-trained on whole oracle episodes token for token as the runtime builds them
+(loss on the sampled calls only), its band measured by real greedy episodes in
+the sandbox (held-out episode success).
 Does not cover: general-purpose pre-training of larger models.
 """
 
@@ -23,7 +27,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -44,6 +48,8 @@ BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3
 # and the quickstart's before/after figures); the base model's band checks draw the ones after them.
 EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
+AGENT_BASE_FORMAT = 1  # the same, for agent-domain bases
+AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
 
 
 @dataclass
@@ -65,8 +71,15 @@ def is_code(cfg: BaseModelConfig) -> bool:
     return cfg.family.startswith("code:")
 
 
+def is_agent(cfg: BaseModelConfig) -> bool:
+    return cfg.family == "lookup"
+
+
 def base_key(cfg: BaseModelConfig) -> str:
     fields = cfg.model_dump(exclude={"cache_dir"})
+    if is_agent(cfg):
+        blob = json.dumps({"format": BASE_FORMAT, "agent_format": AGENT_BASE_FORMAT, **fields}, sort_keys=True)
+        return f"agent-{cfg.family}-h{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
     if is_code(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "code_format": CODE_BASE_FORMAT, **fields}, sort_keys=True)
         family = cfg.family.replace(":", "-")
@@ -75,12 +88,16 @@ def base_key(cfg: BaseModelConfig) -> str:
     return f"arith-{cfg.family}-d{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
 
 
-def base_task_source(cfg: BaseModelConfig) -> ArithmeticSource | CodeSource:
+def base_task_source(cfg: BaseModelConfig) -> Any:
     """The problems the base model learns from (train split) and is measured on (held-out split).
 
     A code family uses the task generator's defaults for every knob but `digits`, so a training
     source `code:<family>` with the same `tasks.digits` draws from the same distribution.
     """
+    if is_agent(cfg):
+        from posttrain.agent.lookup import LookupSource
+
+        return LookupSource(hops=cfg.digits, min_hops=cfg.min_digits or 1, held_out_fraction=cfg.held_out_fraction)
     if is_code(cfg):
         family = cfg.family.split(":", 1)[1]
         return CodeSource(family=family, digits=cfg.digits, held_out_fraction=cfg.held_out_fraction)  # type: ignore[arg-type]
@@ -106,7 +123,30 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
     return ids, mask
 
 
-def stopping_set(cfg: BaseModelConfig, source: ArithmeticSource | CodeSource | None = None) -> list:
+def _trace_batch(tokenizer: Tokenizer, tasks) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, T] right-padded oracle episodes and [B, T-1] loss mask covering the calls the model samples."""
+    from posttrain.agent.lookup import oracle_trace
+
+    rows = [oracle_trace(t, tokenizer) for t in tasks]
+    width = max(len(ids) for ids, _ in rows)
+    ids_t = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
+    mask_t = torch.zeros((len(rows), width - 1))
+    for i, (ids, mask) in enumerate(rows):
+        ids_t[i, : len(ids)] = torch.tensor(ids)
+        mask_t[i, : len(ids) - 1] = torch.tensor(mask[1:], dtype=torch.float)
+    return ids_t, mask_t
+
+
+def _episode_success(engine, tasks) -> float:
+    """Held-out greedy episode success: one real episode per task, in the sandbox, as RL will run them."""
+    from posttrain.agent.evaluate import evaluate_agent
+    from posttrain.agent.lookup import SPEC
+    from posttrain.rewards.code import shared_sandbox
+
+    return evaluate_agent(engine, tasks, SPEC, shared_sandbox()).summary.pass1
+
+
+def stopping_set(cfg: BaseModelConfig, source: Any = None) -> list:
     """The problems the band checks measure: held-out problems after the first `EVAL_RESERVE` of the seed's
     held-out draw, so never one the trainer or the quickstart evaluates on. A held-out split too small to
     spare them (a 1-digit toy) falls back to training problems, with a warning: the check then measures fit."""
@@ -141,6 +181,7 @@ def pretrain_base(
     torch.manual_seed(cfg.seed)
     tokenizer = char_tokenizer()
     source = base_task_source(cfg)
+    agent = is_agent(cfg)
     mcfg = ModelConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=cfg.hidden_size,
@@ -148,7 +189,7 @@ def pretrain_base(
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=128,
+        max_position_embeddings=AGENT_CONTEXT if agent else 128,
         tie_word_embeddings=True,
     )
     model = CausalLM(mcfg)
@@ -157,21 +198,32 @@ def pretrain_base(
     rng = random.Random(cfg.seed)
     held_out = stopping_set(cfg, source)
     engine = build_engine(None, model, tokenizer)
+    verifier: Any = None
+    max_answer = 0
     if isinstance(source, CodeSource):
         from posttrain.rewards.registry import make_verifier
         from posttrain.tasks.codegen import VERIFIER
 
         verifier = make_verifier(VERIFIER)  # the sandboxed unit-test verifier, as in RL and evaluation
         max_answer = source.max_answer_chars + 1
-    else:
+    elif not agent:
         verifier = ExactMatch()
         max_answer = len(str(10 ** (cfg.digits + 1))) + 2
+
+    def measure() -> float:
+        if agent:
+            return _episode_success(engine, held_out)
+        return evaluate_accuracy(engine, held_out, verifier, max_tokens=max_answer).accuracy
+
+    def batch(tasks) -> tuple[torch.Tensor, torch.Tensor]:
+        return _trace_batch(tokenizer, tasks) if agent else _batch(tokenizer, tasks)
+
     accuracy, step = 0.0, 0
     check_every, below, refined = cfg.eval_every, None, False
     step = 1
     while step <= cfg.max_steps:
         model.train()
-        ids, mask = _batch(tokenizer, [source.sample(rng) for _ in range(cfg.batch_size)])
+        ids, mask = batch([source.sample(rng) for _ in range(cfg.batch_size)])
         logits = model(ids)[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
         loss = (loss * mask.reshape(-1)).sum() / mask.sum()
@@ -183,7 +235,7 @@ def pretrain_base(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % check_every == 0 or step == cfg.max_steps:
-            accuracy = evaluate_accuracy(engine, held_out, verifier, max_tokens=max_answer).accuracy
+            accuracy = measure()
             if on_eval:
                 on_eval(step, accuracy)
             if accuracy > cfg.target_high and below is not None and not refined:

@@ -39,6 +39,10 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     "mul": {"target_low": 0.20, "target_high": 0.50},
     # three-term chains (a+b-c): seed 0 was at 14% after 1,544 steps (45 min under load) of the 3,000 cap
     "chain": {"target_low": 0.15, "target_high": 0.45},
+    # multi-hop lookups (agent:lookup): whole oracle episodes of ~560 characters each, so fewer per step, and a
+    # band check is a batch of real episodes in the sandbox (64 of them every 25 steps)
+    "lookup": {"target_low": 0.25, "target_high": 0.55, "batch_size": 32, "eval_every": 25, "eval_size": 64,
+               "max_steps": 1500, "digits": 3},
 }
 """Per-family defaults of the built-in base model, applied to the fields a config leaves unset."""
 
@@ -54,9 +58,10 @@ class BaseModelConfig(_Section):
     """SwiGLU hidden width."""
     num_heads: int = Field(4, ge=1)
     """Attention heads (no grouping: the base model is tiny)."""
-    family: Literal["add", "sub", "addsub", "mul", "chain", "code:ops", "code:linear"] = "add"
-    """The arithmetic family it is pre-trained on (also the quickstart's RL task), or a code-writing family
-    (`code:ops`, `code:linear`; see docs/code_domain.md), whose difficulty knob is `digits` too."""
+    family: Literal["add", "sub", "addsub", "mul", "chain", "code:ops", "code:linear", "lookup"] = "add"
+    """The arithmetic family it is pre-trained on (also the quickstart's RL task), a code-writing family
+    (`code:ops`, `code:linear`; see docs/code_domain.md), whose difficulty knob is `digits` too, or `lookup`,
+    the multi-turn agent domain `agent:lookup` (pre-trained on oracle episodes; its knob is `digits` = hops)."""
     digits: int = Field(2, ge=1, le=9)
     """Operands have up to this many digits (2: a 0.86M model reaches the band in a minute or two on 2 cores)."""
     min_digits: int | None = Field(None, ge=1, le=9)

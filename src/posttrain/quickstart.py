@@ -7,6 +7,9 @@ half, keep the best checkpoint), measure the best checkpoint again on the
 same reporting problems with the same seeds, and report the before/after
 figures (the final weights' beside them) and where the run is stored. The
 reporting problems are never the ones the checkpoint was chosen on.
+With an agent domain (`--agent`: `AGENT_OVERRIDES`, the same run as
+`examples/agent.toml`) the figures are held-out episode success: one greedy
+episode per task, and sampled episodes for pass@1, each in the sandbox.
 Does not cover: anything a config cannot express; it is a thin driver over
 `builtin`, `rl.trainer` and `eval`.
 """
@@ -50,7 +53,28 @@ class QuickstartResult:
         return asdict(self)
 
 
-def _measure(engine: Engine, tasks, verifier, max_tokens: int, samples: int, seed: int) -> tuple[float, float]:
+# `posttrain quickstart --agent`: multi-turn RL on the built-in lookup domain (examples/agent.toml is this run)
+AGENT_OVERRIDES = [
+    "tasks.source=agent:lookup", "tasks.digits=3", "model.base.family=lookup", "sampling.n=8",
+    "sampling.temperature=1.0", "sampling.max_tokens=80", "train.steps=150", "train.prompts_per_step=4",
+    "train.eval_every=25", "train.eval_size=200", "train.checkpoint_every=50", "rl.lr=3e-4",
+]
+
+
+def _measure(engine: Engine, tasks, verifier, max_tokens: int, samples: int, seed: int,
+             agent=None) -> tuple[float, float]:
+    """(greedy accuracy, sampled pass@1 with `samples` per task); for an agent domain, episode success."""
+    if agent is not None:
+        from posttrain.agent.evaluate import evaluate_agent
+        from posttrain.rewards.code import shared_sandbox
+        from posttrain.types import SamplingParams
+
+        sandbox = shared_sandbox()
+        greedy = evaluate_agent(engine, tasks, agent, sandbox,
+                                params=SamplingParams(temperature=0.0, max_tokens=max_tokens)).summary.pass1
+        sampled = evaluate_agent(engine, tasks, agent, sandbox, n=samples, seed=seed,
+                                 params=SamplingParams(temperature=1.0, max_tokens=max_tokens)).summary.pass1
+        return greedy, sampled
     greedy = evaluate_accuracy(engine, tasks, verifier, max_tokens).accuracy
     sampled = evaluate_accuracy(engine, tasks, verifier, max_tokens, temperature=1.0, samples=samples, seed=seed).accuracy
     return greedy, sampled
@@ -82,18 +106,21 @@ def run_quickstart(
     trainer = Trainer(cfg, overwrite=True, on_step=on_step, on_eval=on_eval)  # a rerun of a seed replaces its run
     try:
         reporting, verifier, max_tokens = trainer.reporting, trainer.verifier, trainer.params.max_tokens
+        agent = trainer.domains[0].agent
         if not reporting:
             raise ConfigError("quickstart: the task source has no held-out tasks; raise tasks.held_out_fraction")
         say(f"evaluating the base model on {len(reporting)} held-out problems (the reporting half)")
-        greedy_before, pass1_before = _measure(trainer.engine, reporting, verifier, max_tokens, pass1_samples, cfg.seed + 1)
+        greedy_before, pass1_before = _measure(trainer.engine, reporting, verifier, max_tokens, pass1_samples, cfg.seed + 1,
+                                               agent)
         say("GRPO")
         result = trainer.run()
         say("evaluating the trained model")
-        greedy_final, pass1_final = _measure(trainer.engine, reporting, verifier, max_tokens, pass1_samples, cfg.seed + 1)
+        greedy_final, pass1_final = _measure(trainer.engine, reporting, verifier, max_tokens, pass1_samples, cfg.seed + 1,
+                                             agent)
         best_dir, best_step = trainer.best_model_dir(), trainer.best.step if trainer.best else None
         if best_dir is not None and best_step != trainer.step:
             greedy_after, pass1_after = _measure(_engine_for(best_dir), reporting, verifier, max_tokens, pass1_samples,
-                                                 cfg.seed + 1)
+                                                 cfg.seed + 1, agent)
         else:
             greedy_after, pass1_after, best_step = greedy_final, pass1_final, trainer.step
         trainer.store.log_eval(

@@ -7,6 +7,7 @@ import asyncio
 from posttrain.agent import ContextPolicy
 from posttrain.agent.demo import demo_tasks
 from posttrain.agent.rollouter import AgentRollouter
+from posttrain.agent.spec import AgentSpec
 from posttrain.engine.mock import MockEngine
 from posttrain.models.tokenizer import char_tokenizer
 
@@ -24,7 +25,8 @@ def script(prompt):
 def test_groups_of_episodes(sandbox):
     engine = MockEngine(script, tokenizer=char_tokenizer())
     policy = ContextPolicy(budget_tokens=8192, compact_at=0.8, compact_jitter=0.2)
-    r = AgentRollouter(engine, sandbox, lambda task: SOLVE[task.id], policy, max_steps=5)
+    spec = AgentSpec(lambda task: SOLVE[task.id], policy=policy, max_steps=5)
+    r = AgentRollouter(engine, sandbox, spec)
     tasks = [t.to_task() for t in demo_tasks()]
     groups = asyncio.run(r.run(tasks, n=3))
     assert [g.task.id for g in groups] == [t.id for t in tasks]

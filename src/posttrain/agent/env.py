@@ -5,10 +5,13 @@ tool call into a `ToolResult`, `verify` judges the workspace after the agent has
 `close`); `SessionEnv`, the tool dispatch every session-backed env shares (an unknown tool is an
 observation, like any failing call); `AgentTask`, a plain task: workspace files, hidden tests
 copied in only after the agent finished (over whatever the agent wrote there), a test command
-whose exit status is the verdict, optional visible tests for `run_tests`, an oracle solution and
-documents for `recall` (the files go into the workspace with the session's first execution:
-`tools.Staged`); `ToolEnv`, which runs an `AgentTask` in a `Session`; and `FunctionEnv`, for tools
-that need no sandbox (plain Python `@tool` functions), judged on the answer given to `submit`.
+whose exit status is the verdict (or a gold `answer` that the argument of `submit` must match,
+judged by the task's `answer_verifier`, exact match by default), optional visible tests for
+`run_tests`, an oracle solution, its own tools (the defaults otherwise) and documents for `recall`
+(the files go into the workspace with the session's first execution: `tools.Staged`); `ToolEnv`,
+which runs an `AgentTask` in a `Session` (or in a fork of its group's `template` workspace, so a
+group's n episodes cost one set-up); and `FunctionEnv`, for tools that need no sandbox (plain
+Python `@tool` functions), judged on the answer given to `submit`.
 Does not cover: the loop (`runtime.py`), terminal tasks (`terminal.py` over `posttrain.tasks.harbor`).
 
 >>> env = ToolEnv(sandbox, AgentTask("t", "Create hello.txt", tests={"t.sh": "grep -q hi hello.txt"},
@@ -73,10 +76,13 @@ class AgentTask:
     timeout_s: float = 600.0
     verifier_timeout_s: float = 60.0
     meta: dict[str, Any] = field(default_factory=dict)
+    answer: str | None = None  # judged on the answer given to `submit` instead of a test command
+    answer_verifier: Any = None  # a `rewards.Verifier` for `answer` (None: exact match after stripping)
+    tools: tuple[Tool, ...] | None = None  # the task's own tools (None: what the env is given, or the defaults)
 
     def to_task(self) -> Task:
         """The task as the rest of posttrain knows tasks (training groups, stores)."""
-        return Task(self.id, self.instruction, None, {**self.meta, "kind": "agent"})
+        return Task(self.id, self.instruction, self.answer, {**self.meta, "kind": "agent"})
 
 
 async def dispatch(tools: dict[str, Tool], ctx: ToolContext, call: ToolCall) -> ToolResult:
@@ -98,15 +104,25 @@ class SessionEnv:
         self.documents = dict(documents or {})
         self.test_command = test_command
         self.session: Session | None = None
+        self.template: Session | None = None  # a group's shared workspace: `reset` forks it instead of opening one
         self.ctx = ToolContext(None)
+        self.submitted: str | None = None  # the argument of `submit`, once the model called it
         self._by_name = {t.name: t for t in self.tools}
+
+    async def open_template(self) -> Session | None:
+        """The workspace this env starts from, written and frozen, for a group's episodes to fork (`template`);
+        None when it has none to share."""
+        return None
 
     def bind(self, session: Session, memory: Memory | None) -> None:
         self.session = session
         self.ctx = ToolContext(session, session.limits, self.test_command, memory)
 
     async def step(self, call: ToolCall) -> ToolResult:
-        return await dispatch(self._by_name, self.ctx, call)
+        result = await dispatch(self._by_name, self.ctx, call)
+        if result.ends_episode:
+            self.submitted = str(call.arguments.get("answer", ""))
+        return result
 
     async def close(self) -> None:
         if self.session is not None:
@@ -119,24 +135,37 @@ class ToolEnv(SessionEnv):
 
     def __init__(self, sandbox: Sandbox, task: AgentTask, tools: list[Tool] | None = None,
                  limits: Limits | None = None) -> None:
-        super().__init__(task.id, tools, task.timeout_s, task.documents, task.visible_test_command)
+        own = list(task.tools) if task.tools is not None else None
+        super().__init__(task.id, own if own is not None else tools, task.timeout_s, task.documents,
+                         task.visible_test_command)
         self.sandbox = sandbox
         self.task = task
         self.limits = limits
 
     async def reset(self, memory: Memory | None) -> str:
         """A fresh session; the task's files are staged to travel with its first execution (whatever the
-        agent does first sees them), which saves a sandbox fork per episode."""
-        # a new session is one short request to the fork-server (~0.4 ms), made here rather than on a worker
-        # thread: under many concurrent episodes those threads are busy running commands, and a start would queue
+        agent does first sees them), which saves a sandbox fork per episode. With a `template` (the
+        group's workspace, `open_template`), a fork of it instead: the files are already there."""
+        # a new session (or fork) is one short request to the fork-server (~0.4 ms), made here rather than on a
+        # worker thread: under many concurrent episodes those threads are busy running commands, and a start would queue
+        if self.template is not None:
+            self.bind(self.template.fork(limits=self.limits), memory)
+            return self.task.instruction
         session = Session(self.sandbox, limits=self.limits)
         self.bind(session, memory)
         self.ctx.staged.files = dict(self.task.files)
         return self.task.instruction
 
+    async def open_template(self) -> Session:
+        """The workspace this task starts from (its files written, frozen), for a group's episodes to fork."""
+        files = dict(self.task.files)
+        return await self.sandbox.in_worker(lambda: Session(self.sandbox, files=files or None, limits=self.limits))
+
     async def verify(self) -> Verdict:
         """Write the hidden tests over whatever is there, run the test command; exit 0 passes. A sandbox
-        failure is an ERROR verdict (never a 0)."""
+        failure is an ERROR verdict (never a 0). A task with a gold `answer` is judged on what was submitted."""
+        if self.task.answer is not None:
+            return await self.verify_answer()
         s = self.session
         t0 = time.perf_counter()
         if s is None:
@@ -155,6 +184,19 @@ class ToolEnv(SessionEnv):
         return Verdict(float(passed), passed, VerdictStatus.OK, VERIFIER,
                        f"tests {'passed' if passed else 'failed'} ({r.status.value}, exit {r.exit_code})\n{tail}",
                        info={"exit_code": r.exit_code, "status": r.status.value}, latency_s=dt)
+
+
+    async def verify_answer(self) -> Verdict:
+        """The submitted answer judged against the gold one by the task's verifier (never submitting scores 0)."""
+        from posttrain.rewards.base import score
+        from posttrain.rewards.verifiers import ExactMatch
+
+        verifier = self.task.answer_verifier or ExactMatch(extract="full")
+        task = Task(self.task.id, self.task.instruction, self.task.answer, dict(self.task.meta))
+        (verdict,) = await score(verifier, [task], [self.submitted if self.submitted is not None else ""])
+        if self.submitted is None and verdict.ok:
+            verdict.details = "never submitted an answer; " + verdict.details
+        return verdict
 
 
 class FunctionEnv:

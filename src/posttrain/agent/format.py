@@ -14,7 +14,10 @@ tool returned comes back as
 
 and a completion without a parseable call as `<error>...</error>` (a format error, counted).
 The system block lists every tool's JSON schema, one per line, `json.dumps(sort_keys=True)`: the
-prefix is byte-identical across turns and tasks, so the engine's prefix cache keeps it.
+prefix is byte-identical across turns and tasks, so the engine's prefix cache keeps it. A small model
+(the built-in character-level one, whose cost grows with the square of the context) can be given the
+compact listing instead, one signature per line (`read(path: string): Show a file.`); a model must be
+driven with the listing it was trained with.
 
 Covers: rendering the prefix, the task block, observations and format errors; parsing a call.
 Does not cover: native `tools`/`tool_calls` of OpenAI-compatible endpoints (`openai_chat.py`).
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Literal
 
 from posttrain.agent.episode import ToolCall
 
@@ -39,9 +43,24 @@ SYSTEM = (
 )
 
 
-def render_prefix(schemas: list[dict], system: str = SYSTEM) -> str:
-    """The stable prefix: the system text and one JSON schema per line (sorted keys, tools in the order given)."""
-    lines = [json.dumps(s["function"], sort_keys=True, separators=(", ", ": ")) for s in schemas]
+Listing = Literal["json", "signature"]
+
+
+def signature(function: dict) -> str:
+    """`name(arg: type, optional?: type): description` of an OpenAI function schema."""
+    params = function.get("parameters", {})
+    req = set(params.get("required", []))
+    args = ", ".join(f"{k}{'' if k in req else '?'}: {v.get('type', 'any')}" for k, v in params.get("properties", {}).items())
+    return f"{function['name']}({args}): {function.get('description', '')}".rstrip(": ")
+
+
+def render_prefix(schemas: list[dict], system: str = SYSTEM, listing: Listing = "json") -> str:
+    """The stable prefix: the system text and one line per tool, its JSON schema (sorted keys, tools in the
+    order given) or, with `listing="signature"`, its signature and description."""
+    if listing == "signature":
+        lines = [signature(s["function"]) for s in schemas]
+    else:
+        lines = [json.dumps(s["function"], sort_keys=True, separators=(", ", ": ")) for s in schemas]
     return "<system>\n" + system + "\n".join(lines) + "\n</system>\n"
 
 

@@ -89,7 +89,7 @@ class EngineModel:
 
     native_tools = False
 
-    def __init__(self, engine: Engine, price: Price | None = None) -> None:
+    def __init__(self, engine: Engine, price: Price | None = None, listing: fmt.Listing = "json") -> None:
         if engine.tokenizer is None:
             raise AgentModelError(
                 "an agent on an engine needs the engine's tokenizer (token in, token out); for an OpenAI-compatible "
@@ -97,10 +97,11 @@ class EngineModel:
         self.engine = engine
         self.codec = TextCodec(engine.tokenizer)
         self.price = price
+        self.listing = listing  # how the prefix lists the tools (`format.render_prefix`)
         self._prefixes: dict[str, Entry] = {}
 
     def prefix(self, tools: list[Tool], system: str) -> Entry:
-        text = fmt.render_prefix([t.schema() for t in tools], system)
+        text = fmt.render_prefix([t.schema() for t in tools], system, self.listing)
         e = self._prefixes.get(text)
         if e is None:  # encoded once per prefix text: every episode starts from the same ids
             e = self._prefixes[text] = self.codec.entry("prefix", text)
@@ -114,10 +115,10 @@ class EngineModel:
         return Sampled(completion, ctx, len(ctx), None, cost)
 
 
-def as_agent_model(model: object, price: Price | None = None) -> AgentModel:
-    """An `AgentModel` as given, or an `Engine` wrapped in `EngineModel`."""
+def as_agent_model(model: object, price: Price | None = None, listing: fmt.Listing = "json") -> AgentModel:
+    """An `AgentModel` as given, or an `Engine` wrapped in `EngineModel` (tools listed as `listing` says)."""
     if isinstance(model, AgentModel):
         return model
     if isinstance(model, Engine):
-        return EngineModel(model, price)
+        return EngineModel(model, price, listing)
     raise AgentModelError(f"cannot drive an agent with a {type(model).__name__}: give an Engine or an AgentModel")

@@ -1,56 +1,99 @@
 """`AgentRollouter`: the `Rollouter` protocol (`async run(tasks, n) -> list[Group]`) over agent episodes.
 
 Covers: n concurrent `run_agent_task` episodes per task on one shared model (the local engine batches
-their turns), the context policy drawn once per group (`ContextPolicy.for_group`: every attempt of a
-group sees the same compaction trigger, groups differ), each episode turned into a
-`types.Trajectory` (`Episode.to_trajectory`: segments where history was rewritten; env_error
-episodes are masked, never scored 0). The episodes of the last `run` stay in `episodes` for stores.
-Does not cover: the training loop (`rl/`), which task becomes which env (`load`, given).
+their turns through `agenerate`); one workspace per group: the task's files are written once into a
+template session and the n episodes start from forks of it (`Session.fork`: n copies, one set-up);
+the context policy drawn once per group (`ContextPolicy.for_group`: every attempt of a group sees the
+same compaction trigger, groups differ); each episode turned into a `types.Trajectory`
+(`Episode.to_trajectory`: ids exactly as seen and sampled, one segment per rewritten history, each
+carrying the episode's advantage). A group in which any episode hit an infrastructure failure
+(env_error: the sandbox, the verifier or the endpoint failed) is masked whole, never scored 0, and
+counted (`masked_groups`); its siblings are marked ABORTED so the trainer drops them too. Finished
+episodes pile up in `episodes` (with their step's group and sample index) until `drain()` takes them,
+for the run store and the per-turn metrics.
+Does not cover: the training loop (`rl/`), which task becomes which env (`spec.load`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from posttrain.agent.context import ContextPolicy
-from posttrain.agent.episode import Episode
-from posttrain.agent.runtime import DEFAULT_PARAMS, run_agent_task
-from posttrain.agent.tools import Tool
-from posttrain.types import Group, SamplingParams, Task
+from posttrain.agent.env import SessionEnv
+from posttrain.agent.episode import Episode, EpisodeStatus
+from posttrain.agent.runtime import DEFAULT_PARAMS, make_env, run_agent_task
+from posttrain.agent.spec import AgentSpec
+from posttrain.types import Group, RolloutStatus, SamplingParams, Task
 
 if TYPE_CHECKING:
     from posttrain.sandbox.sandbox import Sandbox
+    from posttrain.sandbox.session import Session
 
 
 @dataclass
 class AgentRollouter:
     model: object  # an Engine with a tokenizer (trainable), or an AgentModel
-    sandbox: Sandbox
-    load: Callable[[Task], object]  # a Task -> the AgentTask, TerminalTask or Env to run
-    policy: ContextPolicy = field(default_factory=ContextPolicy)
+    sandbox: Sandbox | None
+    spec: AgentSpec
     params: SamplingParams = DEFAULT_PARAMS
-    max_steps: int = 30
-    tools: list[Tool] | None = None
     seed: int = 0
     max_concurrency: int = 64  # episodes in flight at once
-    episodes: list[list[Episode]] = field(default_factory=list)
+    share_workspace: bool = True  # a group's episodes fork one template workspace
+    episodes: list[list[Episode]] = field(default_factory=list)  # per group, since the last `drain`
+    masked_groups: int = 0  # groups masked for an infrastructure failure, since the last `drain`
 
     async def run(self, tasks: list[Task], n: int) -> list[Group]:
         gate = asyncio.Semaphore(self.max_concurrency)
+        spec = self.spec
 
-        async def one(task: Task, policy: ContextPolicy) -> Episode:
+        async def group(task: Task) -> list[Episode]:
+            policy = spec.policy.for_group(zlib.crc32(f"{self.seed}:{task.id}".encode()))
+            template = await self._template(task)
+            try:
+                return list(await asyncio.gather(*(one(task, policy, template) for _ in range(n))))
+            finally:
+                if template is not None:
+                    await template.sandbox.in_worker(template.close)
+
+        async def one(task: Task, policy, template: Session | None) -> Episode:
             async with gate:
-                return await run_agent_task(self.model, self.load(task), self.tools, self.max_steps, policy,
-                                            sandbox=self.sandbox, params=self.params)
+                env = make_env(spec.load(task), self.sandbox, list(spec.tools) if spec.tools is not None else None)
+                if template is not None and isinstance(env, SessionEnv):
+                    env.template = template
+                return await run_agent_task(self.model, env, None, spec.max_steps, policy, params=self.params,
+                                            max_format_errors=spec.max_format_errors, system=spec.system,
+                                            tool_listing=spec.tool_listing)
 
+        done = await asyncio.gather(*(group(t) for t in tasks))
         groups = []
-        for task in tasks:
-            policy = self.policy.for_group(zlib.crc32(f"{self.seed}:{task.id}".encode()))
-            groups.append([one(task, policy) for _ in range(n)])
-        done = await asyncio.gather(*(asyncio.gather(*g) for g in groups))
-        self.episodes = [list(g) for g in done]
-        return [Group(task, [ep.to_trajectory(task) for ep in eps]) for task, eps in zip(tasks, done)]
+        for task, eps in zip(tasks, done):
+            trajectories = [ep.to_trajectory(task) for ep in eps]
+            if any(ep.status is EpisodeStatus.ENV_ERROR for ep in eps):
+                self.masked_groups += 1
+                for ep, t in zip(eps, trajectories):
+                    if ep.status is not EpisodeStatus.ENV_ERROR:
+                        t.status = RolloutStatus.ABORTED
+            groups.append(Group(task, trajectories))
+            self.episodes.append(list(eps))
+        return groups
+
+    async def _template(self, task: Task) -> Session | None:
+        """The group's shared workspace, or None (an env without a session, sharing off, or a set-up that
+        failed: each episode then opens its own and a failure there is its env_error)."""
+        if not self.share_workspace or self.sandbox is None:
+            return None
+        env = make_env(self.spec.load(task), self.sandbox, None)
+        if not isinstance(env, SessionEnv):
+            return None
+        try:
+            return await env.open_template()
+        except Exception:  # noqa: BLE001 - each episode then tries on its own and records what failed
+            return None
+
+    def drain(self) -> tuple[list[list[Episode]], int]:
+        """The episodes (per group) and masked-group count since the last call, and reset both."""
+        eps, masked = self.episodes, self.masked_groups
+        self.episodes, self.masked_groups = [], 0
+        return eps, masked

@@ -68,14 +68,15 @@ async def run_agent_task(
     system: str = fmt.SYSTEM,
     price: Price | None = None,
     on_turn: TurnHook | None = None,
+    tool_listing: fmt.Listing = "json",
 ) -> Episode:
     """Run one episode of `model` (an `Engine` with a tokenizer, or an `AgentModel`) on `task` (an `AgentTask`,
     a `TerminalTask` or any `Env`; tasks need `sandbox`). `tools` default to the env's. `max_format_errors`:
     consecutive malformed calls that end the episode (None: no cap). `timeout_s`: the agent's wall-clock budget
-    (default: the env's)."""
+    (default: the env's). `tool_listing`: how an engine's prefix lists the tools (`format.render_prefix`)."""
     t_start = time.perf_counter()
     policy = context_policy or ContextPolicy()
-    agent: AgentModel = as_agent_model(model, price)
+    agent: AgentModel = as_agent_model(model, price, tool_listing)
     base = params or DEFAULT_PARAMS
     act_params = base if agent.native_tools else dataclasses.replace(base, stop=tuple(dict.fromkeys(base.stop + fmt.STOP)))
     env = make_env(task, sandbox, tools)

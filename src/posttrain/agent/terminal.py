@@ -21,6 +21,7 @@ from posttrain.types import Verdict, VerdictStatus
 
 if TYPE_CHECKING:
     from posttrain.sandbox.sandbox import Sandbox
+    from posttrain.sandbox.session import Session
     from posttrain.tasks.harbor import TerminalTask
 
 
@@ -41,11 +42,18 @@ class TerminalEnv(SessionEnv):
         self.task = task
 
     async def reset(self, memory: Memory | None) -> str:
-        from posttrain.tasks.harbor import open_workspace
-
-        session = await self.sandbox.in_worker(lambda: open_workspace(self.sandbox, self.task))
+        """The task's workspace, or a fork of the group's `template` (the same files, already written)."""
+        if self.template is not None:
+            self.bind(self.template.fork(), memory)
+            return self.task.instruction
+        session = await self.open_template()
         self.bind(session, memory)
         return self.task.instruction
+
+    async def open_template(self) -> Session:
+        from posttrain.tasks.harbor import open_workspace
+
+        return await self.sandbox.in_worker(lambda: open_workspace(self.sandbox, self.task))
 
     async def verify(self) -> Verdict:
         from posttrain.tasks.harbor import verify_workspace

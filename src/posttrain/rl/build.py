@@ -122,7 +122,22 @@ def sampling_params(cfg: RunConfig, domains: list[Domain]) -> SamplingParams:
 def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], params: SamplingParams,
                     inline: bool | None = None) -> Rollouter:
     """`inline` (default: in the synchronous mode) samples with the engine's blocking `generate`; an async
-    producer that owns its engine passes True."""
+    producer that owns its engine passes True. An agent domain (`rollouter == "agent"`) gets the
+    `AgentRollouter` over its `AgentSpec` (one agent domain per run; it cannot be mixed with single-turn ones)."""
+    agents = [d for d in domains if d.rollouter == "agent"]
+    if agents:
+        if len(domains) > 1:
+            raise ConfigError("config: an agent domain trains alone (mixing it with other domains is not supported yet)")
+        if cfg.rollout.mode != "sync":
+            raise ConfigError("config: agent domains train with rollout.mode = \"sync\" (the asynchronous loop samples "
+                              "single-turn rollouts only)")
+        d = agents[0]
+        if d.agent is None:
+            raise ConfigError(f"config: domain {d.name} runs agent episodes but has no AgentSpec")
+        from posttrain.agent.rollouter import AgentRollouter
+        from posttrain.rewards.code import shared_sandbox
+
+        return AgentRollouter(engine, shared_sandbox(), d.agent, params, seed=cfg.seed)
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
     return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers,
                                inline=cfg.rollout.mode == "sync" if inline is None else inline)

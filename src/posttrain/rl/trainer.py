@@ -9,8 +9,13 @@ the evaluation harness (responses stored like any eval); checkpoints every
 K steps; and exact resume from the newest checkpoint (`TrainerState`).
 `[rollout] mode = "async"` hands sampling to `rl/async_loop.py` (producers,
 the bounded buffer, staleness) and keeps everything else here.
+An agent domain's rollouter (`agent.rollouter.AgentRollouter`) also hands
+over its episodes: their transcripts go to the run store's `episodes`
+table (`posttrain agent show RUN STEP:IDX` replays what training saw) and
+their per-turn figures (`agent/turns_per_episode`, `agent/format_error_rate`,
+`agent/status/...`, `agent/tool/...`, `masked_groups`) join the step's metrics.
 Does not cover: building components (`rl/build.py`), the asynchronous
-loop itself, or agent rollouts (they plug in as a `Rollouter`).
+loop itself, or running agent episodes (`posttrain.agent`).
 """
 
 from __future__ import annotations
@@ -238,11 +243,30 @@ class Trainer:
                 warnings.warn(f"rollout producer {f.producer} failed (request re-queued): {f.message}", stacklevel=2)
                 self.store.add_alert({"step": self.step, "kind": "producer_failure", "producer": f.producer,
                                       "message": f.message})
+        self._record_episodes(metrics)
         self._record(metrics, sampled, kept)
         result = StepResult(self.step, metrics)
         if self.on_step:
             self.on_step(result)
         return result
+
+    def _record_episodes(self, metrics: dict[str, float]) -> None:
+        """An agent rollouter's episodes of this step: per-turn metrics, and their transcripts in the store."""
+        from posttrain.agent.metrics import episode_metrics
+        from posttrain.agent.rollouter import AgentRollouter
+        from posttrain.store.run_store import EpisodeRow
+
+        if not isinstance(self.rollouter, AgentRollouter):
+            return
+        groups, masked = self.rollouter.drain()
+        flat = [ep for eps in groups for ep in eps]
+        metrics.update({f"agent/{k}": v for k, v in episode_metrics(flat).items()}, masked_groups=masked)
+        if self.cfg.train.store_samples:
+            n = max((len(eps) for eps in groups), default=1)
+            self.store.log_episodes(self.step, [
+                EpisodeRow(i * n + j, ep.task_id, ep.status.value, int(ep.passed), ep.reward, ep.steps, ep.tokens_in,
+                           ep.tokens_out, ep.times.total_s, ep.cost_usd, ep.to_dict())
+                for i, eps in enumerate(groups) for j, ep in enumerate(eps)])
 
     def _record(self, metrics: dict[str, float], sampled: list[Group], kept: list[Group]) -> None:
         kept_ids = {id(g) for g in kept}

@@ -32,7 +32,7 @@ from posttrain.types import Task
 
 # Modules that register domains when imported; each is imported lazily, the first time the registry is read.
 _PLUGINS: list[str] = ["posttrain.tasks.humaneval", "posttrain.tasks.codegen", "posttrain.tasks.reasoning_gym",
-                        "posttrain.tasks.terminal"]
+                        "posttrain.tasks.terminal", "posttrain.agent.lookup"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ class Domain:
     evaluation: EvalView
     weight: float = 1.0
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
-    rollouter: str = "single_turn"
+    rollouter: str = "single_turn"  # "agent": tasks run as episodes, by `agent`
+    agent: Any = None  # a `posttrain.agent.spec.AgentSpec` when `rollouter == "agent"`
     description: str = ""
     meta: dict[str, Any] = field(default_factory=dict)  # options it was built with, source versions
     eval_limit: int | None = None  # the `limit` option: tasks in the default evaluation view
@@ -74,7 +75,8 @@ class Domain:
     def suite(self, limit: int | None = None, seed: int | None = None) -> Suite:
         """The domain's evaluation view as a `Suite`: its tasks and its verifier."""
         tasks = self.evaluation(limit if limit is not None else self.eval_limit, self.eval_seed if seed is None else seed)
-        return Suite(self.name, tasks, self.verifier, description=self.description, meta=dict(self.meta))
+        return Suite(self.name, tasks, self.verifier, description=self.description, meta=dict(self.meta),
+                     agent=self.agent)
 
     def with_verifier(self, verifier: Any) -> "Domain":
         """The same domain judged by another verifier (a config's `reward.verifier` override)."""

@@ -26,6 +26,7 @@ class Suite:
     verifier: Any  # a `posttrain.rewards.Verifier`
     description: str = ""
     meta: dict[str, Any] = field(default_factory=dict)  # options it was built with, source versions
+    agent: Any = None  # an `agent.spec.AgentSpec`: its tasks run as agent episodes (None: one response each)
 
     def __post_init__(self) -> None:
         if not self.tasks:

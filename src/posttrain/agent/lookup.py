@@ -1,0 +1,184 @@
+"""The `agent:lookup` domain: multi-hop lookups across workspace files, the built-in multi-turn task.
+
+A task asks for the value of a key (`Find the value of qx. Start in the file start.`). The workspace
+holds a chain of small files: each has `lines` lines, one per key, either a pointer (`qx -> k7`: look
+in file k7) or a value (`qx = 482`); the task's key points `hops - 1` times before it reaches its
+value, the other lines are distractors for other keys. The value is three random digits and exists
+only in the workspace, so a single-turn answer is right one time in 900; an agent must read the
+files in order (`read`), follow its own key and `submit` the value. `hops` is the difficulty knob.
+
+Covers: `LookupSource` (the generator: a hash split on the task's content, like every generated
+source), the domain's two compact tools (`read`, `submit`: short schemas keep the stable prefix small
+and the compact signature listing keep the stable prefix near 120 characters for the built-in
+character-level model), `agent_task_of` (the `AgentTask` a `Task` carries: files and
+gold answer, judged on the submitted answer by exact match), `oracle_calls` (the calls that solve a
+task, what the built-in base is pre-trained on), and the registry entry `agent:lookup` with its
+`AgentSpec`. Its single-response view (`posttrain eval --suite agent:lookup` on a plain model) judges
+the response as the answer: the chance baseline.
+Does not cover: pre-training on the oracle's traces (`builtin.py`), running episodes (`runtime.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from posttrain.agent.env import AgentTask
+from posttrain.agent.episode import ToolCall
+from posttrain.agent.spec import AgentSpec
+from posttrain.agent.tools import ToolContext, ToolOutput, tool
+from posttrain.tasks.base import GeneratedSource, Split, split_of
+from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain, reject_unknown
+from posttrain.tasks.jsonl import TaskFileError
+from posttrain.types import Task
+
+SYSTEM = "Find the answer in the files. Tools:\n"
+START = "start"
+MAX_TOKENS = 80  # one call: `<tool_call>{"name": "submit", "arguments": {"answer": "482"}}</tool_call>` is 73
+# characters; the stop string ends a good reply, and one that has not closed its call by then is a format error
+
+
+@tool
+async def read(ctx: ToolContext, path: str) -> str:
+    """Show a file."""
+    return await ctx.read(path)
+
+
+@tool(name="submit")
+async def submit_answer(answer: str) -> ToolOutput:
+    """Give the answer."""
+    return ToolOutput("submitted", ends_episode=True)
+
+
+TOOLS = (read, submit_answer)
+
+
+@dataclass(frozen=True)
+class LookupSource(GeneratedSource):
+    """Lookup tasks of `min_hops`..`hops` hops, `lines` lines per file (one is the task's key)."""
+
+    hops: int = 3
+    min_hops: int = 1
+    lines: int = 3
+    held_out_fraction: float = 0.15
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_hops <= self.hops <= 8:
+            raise ValueError(f"need 1 <= min_hops <= hops <= 8, got min_hops={self.min_hops}, hops={self.hops}")
+        if not 1 <= self.lines <= 8:
+            raise ValueError(f"lines must be in 1..8, got {self.lines}")
+        if not 0 < self.held_out_fraction < 1:
+            raise ValueError(f"held_out_fraction must be in (0, 1), got {self.held_out_fraction}")
+
+    @property
+    def name(self) -> str:
+        return f"lookup-h{self.min_hops}to{self.hops}-l{self.lines}"
+
+    def _draw(self, rng: random.Random) -> Task:
+        hops = rng.randint(self.min_hops, self.hops)
+        keys = rng.sample([a + b for a in string.ascii_lowercase for b in string.ascii_lowercase], self.lines)
+        key = keys[0]
+        names = rng.sample([a + d for a in string.ascii_lowercase for d in string.digits], hops + self.lines * hops)
+        chain = [START] + names[: hops - 1]  # the files the task's key passes through
+        spare = names[hops - 1:]
+        value = str(rng.randint(100, 999))
+        files: dict[str, str] = {}
+        for depth, name in enumerate(chain):
+            last = depth == hops - 1
+            rows = [f"{key} = {value}" if last else f"{key} -> {chain[depth + 1]}"]
+            for other in keys[1:]:  # distractors: other keys' pointers (to files that may not exist) or values
+                rows.append(f"{other} -> {spare.pop()}" if rng.random() < 0.5 else f"{other} = {rng.randint(100, 999)}")
+            rng.shuffle(rows)
+            files[name] = "\n".join(rows)
+        blob = json.dumps({"key": key, "files": files}, sort_keys=True)
+        digest = hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
+        return Task(
+            id=f"lookup:{digest}",
+            prompt=instruction(key),
+            answer=value,
+            meta={"files": files, "key": key, "hops": hops, "chain": chain, "split_key": digest,
+                  "difficulty": hops, "rollouter": "agent"},
+        )
+
+    def split_of(self, task: Task) -> Split:
+        return split_of(f"lookup:{task.meta['split_key']}", self.held_out_fraction)
+
+
+def instruction(key: str) -> str:
+    return f"Find the value of {key}. Start in the file {START}."
+
+
+def agent_task_of(task: Task) -> AgentTask:
+    """The episode a lookup `Task` stands for: its files in the workspace, judged on the submitted answer."""
+    files = task.meta.get("files")
+    if not isinstance(files, dict) or task.answer is None:
+        raise TaskFileError(f"task {task.id!r} is not a lookup task (no meta['files'] or no answer)")
+    return AgentTask(task.id, task.prompt, files=dict(files), answer=task.answer, tools=TOOLS, timeout_s=120.0,
+                     meta={k: task.meta[k] for k in ("hops", "key") if k in task.meta})
+
+
+def oracle_calls(task: Task) -> list[tuple[ToolCall, str]]:
+    """The calls that solve `task`, each with what the tool answers (the file's text; "submitted")."""
+    files, chain = task.meta["files"], task.meta["chain"]
+    out = [(ToolCall("read", {"path": name}), files[name]) for name in chain]
+    out.append((ToolCall("submit", {"answer": task.answer}), "submitted"))
+    return out
+
+
+def oracle_trace(task: Task, tokenizer: Any) -> tuple[list[int], list[bool]]:
+    """The token sequence of the oracle's episode exactly as the runtime builds it (the stable prefix, the
+    task, then per call the sampled call text and the encoded observation; the last observation is not
+    trained on) and which tokens the model samples. The base model is pre-trained on these."""
+    from posttrain.agent import format as fmt
+    from posttrain.agent.models import TextCodec
+
+    codec = TextCodec(tokenizer)
+    ids = codec.entry("prefix", fmt.render_prefix([t.schema() for t in TOOLS], SYSTEM, SPEC.tool_listing)).ids
+    ids = ids + codec.entry("task", task.prompt).ids
+    mask = [False] * len(ids)
+    calls = oracle_calls(task)
+    for i, (call, output) in enumerate(calls):
+        sampled = tokenizer.encode(fmt.render_call(call), add_bos=False)
+        ids += sampled
+        mask += [True] * len(sampled)
+        if i < len(calls) - 1:
+            seen = codec.entry("observation", output, i + 1, call.name).ids
+            ids += seen
+            mask += [False] * len(seen)
+    return ids, mask
+
+
+SPEC = AgentSpec(load=agent_task_of, tools=TOOLS, system=SYSTEM, max_steps=8, max_format_errors=2,
+                 max_tokens=MAX_TOKENS, tool_listing="signature")
+_OPTIONS = ("hops", "min_hops", "lines", "held_out_fraction", "limit", "seed", "max_steps")
+
+
+@register_domain("agent:", "built-in agent tasks (lookup: follow notes across workspace files to a value)")
+def _agent_domain(name: str, **options: Any) -> Domain:
+    from dataclasses import replace
+
+    from posttrain.rewards.verifiers import ExactMatch
+
+    if name != "lookup":
+        raise TaskFileError(f"unknown agent domain agent:{name}: the built-in one is agent:lookup")
+    reject_unknown(f"agent:{name}", options, _OPTIONS)
+    try:
+        source = LookupSource(hops=options.get("hops", 3), min_hops=options.get("min_hops", 1),
+                              lines=options.get("lines", 3), held_out_fraction=options.get("held_out_fraction", 0.15))
+    except ValueError as exc:
+        raise TaskFileError(f"agent:lookup: {exc}") from None
+    spec = replace(SPEC, max_steps=int(options.get("max_steps", SPEC.max_steps)))
+    limit, seed = options.get("limit", 200), options.get("seed", 0)
+    return Domain(
+        "agent:lookup", source, ExactMatch(extract="full"),
+        evaluation=lambda n, s: source.take(200 if n is None else n, "held_out", seed=s),
+        sampling=SamplingDefaults(max_tokens=MAX_TOKENS, stop=("</tool_call>",)),
+        rollouter="agent", agent=spec,
+        description=f"held-out {source.min_hops}-{source.hops}-hop lookups across workspace files",
+        meta={"hops": source.hops, "min_hops": source.min_hops, "lines": source.lines, "limit": limit, "seed": seed},
+        eval_limit=limit, eval_seed=seed,
+    )

@@ -1,0 +1,43 @@
+"""Per-turn metrics of a batch of agent episodes: what training logs next to reward, and evaluation reports.
+
+Covers: `episode_metrics(episodes)`, a flat dict of floats (the run store's step metrics,
+TensorBoard, the live progress take it as it is): turns and sampled tokens per episode and per turn,
+context tokens per turn, the format-error rate (malformed replies per acting turn), the share of
+episodes by status (`status/solved`, `status/max_steps`, ...; every status is present, 0 when
+absent) and the tool-call mix (`tool/<name>`: share of all calls). Pure: no I/O.
+Does not cover: producing episodes, or reward (the verdicts are the trainer's).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from posttrain.agent.episode import Episode, EpisodeStatus
+
+
+def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Turn-level figures of `episodes` (empty dict for none)."""
+    if not episodes:
+        return {}
+    n = len(episodes)
+    acting = [t for ep in episodes for t in ep.turns if t.kind == "act"]
+    turns = max(len(acting), 1)
+    sampled = sum(len(t.completion.token_ids) for ep in episodes for t in ep.turns)
+    out = {
+        "turns_per_episode": len(acting) / n,
+        "tokens_per_turn": sum(len(t.completion.token_ids) for t in acting) / turns,
+        "sampled_tokens_per_episode": sampled / n,
+        "context_tokens_per_turn": sum(t.context_tokens for t in acting) / turns,
+        "format_error_rate": sum(1 for t in acting if t.format_error) / turns,
+        "segments_per_episode": sum(1 + sum(1 for t in ep.turns[1:] if t.rewrote) for ep in episodes) / n,
+        "episode_s": sum(ep.times.total_s for ep in episodes) / n,
+    }
+    status = Counter(ep.status for ep in episodes)
+    for s in EpisodeStatus:
+        out[f"status/{s.value}"] = status.get(s, 0) / n
+    calls = Counter(c.name for t in acting for c in t.calls)
+    total = sum(calls.values())
+    for name, count in sorted(calls.items()):
+        out[f"tool/{name}"] = count / total
+    return out

@@ -1,0 +1,84 @@
+"""The `agent:lookup` domain: tasks whose answer exists only in the workspace, solved by following files,
+judged on the submitted answer; the oracle trace the base model learns from is token for token the
+episode the runtime builds."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from posttrain.agent import EpisodeStatus, run_agent_task
+from posttrain.agent.lookup import SPEC, LookupSource, agent_task_of, oracle_calls, oracle_trace
+from posttrain.agent.scripted import ScriptedAgent, call
+from posttrain.models.tokenizer import char_tokenizer
+from posttrain.rewards.base import safe_verify
+from posttrain.tasks.domains import load_domain
+from posttrain.tasks.jsonl import TaskFileError
+from posttrain.types import Task
+
+
+def run(agent, task, sandbox):
+    return asyncio.run(run_agent_task(agent, agent_task_of(task), None, SPEC.max_steps, sandbox=sandbox,
+                                      system=SPEC.system, tool_listing=SPEC.tool_listing))
+
+
+def test_tasks_follow_a_chain_of_files_to_a_value():
+    source = LookupSource(hops=3, lines=3)
+    rng = random.Random(0)
+    for _ in range(50):
+        t = source.sample(rng)
+        files, key, chain = t.meta["files"], t.meta["key"], t.meta["chain"]
+        assert len(chain) == t.meta["hops"] and chain[0] == "start"
+        for here, there in zip(chain, chain[1:]):
+            assert f"{key} -> {there}" in files[here].splitlines()
+        assert f"{key} = {t.answer}" in files[chain[-1]].splitlines()
+        assert all(len(text.splitlines()) == 3 for text in files.values())
+        assert t.answer is not None and t.answer not in t.prompt  # the value is only in the workspace
+    assert {source.sample(rng).meta["hops"] for _ in range(60)} == {1, 2, 3}
+
+
+def test_the_split_is_by_content_and_disjoint():
+    source = LookupSource()
+    held = source.take(100, "held_out", seed=0)
+    train = source.take(300, "train", seed=0)
+    assert len(held) == 100 and not {t.id for t in held} & {t.id for t in train}
+    assert all(source.split_of(t) == "held_out" for t in held)
+    assert [t.id for t in source.take(100, "held_out", seed=0)] == [t.id for t in held]
+
+
+def test_the_oracle_solves_and_a_guess_fails(sandbox):
+    task = LookupSource(hops=2).take(1, "train", seed=3)[0]
+    ep = run(ScriptedAgent([c for c, _ in oracle_calls(task)]), task, sandbox)
+    assert ep.status is EpisodeStatus.SOLVED and ep.passed and ep.submitted == task.answer
+    wrong = str(int(task.answer) % 900 + 100) if task.answer != "999" else "100"
+    ep = run(ScriptedAgent([call("submit", answer=wrong)]), task, sandbox)
+    assert ep.status is EpisodeStatus.FAILED and ep.verdict.ok and not ep.passed
+    ep = run(ScriptedAgent([call("read", path="nowhere"), call("submit", answer=task.answer)]), task, sandbox)
+    assert ep.passed and not ep.turns[0].results[0].ok  # a missing file is an observation, not a crash
+
+
+def test_the_oracle_trace_is_the_runtime_episode_token_for_token(sandbox):
+    tok = char_tokenizer()
+    for task in LookupSource(hops=3).take(4, "train", seed=1):
+        ep = run(ScriptedAgent([c for c, _ in oracle_calls(task)], tokenizer=tok), task, sandbox)
+        assert ep.passed
+        view = ep.to_trajectory().token_view()
+        ids, mask = oracle_trace(task, tok)
+        assert view.ids == ids and view.mask == mask
+
+
+def test_the_domain_and_its_single_turn_view():
+    d = load_domain("agent:lookup", hops=2, limit=20)
+    assert d.rollouter == "agent" and d.agent.load is agent_task_of and d.agent.tool_listing == "signature"
+    suite = d.suite()
+    assert len(suite.tasks) == 20 and suite.agent is d.agent
+    t = suite.tasks[0]
+    assert safe_verify(d.verifier, t, t.answer).passed and not safe_verify(d.verifier, t, "0").passed
+    with pytest.raises(TaskFileError, match="hops"):
+        load_domain("agent:lookup", hops=0)
+    with pytest.raises(TaskFileError, match="unknown option"):
+        load_domain("agent:lookup", depth=2)
+    with pytest.raises(TaskFileError, match="not a lookup task"):
+        agent_task_of(Task("x", "no files"))
