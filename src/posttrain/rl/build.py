@@ -183,9 +183,11 @@ def build_held_out(cfg: RunConfig, domains: list[Domain]) -> tuple[list[Suite], 
             select = [t for t in tasks if role[t.id] == "held_out"]
             report = [t for t in tasks if role[t.id] == "train"]
         if select:
-            selection.append(Suite(d.name, select, d.verifier, description=f"{len(select)} held-out {d.name} tasks (selection)"))
+            selection.append(Suite(d.name, select, d.verifier, agent=d.agent,
+                                   description=f"{len(select)} held-out {d.name} tasks (selection)"))
         if report:
-            reporting.append(Suite(d.name, report, d.verifier, description=f"{len(report)} held-out {d.name} tasks (reporting)"))
+            reporting.append(Suite(d.name, report, d.verifier, agent=d.agent,
+                                   description=f"{len(report)} held-out {d.name} tasks (reporting)"))
     return selection, reporting
 
 

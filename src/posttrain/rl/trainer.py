@@ -297,6 +297,7 @@ class Trainer:
             if i == 0:
                 metrics.update(greedy_accuracy=m["pass@1"], n_tasks=m["n_tasks"], verifier_errors=m["n_errors"],
                                regressed_tasks=m["regressed_tasks"])
+                metrics.update({k: v for k, v in m.items() if k.startswith("agent/")})  # an agent suite's turn figures
             else:
                 metrics[f"{name}/pass@1"] = m["pass@1"]
                 metrics[f"{name}/regressed_tasks"] = m["regressed_tasks"]
