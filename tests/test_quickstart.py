@@ -45,3 +45,42 @@ def test_quickstart_json_contract(tmp_path):
     # the base model is now cached: a second run reuses it
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and json.loads(again.stdout.strip().splitlines()[-1])["base_cached"] is True
+
+
+AGENT_TINY = [
+    "model.base.hidden_size=16", "model.base.num_layers=1", "model.base.intermediate_size=32",
+    "model.base.num_heads=2", "model.base.digits=1", "model.base.batch_size=4", "model.base.max_steps=2",
+    "model.base.eval_every=2", "model.base.eval_size=16", "tasks.digits=1", "sampling.n=2",
+    "train.steps=2", "train.prompts_per_step=2", "train.eval_size=8", "train.checkpoint_every=0",
+    "train.drop_zero_variance=false", "tensorboard=false",
+]
+
+
+def test_quickstart_agent_json_contract(tmp_path):
+    """`--agent`: the lookup base (pre-trained on oracle episodes), multi-turn GRPO, episode success before/after."""
+    args = ["quickstart", "--agent", "--seed", "1", "--json"]
+    for o in AGENT_TINY + [f"model.base.cache_dir='{tmp_path / 'cache'}'", f"run_dir='{tmp_path / 'runs'}'"]:
+        args += ["--set", o]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    for key in ("greedy_before", "greedy_after", "pass1_before", "pass1_after"):
+        assert 0.0 <= out[key] <= 1.0
+    assert out["steps"] == 2 and out["run_dir"].endswith("quickstart-agent-seed1") and not out["base_in_band"]
+    with RunStore(f"{out['run_dir']}/run.sqlite") as store:
+        assert store.info()["config"]["tasks"]["source"] == "agent:lookup"
+        assert store.episodes(step=2) and "agent/turns_per_episode" in store.steps()[-1][1]
+        assert store.alerts()[0]["kind"] == "base_out_of_band"  # a 2-step base is far below its band: said loudly
+
+
+def test_the_agent_example_is_the_quickstart_agent_run():
+    from pathlib import Path
+
+    from posttrain.config import load_config
+    from posttrain.quickstart import AGENT_OVERRIDES
+
+    example = load_config(Path(__file__).parents[1] / "examples" / "agent.toml", [])
+    preset = load_config(None, AGENT_OVERRIDES)
+    skip = {"name"}
+    assert {k: v for k, v in example.model_dump().items() if k not in skip} == \
+        {k: v for k, v in preset.model_dump().items() if k not in skip}

@@ -21,7 +21,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from posttrain.builtin import ensure_base
+from posttrain.builtin import base_band_message, ensure_base
 from posttrain.config import ConfigError, RunConfig
 from posttrain.engine.base import Engine
 from posttrain.eval.accuracy import evaluate_accuracy
@@ -87,7 +87,10 @@ def run_quickstart(
     on_base_eval: Callable[[int, float], None] | None = None,
     on_step: Callable[[StepResult], None] | None = None,
     on_eval: Callable[[int, dict[str, float]], None] | None = None,
+    prepare: Callable[[Trainer], None] | None = None,
 ) -> QuickstartResult:
+    """The quickstart run of `cfg`; `prepare` is called with the trainer before anything is measured (a
+    benchmark wraps its engine there)."""
     start = time.perf_counter()
     say = on_phase or (lambda _msg: None)
     if cfg.tasks.held_out_fraction > cfg.model.base.held_out_fraction:
@@ -104,6 +107,13 @@ def run_quickstart(
     # The trainer owns the model, task split, held-out set and verifier; measure "before" with the same ones.
     # Greedy decoding and the seeded pass@1 draw leave the trainer's sampling RNG untouched.
     trainer = Trainer(cfg, overwrite=True, on_step=on_step, on_eval=on_eval)  # a rerun of a seed replaces its run
+    # the trainer loads the base by path: what the base build knows (its band) goes into the run's store here
+    trainer.store.set_info(base={"path": str(base.path), "accuracy": base.accuracy, "steps": base.steps,
+                                 "in_band": base.in_band})
+    if not base.in_band:
+        trainer.store.add_alert({"step": 0, "kind": "base_out_of_band", "message": base_band_message(cfg, base)})
+    if prepare is not None:
+        prepare(trainer)
     try:
         reporting, verifier, max_tokens = trainer.reporting, trainer.verifier, trainer.params.max_tokens
         agent = trainer.domains[0].agent

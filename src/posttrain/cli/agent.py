@@ -189,7 +189,8 @@ def _print_results(results: list[dict[str, Any]]) -> None:
 @app.command("show")
 def show_cmd(
     run: Path = typer.Argument(..., help="An agent run directory (or its run.sqlite)."),
-    episode: Optional[str] = typer.Argument(None, help="An episode number or task id: replay its transcript."),
+    episode: Optional[str] = typer.Argument(None, help="An episode number or task id (STEP:NUMBER in a training run): "
+                                                       "replay its transcript."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List a run's episodes, or replay one transcript."""
@@ -207,13 +208,13 @@ def show_cmd(
                                    "reward", "steps", "tokens_in", "tokens_out", "seconds")}} for s, r in rows]))
                 return
             table = Table(title=f"{len(rows)} episodes in {run}")
-            for col in ("#", "task", "status", "passed", "steps", "seconds"):
+            for col in ("step:#", "task", "status", "passed", "steps", "seconds"):
                 table.add_column(col)
-            for _, r in rows:
-                table.add_row(str(r.idx), r.task_id, r.status, "yes" if r.passed else "no", str(r.steps), fmt(r.seconds))
+            for s, r in rows:
+                table.add_row(f"{s}:{r.idx}", r.task_id, r.status, "yes" if r.passed else "no", str(r.steps), fmt(r.seconds))
             out.print(table)
             return
-        match = [r for _, r in rows if str(r.idx) == episode or r.task_id == episode]
+        match = [r for s, r in rows if episode in (str(r.idx), r.task_id, f"{s}:{r.idx}", f"{s}:{r.task_id}")]
         if not match:
             raise UserError(f"{run}: no episode {episode!r} (posttrain agent show {run} lists them)")
         t = match[0].transcript
