@@ -22,6 +22,7 @@ from posttrain.agent.scripted import ScriptedAgent, call
 from posttrain.agent.tools import submit
 from posttrain.engine import LocalEngine, MockEngine
 from posttrain.engine.chat import ChatTemplate
+from posttrain.engine.serve.openai_tools import HeldStream, ToolPlan, read_reply
 from posttrain.engine.serve.server import ServeConfig, ServerThread, create_app
 from posttrain.models import char_tokenizer, load_model
 
@@ -112,6 +113,58 @@ def test_tool_choice_none_reads_no_call_and_streams():
         chunks = list(client.chat.completions.create(model=MODEL, messages=USER, tools=[WEATHER], tool_choice="none",
                                                      stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+
+
+def accumulate(chunks) -> tuple[str, list[dict], list[str | None]]:
+    """A stream's content, its tool calls (merged by index, as clients merge deltas) and finish reasons."""
+    content, calls, finishes = "", {}, []
+    for c in chunks:
+        for ch in c.choices:
+            content += ch.delta.content or ""
+            for tc in ch.delta.tool_calls or []:
+                slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                slot["id"] += tc.id or ""
+                slot["name"] += tc.function.name or ""
+                slot["arguments"] += tc.function.arguments or ""
+            finishes.append(ch.finish_reason)
+    return content, [calls[i] for i in sorted(calls)], [f for f in finishes if f]
+
+
+def test_streamed_tool_calls_match_the_plain_response():
+    text = 'Let me look.\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    engine = MockEngine([text], tokenizer=char_tokenizer(), cycle=True)
+    with served(engine) as server:
+        client = client_of(server)
+        whole = client.chat.completions.create(model=MODEL, messages=USER, tools=[WEATHER])
+        chunks = list(client.chat.completions.create(model=MODEL, messages=USER, tools=[WEATHER], stream=True,
+                                                     stream_options={"include_usage": True}))
+    content, calls, finishes = accumulate(chunks)
+    assert content == whole.choices[0].message.content and finishes == ["tool_calls"]
+    (tc,) = calls
+    assert tc["id"].startswith("call_") and tc["name"] == "get_weather"
+    assert tc["arguments"] == whole.choices[0].message.tool_calls[0].function.arguments
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    content_chunks = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(content_chunks) > 1  # the text before the call streamed piece by piece
+
+
+@pytest.mark.parametrize("text", [
+    'abc <tool_call>{"name": "f", "arguments": {"x": 1}}',
+    "a <tool_ca but no call after all",
+    'x <tool_call>{"name": "f", "arguments": {broken',
+    'one <tool_call> two <tool_call>{"name": "f", "arguments": {}}',
+    "<tool",
+])
+@pytest.mark.parametrize("forced", ["", "<tool_call>"])
+def test_a_held_stream_concatenates_to_the_read_reply(text, forced):
+    plan = ToolPlan(True, forced, fmt.STOP)
+    stream = HeldStream(plan)
+    sent = "".join(stream.push(ch) for ch in text)
+    assert fmt.CALL_OPEN not in sent and not (sent and forced)  # nothing of a call leaves early
+    owed, calls = stream.finish()
+    content, want = read_reply(text, plan)
+    assert sent + owed == (content or "")
+    assert (calls is None) == (want is None) and (calls is None or calls[0]["function"] == want[0]["function"])
 
 
 def test_a_tool_conversation_renders_as_the_agent_runtime_renders_it():
@@ -208,7 +261,7 @@ BAD = [
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "other"}}}, "tool_choice"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function"}}, "tool_choice"),
     ({"tool_choice": "required"}, "tool_choice"),
-    ({"tools": [WEATHER], "stream": True}, None),
+    ({"tools": [WEATHER], "stream": True, "logprobs": True}, None),
     ({"tools": [WEATHER], "messages": _msgs({"role": "assistant", "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{nope"}}]})}, "messages"),
     ({"tools": [WEATHER], "messages": _msgs({"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]})},
@@ -293,6 +346,11 @@ def test_the_tiny_model_answers_parse_or_are_plain_text_never_a_500(tiny_model_d
     with served(LocalEngine(model, tok, seed=0)) as server:
         client = client_of(server)
         for choice in ("auto", "required", {"type": "function", "function": {"name": "f"}}):
+            parts = client.chat.completions.create(
+                model=MODEL, messages=[{"role": "system", "content": "Go."}, {"role": "user", "content": "1+1"}],
+                tools=[tiny], tool_choice=choice, max_tokens=24, temperature=1.0, seed=2, stream=True)
+            content, calls, finishes = accumulate(parts)
+            assert finishes in (["tool_calls"], ["stop"], ["length"]) and bool(calls) == (finishes == ["tool_calls"])
             r = client.chat.completions.create(
                 model=MODEL, messages=[{"role": "system", "content": "Go."}, {"role": "user", "content": "1+1"}],
                 tools=[tiny], tool_choice=choice, n=4, max_tokens=24, temperature=1.0, seed=1)

@@ -6,8 +6,8 @@ the vLLM-style extras RL clients use (`top_k`, `min_p`, `ignore_eos`,
 `stop_token_ids`, `return_token_ids`), OpenAI function `tools` and `tool_choice`
 (checked here: a malformed tool or choice is a 400 with one line; how they are
 rendered and read is `openai_tools.py`), explicit refusals of features the
-server does not implement (penalties, logit bias, echo, suffix, `stream` with
-tool calls) instead of silently ignoring them, and the OpenAI error body.
+server does not implement (penalties, logit bias, echo, suffix, logprobs on
+streamed tool calls) instead of silently ignoring them, and the OpenAI error body.
 Does not cover: producing responses (`server.py`, `openai_service.py`) or the
 HTTP client side (engine/remote/openai_engine.py).
 """
@@ -219,10 +219,10 @@ class ChatCompletionRequest(_Sampling):
 
     @model_validator(mode="after")
     def _refuse_chat_extras(self):
-        if self.stream and self.choice.mode != "none":
-            # a call is read from the whole completion; tool_call deltas are not streamed (say so, never guess)
-            raise ValueError("stream: true with tools is not supported by this server (send stream: false, "
-                             "or tool_choice: 'none')")
+        if self.stream and self.logprobs and self.choice.mode != "none":
+            # a call's text is held back until it is whole: its tokens' logprobs would not line up with chunks
+            raise ValueError("logprobs with streamed tool calls are not supported by this server (send stream: "
+                             "false, or tool_choice: 'none')")
         if self.response_format and self.response_format.get("type") not in (None, "text"):
             raise ValueError("response_format: only {'type': 'text'} is supported by this server")
         if self.top_logprobs and not self.logprobs:

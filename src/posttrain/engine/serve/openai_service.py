@@ -36,7 +36,7 @@ from posttrain.engine.serve.openai_protocol import (
     CompletionRequest,
     bad_request,
 )
-from posttrain.engine.serve.openai_tools import NO_TOOLS, ToolPlan, chat_prompt, tool_message
+from posttrain.engine.serve.openai_tools import NO_TOOLS, HeldStream, ToolPlan, chat_prompt, tool_message
 from posttrain.types import Completion, SamplingParams
 
 log = logging.getLogger("posttrain.serve")
@@ -349,8 +349,12 @@ class Service:
                 }
 
     async def chat_chunks(
-        self, req: ChatCompletionRequest, rid: str, events: AsyncIterator, n_prompts: int = 1
+        self, req: ChatCompletionRequest, rid: str, events: AsyncIterator, n_prompts: int = 1, plan: ToolPlan = NO_TOOLS
     ) -> AsyncIterator[dict[str, Any]]:
+        if plan.parse:
+            async for chunk in self.tool_chunks(req, rid, events, plan, n_prompts):
+                yield chunk
+            return
         base = self._envelope(rid, "chat.completion.chunk", req.model)
         for index in range(n_prompts * req.n):
             yield {
@@ -373,3 +377,34 @@ class Service:
                     **base,
                     "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": d.finish_reason.value}],
                 }
+
+    async def tool_chunks(
+        self, req: ChatCompletionRequest, rid: str, events: AsyncIterator, plan: ToolPlan, n_prompts: int = 1
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Chat chunks when calls are read: content streams until a call begins; the call is one `tool_calls`
+        delta at the choice's end (`openai_tools.HeldStream`). No logprobs (the protocol refuses them here)."""
+        base = self._envelope(rid, "chat.completion.chunk", req.model)
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+        held: dict[int, HeldStream] = {}
+        for index in range(n_prompts * req.n):
+            held[index] = HeldStream(plan)
+            yield chunk(index, {"role": "assistant", "content": ""})
+        async for event in events:
+            if isinstance(event, list):
+                if req.stream_options and req.stream_options.include_usage:
+                    yield {**base, "choices": [], "usage": self.usage(event)}
+                return
+            d, index = event.delta, event.delta.prompt_index * req.n + event.delta.sample_index
+            text = held[index].push(d.text) if d.text else ""
+            if text:
+                yield chunk(index, {"content": text})
+            if d.finish_reason is not None:
+                owed, calls = held[index].finish()
+                if owed:
+                    yield chunk(index, {"content": owed})
+                if calls:
+                    yield chunk(index, {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+                yield chunk(index, {}, "tool_calls" if calls else d.finish_reason.value)

@@ -26,8 +26,11 @@ client counts a format error). `required` and a named function are forced by end
 the call's opening (`<tool_call>`, or `<tool_call>{"name": "NAME", "arguments": `), which the
 completion continues. `none` reads no call (the tools still appear in the prompt, as the
 conversation may hold earlier calls).
-Does not cover: streaming tool calls (`stream: true` with tools is a 400, `openai_protocol.py`),
-parallel calls in one reply, constrained decoding of the arguments, validation of the arguments
+Streaming (`HeldStream`): text before a call streams live as content; a call is sent whole, as one
+`tool_calls` delta (`{"index": 0, "id", "type": "function", "function": {"name", "arguments"}}`),
+once the completion has ended, then the choice's `finish_reason: "tool_calls"` chunk. `logprobs`
+with streamed tool calls are refused (a 400): the held text's tokens would not line up with chunks.
+Does not cover: parallel calls in one reply, constrained decoding of the arguments, validation of the arguments
 against the schema (the client's tools do that).
 """
 
@@ -123,18 +126,59 @@ def text_format_pieces(messages: list[dict[str, Any]], tools: list[dict[str, Any
     return pieces
 
 
-def tool_message(text: str, plan: ToolPlan, finish_reason: str) -> tuple[dict[str, Any], str]:
-    """A completion's assistant message and finish reason: a call read out of it, or the text as it is."""
+def read_reply(text: str, plan: ToolPlan) -> tuple[str | None, list[dict[str, Any]] | None]:
+    """A completion's (content, tool_calls): a call read out of it (content: the text before it, None when
+    empty), or (the text as it is, None)."""
     if not plan.parse:
-        return {"role": "assistant", "content": text}, finish_reason
+        return text, None
     full = plan.forced + text
     parsed = fmt.parse_call(full)
     if parsed.call is None:  # no readable call: the model's text, for the client to judge
-        return {"role": "assistant", "content": full}, finish_reason
+        return full, None
     before = full[: full.rfind(fmt.CALL_OPEN)]
     call = {
         "id": f"call_{uuid.uuid4().hex[:24]}",
         "type": "function",
         "function": {"name": parsed.call.name, "arguments": json.dumps(parsed.call.arguments)},
     }
-    return {"role": "assistant", "content": before or None, "tool_calls": [call]}, "tool_calls"
+    return before or None, [call]
+
+
+def tool_message(text: str, plan: ToolPlan, finish_reason: str) -> tuple[dict[str, Any], str]:
+    """A completion's assistant message and finish reason ("tool_calls" when a call was read)."""
+    content, calls = read_reply(text, plan)
+    if calls is None:
+        return {"role": "assistant", "content": content}, finish_reason
+    return {"role": "assistant", "content": content, "tool_calls": calls}, "tool_calls"
+
+
+class HeldStream:
+    """One streamed choice's text, with whatever may be a call held back until the completion ends.
+
+    Text before a `<tool_call>` streams live as content (a tail that may be the start of the tag waits
+    for the next piece); from the tag on, nothing is sent until the end, when `finish` returns the
+    content still owed and the calls (the same reading as `read_reply`, so a stream concatenates to the
+    non-streamed message).
+    """
+
+    def __init__(self, plan: ToolPlan) -> None:
+        self.plan = plan
+        self.text = plan.forced
+        self.sent = 0
+
+    def push(self, piece: str) -> str:
+        """The content that may be sent now."""
+        self.text += piece
+        at = self.text.find(fmt.CALL_OPEN, self.sent)  # a tag never starts before `sent`: its head was held
+        if at < 0:  # hold a tail that could still grow into the tag
+            at = len(self.text) - next(
+                (k for k in range(len(fmt.CALL_OPEN) - 1, 0, -1) if self.text.endswith(fmt.CALL_OPEN[:k])), 0)
+        out = self.text[self.sent:at] if at > self.sent else ""
+        self.sent += len(out)
+        return out
+
+    def finish(self) -> tuple[str, list[dict[str, Any]] | None]:
+        """(the content not sent yet, the calls or None)."""
+        content, calls = read_reply(self.text[len(self.plan.forced):], self.plan)
+        owed = (content or "")[self.sent:]
+        return owed, calls

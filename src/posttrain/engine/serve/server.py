@@ -10,7 +10,7 @@ the app on a free port in this process (tests, notebooks, agents sharing one
 model). The API logic lives in `openai_service.py`, request records in
 `openai_protocol.py`, engine sharing in `batcher.py`.
 Chat completions accept OpenAI `tools` / `tool_choice` and answer `tool_calls` (`openai_tools.py`).
-Does not cover: authentication, streamed tool calls, images, echo/suffix, penalties.
+Does not cover: authentication, images, echo/suffix, penalties.
 """
 
 # no `from __future__ import annotations`: FastAPI must resolve the route annotations, some of
@@ -144,8 +144,8 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
         prompts = service.encode_prompts([ids])
         job = service.prepare(req, prompts, req.max_new_tokens, config.default_max_tokens, req.n_top_logprobs, plan.stop)
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        if req.stream:  # never with calls to read (openai_protocol refuses that)
-            return stream(service.chat_chunks(req, rid, service.start_stream(job)))
+        if req.stream:
+            return stream(service.chat_chunks(req, rid, service.start_stream(job), plan=plan))
         return await respond(job, lambda groups: service.chat_body(req, rid, groups, plan), http)
 
     return app
