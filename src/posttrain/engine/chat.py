@@ -111,6 +111,7 @@ class ChatTemplate:
 
     source: str | None = None
     special_tokens: tuple[tuple[str, str], ...] = ()  # (name, text): bos_token, eos_token, ...
+    tool_source: str | None = None  # a named "tool_use" template: used instead when tools are given (as transformers does)
 
     @classmethod
     def plain(cls) -> ChatTemplate:
@@ -121,12 +122,14 @@ class ChatTemplate:
         """The checkpoint's template when it ships one, else the plain template."""
         directory = Path(directory)
         source: str | None = None
+        tool_source: str | None = None
         specials: dict[str, str] = {}
         jinja_file = directory / "chat_template.jinja"
         config_file = directory / "tokenizer_config.json"
         if config_file.exists():
             config = json.loads(config_file.read_text())
             source = _pick_template(config.get("chat_template"))
+            tool_source = _pick_template(config.get("chat_template"), "tool_use")
             for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
                 value = config.get(key)
                 value = value.get("content") if isinstance(value, dict) else value
@@ -134,27 +137,33 @@ class ChatTemplate:
                     specials[key] = value
         if jinja_file.exists():
             source = jinja_file.read_text()
-        return cls(source, tuple(sorted(specials.items())))
+        return cls(source, tuple(sorted(specials.items())), tool_source if tool_source != source else None)
 
     @property
     def is_plain(self) -> bool:
         return self.source is None
 
     @property
+    def tools_source(self) -> str | None:
+        """The template that renders a request with tools."""
+        return self.tool_source or self.source
+
+    @property
     def supports_tools(self) -> bool:
         """Whether the template renders tool schemas (it references `tools`, as HF tool-use templates do)."""
-        return self.source is not None and _TOOLS_VARIABLE.search(self.source) is not None
+        return self.tools_source is not None and _TOOLS_VARIABLE.search(self.tools_source) is not None
 
     def render(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[dict[str, Any]] | None = None
     ) -> str:
         """The prompt text. `tools` (OpenAI function schemas) reach a Jinja template as its `tools` variable."""
         msgs = normalize_messages(messages)
-        if self.source is None:
+        source = self.tools_source if tools else self.source
+        if source is None:
             return "\n".join(m["content"] for m in msgs)
         extra = {"tools": tools} if tools else {}
         try:
-            return _compile(self.source).render(
+            return _compile(source).render(
                 messages=msgs, add_generation_prompt=add_generation_prompt, **extra, **dict(self.special_tokens)
             )
         except ChatTemplateError:
@@ -170,11 +179,14 @@ class ChatTemplate:
         return tokenizer.encode(self.render(messages, tools=tools) + suffix, add_bos=self.is_plain)
 
 
-def _pick_template(value: Any) -> str | None:
+def _pick_template(value: Any, name: str = "default") -> str | None:
+    """The template called `name` ("default": the default one, or the first) of a checkpoint's `chat_template`."""
     if isinstance(value, str):
-        return value
+        return value if name == "default" else None
     if isinstance(value, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        if name != "default":
+            return named.get(name)
         return named.get("default") or next((t for t in named.values() if isinstance(t, str)), None)
     return None
 

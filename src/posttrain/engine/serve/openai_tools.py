@@ -69,7 +69,7 @@ def chat_prompt(
     if not tools:
         return template.encode(messages, tokenizer), NO_TOOLS
     if template.supports_tools:
-        if fmt.CALL_OPEN not in (template.source or ""):
+        if fmt.CALL_OPEN not in (template.tools_source or ""):
             raise bad_request(
                 "tools: this checkpoint's chat template writes tool calls in a syntax this server does not read "
                 f"(it reads {fmt.CALL_OPEN} blocks: Hermes, Qwen)", "tools")
