@@ -2,8 +2,9 @@
 
 Covers: the data that flows through the RL loop and evaluation
 (`Task` -> `Turn`s of `Completion`s -> `Trajectory` with a `Verdict` ->
-`Group`), the learner's `TokenView` of a trajectory, and the sampling
-parameters every engine understands.
+`Group`), the learner's `TokenView` of a trajectory, the sampling
+parameters every engine understands, and `ToolCall` (an agent's call, which
+the agent runtime and `posttrain serve` both read and write).
 Does not cover: behaviour. These are dataclasses with validation of their own
 fields only; logic lives in the packages that produce or consume them.
 """
@@ -90,6 +91,15 @@ class RolloutStatus(str, enum.Enum):
     TRUNCATED = "truncated"  # cut by a length or turn budget; still trained on (its verdict says how it did)
     ENV_ERROR = "env_error"  # the environment failed (sandbox error, unreachable endpoint): masked, never scored 0
     ABORTED = "aborted"  # stopped from outside (shutdown, stale policy): masked
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call the model asked for: `arguments` as parsed JSON (the OpenAI function-call shape)."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""  # the endpoint's tool_call id (native calls); "" for the text format
 
 
 @dataclass(slots=True)

@@ -109,3 +109,33 @@ def test_parse_tool_calls():
     assert parse_tool_calls(None) == []
     assert isinstance(parse_tool_calls([{"function": {}}]), str)
     assert parse_tool_calls([fn_call(0, "bash", "")])[0].arguments == {}
+
+
+def test_every_request_the_agent_sends_is_one_posttrain_serve_accepts(sandbox):
+    """The client and `posttrain serve` agree on the wire: each body validates against the server's protocol and
+    renders in the text call format, its labelled user messages as the runtime's own error and summary blocks."""
+    from posttrain.agent import format as fmt
+    from posttrain.engine.serve.openai_protocol import ChatCompletionRequest
+    from posttrain.engine.serve.openai_tools import text_format_pieces
+
+    def answer(body):
+        last = body["messages"][-1]["content"] or ""
+        if "Summarise the work so far" in last:
+            return reply("Summary: printed numbers.", None, "stop")
+        if len(body["messages"]) == 2:
+            return reply("I am thinking.", None, "stop")  # no call: a format error
+        return reply(None, [fn_call(len(body["messages"]), "bash", {"command": "seq 1 400"})])
+
+    server = FakeServer(answer)
+    policy = ContextPolicy(budget_tokens=3000, compact_at=0.6, keep_turns=1)
+    asyncio.run(run_agent_task(model(server), HELLO, max_steps=8, sandbox=sandbox, context_policy=policy,
+                               params=SamplingParams(max_tokens=256)))
+    texts = []
+    for body in server.requests:
+        req = ChatCompletionRequest.model_validate(body)
+        assert req.choice.mode == "auto"
+        texts.append("".join(text_format_pieces([m.model_dump() for m in req.messages], req.tools)))
+    assert fmt.render_format_error("no tool call: call a tool (submit when done)") in texts[1]
+    assert any(fmt.render_summary("Summary: printed numbers.") in t for t in texts)
+    assert all(t.startswith(fmt.render_prefix(body["tools"], body["messages"][0]["content"])) for t, body in
+               zip(texts, server.requests))

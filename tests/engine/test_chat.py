@@ -76,3 +76,62 @@ def test_bad_messages_and_template_refusals_are_chat_template_errors(tmp_path):
     assert strict.render([{"role": "user", "content": "x"}]) == "ok"
     with pytest.raises(ChatTemplateError, match="chat template failed"):
         ChatTemplate("{{ messages[0].nope.deeper }}").render([{"role": "user", "content": "x"}])
+
+
+QWEN_TOOLS = (  # Qwen2.5's tool template (as its tokenizer_config.json ships it, less the default system text)
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}"
+    "{%- endif %}{{- \"\\n\\n# Tools\\n\\nYou are provided with function signatures within <tools></tools> XML tags:"
+    "\\n<tools>\" }}{%- for tool in tools %}{{- \"\\n\" }}{{- tool | tojson }}{%- endfor %}"
+    "{{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n\" }}"
+    "{%- elif messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or "
+    "(message.role == 'assistant' and not message.tool_calls) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- elif message.role == 'assistant' %}{{- '<|im_start|>' + message.role }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for tool_call in message.tool_calls %}{%- if tool_call.function is defined %}"
+    "{%- set tool_call = tool_call.function %}{%- endif %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' }}{{- tool_call.name }}{{- '\", \"arguments\": ' }}"
+    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != 'tool') %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' }}{{- message.content }}{{- '\\n</tool_response>' }}"
+    "{%- if loop.last or (messages[loop.index0 + 1].role != 'tool') %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def test_a_tool_template_with_tools_and_calls_matches_transformers(tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    tok = char_tokenizer()
+    tok.save(tmp_path)
+    cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = [{"name": "default", "template": CHATML}, {"name": "tool_use", "template": QWEN_TOOLS}]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    ours = ChatTemplate.from_checkpoint(tmp_path)
+    assert ours.supports_tools and ours.source == CHATML  # the tool_use template renders requests with tools
+    hf = PreTrainedTokenizerFast.from_pretrained(str(tmp_path))
+    want = hf.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+    assert ours.render(messages, tools=tools) == want
+    # OpenAI clients send the arguments as a JSON string: they reach the template as an object all the same
+    wire = [*messages[:2], {**messages[2], "tool_calls": [{**call, "function": {**call["function"],
+                                                                                "arguments": '{"city": "Paris"}'}}]},
+            messages[3]]
+    assert ours.render(wire, tools=tools) == want
+    assert ours.render(messages[:2]) == hf.apply_chat_template(messages[:2], tokenize=False, add_generation_prompt=True)
+    assert not ChatTemplate(CHATML).supports_tools and not ChatTemplate.plain().supports_tools

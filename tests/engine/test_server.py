@@ -328,7 +328,7 @@ def test_bad_chat_requests_are_400s(client):
         {"messages": []},
         {"messages": [{"role": "wizard", "content": "hi"}]},
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-        {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "a b"}}]},
         {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2},
     ]
     for case in cases:

@@ -1,7 +1,8 @@
 """Agents that act: tools over a sandbox session, envs, `run_agent_task`, context policies, a scripted model.
 
 Layout: `episode.py` the records (`Episode`, `AgentTurn`, `ToolCall`, `ToolResult`, `EpisodeStatus`);
-`tools.py` the `Tool` record, `@tool` and the built-ins; `format.py` the built-in text call format;
+`tools.py` the `Tool` record, `@tool` and the built-ins; `format.py` the built-in text call format
+(implemented in `engine/tool_format.py`, which `posttrain serve` shares);
 `context.py` the `ContextPolicy` and the per-episode `ContextWindow`; `recall.py` full-text memory;
 `models.py` engines as agent models (token in, token out); `openai_chat.py` OpenAI-compatible
 endpoints with native tools; `env.py` the `Env` protocol, `AgentTask`, `ToolEnv`; `terminal.py`

@@ -1,6 +1,7 @@
 """The records of one agent episode: tool calls, their results, turns, and the `Episode` itself.
 
-Covers: `ToolCall` (a parsed or native call), `ToolResult` (what a call gave back: always an
+Covers: `ToolCall` (a parsed or native call; the record lives in `types.py`, shared with `posttrain serve`,
+and is re-exported here), `ToolResult` (what a call gave back: always an
 observation, never an exception), `AgentTurn` (one model call: the exact context ids the model saw,
 the completion it sampled with its behaviour logprobs and policy version, the calls, the observation
 ids appended after it), `EpisodeStatus`, `PhaseTimes` and `Episode` with `to_trajectory()` (the
@@ -16,16 +17,17 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from posttrain.types import Completion, FinishReason, RolloutStatus, Task, Trajectory, Turn, Verdict, VerdictStatus
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """One call the model asked for: `arguments` as parsed JSON (the OpenAI function-call shape)."""
-
-    name: str
-    arguments: dict[str, Any]
-    id: str = ""  # the endpoint's tool_call id (native calls); "" for the text format
+from posttrain.types import (
+    Completion,
+    FinishReason,
+    RolloutStatus,
+    Task,
+    ToolCall,
+    Trajectory,
+    Turn,
+    Verdict,
+    VerdictStatus,
+)
 
 
 @dataclass(slots=True)

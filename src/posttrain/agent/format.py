@@ -1,115 +1,34 @@
-"""The built-in text format for tool calls: how a local model is told about tools, calls one, and reads results.
+"""The built-in text call format, as the agent runtime uses it: `<tool_call>{"name", "arguments"}</tool_call>`.
 
-The format (the Hermes / Qwen2.5 shape, so instruction-tuned checkpoints already know it):
-
-    <tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>
-
-One call per model turn: the runtime samples with the stop string `</tool_call>`, so the model
-stops right after its call. Text before the call is the model's reasoning and is kept. What the
-tool returned comes back as
-
-    <tool_response name="bash">
-    ...output...
-    </tool_response>
-
-and a completion without a parseable call as `<error>...</error>` (a format error, counted).
-The system block lists every tool's JSON schema, one per line, `json.dumps(sort_keys=True)`: the
-prefix is byte-identical across turns and tasks, so the engine's prefix cache keeps it. A small model
-(the built-in character-level one, whose cost grows with the square of the context) can be given the
-compact listing instead, one signature per line (`read(path: string): Show a file.`); a model must be
-driven with the listing it was trained with.
-
-Covers: rendering the prefix, the task block, observations and format errors; parsing a call.
-Does not cover: native `tools`/`tool_calls` of OpenAI-compatible endpoints (`openai_chat.py`).
+The implementation is `posttrain.engine.tool_format` (shared with `posttrain serve`, which renders an
+OpenAI `tools` conversation into the same text); this module re-exports it under the agent's name.
+Covers: the names below. Does not cover: anything else (read `engine/tool_format.py`).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Literal
-
-from posttrain.agent.episode import ToolCall
-
-CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-STOP = (CALL_CLOSE,)
-
-SYSTEM = (
-    "You are an agent working in a sandboxed Linux workspace (the current directory). Act with tools: "
-    "inspect files, run commands and tests, fix what fails, then call submit. Each reply holds your "
-    "reasoning, if any, then exactly one call written as\n"
-    '<tool_call>{"name": TOOL, "arguments": {...}}</tool_call>\n'
-    "Results come back in <tool_response> blocks. Tools:\n"
+from posttrain.engine.tool_format import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    CHAT_ERROR_LABEL,
+    CHAT_SUMMARY_LABEL,
+    STOP,
+    SUMMARY_CLOSE,
+    SUMMARY_OPEN,
+    SYSTEM,
+    Listing,
+    Parsed,
+    parse_call,
+    render_call,
+    render_format_error,
+    render_note,
+    render_observation,
+    render_prefix,
+    render_summary,
+    render_task,
+    signature,
 )
 
-
-Listing = Literal["json", "signature"]
-
-
-def signature(function: dict) -> str:
-    """`name(arg: type, optional?: type): description` of an OpenAI function schema."""
-    params = function.get("parameters", {})
-    req = set(params.get("required", []))
-    args = ", ".join(f"{k}{'' if k in req else '?'}: {v.get('type', 'any')}" for k, v in params.get("properties", {}).items())
-    return f"{function['name']}({args}): {function.get('description', '')}".rstrip(": ")
-
-
-def render_prefix(schemas: list[dict], system: str = SYSTEM, listing: Listing = "json") -> str:
-    """The stable prefix: the system text and one line per tool, its JSON schema (sorted keys, tools in the
-    order given) or, with `listing="signature"`, its signature and description."""
-    if listing == "signature":
-        lines = [signature(s["function"]) for s in schemas]
-    else:
-        lines = [json.dumps(s["function"], sort_keys=True, separators=(", ", ": ")) for s in schemas]
-    return "<system>\n" + system + "\n".join(lines) + "\n</system>\n"
-
-
-def render_task(instruction: str) -> str:
-    return "<task>\n" + instruction.strip() + "\n</task>\n"
-
-
-def render_call(call: ToolCall) -> str:
-    """A call as the model writes it (the scripted model writes this)."""
-    return CALL_OPEN + json.dumps({"name": call.name, "arguments": call.arguments}) + CALL_CLOSE
-
-
-def render_observation(name: str, output: str) -> str:
-    return f'\n<tool_response name="{name}">\n{output}\n</tool_response>\n'
-
-
-def render_format_error(message: str) -> str:
-    return f"\n<error>\n{message}\n</error>\n"
-
-
-@dataclass(frozen=True, slots=True)
-class Parsed:
-    """A completion's call, or why there is none."""
-
-    call: ToolCall | None
-    error: str = ""
-
-
-def parse_call(text: str) -> Parsed:
-    """The call in `text` (its last `<tool_call>`; the closing tag may have been cut as a stop string)."""
-    at = text.rfind(CALL_OPEN)
-    if at < 0:
-        return Parsed(None, "no tool call: end each reply with " + CALL_OPEN + '{"name": ..., "arguments": {...}}'
-                      + CALL_CLOSE + " (call submit when done)")
-    body = text[at + len(CALL_OPEN):]
-    end = body.find(CALL_CLOSE)
-    body = (body if end < 0 else body[:end]).strip()
-    try:
-        obj = json.loads(body)
-    except ValueError as exc:
-        return Parsed(None, f"the tool call is not valid JSON ({exc.msg} at char {exc.pos})")
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return Parsed(None, 'the tool call must be a JSON object {"name": TOOL, "arguments": {...}}')
-    args = obj.get("arguments", {})
-    if isinstance(args, str):  # some models double-encode the arguments
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return Parsed(None, "the tool call's arguments are a string that is not JSON")
-    if not isinstance(args, dict):
-        return Parsed(None, "the tool call's arguments must be a JSON object")
-    return Parsed(ToolCall(obj["name"], args))
+__all__ = ["CALL_CLOSE", "CALL_OPEN", "CHAT_ERROR_LABEL", "CHAT_SUMMARY_LABEL", "STOP", "SUMMARY_CLOSE", "SUMMARY_OPEN",
+           "SYSTEM", "Listing", "Parsed", "parse_call", "render_call", "render_format_error", "render_note", "render_observation",
+           "render_prefix", "render_summary", "render_task", "signature"]

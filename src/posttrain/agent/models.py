@@ -68,9 +68,9 @@ class TextCodec:
         if kind == "error":
             return fmt.render_format_error(content)
         if kind == "summary":
-            return "<summary>\n" + content + "\n</summary>\n"
+            return fmt.render_summary(content)
         if kind == "note":
-            return "\n<note>\n" + content + "\n</note>\n"
+            return fmt.render_note(content)
         return content  # prefix (already rendered), assistant (its own text)
 
     def entry(self, kind: EntryKind, content: str, turn: int = 0, name: str = "", call_id: str = "") -> Entry:
@@ -78,8 +78,8 @@ class TextCodec:
         return Entry(kind, content, ids, len(ids), turn, name, call_id)
 
     def summary(self, text: str, sampled_ids: list[int], turn: int) -> Entry:
-        head = self.tokenizer.encode("<summary>\n", add_bos=False)
-        tail = self.tokenizer.encode("\n</summary>\n", add_bos=False)
+        head = self.tokenizer.encode(fmt.SUMMARY_OPEN, add_bos=False)
+        tail = self.tokenizer.encode(fmt.SUMMARY_CLOSE, add_bos=False)
         ids = head + sampled_ids + tail
         return Entry("summary", text, ids, len(ids), turn)
 

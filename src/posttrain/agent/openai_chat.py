@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from posttrain.agent import format as fmt
 from posttrain.agent.context import ContextWindow, Entry, EntryKind
 from posttrain.agent.episode import ToolCall
 from posttrain.agent.models import Sampled
@@ -59,7 +60,7 @@ def _message(e: Entry) -> dict[str, Any]:
         return m
     if e.kind == "observation" and e.call_id:
         return {"role": "tool", "tool_call_id": e.call_id, "content": e.content}
-    label = {"summary": "Summary of the work so far:\n", "error": "Error: "}.get(e.kind, "")
+    label = {"summary": fmt.CHAT_SUMMARY_LABEL, "error": fmt.CHAT_ERROR_LABEL}.get(e.kind, "")
     return {"role": "user", "content": label + e.content}
 
 

@@ -3,21 +3,28 @@
 Covers: `/v1/completions` and `/v1/chat/completions` request bodies as
 pydantic records with OpenAI's ranges (a bad value is a 400 naming the field),
 the vLLM-style extras RL clients use (`top_k`, `min_p`, `ignore_eos`,
-`stop_token_ids`, `return_token_ids`), explicit refusals of features the server does not
-implement (penalties, logit bias, tools, echo, suffix) instead of silently
-ignoring them, and the OpenAI error body.
+`stop_token_ids`, `return_token_ids`), OpenAI function `tools` and `tool_choice`
+(checked here: a malformed tool or choice is a 400 with one line; how they are
+rendered and read is `openai_tools.py`), explicit refusals of features the
+server does not implement (penalties, logit bias, echo, suffix, logprobs on
+streamed tool calls) instead of silently ignoring them, and the OpenAI error body.
 Does not cover: producing responses (`server.py`, `openai_service.py`) or the
 HTTP client side (engine/remote/openai_engine.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 MAX_N = 128
 MAX_LOGPROBS = 20
+MAX_TOOLS = 128  # OpenAI's limit
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's function names
+TOOL_CHOICES = "'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}"
 
 
 class APIError(Exception):
@@ -128,6 +135,59 @@ class CompletionRequest(_Sampling):
         return list(p)  # type: ignore[return-value]
 
 
+def check_tools(tools: Any) -> list[dict[str, Any]]:
+    """OpenAI function tools, checked: `[{"type": "function", "function": {"name", "description"?, "parameters"?}}]`."""
+    if not isinstance(tools, list):
+        raise ValueError("tools must be a list of {\"type\": \"function\", \"function\": {...}} objects")
+    if len(tools) > MAX_TOOLS:
+        raise ValueError(f"tools: at most {MAX_TOOLS}")
+    seen: set[str] = set()
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict) or not isinstance(t.get("function"), dict):
+            raise ValueError(f'tools[{i}] must be {{"type": "function", "function": {{"name", "parameters"}}}}')
+        if t.get("type") != "function":
+            raise ValueError(f"tools[{i}].type = {t.get('type')!r}: only function tools are supported")
+        fn = t["function"]
+        name = fn.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise ValueError(f"tools[{i}].function.name = {name!r}: 1 to 64 letters, digits, '_' or '-'")
+        if name in seen:
+            raise ValueError(f"tools[{i}]: two tools are named {name!r}")
+        seen.add(name)
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise ValueError(f"tools[{i}].function.description must be a string")
+        params = fn.get("parameters")
+        if params is not None and (not isinstance(params, dict) or params.get("type", "object") != "object"):
+            raise ValueError(f"tools[{i}].function.parameters must be a JSON schema of an object")
+    return tools
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """A request's `tool_choice`: `none` (no call is read), `auto`, `required` or `function` (the named one)."""
+
+    mode: Literal["none", "auto", "required", "function"]
+    name: str = ""
+
+
+def parse_tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> ToolChoice:
+    """The request's choice (None: `auto` with tools, `none` without); a ValueError says what is wrong."""
+    names = [t["function"]["name"] for t in tools or []]
+    if value is None:
+        return ToolChoice("auto" if names else "none")
+    if value in ("none", "auto", "required"):
+        if value == "required" and not names:
+            raise ValueError("tool_choice 'required' needs tools")
+        return ToolChoice(value)
+    fn = value.get("function") if isinstance(value, dict) and value.get("type") == "function" else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str):
+        raise ValueError(f"tool_choice: expected {TOOL_CHOICES}, got {value!r}"[:300])
+    if name not in names:
+        raise ValueError(f"tool_choice names {name!r}, which is not among the request's tools")
+    return ToolChoice("function", name)
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -142,16 +202,27 @@ class ChatCompletionRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     max_completion_tokens: int | None = Field(None, ge=1)
-    tools: list[dict[str, Any]] | None = None
+    tools: Any | None = None  # list[dict], checked by `check_tools` (own messages, one line each)
     tool_choice: Any | None = None
     response_format: dict[str, Any] | None = None
 
+    @field_validator("tools")
+    @classmethod
+    def _check_tools(cls, value: Any) -> Any:
+        return check_tools(value) or None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _check_tool_choice(cls, value: Any, info: ValidationInfo) -> Any:
+        parse_tool_choice(value, info.data.get("tools"))  # invalid tools: their own error comes first
+        return value
+
     @model_validator(mode="after")
     def _refuse_chat_extras(self):
-        if self.tools:
-            raise ValueError("tools are not supported by this server")
-        if self.tool_choice not in (None, "none", "auto"):
-            raise ValueError("tool_choice is not supported by this server")
+        if self.stream and self.logprobs and self.choice.mode != "none":
+            # a call's text is held back until it is whole: its tokens' logprobs would not line up with chunks
+            raise ValueError("logprobs with streamed tool calls are not supported by this server (send stream: "
+                             "false, or tool_choice: 'none')")
         if self.response_format and self.response_format.get("type") not in (None, "text"):
             raise ValueError("response_format: only {'type': 'text'} is supported by this server")
         if self.top_logprobs and not self.logprobs:
@@ -163,6 +234,10 @@ class ChatCompletionRequest(_Sampling):
         ):
             raise ValueError("max_tokens and max_completion_tokens disagree; send one")
         return self
+
+    @property
+    def choice(self) -> ToolChoice:
+        return parse_tool_choice(self.tool_choice, self.tools)
 
     @property
     def max_new_tokens(self) -> int | None:
@@ -183,6 +258,8 @@ def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
     loc = [x for x in loc if not any(c in x for c in "[]") and x not in ("str", "int", "float", "function-after")]
     where = ".".join(loc)
     msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    if where and msg.startswith(where):  # the message names its place itself ("tools[0].type = ...")
+        return msg, loc[0]
     if first.get("type") == "json_invalid":
         return "request body is not valid JSON", None
     if first.get("type") == "missing":

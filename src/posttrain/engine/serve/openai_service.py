@@ -4,7 +4,8 @@ Covers: prompt encoding and checks (token ids in range, context length: a
 prompt that fills the context is a 400, `max_tokens` beyond what is left is
 cut to fit, with a note in the log once per server),
 `SamplingParams` from a request (temperature, top_p, top_k, min_p, max_tokens,
-stop strings, stop token ids, seed, ignore_eos), submitting to the
+stop strings, stop token ids, seed, ignore_eos), chat prompts with or without
+`tools` (rendered and read by `openai_tools.py`), submitting to the
 `RequestBatcher`, and turning engine results into OpenAI bodies: completions
 and chat choices, logprobs in both endpoints' formats, usage, and streaming
 chunks built from `CompletionDelta`s (live from a continuous engine, or
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.engine.base import CompletionDelta
-from posttrain.engine.chat import ChatTemplate
+from posttrain.engine.chat import ChatTemplate, ChatTemplateError
 from posttrain.engine.detokenize import text_deltas
 from posttrain.engine.local.worker import GeneratedGroup, TopLogprobs
 from posttrain.engine.serve.batcher import RequestBatcher
@@ -35,6 +36,7 @@ from posttrain.engine.serve.openai_protocol import (
     CompletionRequest,
     bad_request,
 )
+from posttrain.engine.serve.openai_tools import NO_TOOLS, HeldStream, ToolPlan, chat_prompt, tool_message
 from posttrain.types import Completion, SamplingParams
 
 log = logging.getLogger("posttrain.serve")
@@ -112,6 +114,14 @@ class Service:
                 "model_not_found",
             )
 
+    def chat_prompt(self, req: ChatCompletionRequest) -> tuple[list[int], ToolPlan]:
+        """The chat request's prompt ids (tools included) and how its completions are read."""
+        messages = [m.model_dump() for m in req.messages]
+        try:
+            return chat_prompt(messages, req.tools, req.choice, self.chat_template, self.tokenizer)
+        except ChatTemplateError as exc:
+            raise bad_request(str(exc), "messages") from None
+
     def encode_prompts(self, prompts: list[str] | list[list[int]]) -> list[list[int]]:
         vocab = self.tokenizer.vocab_size
         out = []
@@ -131,6 +141,7 @@ class Service:
         max_tokens: int | None,
         default: int,
         top_k_logprobs: int,
+        extra_stop: tuple[str, ...] = (),
     ) -> Prepared:
         max_tokens = self._budget(prompts, req, max_tokens, default)
         vocab = self.tokenizer.vocab_size
@@ -146,7 +157,7 @@ class Service:
                 min_p=req.min_p,
                 max_tokens=max_tokens,
                 stop_token_ids=stop_ids,
-                stop=tuple(req.stop_list),
+                stop=tuple(dict.fromkeys((*req.stop_list, *extra_stop))),
                 seed=req.seed,
                 ignore_eos=req.ignore_eos,
             )
@@ -293,14 +304,17 @@ class Service:
             choices.append(choice)
         return {**self._envelope(rid, "text_completion", req.model), "choices": choices, "usage": self.usage(groups)}
 
-    def chat_body(self, req: ChatCompletionRequest, rid: str, groups: list[GeneratedGroup]) -> dict[str, Any]:
+    def chat_body(
+        self, req: ChatCompletionRequest, rid: str, groups: list[GeneratedGroup], plan: ToolPlan = NO_TOOLS
+    ) -> dict[str, Any]:
         choices = []
         for index, _, c, top in self._choices(groups):
+            message, finish = tool_message(c.text, plan, c.finish_reason.value)
             choice: dict[str, Any] = {
                 "index": index,
-                "message": {"role": "assistant", "content": c.text},
+                "message": message,
                 "logprobs": self.chat_logprobs(c.token_ids, c.logprobs, top) if req.logprobs else None,
-                "finish_reason": c.finish_reason.value,
+                "finish_reason": finish,
             }
             if req.return_token_ids:
                 choice["token_ids"] = list(c.token_ids)
@@ -335,8 +349,12 @@ class Service:
                 }
 
     async def chat_chunks(
-        self, req: ChatCompletionRequest, rid: str, events: AsyncIterator, n_prompts: int = 1
+        self, req: ChatCompletionRequest, rid: str, events: AsyncIterator, n_prompts: int = 1, plan: ToolPlan = NO_TOOLS
     ) -> AsyncIterator[dict[str, Any]]:
+        if plan.parse:
+            async for chunk in self.tool_chunks(req, rid, events, plan, n_prompts):
+                yield chunk
+            return
         base = self._envelope(rid, "chat.completion.chunk", req.model)
         for index in range(n_prompts * req.n):
             yield {
@@ -359,3 +377,34 @@ class Service:
                     **base,
                     "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": d.finish_reason.value}],
                 }
+
+    async def tool_chunks(
+        self, req: ChatCompletionRequest, rid: str, events: AsyncIterator, plan: ToolPlan, n_prompts: int = 1
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Chat chunks when calls are read: content streams until a call begins; the call is one `tool_calls`
+        delta at the choice's end (`openai_tools.HeldStream`). No logprobs (the protocol refuses them here)."""
+        base = self._envelope(rid, "chat.completion.chunk", req.model)
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+        held: dict[int, HeldStream] = {}
+        for index in range(n_prompts * req.n):
+            held[index] = HeldStream(plan)
+            yield chunk(index, {"role": "assistant", "content": ""})
+        async for event in events:
+            if isinstance(event, list):
+                if req.stream_options and req.stream_options.include_usage:
+                    yield {**base, "choices": [], "usage": self.usage(event)}
+                return
+            d, index = event.delta, event.delta.prompt_index * req.n + event.delta.sample_index
+            text = held[index].push(d.text) if d.text else ""
+            if text:
+                yield chunk(index, {"content": text})
+            if d.finish_reason is not None:
+                owed, calls = held[index].finish()
+                if owed:
+                    yield chunk(index, {"content": owed})
+                if calls:
+                    yield chunk(index, {"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+                yield chunk(index, {}, "tool_calls" if calls else d.finish_reason.value)

@@ -9,7 +9,8 @@ goes wrong (400 bad parameters, 404 unknown model or route, 429 queue full,
 the app on a free port in this process (tests, notebooks, agents sharing one
 model). The API logic lives in `openai_service.py`, request records in
 `openai_protocol.py`, engine sharing in `batcher.py`.
-Does not cover: authentication, tool calls, images, echo/suffix, penalties.
+Chat completions accept OpenAI `tools` / `tool_choice` and answer `tool_calls` (`openai_tools.py`).
+Does not cover: authentication, images, echo/suffix, penalties.
 """
 
 # no `from __future__ import annotations`: FastAPI must resolve the route annotations, some of
@@ -22,7 +23,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Self
 
-from posttrain.engine.chat import ChatTemplate, ChatTemplateError
+from posttrain.engine.chat import ChatTemplate
 from posttrain.engine.extras import require
 from posttrain.engine.serve.openai_protocol import (
     APIError,
@@ -139,16 +140,13 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, http: Request):
         service.check_model(req.model)
-        try:
-            ids = service.chat_template.encode([m.model_dump() for m in req.messages], service.tokenizer)
-        except ChatTemplateError as exc:
-            raise bad_request(str(exc), "messages") from None
+        ids, plan = service.chat_prompt(req)
         prompts = service.encode_prompts([ids])
-        job = service.prepare(req, prompts, req.max_new_tokens, config.default_max_tokens, req.n_top_logprobs)
+        job = service.prepare(req, prompts, req.max_new_tokens, config.default_max_tokens, req.n_top_logprobs, plan.stop)
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if req.stream:
-            return stream(service.chat_chunks(req, rid, service.start_stream(job)))
-        return await respond(job, lambda groups: service.chat_body(req, rid, groups), http)
+            return stream(service.chat_chunks(req, rid, service.start_stream(job), plan=plan))
+        return await respond(job, lambda groups: service.chat_body(req, rid, groups, plan), http)
 
     return app
 
