@@ -13,7 +13,7 @@ from posttrain.rl.build import build_domains, sampling_params
 from posttrain.tasks.domains import list_domains, load_domain
 
 SPECS = ["arith:add", "arith:sub", "arith:addsub", "arith:mul", "arith:chain", "code:ops", "code:linear",
-         "rg:leg_counting", "humaneval", "terminal"]
+         "rg:leg_counting", "humaneval", "terminal", "agent:lookup"]
 
 
 class Replay:

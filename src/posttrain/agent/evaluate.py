@@ -5,8 +5,8 @@ they run (greedy by default; with a temperature, n > 1 gives pass@k over episode
 a `SampleRecord` (`record_of`: the submitted answer or the last reply as the response, its status,
 steps and tokens in `info`, wall time as latency; an env_error episode is an ERROR record, never a
 0) and summarised by the harness's own `summarize`, so an agent suite reports pass@1, pass@k, cost
-and latency like any other. Training's held-out evaluation calls it for agent domains
-(`eval.training.evaluate_in_training`).
+and latency like any other. `evaluate_agent_in_training` is the trainer's held-out evaluation of an
+agent suite (one greedy episode per task, stored by `eval.training.record_evaluation`).
 Does not cover: resolving a model name (`posttrain.resolve`), storing records (the callers).
 """
 
@@ -71,3 +71,16 @@ async def aevaluate_agent(model: Any, tasks: Sequence[Task], spec: AgentSpec, sa
 def evaluate_agent(model: Any, tasks: Sequence[Task], spec: AgentSpec, sandbox: Any, **kwargs: Any) -> AgentEval:
     """`aevaluate_agent` from synchronous code."""
     return run_sync(aevaluate_agent(model, tasks, spec, sandbox, **kwargs))
+
+
+def evaluate_agent_in_training(engine: Any, suite: Any, name: str, store: Any, step: int,
+                               max_tokens: int) -> dict[str, float]:
+    """`eval.training.evaluate_in_training` for an agent suite: one greedy episode per task in the shared
+    sandbox, the turn metrics stored beside pass@1 (`agent/...`)."""
+    from posttrain.eval.training import record_evaluation
+    from posttrain.rewards.code import shared_sandbox
+
+    result = evaluate_agent(engine, suite.tasks, suite.agent, shared_sandbox(),
+                            params=SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    extra = {f"agent/{k}": v for k, v in result.metrics.items()}
+    return record_evaluation(store, name, step, result.records, result.summary, extra)

@@ -5,6 +5,8 @@ Covers: what turns a `types.Task` of an agent domain into an episode (`load`: th
 stable prefix, the step budget, the context policy and the format-error cap. A `Domain` with
 `rollouter == "agent"` holds one (`Domain.agent`), and so does its evaluation view (`Suite.agent`):
 the `AgentRollouter` that trains and the evaluation that measures run every episode the same way.
+`spec_of(domain)` is a domain's spec, or the default one for an agent domain that names none (a
+Harbor terminal domain: its tasks carry their `TerminalTask`, `task_env_of`).
 Does not cover: running episodes (`runtime.py`, `rollouter.py`, `evaluate.py`).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from posttrain.agent import format as fmt
 from posttrain.agent.context import ContextPolicy
@@ -19,11 +22,22 @@ from posttrain.agent.tools import Tool
 from posttrain.types import Task
 
 
+def task_env_of(task: Task) -> object:
+    """What a `Task` of an agent domain runs: the `TerminalTask` in its meta (Harbor domains) or the
+    `AgentTask` / `Env` it carries under "agent_task"."""
+    for key in ("terminal_task", "agent_task"):
+        if key in task.meta:
+            return task.meta[key]
+    from posttrain.errors import UserError
+
+    raise UserError(f"task {task.id!r} carries no agent task (meta 'terminal_task' or 'agent_task')")
+
+
 @dataclass(frozen=True)
 class AgentSpec:
     """How to run one domain's tasks as episodes."""
 
-    load: Callable[[Task], object]  # a Task -> the AgentTask, TerminalTask or Env to run
+    load: Callable[[Task], object] = task_env_of  # a Task -> the AgentTask, TerminalTask or Env to run
     tools: tuple[Tool, ...] | None = None  # None: the task's own, else the env's defaults
     system: str = fmt.SYSTEM  # the system text of the stable prefix
     max_steps: int = 30
@@ -31,3 +45,10 @@ class AgentSpec:
     max_format_errors: int | None = 3
     max_tokens: int = 512  # room for one reply (a call), unless the config's sampling says otherwise
     tool_listing: fmt.Listing = "json"  # how the prefix lists the tools (`format.render_prefix`)
+
+
+def spec_of(domain: Any) -> AgentSpec | None:
+    """The `AgentSpec` a domain's tasks run with (None: a single-turn domain)."""
+    if domain.rollouter != "agent":
+        return None
+    return domain.agent if domain.agent is not None else AgentSpec()

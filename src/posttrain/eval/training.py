@@ -25,25 +25,19 @@ PASS = 0.5  # a task "passes" at an evaluation when at least half its samples do
 
 def evaluate_in_training(engine: Any, suite: Any, name: str, store: RunStore, step: int, max_tokens: int) -> dict[str, float]:
     """Greedy pass@1 of `suite` at `step`, stored under eval `name` (metrics, per-task rates, every response);
-    returns the stored metrics (`pass@1`, `mean_score`, `n_tasks`, `n_errors`, `regressed_tasks`, ...). A suite
-    of agent tasks (`suite.agent`) runs one greedy episode per task (`agent.evaluate`), its turn metrics
-    stored with the rest."""
-    extra: dict[str, float] = {}
-    if suite.agent is not None:
-        from posttrain.agent.evaluate import evaluate_agent
-        from posttrain.rewards.code import shared_sandbox
-        from posttrain.types import SamplingParams
+    returns the stored metrics (`pass@1`, `mean_score`, `n_tasks`, `n_errors`, `regressed_tasks`, ...).
+    Agent suites run episodes instead (`agent.evaluate.evaluate_agent_in_training`), stored by the same
+    `record_evaluation`."""
+    spec = EvalSpec(model=f"step {step}", suite=name, n=1, temperature=0.0, max_tokens=max_tokens, batch=len(suite.tasks))
+    run = evaluate(engine, suite, spec)
+    assert run.summary is not None  # evaluate always summarizes
+    return record_evaluation(store, name, step, run.records, run.summary)
 
-        result = evaluate_agent(engine, suite.tasks, suite.agent, shared_sandbox(),
-                                params=SamplingParams(temperature=0.0, max_tokens=max_tokens))
-        records, summary = result.records, result.summary
-        extra = {f"agent/{k}": v for k, v in result.metrics.items()}
-    else:
-        spec = EvalSpec(model=f"step {step}", suite=name, n=1, temperature=0.0, max_tokens=max_tokens,
-                        batch=len(suite.tasks))
-        run = evaluate(engine, suite, spec)
-        records, summary = run.records, run.summary
-    assert summary is not None  # evaluate always summarizes
+
+def record_evaluation(store: RunStore, name: str, step: int, records: list, summary: Any,
+                      extra: dict[str, float] | None = None) -> dict[str, float]:
+    """Store one in-training evaluation (headline metrics plus `extra`, per-task rates, every record) and
+    return its metrics, `regressed_tasks` (tasks that passed at an earlier evaluation and fail now) included."""
     per_task = {t.task_id: t.pass_rate for t in summary.tasks}
     # the run store's metric names (its `evals` rows and the report read them)
     metrics: dict[str, float] = {
@@ -53,7 +47,7 @@ def evaluate_in_training(engine: Any, suite: Any, name: str, store: RunStore, st
     metrics["greedy_accuracy"] = summary.pass1  # one greedy sample per task: the two are the same number
     lost = new_failures(store, name, per_task, step)
     metrics["regressed_tasks"] = len(lost)
-    metrics.update(extra)
+    metrics.update(extra or {})
     store.log_eval(step, name, metrics, per_task)
     store.log_eval_samples(step, name, [EvalSampleRow(r.task_id, r.sample, r.response, r.score, int(r.passed), r.status,
                                                       r.verifier, r.details, r.info) for r in records])

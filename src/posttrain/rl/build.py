@@ -131,13 +131,13 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
         if cfg.rollout.mode != "sync":
             raise ConfigError("config: agent domains train with rollout.mode = \"sync\" (the asynchronous loop samples "
                               "single-turn rollouts only)")
-        d = agents[0]
-        if d.agent is None:
-            raise ConfigError(f"config: domain {d.name} runs agent episodes but has no AgentSpec")
         from posttrain.agent.rollouter import AgentRollouter
+        from posttrain.agent.spec import spec_of
         from posttrain.rewards.code import shared_sandbox
 
-        return AgentRollouter(engine, shared_sandbox(), d.agent, params, seed=cfg.seed)
+        spec = spec_of(agents[0])
+        assert spec is not None  # an agent domain
+        return AgentRollouter(engine, shared_sandbox(), spec, params, seed=cfg.seed)
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
     return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers,
                                inline=cfg.rollout.mode == "sync" if inline is None else inline)
@@ -169,9 +169,12 @@ def build_held_out(cfg: RunConfig, domains: list[Domain]) -> tuple[list[Suite], 
     """Each domain's `train.eval_size` held-out tasks (fewer when its split is smaller), split by a hash of
     the task id into the selection part (evaluated during training; selects best/) and the reporting part
     (evaluated at the end), both judged by the domain's verifier."""
+    from posttrain.agent.spec import spec_of
+
     selection, reporting = [], []
     fraction = cfg.train.selection_fraction
     for d in domains:
+        agent = spec_of(d)
         tasks = d.held_out(cfg.train.eval_size, seed=cfg.seed)
         if not tasks:
             continue
@@ -183,10 +186,10 @@ def build_held_out(cfg: RunConfig, domains: list[Domain]) -> tuple[list[Suite], 
             select = [t for t in tasks if role[t.id] == "held_out"]
             report = [t for t in tasks if role[t.id] == "train"]
         if select:
-            selection.append(Suite(d.name, select, d.verifier, agent=d.agent,
+            selection.append(Suite(d.name, select, d.verifier, agent=agent,
                                    description=f"{len(select)} held-out {d.name} tasks (selection)"))
         if report:
-            reporting.append(Suite(d.name, report, d.verifier, agent=d.agent,
+            reporting.append(Suite(d.name, report, d.verifier, agent=agent,
                                    description=f"{len(report)} held-out {d.name} tasks (reporting)"))
     return selection, reporting
 

@@ -292,7 +292,7 @@ class Trainer:
         accs = []
         for i, suite in enumerate(self.parts.held_out):
             name = "held_out" if i == 0 else f"held_out:{suite.name}"
-            m = evaluate_in_training(self.engine, suite, name, self.store, self.step, max_tokens)
+            m = self._evaluate_suite(suite, name, max_tokens)
             accs.append(m["pass@1"])
             if i == 0:
                 metrics.update(greedy_accuracy=m["pass@1"], n_tasks=m["n_tasks"], verifier_errors=m["n_errors"],
@@ -304,7 +304,7 @@ class Trainer:
         if len(accs) > 1:
             metrics["greedy_accuracy"] = sum(accs) / len(accs)
         for name, suite in self.parts.eval_suites.items():
-            suite_metrics = evaluate_in_training(self.engine, suite, name, self.store, self.step, max_tokens)
+            suite_metrics = self._evaluate_suite(suite, name, max_tokens)
             metrics[f"{name}/pass@1"] = suite_metrics["pass@1"]
             metrics[f"{name}/regressed_tasks"] = suite_metrics["regressed_tasks"]
         self._track_best(metrics)
@@ -315,6 +315,14 @@ class Trainer:
         if self.on_eval:
             self.on_eval(self.step, metrics)
         return metrics
+
+    def _evaluate_suite(self, suite, name: str, max_tokens: int) -> dict[str, float]:
+        """One suite's in-training evaluation: greedy responses, or greedy episodes for an agent suite."""
+        if suite.agent is not None:
+            from posttrain.agent.evaluate import evaluate_agent_in_training
+
+            return evaluate_agent_in_training(self.engine, suite, name, self.store, self.step, max_tokens)
+        return evaluate_in_training(self.engine, suite, name, self.store, self.step, max_tokens)
 
     def _track_best(self, metrics: dict[str, float]) -> None:
         """Keep best/ (the best held-out metric so far, ties to the later step) and warn on a sustained drop."""

@@ -119,11 +119,9 @@ def terminal_domain(spec: str, tasks: list[TerminalTask], errors: list[TaskLoadE
         raise TaskFileError(f"{spec}: no task loaded" + "".join(f"\n  {e.path}: {e.message}" for e in errors))
     limit = options.get("limit")
     source = ListSource(items, name=spec, held_out_fraction=options.get("held_out_fraction") or 0.0)
-    from posttrain.agent.spec import AgentSpec  # lazily: the agent package imports the tasks package
-
     return Domain(spec, source, TerminalVerifier(),
                   evaluation=lambda n, _seed: items[:n], sampling=SamplingDefaults(max_tokens=1024),
-                  rollouter="agent", agent=AgentSpec(load=terminal_task_of),
+                  rollouter="agent",  # the default AgentSpec (agent/spec.py) runs the TerminalTask it carries
                   description=f"{len(items[:limit])} terminal tasks (Harbor format)",
                   meta={"limit": limit, "tasks": len(items), "null_response": NULL_RESPONSE,
                         "load_errors": [vars(e) for e in errors]}, eval_limit=limit, eval_seed=options.get("seed", 0))
