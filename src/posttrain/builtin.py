@@ -123,11 +123,30 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
     return ids, mask
 
 
-def _trace_batch(tokenizer: Tokenizer, tasks) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, T] right-padded oracle episodes and [B, T-1] loss mask covering the calls the model samples."""
+AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the last observation and the call
+AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
+
+
+def _trace_window(ids: list[int], mask: list[bool], rng: random.Random, width: int) -> tuple[list[int], list[bool]]:
+    """A window of `width` tokens of an episode that ends with one of its calls (RoPE attention is relative:
+    what the window teaches holds at any position); the whole episode when it is shorter."""
+    if len(ids) <= width:
+        return ids, mask
+    ends = [i + 1 for i in range(len(mask)) if mask[i] and (i + 1 == len(mask) or not mask[i + 1])]
+    end = rng.choice(ends)
+    start = max(0, end - width)
+    return ids[start:end], [False] + mask[start + 1:end]
+
+
+def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None,
+                 width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, T] right-padded oracle episodes (or windows of them, `width` tokens each, drawn with `rng`) and the
+    [B, T-1] loss mask covering the calls the model samples."""
     from posttrain.agent.lookup import oracle_trace
 
     rows = [oracle_trace(t, tokenizer) for t in tasks]
+    if width is not None and rng is not None:
+        rows = [_trace_window(ids, mask, rng, width) for ids, mask in rows]
     width = max(len(ids) for ids, _ in rows)
     ids_t = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
     mask_t = torch.zeros((len(rows), width - 1))
@@ -216,7 +235,11 @@ def pretrain_base(
         return evaluate_accuracy(engine, held_out, verifier, max_tokens=max_answer).accuracy
 
     def batch(tasks) -> tuple[torch.Tensor, torch.Tensor]:
-        return _trace_batch(tokenizer, tasks) if agent else _batch(tokenizer, tasks)
+        if not agent:
+            return _batch(tokenizer, tasks)
+        if step % AGENT_FULL_EVERY == 0:  # whole episodes, a quarter as many (they are ~4x longer)
+            return _trace_batch(tokenizer, tasks[: max(1, len(tasks) // 4)])
+        return _trace_batch(tokenizer, tasks, rng, AGENT_WINDOW)
 
     accuracy, step = 0.0, 0
     check_every, below, refined = cfg.eval_every, None, False

@@ -39,10 +39,10 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     "mul": {"target_low": 0.20, "target_high": 0.50},
     # three-term chains (a+b-c): seed 0 was at 14% after 1,544 steps (45 min under load) of the 3,000 cap
     "chain": {"target_low": 0.15, "target_high": 0.45},
-    # multi-hop lookups (agent:lookup): whole oracle episodes of ~560 characters each, so fewer per step, and a
-    # band check is a batch of real episodes in the sandbox (64 of them every 25 steps)
-    "lookup": {"target_low": 0.25, "target_high": 0.55, "batch_size": 32, "eval_every": 25, "eval_size": 64,
-               "max_steps": 1500, "digits": 3},
+    # multi-hop lookups (agent:lookup): windows of oracle episodes (160 tokens; whole ones every 10th step), and
+    # a band check is a batch of real episodes in the sandbox (64 of them every 25 steps)
+    "lookup": {"target_low": 0.25, "target_high": 0.55, "batch_size": 64, "eval_every": 25, "eval_size": 64,
+               "max_steps": 3000, "digits": 3},
 }
 """Per-family defaults of the built-in base model, applied to the fields a config leaves unset."""
 

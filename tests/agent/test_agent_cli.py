@@ -70,3 +70,27 @@ def test_a_bad_task_is_one_line_and_the_rest_of_the_suite_runs(tmp_path):
                               "--out", str(tmp_path / "run2")])
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
     assert res.exit_code == 0 and rows[0]["status"] == "failed" and rows[0]["reward"] == 0.0
+
+
+def test_eval_episodes_reports_pass_at_k_over_episodes(tmp_path):
+    import torch
+
+    from posttrain.models import CausalLM, ModelConfig, char_tokenizer, save_model
+
+    tok = char_tokenizer()
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024)
+    model = CausalLM(cfg)
+    model.init_weights(torch.Generator().manual_seed(0))
+    save_model(model, tok, tmp_path / "m")
+    out = tmp_path / "ev"
+    res = runner.invoke(app, ["eval", "--model", str(tmp_path / "m"), "--suite", "agent:lookup", "--episodes",
+                              "--limit", "3", "-n", "2", "-k", "1,2", "-t", "1.0", "--json", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["n_tasks"] == 3 and summary["n_samples"] == 6 and "pass@2" in summary
+    assert summary["episode_metrics"]["turns_per_episode"] >= 1
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and json.loads(lines[0])["turns"]
+    res = runner.invoke(app, ["eval", "--model", str(tmp_path / "m"), "--suite", "arith:add", "--episodes"])
+    assert res.exit_code == 2 and "not an agent suite" in res.output

@@ -119,6 +119,8 @@ def eval_cmd(
     verify_timeout: Optional[float] = typer.Option(None, "--verify-timeout", help="Bound on one batch's grading, seconds."),
     label: Optional[str] = typer.Option(None, "--label", help="A name for this result in comparisons and reports."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (metrics and per-task results under 'tasks')."),
+    episodes: bool = typer.Option(False, "--episodes", help="Run each task of an agent suite (agent:lookup, terminal) as "
+                                  "agent episodes in the sandbox: pass@k over episodes (-n episodes per task)."),
 ) -> None:
     """Evaluate a model on a suite (pass@k with intervals, cost, latency), or grade given responses."""
     with friendly():
@@ -171,6 +173,10 @@ def eval_cmd(
                 return
             from posttrain.resolve import resolve_model
 
+            if episodes:
+                _eval_episodes(domain, loaded, model, samples, k_values, temperature, seed, max_tokens, limit, out,
+                               label, as_json)
+                return
             # the domain's default is the one training samples with: an arithmetic answer needs 8 tokens, not 256
             cap = max_tokens if max_tokens is not None else domain.sampling.max_tokens
             spec = EvalSpec(model=model, suite=suite, n=samples, ks=k_values, temperature=temperature, top_p=top_p,
@@ -201,6 +207,43 @@ def eval_cmd(
             raise UserError(str(exc)) from None
         except EngineRequestError as exc:
             raise UserError(f"the model endpoint failed: {exc} (finished samples are kept; rerun to resume)") from None
+
+
+def _eval_episodes(domain: Any, loaded: Any, model: str, samples: int, ks: tuple[int, ...], temperature: float,
+                   seed: int, max_tokens: Optional[int], limit: Optional[int], out: Optional[Path], label: Optional[str],
+                   as_json: bool) -> None:
+    """`eval --episodes`: n agent episodes per task through the training rollouter, recorded like any eval (and
+    every transcript in OUT/episodes.jsonl)."""
+    from posttrain.agent.evaluate import evaluate_agent
+    from posttrain.agent.spec import spec_of
+    from posttrain.eval.records import EvalDir
+    from posttrain.resolve import resolve_model
+    from posttrain.rewards.code import shared_sandbox
+    from posttrain.types import SamplingParams
+
+    spec = spec_of(domain)
+    if spec is None:
+        raise UserError(f"eval --episodes: {loaded.name} is not an agent suite (agent:lookup, terminal, terminal:DIR)")
+    tasks = loaded.tasks[:limit] if limit else loaded.tasks
+    resolved = resolve_model(model, seed=seed)
+    params = SamplingParams(temperature=temperature, max_tokens=max_tokens or spec.max_tokens)
+    out = out or Path("evals") / f"{slug(loaded.name)}-episodes-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    store = EvalDir(out)
+    store.start({"model": model, "label": label, "suite": loaded.name, "mode": "episodes", "n": samples,
+                 "temperature": temperature, "seed": seed, "max_tokens": params.max_tokens, "max_steps": spec.max_steps,
+                 "created": time.time()}, ({"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in tasks))
+    with Progress(console=err, transient=True) as progress:
+        progress.add_task(f"episodes on {loaded.name}", total=None)
+        result = evaluate_agent(resolved.engine, tasks, spec, shared_sandbox(), n=samples, ks=ks, params=params, seed=seed)
+    store.append(result.records)
+    store.write_summary(result.summary)
+    with (out / "episodes.jsonl").open("w", encoding="utf-8") as f:
+        for eps in result.episodes:
+            for ep in eps:
+                f.write(json.dumps(ep.to_dict()) + "\n")
+    err.print(f"results in {out} (episodes.jsonl holds every transcript)")
+    emit(result.summary, as_json, f"{loaded.name} (episodes): {model}",
+         {"out": str(out), "suite": loaded.name, "model": model, "episode_metrics": result.metrics})
 
 
 def compare_cmd(
