@@ -205,3 +205,18 @@ def test_an_answer_task_never_submitted_scores_zero(sandbox):
     ep = asyncio.run(run_agent_task(engine, task, None, 2, sandbox=sandbox, max_format_errors=None))
     assert ep.status is EpisodeStatus.MAX_STEPS and ep.verdict.ok and ep.reward == 0.0
     assert "never submitted" in ep.verdict.details
+
+
+def test_a_process_score_blends_into_the_reward_not_the_verdict(sandbox):
+    from posttrain.agent.spec import well_formed
+
+    task = LookupSource(hops=1).take(1, "train", seed=8)[0]
+    replies = iter(["no call here", fmt.render_call(call("submit", answer=task.answer))])
+    engine = MockEngine(lambda p: next(replies), tokenizer=char_tokenizer(), max_concurrency=1)
+    spec = dataclasses.replace(SPEC, process=well_formed, process_weight=0.2)
+    r = AgentRollouter(engine, sandbox, spec, SamplingParams(temperature=0.0, max_tokens=80), share_workspace=False)
+    (group,) = asyncio.run(r.run([task], n=1))
+    v = group.trajectories[0].verdict
+    assert v.passed and v.breakdown == {"outcome": 1.0, "process": 0.5} and v.score == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="process score function"):
+        dataclasses.replace(SPEC, process_weight=0.5)

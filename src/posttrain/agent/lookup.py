@@ -1,11 +1,13 @@
 """The `agent:lookup` domain: multi-hop lookups across workspace files, the built-in multi-turn task.
 
 A task asks for the value of a key (`Find the value of qx. Start in the file start.`). The workspace
-holds a chain of small files: each has `lines` lines, one per key, either a pointer (`qx -> k7`: look
-in file k7) or a value (`qx = 482`); the task's key points `hops - 1` times before it reaches its
-value, the other lines are distractors for other keys. The value is three random digits and exists
-only in the workspace, so a single-turn answer is right one time in 900; an agent must read the
-files in order (`read`), follow its own key and `submit` the value. `hops` is the difficulty knob.
+holds a chain of small files: each has `lines` lines, one per key, either a pointer (`qx -> k`: look
+in file k) or a value (`qx = 7`); the task's key points `hops - 1` times before it reaches its
+value, the other lines are distractors for other keys. File names and values are single characters
+(a letter or a digit: the built-in character-level model copies one token per decision, which it
+learns in minutes; a longer copy takes it far longer). The value exists only in the workspace, so a
+single-turn answer is right one time in 36; an agent must read the files in order (`read`), follow
+its own key and `submit` the value. `hops` is the difficulty knob.
 
 Covers: `LookupSource` (the generator: a hash split on the task's content, like every generated
 source), the domain's two compact tools (`read`, `submit`: short schemas keep the stable prefix small
@@ -38,7 +40,8 @@ from posttrain.types import Task
 
 SYSTEM = "Find the answer in the files. Tools:\n"
 START = "start"
-MAX_TOKENS = 80  # one call: `<tool_call>{"name": "submit", "arguments": {"answer": "482"}}</tool_call>` is 73
+SYMBOLS = string.ascii_lowercase + string.digits  # file names and values: one character each
+MAX_TOKENS = 80  # one call: `<tool_call>{"name": "submit", "arguments": {"answer": "7"}}</tool_call>` is 71
 # characters; the stop string ends a good reply, and one that has not closed its call by then is a format error
 
 
@@ -63,7 +66,7 @@ class LookupSource(GeneratedSource):
 
     hops: int = 3
     min_hops: int = 1
-    lines: int = 3
+    lines: int = 1
     held_out_fraction: float = 0.15
 
     def __post_init__(self) -> None:
@@ -82,16 +85,16 @@ class LookupSource(GeneratedSource):
         hops = rng.randint(self.min_hops, self.hops)
         keys = rng.sample([a + b for a in string.ascii_lowercase for b in string.ascii_lowercase], self.lines)
         key = keys[0]
-        names = rng.sample([a + d for a in string.ascii_lowercase for d in string.digits], hops + self.lines * hops)
+        names = rng.sample(SYMBOLS, hops + self.lines * hops)
         chain = [START] + names[: hops - 1]  # the files the task's key passes through
         spare = names[hops - 1:]
-        value = str(rng.randint(100, 999))
+        value = rng.choice(SYMBOLS)
         files: dict[str, str] = {}
         for depth, name in enumerate(chain):
             last = depth == hops - 1
             rows = [f"{key} = {value}" if last else f"{key} -> {chain[depth + 1]}"]
             for other in keys[1:]:  # distractors: other keys' pointers (to files that may not exist) or values
-                rows.append(f"{other} -> {spare.pop()}" if rng.random() < 0.5 else f"{other} = {rng.randint(100, 999)}")
+                rows.append(f"{other} -> {spare.pop()}" if rng.random() < 0.5 else f"{other} = {rng.choice(SYMBOLS)}")
             rng.shuffle(rows)
             files[name] = "\n".join(rows)
         blob = json.dumps({"key": key, "files": files}, sort_keys=True)
@@ -168,7 +171,7 @@ def _agent_domain(name: str, **options: Any) -> Domain:
     reject_unknown(f"agent:{name}", options, _OPTIONS)
     try:
         source = LookupSource(hops=options.get("hops", 3), min_hops=options.get("min_hops", 1),
-                              lines=options.get("lines", 3), held_out_fraction=options.get("held_out_fraction", 0.15))
+                              lines=options.get("lines", 1), held_out_fraction=options.get("held_out_fraction", 0.15))
     except ValueError as exc:
         raise TaskFileError(f"agent:lookup: {exc}") from None
     spec = replace(SPEC, max_steps=int(options.get("max_steps", SPEC.max_steps)))

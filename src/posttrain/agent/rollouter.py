@@ -6,7 +6,8 @@ template session and the n episodes start from forks of it (`Session.fork`: n co
 the context policy drawn once per group (`ContextPolicy.for_group`: every attempt of a group sees the
 same compaction trigger, groups differ); each episode turned into a `types.Trajectory`
 (`Episode.to_trajectory`: ids exactly as seen and sampled, one segment per rewritten history, each
-carrying the episode's advantage). A group in which any episode hit an infrastructure failure
+carrying the episode's advantage), its reward optionally blended with a process score
+(`AgentSpec.process`, e.g. `spec.well_formed`: `blend_process`). A group in which any episode hit an infrastructure failure
 (env_error: the sandbox, the verifier or the endpoint failed) is masked whole, never scored 0, and
 counted (`masked_groups`); its siblings are marked ABORTED so the trainer drops them too. Finished
 episodes pile up in `episodes` (with their step's group and sample index) until `drain()` takes them,
@@ -67,6 +68,10 @@ class AgentRollouter:
                                             tool_listing=spec.tool_listing)
 
         done = await asyncio.gather(*(group(t) for t in tasks))
+        if spec.process is not None and spec.process_weight > 0:
+            for eps in done:
+                for ep in eps:
+                    blend_process(ep, spec.process(ep), spec.process_weight)
         groups = []
         for task, eps in zip(tasks, done):
             trajectories = [ep.to_trajectory(task) for ep in eps]
@@ -97,3 +102,13 @@ class AgentRollouter:
         eps, masked = self.episodes, self.masked_groups
         self.episodes, self.masked_groups = [], 0
         return eps, masked
+
+
+def blend_process(ep: Episode, process: float, weight: float) -> None:
+    """The episode's reward becomes (1 - weight) x its verdict's score + weight x `process` (an OK verdict
+    only: a failed verifier stays failed); both parts go into `verdict.breakdown`."""
+    v = ep.verdict
+    if v is None or not v.ok:
+        return
+    v.breakdown = {**v.breakdown, "outcome": v.score, "process": process}
+    v.score = (1.0 - weight) * v.score + weight * process
