@@ -57,3 +57,39 @@ def test_concurrent_callers_build_once(tmp_path):
 def test_cache_key_ignores_location_but_not_settings(tmp_path):
     assert base_key(_cfg(tmp_path / "x")) == base_key(_cfg(tmp_path / "y"))
     assert base_key(_cfg(tmp_path)) != base_key(_cfg(tmp_path, seed=3))
+
+
+def test_an_agent_base_is_checked_with_its_current_weights(tmp_path, monkeypatch):
+    """Every band check runs on the weights as they are now: the engine is told they moved (its version is the
+    step), so it forgets the prefix KV it cached at an earlier check; a stale prefix made every episode fail."""
+    import torch
+
+    import posttrain.builtin as builtin
+    from posttrain.models import char_tokenizer
+    from posttrain.types import SamplingParams
+
+    versions = []
+
+    def check(engine, tasks):
+        versions.append(engine.policy_version)
+        return 0.0
+
+    monkeypatch.setattr(builtin, "_episode_success", check)
+    cfg = BaseModelConfig(family="lookup", hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2,
+                          batch_size=4, max_steps=6, eval_every=3, eval_size=16, cache_dir=str(tmp_path))
+    build = ensure_base(cfg)
+    assert versions == [3, 6] and build.steps == 6 and not build.in_band
+    # what the version buys: a weight change without it leaves the cached prefix KV of the old weights in use
+    from posttrain.engine.build import build_engine
+
+    model, tok = load_model(build.path)
+    engine = build_engine(None, model, char_tokenizer())
+    prompt, params = char_tokenizer().encode("x" * 300), SamplingParams(temperature=0.0, max_tokens=2)
+    engine.generate([prompt], params)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05)
+    stale = engine.generate([prompt], params)[0][0].logprobs
+    engine.set_version(1)
+    fresh = engine.generate([prompt], params)[0][0].logprobs
+    assert stale != fresh

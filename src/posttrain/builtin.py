@@ -230,6 +230,9 @@ def pretrain_base(
         max_answer = len(str(10 ** (cfg.digits + 1))) + 2
 
     def measure() -> float:
+        # the weights moved since the last check: the engine must forget KV it cached with the old ones (an agent's
+        # long shared prefix would otherwise be read from the model of the first check, and every episode fail)
+        engine.set_version(step)
         if agent:
             return _episode_success(engine, held_out)
         return evaluate_accuracy(engine, held_out, verifier, max_tokens=max_answer).accuracy
