@@ -48,7 +48,7 @@ BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3
 # and the quickstart's before/after figures); the base model's band checks draw the ones after them.
 EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
-AGENT_BASE_FORMAT = 1  # the same, for agent-domain bases
+AGENT_BASE_FORMAT = 2  # the same, for agent-domain bases (2: decision tokens weighted)
 AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
 
 
@@ -125,28 +125,34 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
 
 AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the last observation and the call
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
+AGENT_DECISION_WEIGHT = 5.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
+# them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
 
 
-def _trace_window(ids: list[int], mask: list[bool], rng: random.Random, width: int) -> tuple[list[int], list[bool]]:
+def _trace_window(ids: list[int], weight: list[float], rng: random.Random, width: int) -> tuple[list[int], list[float]]:
     """A window of `width` tokens of an episode that ends with one of its calls (RoPE attention is relative:
     what the window teaches holds at any position); the whole episode when it is shorter."""
     if len(ids) <= width:
-        return ids, mask
-    ends = [i + 1 for i in range(len(mask)) if mask[i] and (i + 1 == len(mask) or not mask[i + 1])]
+        return ids, weight
+    ends = [i + 1 for i in range(len(weight)) if weight[i] and (i + 1 == len(weight) or not weight[i + 1])]
     end = rng.choice(ends)
     start = max(0, end - width)
-    return ids[start:end], [False] + mask[start + 1:end]
+    return ids[start:end], [0.0] + weight[start + 1:end]
 
 
 def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None,
                  width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, T] right-padded oracle episodes (or windows of them, `width` tokens each, drawn with `rng`) and the
-    [B, T-1] loss mask covering the calls the model samples."""
+    [B, T-1] loss weights: 1 on the calls the model samples, `AGENT_DECISION_WEIGHT` on their copied values."""
     from posttrain.agent.lookup import oracle_trace
 
-    rows = [oracle_trace(t, tokenizer) for t in tasks]
+    rows = []
+    for t in tasks:
+        decisions: list[bool] = []
+        ids, mask = oracle_trace(t, tokenizer, decisions)
+        rows.append((ids, [AGENT_DECISION_WEIGHT if d else float(m) for m, d in zip(mask, decisions)]))
     if width is not None and rng is not None:
-        rows = [_trace_window(ids, mask, rng, width) for ids, mask in rows]
+        rows = [_trace_window(ids, weight, rng, width) for ids, weight in rows]
     width = max(len(ids) for ids, _ in rows)
     ids_t = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
     mask_t = torch.zeros((len(rows), width - 1))
