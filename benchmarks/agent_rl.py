@@ -11,6 +11,7 @@ engine was given and sampled (`agent.tito.RecordingEngine`, `tito_mismatch`).
 
     python benchmarks/agent_rl.py                 # seeds 0 1 2, the quickstart's recipe
     python benchmarks/agent_rl.py --seeds 0 --steps 20
+    python benchmarks/agent_rl.py --base-seed 0           # three RL seeds from one base
 
 Last line, one JSON object: `agent_gain` (the worst seed's greedy gain, as a fraction), `tito_mismatches`
 (over `tito_episodes` training episodes), every seed's figures, RL wall seconds per seed, and the load.
@@ -36,6 +37,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="extra config overrides, KEY=VALUE")
     ap.add_argument("--runs", default=None, help="where the runs go (default: a temporary directory)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--base-seed", type=int, default=None,
+                    help="one base model for every seed (default: each seed builds its own, as the quickstart does)")
     args = ap.parse_args()
 
     import tempfile
@@ -53,7 +56,8 @@ def main() -> None:
     seeds = []
     total_checked = total_bad = 0
     for seed in args.seeds:
-        sets = [*AGENT_OVERRIDES, f"seed={seed}", f"model.base.seed={seed}", f"run_dir='{runs}'",
+        base_seed = seed if args.base_seed is None else args.base_seed
+        sets = [*AGENT_OVERRIDES, f"seed={seed}", f"model.base.seed={base_seed}", f"run_dir='{runs}'",
                 f"name='agent-s{seed}'", "tensorboard=false", *args.set]
         if args.steps is not None:
             sets.append(f"train.steps={args.steps}")
@@ -85,7 +89,7 @@ def main() -> None:
 
         t0 = time.perf_counter()
         r = run_quickstart(cfg, prepare=prepare)
-        row = {"seed": seed, "greedy_before": r.greedy_before, "greedy_after": r.greedy_after,
+        row = {"seed": seed, "base_seed": base_seed, "greedy_before": r.greedy_before, "greedy_after": r.greedy_after,
                "gain": r.greedy_after - r.greedy_before, "pass1_before": r.pass1_before, "pass1_after": r.pass1_after,
                "greedy_final": r.greedy_final, "best_step": r.best_step, "steps": r.steps,
                "rl_seconds": r.train_seconds, "base_seconds": r.base_seconds, "base_cached": r.base_cached,

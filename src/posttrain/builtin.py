@@ -48,7 +48,7 @@ BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3
 # and the quickstart's before/after figures); the base model's band checks draw the ones after them.
 EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
-AGENT_BASE_FORMAT = 2  # the same, for agent-domain bases (2: decision tokens weighted)
+AGENT_BASE_FORMAT = 3  # the same, for agent-domain bases (3: decision tokens weighted 50x)
 AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
 
 
@@ -125,7 +125,7 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
 
 AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the last observation and the call
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
-AGENT_DECISION_WEIGHT = 5.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
+AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
 
 
