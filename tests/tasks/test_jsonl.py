@@ -73,7 +73,7 @@ def test_list_source_split_is_disjoint_and_covers_all(tmp_path):
 
 
 def test_unknown_source_spec_is_a_clear_error():
-    with pytest.raises(TaskFileError, match="unknown domain .mystery.: known domains are arith"):
+    with pytest.raises(TaskFileError, match="unknown domain .mystery.: known domains are agent:<name>, arith:<name>"):
         load_domain("mystery")
     with pytest.raises(TaskFileError, match="unknown arithmetic family 'div'"):
         load_domain("arith:div")
