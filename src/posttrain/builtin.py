@@ -48,7 +48,7 @@ BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3
 # and the quickstart's before/after figures); the base model's band checks draw the ones after them.
 EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
-AGENT_BASE_FORMAT = 3  # the same, for agent-domain bases (3: decision tokens weighted 50x)
+AGENT_BASE_FORMAT = 4  # the same, for agent-domain bases (4: copy drills every other step)
 AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
 
 
@@ -127,6 +127,39 @@ AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the 
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
 AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
+
+
+AGENT_DRILL_EVERY = 2  # every 2nd step is a batch of copy drills (short, cheap: most of what the base must learn)
+
+
+def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """n short copy drills: an observation line (`qx -> k` or `qx = 7`), a random-length tail of the text that
+    follows it in an episode, then the copied character, the only token with loss. The varying gap makes the
+    model find the character by what precedes it (content), which is what an episode needs at any distance."""
+    from posttrain.agent import format as fmt
+    from posttrain.agent.episode import ToolCall
+    from posttrain.agent.lookup import SYMBOLS, instruction
+
+    rows = []
+    for _ in range(n):
+        key = rng.choice("abcdefghijklmnopqrstuvwxyz") + rng.choice("abcdefghijklmnopqrstuvwxyz")
+        x = rng.choice(SYMBOLS)
+        pointer = rng.random() < 0.5
+        line = f"{key} -> {x}" if pointer else f"{key} = {x}"
+        call = ToolCall("read", {"path": "\0"}) if pointer else ToolCall("submit", {"answer": "\0"})
+        head = fmt.render_observation("read", line)
+        tail = fmt.render_call(call).split("\\u0000")[0]
+        lead = instruction(key)[: rng.randint(0, 40)] if rng.random() < 0.3 else ""
+        text = lead + head + tail[rng.randint(0, len(tail) - 1):]
+        ids = tokenizer.encode(text, add_bos=False) + tokenizer.encode(x, add_bos=False)
+        rows.append((ids, [0.0] * (len(ids) - 1) + [1.0]))
+    width = max(len(ids) for ids, _ in rows)
+    ids_t = torch.full((n, width), tokenizer.pad_id, dtype=torch.long)
+    mask_t = torch.zeros((n, width - 1))
+    for i, (ids, w) in enumerate(rows):
+        ids_t[i, : len(ids)] = torch.tensor(ids)
+        mask_t[i, : len(ids) - 1] = torch.tensor(w[1:])
+    return ids_t, mask_t
 
 
 def _trace_window(ids: list[int], weight: list[float], rng: random.Random, width: int) -> tuple[list[int], list[float]]:
@@ -248,6 +281,8 @@ def pretrain_base(
             return _batch(tokenizer, tasks)
         if step % AGENT_FULL_EVERY == 0:  # whole episodes, a quarter as many (they are ~4x longer)
             return _trace_batch(tokenizer, tasks[: max(1, len(tasks) // 4)])
+        if step % AGENT_DRILL_EVERY == 1:
+            return _copy_drills(tokenizer, rng, 2 * len(tasks))
         return _trace_batch(tokenizer, tasks, rng, AGENT_WINDOW)
 
     accuracy, step = 0.0, 0
