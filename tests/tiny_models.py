@@ -82,3 +82,13 @@ def copier_model(tok, lag: int, gap: float = 6.5, seed: int = 0, noise: float = 
         model.lm_head.weight[:, free:] = noise * 20 * torch.randn(v, width, generator=g) / ((hidden / 3) ** 0.5 * width**0.5)
         model.lm_head.weight[:, const] = noise * torch.randn(v, generator=g) / (hidden / 3) ** 0.5  # a per-token bias
     return model.eval()
+
+
+def agent_model(positions: int = 1024, layers: int = 2, seed: int = 0) -> CausalLM:
+    """A tiny random model with room for agent episodes (the built-in char tokenizer's vocabulary)."""
+    tok = char_tokenizer()
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions)
+    model = CausalLM(cfg)
+    model.init_weights(torch.Generator().manual_seed(seed))
+    return model

@@ -73,16 +73,10 @@ def test_a_bad_task_is_one_line_and_the_rest_of_the_suite_runs(tmp_path):
 
 
 def test_eval_episodes_reports_pass_at_k_over_episodes(tmp_path):
-    import torch
+    from posttrain.models import char_tokenizer, save_model
+    from tiny_models import agent_model
 
-    from posttrain.models import CausalLM, ModelConfig, char_tokenizer, save_model
-
-    tok = char_tokenizer()
-    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024)
-    model = CausalLM(cfg)
-    model.init_weights(torch.Generator().manual_seed(0))
-    save_model(model, tok, tmp_path / "m")
+    save_model(agent_model(layers=1), char_tokenizer(), tmp_path / "m")
     out = tmp_path / "ev"
     res = runner.invoke(app, ["eval", "--model", str(tmp_path / "m"), "--suite", "agent:lookup", "--episodes",
                               "--limit", "3", "-n", "2", "-k", "1,2", "-t", "1.0", "--json", "--out", str(out)])

@@ -14,17 +14,13 @@ from posttrain.agent.tools import BUILTIN
 from posttrain.engine.local.engine import LocalEngine
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer
 from posttrain.types import SamplingParams
+from tiny_models import agent_model
 
 
 @pytest.fixture(scope="module")
 def engine():
     torch.set_num_threads(1)  # restored after this module by tests/conftest.py's _torch_threads_restored
-    tok = char_tokenizer()
-    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
-    model = CausalLM(cfg)
-    model.init_weights(torch.Generator().manual_seed(0))
-    e = LocalEngine(model, tok, seed=0)
+    e = LocalEngine(agent_model(positions=4096), char_tokenizer(), seed=0)
     yield e
     e.close()
 

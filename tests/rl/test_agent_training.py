@@ -9,20 +9,16 @@ import pytest
 import torch
 
 from posttrain.config import load_config
-from posttrain.models import CausalLM, ModelConfig, char_tokenizer, save_model
+from posttrain.models import char_tokenizer, save_model
 from posttrain.rl.trainer import Trainer
 from posttrain.store import RunStore
+from tiny_models import agent_model
 
 
 @pytest.fixture
 def agent_config(tmp_path):
     torch.set_num_threads(1)  # restored after each test by tests/conftest.py's _torch_threads_restored
-    tok = char_tokenizer()
-    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
-    model = CausalLM(cfg)
-    model.init_weights(torch.Generator().manual_seed(0))
-    save_model(model, tok, tmp_path / "tiny")
+    save_model(agent_model(), char_tokenizer(), tmp_path / "tiny")
     return load_config(None, [
         f"model.path='{tmp_path / 'tiny'}'", f"run_dir='{tmp_path / 'runs'}'", "name='agent'",
         "tasks.source='agent:lookup'", "tasks.digits=2", "sampling.n=2", "sampling.max_tokens=80",
