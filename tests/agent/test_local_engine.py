@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 import torch
 
 from posttrain.agent import EpisodeStatus, run_agent_task
@@ -14,15 +13,6 @@ from posttrain.agent.tools import BUILTIN
 from posttrain.engine.local.engine import LocalEngine
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer
 from posttrain.types import SamplingParams
-from tiny_models import agent_model
-
-
-@pytest.fixture(scope="module")
-def engine():
-    torch.set_num_threads(1)  # restored after this module by tests/conftest.py's _torch_threads_restored
-    e = LocalEngine(agent_model(positions=4096), char_tokenizer(), seed=0)
-    yield e
-    e.close()
 
 
 def env(i):

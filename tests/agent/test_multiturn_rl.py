@@ -18,22 +18,12 @@ from posttrain.agent.lookup import SPEC, LookupSource, oracle_calls
 from posttrain.agent.rollouter import AgentRollouter
 from posttrain.agent.scripted import call
 from posttrain.agent.tito import RecordingEngine, tito_mismatch
-from posttrain.engine.local.engine import LocalEngine
 from posttrain.engine.mock import MockEngine
 from posttrain.models import char_tokenizer
 from posttrain.models.tokenizer import CHARSET, Tokenizer
 from posttrain.rl.advantages import group_relative_advantages
 from posttrain.rl.learner import pack_groups
 from posttrain.types import Completion, FinishReason, RolloutStatus, SamplingParams
-from tiny_models import agent_model
-
-
-@pytest.fixture(scope="module")
-def engine():
-    torch.set_num_threads(1)  # restored after this module by tests/conftest.py's _torch_threads_restored
-    e = LocalEngine(agent_model(positions=4096), char_tokenizer(), seed=0)
-    yield e
-    e.close()
 
 
 def merging_tokenizer() -> Tokenizer:
