@@ -114,10 +114,15 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
         answer = tokenizer.encode(t.answer, add_bos=False) + [tokenizer.eos_id]
         rows.append(prompt + answer)
         masks.append([0] * (len(prompt) - 1) + [1] * len(answer))
+    return _padded(tokenizer, rows, masks)
+
+
+def _padded(tokenizer: Tokenizer, rows: list[list[int]], targets: list[list[float]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, T] right-padded ids and [B, T-1] loss weights; `targets[i][t]` weighs the prediction of rows[i][t + 1]."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width - 1))
-    for i, (r, m) in enumerate(zip(rows, masks)):
+    for i, (r, m) in enumerate(zip(rows, targets)):
         ids[i, : len(r)] = torch.tensor(r)
         mask[i, : len(m)] = torch.tensor(m, dtype=torch.float)
     return ids, mask
@@ -153,13 +158,7 @@ def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int) -> tuple[torc
         text = lead + head + tail[rng.randint(0, len(tail) - 1):]
         ids = tokenizer.encode(text, add_bos=False) + tokenizer.encode(x, add_bos=False)
         rows.append((ids, [0.0] * (len(ids) - 1) + [1.0]))
-    width = max(len(ids) for ids, _ in rows)
-    ids_t = torch.full((n, width), tokenizer.pad_id, dtype=torch.long)
-    mask_t = torch.zeros((n, width - 1))
-    for i, (ids, w) in enumerate(rows):
-        ids_t[i, : len(ids)] = torch.tensor(ids)
-        mask_t[i, : len(ids) - 1] = torch.tensor(w[1:])
-    return ids_t, mask_t
+    return _padded(tokenizer, [ids for ids, _ in rows], [w[1:] for _, w in rows])
 
 
 def _trace_window(ids: list[int], weight: list[float], rng: random.Random, width: int) -> tuple[list[int], list[float]]:
@@ -186,13 +185,7 @@ def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None,
         rows.append((ids, [AGENT_DECISION_WEIGHT if d else float(m) for m, d in zip(mask, decisions)]))
     if width is not None and rng is not None:
         rows = [_trace_window(ids, weight, rng, width) for ids, weight in rows]
-    width = max(len(ids) for ids, _ in rows)
-    ids_t = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
-    mask_t = torch.zeros((len(rows), width - 1))
-    for i, (ids, mask) in enumerate(rows):
-        ids_t[i, : len(ids)] = torch.tensor(ids)
-        mask_t[i, : len(ids) - 1] = torch.tensor(mask[1:], dtype=torch.float)
-    return ids_t, mask_t
+    return _padded(tokenizer, [ids for ids, _ in rows], [w[1:] for _, w in rows])
 
 
 def _episode_success(engine, tasks) -> float:
