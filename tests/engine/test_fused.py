@@ -97,6 +97,42 @@ def test_in_place_weight_updates_are_seen_without_being_told(native):
         torch.testing.assert_close(fused.step(torch.tensor([9]), [3], cache), ref, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("hidden", [32, 64])
+def test_wide_ragged_batches_through_the_kernel_in_chunks_equal_the_model_forward(hidden):
+    """37 rows (three kernel calls of 16, 16 and 5 rows) at their own lengths: the rows after the first 16
+    read and write their own cache rows, and the logits and cached keys/values equal the model's forward."""
+    if KERNEL is None:
+        pytest.fail(NO_KERNEL)
+    model = _model(hidden=hidden, heads=hidden // 8 if hidden < 64 else 4, kv_heads=2)
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, 90, (n,), generator=g).tolist() for n in torch.randint(2, 40, (37,), generator=g).tolist()]
+    ref_cache, cache = _prefilled(model, prompts)
+    fused = FusedDecoder(model)
+    calls = []
+    real = fused.forward_tokens
+    fused.forward_tokens = lambda *a, **k: calls.append(k.get("row0", 0)) or real(*a, **k)
+    lens = [len(p) for p in prompts]
+    with torch.inference_mode():
+        for _ in range(3):
+            ids = torch.randint(3, 90, (37,), generator=g)
+            ref = model(ids[:, None], cache=ref_cache.bind(slice(0, 37), lens, None, 1))[:, 0]
+            torch.testing.assert_close(fused.step(ids, lens, cache), ref, atol=2e-5, rtol=1e-5)
+            lens = [n + 1 for n in lens]
+    assert calls == [0, 16, 32] * 3  # the ragged batch went through the kernel, chunk by chunk
+    for a, b in zip(ref_cache.k + ref_cache.v, cache.k + cache.v):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-5)
+
+
+def test_which_path_a_wide_step_takes():
+    """Small models and up to 32 rows: the kernel; wide batches of a larger model: PyTorch unless ragged."""
+    from posttrain.engine.local.fused import native_is_faster
+
+    assert native_is_faster(128, 300, [299] * 128, hidden=128)
+    assert native_is_faster(32, 300, [299] * 32, hidden=640)
+    assert not native_is_faster(128, 300, [299] * 128, hidden=640)
+    assert native_is_faster(64, 900, [100] * 63 + [899], hidden=640)  # padding to the longest row: 7x the work
+
+
 def test_cache_overflow_is_a_clear_error():
     model = _model()
     fused = FusedDecoder(model)

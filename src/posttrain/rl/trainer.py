@@ -43,6 +43,7 @@ from posttrain.rl.build import Components, build
 from posttrain.rl.learner import pack_groups
 from posttrain.rl.rollout import run_sync
 from posttrain.rl.selection import Best, HeldOutRegression, observe
+from posttrain.scheduler.curriculum import level_metrics
 from posttrain.store.checkpoints import (
     TrainerState,
     latest_checkpoint,
@@ -243,6 +244,7 @@ class Trainer:
                 warnings.warn(f"rollout producer {f.producer} failed (request re-queued): {f.message}", stacklevel=2)
                 self.store.add_alert({"step": self.step, "kind": "producer_failure", "producer": f.producer,
                                       "message": f.message})
+        metrics.update(level_metrics(self.curriculum))
         self._record_episodes(metrics)
         self._record(metrics, sampled, kept)
         result = StepResult(self.step, metrics)

@@ -10,10 +10,13 @@ matrix in one contiguous buffer in the order a step reads it. Two paths:
   decode, a few concurrent rows, speculative verification of 1 + k tokens per
   row) in one call of the compiled C kernel (engine/local/native_decode.py) on the
   weights packed in 16-column panels;
-- `step`: one token per row for wider batches (or without a C compiler) in
+- `step`: one token per row. Through the kernel, 16 rows per call, when
+  `native_is_faster` says so (small models, up to 32 rows, or rows of ragged
+  lengths: the kernel attends over each row's own length); otherwise in
   PyTorch on the same matrices: ~15 kernels per layer instead of the model's
   ~35 (RoPE's rotate_half is a [D, D] signed permutation matmul, the residual
-  adds ride in `addmm`, attention is two batched matmuls and a softmax).
+  adds ride in `addmm`, attention is two batched matmuls and a softmax over
+  the longest row's span).
 At the sizes posttrain decodes on a CPU, a step is bound by per-kernel
 overhead, not arithmetic. Numerically both are the model's forward up to float
 rounding (|delta logit| ~ 1e-6; tests compare logits, cached keys/values and
@@ -47,6 +50,19 @@ from posttrain.models.llama import CausalLM
 # up to this many tokens per forward the C kernel (which streams every weight matrix once for all of
 # them) is the faster path; beyond, the step is compute-bound and MKL's matmuls win
 NATIVE_MAX_TOKENS = 16
+
+
+def native_is_faster(b: int, span: int, starts: list[int], hidden: int) -> bool:
+    """Whether one token for each of b rows is cheaper through the C kernel, 16 rows per call, than through
+    `step`'s batched PyTorch matmuls. The kernel streams every weight once per 16 rows but attends over each
+    row's own length; PyTorch's matmuls reuse the weights across all rows but attend over the longest row's
+    span (a mask hides the rest). Measured (1 thread, 2 cores, `benchmarks/RESULTS.md` "chunked native
+    decode"): at hidden 128 the kernel is 1.5-3x faster at every batch and length tried (b 16-128, lengths
+    64-900); at hidden 384 and 640 it wins at b <= 32 or ragged lengths (padding to the longest row at
+    least 1.5x the real lengths), and PyTorch wins for wide batches of equal lengths."""
+    if b <= 2 * NATIVE_MAX_TOKENS or hidden <= 256:
+        return True
+    return b * span >= 1.5 * (sum(starts) + b)
 
 
 def rotate_half_matrix(d: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -282,10 +298,11 @@ class FusedDecoder:
             )  # fmt: skip
         return held[2], held[3]
 
-    def forward_tokens(self, ids: Tensor, starts: list[int], n_valid: list[int] | None, cache: SlotCache) -> Tensor | None:
-        """ids [b, t]: row i's tokens go to slots starts[i].. (only the first n_valid[i] are real) ->
-        logits [b, t, V] from the C kernel, or None when it is unavailable or the forward is too wide for it
-        (the caller then runs the model's forward). Positions equal slots: rows hold their whole sequence."""
+    def forward_tokens(self, ids: Tensor, starts: list[int], n_valid: list[int] | None, cache: SlotCache,
+                       row0: int = 0) -> Tensor | None:
+        """ids [b, t]: the tokens of cache row row0 + i go to slots starts[i].. (only the first n_valid[i] are
+        real) -> logits [b, t, V] from the C kernel, or None when it is unavailable or the forward is too wide
+        for it (the caller then runs the model's forward). Positions equal slots: rows hold their whole sequence."""
         b, t = ids.shape
         if self.kernel is None or b * t > NATIVE_MAX_TOKENS or not cache.k[0].is_contiguous():
             return None
@@ -303,7 +320,7 @@ class FusedDecoder:
         for i, s0 in enumerate(starts):  # fill preallocated ctypes arrays: cheaper than tensor ops at this size
             nv = t if n_valid is None else n_valid[i]
             for j in range(t):
-                rows[k], pos[k], slot[k], tok[k] = i, s0 + j, (s0 + j if j < nv else -1), ids_l[k]
+                rows[k], pos[k], slot[k], tok[k] = row0 + i, s0 + j, (s0 + j if j < nv else -1), ids_l[k]
                 k += 1
         cos, sin = self._rope_tables(max(starts) + t)
         if self._call_args is None:
@@ -324,6 +341,21 @@ class FusedDecoder:
             raise MemoryError("native decode kernel could not allocate its scratch buffer")
         return logits
 
+    def _native_chunks(self, ids: Tensor, starts: list[int], cache: SlotCache) -> Tensor | None:
+        """One new token per row through the C kernel, `NATIVE_MAX_TOKENS` rows per call: [b, V] or None."""
+        b = ids.shape[0]
+        if b <= NATIVE_MAX_TOKENS:
+            out = self.forward_tokens(ids[:, None], starts, None, cache)
+            return None if out is None else out[:, 0]
+        logits = torch.empty((b, self.model.config.vocab_size), dtype=torch.float32)
+        for r in range(0, b, NATIVE_MAX_TOKENS):
+            part = self.forward_tokens(ids[r : r + NATIVE_MAX_TOKENS, None], starts[r : r + NATIVE_MAX_TOKENS], None,
+                                       cache, row0=r)
+            if part is None:
+                return None
+            logits[r : r + part.shape[0]] = part[:, 0]
+        return logits
+
     def _norm_scale(self, h: Tensor) -> Tensor:
         """rsqrt(mean(h^2) + eps) per row: [b, 1]."""
         n = torch.linalg.vector_norm(h, dim=-1, keepdim=True)
@@ -337,10 +369,10 @@ class FusedDecoder:
         span = max(starts) + 1
         if span > cache.slots - 1:
             raise ValueError(f"KV cache row overflow: {span} tokens > {cache.slots - 1} slots")
-        if self.kernel is not None and b <= NATIVE_MAX_TOKENS:
-            out = self.forward_tokens(ids[:, None], starts, None, cache)
+        if self.kernel is not None and native_is_faster(b, span, starts, self.hidden):
+            out = self._native_chunks(ids, starts, cache)
             if out is not None:
-                return out[:, 0]
+                return out
         self.ensure("torch")
         uniform = min(starts) == span - 1
         if uniform:
