@@ -170,3 +170,21 @@ def test_producer_processes_need_a_cluster_address(tiny_config):
     with pytest.raises(ConfigError, match="ray_address"):
         build_sandbox(cfg)
     assert build_sandbox(_code_cfg(tiny_config, "plain")) is None  # the default changes nothing
+
+
+def test_ray_rollout_workers_verify_on_their_own_sandbox_workers(tiny_config, ray_cluster):
+    from posttrain.rl.trainer import Trainer
+
+    cfg = _code_cfg(tiny_config, "ray_both", mode="async", max_staleness=0, backend="ray", sandbox_backend="ray",
+                    sandbox_workers=1, sandbox_worker_cpus=0.0)
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"eval_every": 0})})
+    trainer = Trainer(cfg)
+    try:
+        result = trainer.run()
+    finally:
+        trainer.close()
+    assert result.steps == 2
+    rows = _verdicts(cfg)
+    # judged inside the rollout actor, through the sandbox actors it built: no sandbox failure among them
+    assert rows and all(v.startswith("python_tests@") for *_, v, _ in rows)
+    assert {status for *_, status, _, _ in rows} == {"ok"}
