@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
+import time
 
 import pytest
 
@@ -64,7 +65,24 @@ def test_executions_spread_over_two_workers(ray_cluster):
     assert sum(stats.per_worker) == 12 and min(stats.per_worker) >= 1
     assert [w["executed"] for w in workers] == stats.per_worker  # each worker ran what it delivered, once
     assert len({w["pid"] for w in workers}) == 2
+    assert max(w["peak_inflight"] for w in workers) == 2  # backpressure: never more than `inflight` on a worker
     assert stats.inflight == [0, 0]
+
+
+def test_a_caller_that_gives_up_frees_its_slot(ray_cluster):
+    async def give_up(pool):
+        with pytest.raises(TimeoutError):  # as `asyncio.wait_for` over the local pool
+            await asyncio.wait_for(pool.run(code="import time\ntime.sleep(30)", limits=Limits(wall_s=4.0)), 1.0)
+        return pool.stats().inflight, await pool.run(code="print('after')")
+
+    with _pool(workers=1, inflight=1) as pool:
+        inflight, after = asyncio.run(give_up(pool))
+        for _ in range(100):  # the cancelled execution leaves the actor too (ray.cancel)
+            if pool.worker_stats()[0]["inflight"] == 0:
+                break
+            time.sleep(0.1)
+        assert pool.worker_stats()[0]["inflight"] == 0
+    assert inflight == [0] and after.stdout == "after\n"
 
 
 def test_a_killed_worker_loses_no_execution_and_runs_none_twice(ray_cluster):

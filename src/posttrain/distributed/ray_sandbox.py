@@ -49,19 +49,27 @@ class SandboxWorker:
         self.index = index
         self.pool = SandboxPool(max_concurrency=max_concurrency, **sandbox_kwargs)
         self.executed = 0
+        self.inflight = 0
+        self.peak_inflight = 0  # the most `execute` calls this actor held at once (the client's bound, seen here)
 
     async def ready(self) -> int:
         return self.index
 
     async def execute(self, command: Any, kwargs: dict[str, Any]) -> ExecResult:
-        result = await self.pool.run(command, **kwargs)
+        self.inflight += 1
+        self.peak_inflight = max(self.peak_inflight, self.inflight)
+        try:
+            result = await self.pool.run(command, **kwargs)
+        finally:
+            self.inflight -= 1
         self.executed += 1
         return result
 
     async def stats(self) -> dict[str, Any]:
         import ray
 
-        return {"index": self.index, "executed": self.executed, "running": self.pool.running,
+        return {"index": self.index, "executed": self.executed, "inflight": self.inflight, "peak_inflight": self.peak_inflight,
+                "running": self.pool.running,
                 "waiting": self.pool.waiting, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
 
 
@@ -158,7 +166,7 @@ class RaySandboxPool:
             slot.inflight -= 1
             waiters, self._waiters = self._waiters, []
         for loop, fut in waiters:  # each retries its pick; those that find no room wait again
-            loop.call_soon_threadsafe(_wake, fut)
+            _notify(loop, fut)
 
     def _died(self, slot: _Slot, generation: int, why: str) -> None:
         """Rebuild `slot`'s actor, once per death however many executions saw it."""
@@ -188,8 +196,14 @@ class RaySandboxPool:
         why = ""
         for attempt in range(self.max_attempts):
             slot, actor, generation = await self._reserve(avoid)
+            ref = None
             try:
-                result: ExecResult = await asyncio.wrap_future(actor.execute.remote(command, kwargs).future())
+                ref = actor.execute.remote(command, kwargs)
+                result: ExecResult = await asyncio.wrap_future(ref.future())
+            except asyncio.CancelledError:  # the caller gave up (a verifier's deadline): free the worker's slot too
+                if ref is not None:
+                    _cancel(ray, ref)
+                raise
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
                 why = _why(exc)
                 self._died(slot, generation, why)
@@ -249,7 +263,7 @@ class RaySandboxPool:
             self._closed = True
             actors, waiters, self._waiters = [s.actor for s in self._slots], self._waiters, []
         for loop, fut in waiters:
-            loop.call_soon_threadsafe(_wake, fut)
+            _notify(loop, fut)
         for a in actors:
             try:
                 ray.kill(a)
@@ -266,6 +280,20 @@ class RaySandboxPool:
 def _wake(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _notify(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
+    try:
+        loop.call_soon_threadsafe(_wake, fut)
+    except RuntimeError:  # that caller was cancelled and its loop has closed: nobody to wake
+        pass
+
+
+def _cancel(ray: Any, ref: Any) -> None:
+    try:
+        ray.cancel(ref)
+    except Exception:  # noqa: BLE001 - already finished, or its worker gone
+        pass
 
 
 def _why(exc: BaseException) -> str:
