@@ -30,7 +30,10 @@ SANDBOX = {"prefork": True, "preload": ("json",)}
 
 
 def _seen(r):
-    """What a caller can rely on: everything but timings, resource counts and degradation notes."""
+    """What a caller can rely on: everything but timings, resource counts and degradation notes; of an output cut
+    at its limit, that it was cut (how much got through before the kill, and how the task ended, is a race)."""
+    if r.status is ExecStatus.OUTPUT_LIMIT:
+        return (r.status, r.stdout_truncated or r.stderr_truncated, set(r.stdout) <= {"x", "\n"}, r.isolated)
     return (r.status, r.exit_code, r.signal, r.stdout, r.stderr, r.stdout_truncated, r.stderr_truncated, r.isolated)
 
 
