@@ -12,7 +12,7 @@ re-queueing on failure and the metrics are the asynchronous loop's own);
 `connect`, `ray.init(address=...)` to join a cluster or a local one when
 no address is given. A worker that dies raises `RunnerDied`: its request is
 re-queued and the actor rebuilt, the failure logged and stored by the trainer.
-Does not cover: sandbox/verifier actors (a `SandboxPool` behind an actor), placement groups, GPUs.
+Does not cover: sandbox/verifier actors (`distributed/ray_sandbox.py`), placement groups, GPUs.
 """
 
 from __future__ import annotations
@@ -81,10 +81,11 @@ class RolloutWorker:
 
         torch.set_num_threads(threads)
         from posttrain.engine.build import build_engine
-        from posttrain.rl.build import build_domains, build_model, build_rollouter, sampling_params
+        from posttrain.rl.build import build_domains, build_model, build_rollouter, build_sandbox, sampling_params
 
         model, tokenizer, _, _ = build_model(cfg)
         domains = build_domains(cfg)
+        build_sandbox(cfg)  # sandbox_backend = "ray": this actor's verifiers on sandbox actors it owns
         self.engine = build_engine(cfg.engine, model, tokenizer, seed)
         self.rollouter = build_rollouter(cfg, self.engine, domains, sampling_params(cfg, domains), inline=True)
         self.index = index

@@ -148,9 +148,24 @@ def close_shared_sandboxes() -> None:
         _SANDBOXES.clear()
 
 
+# What the code verifiers' one-shot executions (`arun`) go through in place of the shared sandbox, when a run
+# installs one (`rollout.sandbox_backend = "ray"`: `rl/build.py: build_sandbox`); sessions never do.
+_EXECUTOR: Any = None
+
+
+def install_executor(executor: Any) -> Any:
+    """Route this process's code verifiers through `executor` (anything with `Sandbox.arun`'s signature, e.g.
+    a `RaySandboxPool`); None routes them back to the shared sandbox. Returns the one it replaces."""
+    global _EXECUTOR
+    with _SANDBOX_LOCK:
+        previous, _EXECUTOR = _EXECUTOR, executor
+    return previous
+
+
 def _sandbox_or_error(n: int) -> tuple[Any, list[Verdict] | None]:
     try:
-        return shared_sandbox(), None
+        executor = _EXECUTOR
+        return (executor if executor is not None else shared_sandbox()), None
     except Exception as exc:  # noqa: BLE001 - no sandbox on this machine: infrastructure, not a wrong answer
         v = f"sandbox unavailable: {type(exc).__name__}: {exc}"
         return None, [Verdict(0.0, False, VerdictStatus.ERROR, details=v) for _ in range(n)]

@@ -24,11 +24,12 @@ def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any],
     torch.set_num_threads(threads)
     from posttrain import aio
     from posttrain.engine.build import build_engine
-    from posttrain.rl.build import build_domains, build_model, build_rollouter, sampling_params
+    from posttrain.rl.build import build_domains, build_model, build_rollouter, build_sandbox, sampling_params
 
     try:
         model, tokenizer, _, _ = build_model(cfg)
         domains = build_domains(cfg)
+        build_sandbox(cfg)  # installed for this process's verifiers; its actors die with the process
         engine = build_engine(cfg.engine, model, tokenizer, seed)
         sampler = engine
         if cfg.rollout.on_new_weights == "update":  # each turn samples with the newest published weights

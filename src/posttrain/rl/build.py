@@ -4,7 +4,8 @@ Covers: `Components` and `build(cfg)`, and one builder per section, so a
 worker process (an async producer, a Ray actor, a test) can build just the
 piece it needs: `build_model` (`model`: a path, a run, or the built-in base),
 `build_engine` (`engine`, in `engine/build.py`), `build_verifier` (a spec plus `reward`'s hygiene),
-`build_domains` (`domains`, or the `tasks` + `reward` sugar), `build_rollouter`
+`build_domains` (`domains`, or the `tasks` + `reward` sugar), `build_sandbox` (`rollout.sandbox_backend`:
+the code verifiers' executions on Ray sandbox workers), `build_rollouter`
 (`rollout` + `sampling` + `reward.timeout_s`), `build_curriculum`, and
 `build_learner` (`rl`; `rl.lora` injects adapters into the model before the
 engine is built). Problems a pure config cannot see (an unknown verifier kind,
@@ -57,6 +58,7 @@ class Components:
     eval_suites: dict[str, Suite] = field(default_factory=dict)  # `train.eval_suites`, by eval name
     store: RunStore | None = None
     base: Any = None  # the `BaseBuild` when the model is the built-in base
+    sandbox: InstalledSandbox | None = None  # `rollout.sandbox_backend = "ray"`: the code verifiers' Ray workers
 
 
 def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, Any]:
@@ -102,6 +104,46 @@ def build_domain(dc: DomainConfig, reward: RewardConfig) -> Domain:
 
 def build_domains(cfg: RunConfig) -> list[Domain]:
     return [build_domain(dc, cfg.reward) for dc in cfg.domain_configs()]
+
+
+# The optional back end that runs code verification on Ray sandbox actors (extra `ray`), loaded by name:
+# the core never imports distributed/.
+_SANDBOX_PLUGIN = "posttrain.distributed.ray_sandbox"
+
+
+@dataclass
+class InstalledSandbox:
+    """The executor `build_sandbox` put in front of this process's code verifiers; `close` restores the previous."""
+
+    executor: Any
+    previous: Any
+    closed: bool = False
+
+    def close(self) -> None:
+        from posttrain.rewards.code import install_executor
+
+        if not self.closed:
+            self.closed = True
+            install_executor(self.previous)
+            self.executor.close()
+
+
+def build_sandbox(cfg: RunConfig) -> InstalledSandbox | None:
+    """`rollout.sandbox_backend`: "ray" routes this process's code verifiers through Ray sandbox workers (None
+    for "local": the shared sandbox). Without Ray: a one-line `UserError` naming the extra."""
+    r = cfg.rollout
+    if r.sandbox_backend == "local":
+        return None
+    if r.mode == "async" and r.backend == "local" and r.producer_kind == "process" and r.ray_address is None:
+        raise ConfigError("config: rollout.sandbox_backend = \"ray\" with producer processes needs rollout.ray_address "
+                          "(each process joins that cluster; without one it would start a cluster of its own), or "
+                          "producer_kind = \"thread\" or backend = \"ray\"")
+    import importlib
+
+    from posttrain.rewards.code import install_executor
+
+    pool = importlib.import_module(_SANDBOX_PLUGIN).make_pool(cfg)
+    return InstalledSandbox(pool, install_executor(pool))
 
 
 def max_tokens_for(cfg: RunConfig, domains: list[Domain]) -> int:
@@ -212,6 +254,7 @@ def build(cfg: RunConfig, store: bool = True) -> Components:
         lora = cfg.rl.lora
         apply_lora(model, lora.r, lora.alpha, lora.targets, lora.dropout, seed=cfg.seed)
     domains = build_domains(cfg)
+    sandbox = build_sandbox(cfg)
     engine, shares = build_engine_for(cfg.engine, model, tokenizer, cfg.seed)
     params = sampling_params(cfg, domains)
     selection, reporting = build_held_out(cfg, domains)
@@ -232,4 +275,5 @@ def build(cfg: RunConfig, store: bool = True) -> Components:
         eval_suites=build_eval_suites(cfg),
         store=RunStore(cfg.path / "run.sqlite") if store else None,
         base=base,
+        sandbox=sandbox,
     )

@@ -405,6 +405,8 @@ class Trainer:
     def close(self) -> None:
         if self.async_loop is not None:
             self.async_loop.close()
+        if self.parts.sandbox is not None:  # after the producers: their verifiers may still execute through it
+            self.parts.sandbox.close()
         if self.writer is not None:
             self.writer.close()
         self.store.close()

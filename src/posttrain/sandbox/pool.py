@@ -5,7 +5,7 @@ of waiting ones: ``await pool.run(...)`` waits for a slot, ``pool.try_run(...)``
 ``PoolBusy`` when the queue is full, ``pool.map`` runs a batch. All executions share one
 fork-server; its leftovers are swept when the next ``Sandbox`` starts.
 
-Does not cover: several machines (a Ray actor per node wrapping a pool is the scale-out path).
+Does not cover: several machines (``distributed/ray_sandbox.py``: a Ray actor per node wrapping a pool).
 """
 
 from __future__ import annotations
