@@ -70,15 +70,15 @@ def main() -> None:
                 t.normal_(generator=gen)
             ids = torch.randint(3, 90, (b,), generator=gen)
 
-            def pytorch():
+            def pytorch(dec=dec, ids=ids, starts=starts, cache=cache):
                 kernel, dec.kernel = dec.kernel, None  # the step's PyTorch path on the same packed weights
                 try:
                     return dec.step(ids, starts, cache)
                 finally:
                     dec.kernel = kernel
 
-            def native():
-                out = dec._native_chunks(ids, starts, cache)  # noqa: SLF001 - the path under test
+            def native(dec=dec, ids=ids, starts=starts, cache=cache):
+                out = dec._native_chunks(ids, starts, cache)  # the path under test
                 assert out is not None
                 return out
 
