@@ -56,10 +56,11 @@ def native_is_faster(b: int, span: int, starts: list[int], hidden: int) -> bool:
     """Whether one token for each of b rows is cheaper through the C kernel, 16 rows per call, than through
     `step`'s batched PyTorch matmuls. The kernel streams every weight once per 16 rows but attends over each
     row's own length; PyTorch's matmuls reuse the weights across all rows but attend over the longest row's
-    span (a mask hides the rest). Measured (1 thread, 2 cores, `benchmarks/RESULTS.md` "chunked native
-    decode"): at hidden 128 the kernel is 1.5-3x faster at every batch and length tried (b 16-128, lengths
-    64-900); at hidden 384 and 640 it wins at b <= 32 or ragged lengths (padding to the longest row at
-    least 1.5x the real lengths), and PyTorch wins for wide batches of equal lengths."""
+    span (a mask hides the rest). Measured quietly with `benchmarks/decode_paths.py` (1 thread; RESULTS.md,
+    "Multi-turn RL, second session"): at hidden 128 the kernel is 1.14-1.83x faster at every batch and length
+    tried (32-128 rows, lengths 64-900); at hidden 384 and 640 it wins at <= 32 rows or ragged lengths
+    (padding to the longest row at least 1.5x the real lengths), and PyTorch wins for 128 rows of equal
+    lengths (by 1.04x and 1.39x). The rule picked the faster path in 12 of 12 cases."""
     if b <= 2 * NATIVE_MAX_TOKENS or hidden <= 256:
         return True
     return b * span >= 1.5 * (sum(starts) + b)
@@ -341,7 +342,7 @@ class FusedDecoder:
             raise MemoryError("native decode kernel could not allocate its scratch buffer")
         return logits
 
-    def _native_chunks(self, ids: Tensor, starts: list[int], cache: SlotCache) -> Tensor | None:
+    def native_step(self, ids: Tensor, starts: list[int], cache: SlotCache) -> Tensor | None:
         """One new token per row through the C kernel, `NATIVE_MAX_TOKENS` rows per call: [b, V] or None."""
         b = ids.shape[0]
         if b <= NATIVE_MAX_TOKENS:
@@ -370,7 +371,7 @@ class FusedDecoder:
         if span > cache.slots - 1:
             raise ValueError(f"KV cache row overflow: {span} tokens > {cache.slots - 1} slots")
         if self.kernel is not None and native_is_faster(b, span, starts, self.hidden):
-            out = self._native_chunks(ids, starts, cache)
+            out = self.native_step(ids, starts, cache)
             if out is not None:
                 return out
         self.ensure("torch")
