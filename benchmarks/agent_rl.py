@@ -68,21 +68,21 @@ def main() -> None:
         def prepare(trainer, tito=tito, chance=chance) -> None:
             rec = RecordingEngine(trainer.engine)
             trainer.rollouter.model = rec  # training episodes only: evaluation keeps the plain engine
-            drain = trainer.rollouter.drain
+            run = trainer.rollouter.run
 
-            def checked_drain():
-                groups, masked = drain()
-                for eps in groups:
-                    for ep in eps:
+            async def checked_run(tasks, n):
+                groups = await run(tasks, n)
+                for g in groups:
+                    for ep in g.episodes:
                         why = tito_mismatch(ep, rec.calls)
                         tito["checked"] += 1
                         if why is not None:
                             tito["bad"] += 1
                             tito["first"] = tito["first"] or why
                 rec.calls.clear()
-                return groups, masked
+                return groups
 
-            trainer.rollouter.drain = checked_drain
+            trainer.rollouter.run = checked_run
             # the baseline: one turn, no tools, the same reporting tasks, judged by the domain's own verifier
             chance["single_turn"] = evaluate_accuracy(trainer.engine, trainer.reporting, trainer.verifier,
                                                       max_tokens=8).accuracy

@@ -228,8 +228,10 @@ class LoRAConfig(_Section):
 
 
 class RLConfig(_Section):
-    advantage: Literal["grpo", "dr_grpo"] = "grpo"
-    """grpo: (r - mean) / (std + eps); dr_grpo: r - mean (no std normalisation)."""
+    advantage: Literal["grpo", "grpo_batch", "dr_grpo"] = "grpo"
+    """grpo: (r - mean) / (std + eps), per group; grpo_batch: the group's mean, the batch's std (TRL's
+    scale_rewards = "batch"; small within-group differences, such as a process score's, stay small);
+    dr_grpo: r - mean (no std normalisation)."""
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
     clip_low: float = Field(0.2, ge=0.0)
     clip_high: float = Field(0.28, ge=0.0)

@@ -237,14 +237,29 @@ def _trim(view: TokenView) -> TokenView:
 
 @dataclass(slots=True)
 class Group:
-    """The n samples drawn for one task: the unit GRPO normalises over."""
+    """The n samples drawn for one task: the unit GRPO normalises over.
+
+    `episodes` holds the agent episodes behind the trajectories (an `AgentRollouter`'s, one per
+    trajectory, in order; empty for single-turn rollouts): they travel with the group from whichever
+    process sampled it to the trainer, which stores their transcripts and per-turn metrics.
+    """
 
     task: Task
     trajectories: list[Trajectory]
+    episodes: list[Any] = field(default_factory=list)
 
     @property
     def rewards(self) -> list[float]:
         return [t.verdict.score if t.verdict is not None else float("nan") for t in self.trajectories]
+
+    @property
+    def outcomes(self) -> list[float]:
+        """The verifier's own scores: `rewards` before any process score was blended in (an agent domain's
+        `process_weight`, kept in `verdict.breakdown["outcome"]`). Whether a group is informative is decided
+        on these: a shaping term refines the ranking inside a group whose outcome varies, and never makes a
+        group trainable on its own (GRPO's per-group std would blow its small differences up to unit size)."""
+        return [t.verdict.breakdown.get("outcome", t.verdict.score) if t.verdict is not None else float("nan")
+                for t in self.trajectories]
 
     @property
     def valid(self) -> list[bool]:

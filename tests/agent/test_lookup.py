@@ -10,8 +10,16 @@ import random
 import pytest
 
 from posttrain.agent import EpisodeStatus, run_agent_task
-from posttrain.agent.lookup import SPEC, LookupSource, agent_task_of, oracle_calls, oracle_trace
+from posttrain.agent.lookup import (
+    SPEC,
+    LookupSource,
+    agent_task_of,
+    chain_progress,
+    oracle_calls,
+    oracle_trace,
+)
 from posttrain.agent.scripted import ScriptedAgent, call
+from posttrain.agent.spec import well_formed
 from posttrain.models.tokenizer import char_tokenizer
 from posttrain.rewards.base import safe_verify
 from posttrain.tasks.domains import load_domain
@@ -82,3 +90,40 @@ def test_the_domain_and_its_single_turn_view():
         load_domain("agent:lookup", depth=2)
     with pytest.raises(TaskFileError, match="not a lookup task"):
         agent_task_of(Task("x", "no files"))
+
+
+def test_the_process_score_credits_the_chain_read_in_order(sandbox):
+    task = next(t for t in LookupSource(hops=3, min_hops=3).take(20, "train", seed=2))
+    chain = task.meta["chain"]
+    wrong = next(s for s in "xyz0123" if s not in chain)
+    cases = [  # calls -> (chain progress, well-formed share)
+        ([c for c, _ in oracle_calls(task)], (1.0, 1.0)),
+        ([call("read", path=chain[0]), call("submit", answer="q")], (1 / 3, 1.0)),
+        # a wrong read in between costs nothing once the right file follows; reading out of order gains nothing
+        ([call("read", path=chain[0]), call("read", path=wrong), call("read", path=chain[1])], (2 / 3, 1.0)),
+        ([call("read", path=chain[1]), call("read", path=chain[0]), call("submit", answer="q")], (1 / 3, 1.0)),
+        ([call("submit", answer="q")], (0.0, 1.0)),
+    ]
+    for calls, (progress, formed) in cases:
+        ep = run(ScriptedAgent(calls), task, sandbox)
+        assert chain_progress(ep, task) == pytest.approx(progress) and well_formed(ep, task) == pytest.approx(formed)
+    bad = run(ScriptedAgent(["not a call", call("read", path=chain[0]), call("submit", answer="q")]), task, sandbox)
+    assert chain_progress(bad, task) == pytest.approx(1 / 3) and well_formed(bad, task) == pytest.approx(2 / 3)
+    assert chain_progress(bad, Task("x", "no chain")) == 0.0
+
+
+def test_the_process_weight_option_shapes_training_not_evaluation(sandbox):
+    from posttrain.agent.evaluate import evaluate_agent
+
+    d = load_domain("agent:lookup", hops=3, process_weight=0.25, limit=4)
+    assert d.agent.process is chain_progress and d.agent.process_weight == 0.25
+    assert load_domain("agent:lookup").agent.process_weight == 0.0
+    for bad in (1.5, -0.1, "high", True):
+        with pytest.raises(TaskFileError, match="process_weight must be a number in"):
+            load_domain("agent:lookup", process_weight=bad)
+    task = LookupSource(hops=3, min_hops=3).take(1, "held_out", seed=5)[0]
+    first = task.meta["chain"][0]
+    result = evaluate_agent(ScriptedAgent([call("read", path=first), call("submit", answer="?")]), [task], d.agent,
+                            sandbox)
+    (record,) = result.records
+    assert not record.passed and record.score == 0.0  # the verifier's verdict, not 0.75 x 0 + 0.25 x process

@@ -15,7 +15,7 @@ from posttrain.agent import ContextPolicy, EpisodeStatus, run_agent_task
 from posttrain.agent import format as fmt
 from posttrain.agent.env import AgentTask, SessionEnv, ToolEnv
 from posttrain.agent.lookup import SPEC, LookupSource, oracle_calls
-from posttrain.agent.rollouter import AgentRollouter
+from posttrain.agent.rollouter import AgentRollouter, masked_groups
 from posttrain.agent.scripted import call
 from posttrain.agent.tito import RecordingEngine, tito_mismatch
 from posttrain.engine.mock import MockEngine
@@ -85,7 +85,7 @@ def test_the_learner_sees_exactly_what_the_local_engine_saw_and_sampled(engine, 
     r = lookup_rollouter(recorded, sandbox, policy)
     tasks = LookupSource(hops=3).take(3, "train", seed=2)
     groups = asyncio.run(r.run(tasks, n=4))
-    episodes = [ep for eps in r.episodes for ep in eps]
+    episodes = [ep for g in groups for ep in g.episodes]
     assert len(episodes) == 12 and all(ep.status is EpisodeStatus.MAX_STEPS for ep in episodes)
     assert all(tito_mismatch(ep, recorded.calls) is None for ep in episodes)
     assert any(len(t.segments()) > 1 for g in groups for t in g.trajectories)
@@ -148,9 +148,8 @@ def test_a_group_with_an_infrastructure_failure_is_masked_and_counted(sandbox):
     assert statuses.count(RolloutStatus.ENV_ERROR) == 1 and statuses.count(RolloutStatus.ABORTED) == 2
     assert groups[0].valid == [False] * 3 and groups[1].valid == [True] * 3
     assert all(s == 0.0 for s in groups[1].rewards)  # wrong answers: scored, valid
-    episodes, masked = r.drain()
-    assert masked == 1 and r.masked_groups == 0 and len(episodes) == 2
-    assert [ep.status for ep in episodes[0]].count(EpisodeStatus.ENV_ERROR) == 1
+    assert masked_groups(groups) == 1
+    assert [ep.status for ep in groups[0].episodes].count(EpisodeStatus.ENV_ERROR) == 1
 
 
 def test_a_groups_episodes_start_from_one_workspace(sandbox, monkeypatch):
@@ -205,4 +204,21 @@ def test_a_process_score_blends_into_the_reward_not_the_verdict(sandbox):
     v = group.trajectories[0].verdict
     assert v.passed and v.breakdown == {"outcome": 1.0, "process": 0.5} and v.score == pytest.approx(0.9)
     with pytest.raises(ValueError, match="process score function"):
-        dataclasses.replace(SPEC, process_weight=0.5)
+        dataclasses.replace(SPEC, process=None, process_weight=0.5)
+
+
+def test_a_process_score_alone_never_makes_a_group_informative(sandbox):
+    from posttrain.rl.advantages import has_signal
+
+    # every episode fails; one reads start, the others submit at once: the blended rewards differ, the outcomes do not
+    task = LookupSource(hops=2, min_hops=2).take(1, "train", seed=4)[0]
+    wrong = "a" if task.answer != "a" else "b"
+    replies = iter([fmt.render_call(call("read", path="start"))] + [fmt.render_call(call("submit", answer=wrong))] * 4)
+    engine = MockEngine(lambda p: next(replies), tokenizer=char_tokenizer(), max_concurrency=1)
+    spec = dataclasses.replace(SPEC, process_weight=0.25)
+    r = AgentRollouter(engine, sandbox, spec, SamplingParams(temperature=0.0, max_tokens=80), share_workspace=False,
+                       max_concurrency=1)
+    (group,) = asyncio.run(r.run([task], n=3))
+    assert group.outcomes == [0.0, 0.0, 0.0] and len(set(group.rewards)) == 2
+    valid = torch.tensor([group.valid])
+    assert not has_signal(torch.tensor([group.outcomes]), valid).any() and has_signal(torch.tensor([group.rewards]), valid).all()

@@ -34,4 +34,4 @@ def test_groups_of_episodes(sandbox):
     assert rewards["demo/hello-file"] == [1.0] * 3 and rewards["demo/fix-add"] == [0.0] * 3
     assert all(all(g.valid) for g in groups)
     assert all(len(t.segments()) == 1 for g in groups for t in g.trajectories)
-    assert len(r.episodes) == 3 and all(len(eps) == 3 for eps in r.episodes)
+    assert all(len(g.episodes) == 3 and [ep.reward for ep in g.episodes] == g.rewards for g in groups)

@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from posttrain.rl.advantages import dr_grpo_advantages, group_relative_advantages, grpo_advantages, has_signal
@@ -55,3 +56,26 @@ def test_dispatch_rejects_unknown_kind():
         assert "grpo" in str(exc)
     else:
         raise AssertionError("unknown estimator accepted")
+
+
+def test_grpo_batch_centres_per_group_and_scales_by_the_batch_std():
+    from posttrain.rl.advantages import grpo_batch_advantages
+
+    # an outcome group and a group that differs only by a small shaping term
+    r = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.25, 0.25, 0.25, 0.125]])
+    v = torch.ones_like(r, dtype=torch.bool)
+    flat = r.flatten()
+    std = math.sqrt(((flat - flat.mean()) ** 2).sum().item() / (flat.numel() - 1))  # unbiased, over the batch
+    mean = r.mean(-1, keepdim=True)
+    assert torch.allclose(grpo_batch_advantages(r, v, eps=0.0), (r - mean) / std, atol=1e-6)
+    per_group = grpo_advantages(r, v)
+    batch = group_relative_advantages(r, v, "grpo_batch")
+    # per-group normalisation blows the shaping-only group up to the outcome group's size; the batch std does not
+    assert per_group[1].abs().max() > 1.4 and batch[1].abs().max() < 0.25 < batch[0].abs().min()
+    # an errored sample is out of the group's mean and the batch's std
+    r2 = torch.tensor([[1.0, 0.0, float("nan")], [1.0, 1.0, 0.0]])
+    v2 = torch.tensor([[True, True, False], [True, True, True]])
+    adv = grpo_batch_advantages(r2, v2, eps=0.0)
+    valid = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0])
+    assert adv[0, 2] == 0.0 and torch.isfinite(adv).all()
+    assert adv[0, 0].item() == pytest.approx(0.5 / valid.std().item(), rel=1e-5)

@@ -46,3 +46,34 @@ def test_five_multi_turn_steps_store_episodes_and_turn_metrics(agent_config):
         t = episodes[0][1].transcript
         assert t["turns"] and json.dumps(t)
         assert store.eval_samples(limit=100)  # held-out episodes graded and stored
+
+
+def _agent_run(cfg, name, **rollout):
+    from posttrain.config import RunConfig
+
+    data = cfg.model_dump()
+    data["name"] = name
+    data["rollout"] = {**data["rollout"], **rollout}
+    run_cfg = RunConfig.model_validate(data)
+    trainer = Trainer(run_cfg)
+    trainer.run()
+    trainer.close()
+    with RunStore(run_cfg.path / "run.sqlite") as store:
+        return store.steps(), [(s, row.task_id, row.status, row.reward) for s, row in store.episodes()]
+
+
+def test_async_agent_training_at_staleness_zero_is_the_synchronous_run(agent_config):
+    sync_steps, sync_episodes = _agent_run(agent_config, "sync")
+    async_steps, async_episodes = _agent_run(agent_config, "async", mode="async", max_staleness=0,
+                                             producer_kind="thread")
+    assert async_episodes == sync_episodes and len(async_episodes) == 5 * 4
+    for (s1, m1), (s2, m2) in zip(sync_steps, async_steps):
+        assert s1 == s2 and m1["loss"] == pytest.approx(m2["loss"]) and m1["reward"] == m2["reward"]
+        assert m2["agent/turns_per_episode"] == m1["agent/turns_per_episode"] and "staleness_max" in m2
+
+
+def test_async_agent_training_in_producer_processes_stores_their_episodes(agent_config, tmp_path):
+    steps, episodes = _agent_run(agent_config, "proc", mode="async", max_staleness=1, producer_kind="process")
+    assert [s for s, _ in steps] == [1, 2, 3, 4, 5]
+    assert all(m["staleness_max"] <= 1 and "agent/format_error_rate" in m for _, m in steps)
+    assert len(episodes) == 5 * 4 and {s for s, *_ in episodes} == {1, 2, 3, 4, 5}

@@ -13,7 +13,7 @@ Does not cover: resolving a model name (`posttrain.resolve`), storing records (t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from posttrain.agent.episode import Episode, EpisodeStatus
@@ -58,11 +58,13 @@ def record_of(ep: Episode, sample: int = 0) -> SampleRecord:
 async def aevaluate_agent(model: Any, tasks: Sequence[Task], spec: AgentSpec, sandbox: Any, *, n: int = 1,
                           ks: Sequence[int] = (1,), params: SamplingParams | None = None, seed: int = 0,
                           max_concurrency: int = 64) -> AgentEval:
-    """n episodes of each task (`params`: greedy with the spec's reply room by default)."""
+    """n episodes of each task (`params`: greedy with the spec's reply room by default), scored by the
+    verifier alone: a training domain's process score (`AgentSpec.process_weight`) is shaping, not a result."""
     params = params or SamplingParams(temperature=0.0, max_tokens=spec.max_tokens)
+    if spec.process_weight:
+        spec = replace(spec, process_weight=0.0)
     rollouter = AgentRollouter(model, sandbox, spec, params, seed=seed, max_concurrency=max_concurrency)
-    await rollouter.run(list(tasks), n)
-    episodes, _ = rollouter.drain()
+    episodes = [g.episodes for g in await rollouter.run(list(tasks), n)]
     records = [record_of(ep, j) for eps in episodes for j, ep in enumerate(eps)]
     summary = summarize(records, ks, task_order=[t.id for t in tasks])
     return AgentEval(episodes, records, summary, episode_metrics([ep for eps in episodes for ep in eps]))

@@ -15,8 +15,10 @@ and the compact signature listing keep the stable prefix near 120 characters for
 character-level model), `agent_task_of` (the `AgentTask` a `Task` carries: files and
 gold answer, judged on the submitted answer by exact match), `oracle_calls` (the calls that solve a
 task, what the built-in base is pre-trained on), and the registry entry `agent:lookup` with its
-`AgentSpec`. Its single-response view (`posttrain eval --suite agent:lookup` on a plain model) judges
-the response as the answer: the chance baseline.
+`AgentSpec`, whose process score (`chain_progress`: the share of the chain read in order;
+blended into the training reward with the domain option `process_weight`, 0 by default) gives the
+failed episodes of a group partial credit. Its single-response view (`posttrain eval --suite agent:lookup`
+on a plain model) judges the response as the answer: the chance baseline.
 Does not cover: pre-training on the oracle's traces (`builtin.py`), running episodes (`runtime.py`).
 """
 
@@ -124,6 +126,23 @@ def agent_task_of(task: Task) -> AgentTask:
                      meta={k: task.meta[k] for k in ("hops", "key") if k in task.meta})
 
 
+def chain_progress(episode: Any, task: Task) -> float:
+    """The share of the task's chain the episode read in order: the longest prefix of `meta["chain"]` that
+    its successful `read` calls contain as a subsequence (a wrong read in between costs nothing once the
+    right file follows), over the chain's length. A reward shaping part, not a verdict: it tells apart the
+    failed episodes of a group that lost the key at the first hop from those that lost it at the last."""
+    chain = task.meta.get("chain") or []
+    if not chain:
+        return 0.0
+    got = 0
+    for turn in episode.turns:
+        for result in turn.results:
+            if got < len(chain) and result.ok and result.call.name == "read" \
+                    and result.call.arguments.get("path") == chain[got]:
+                got += 1
+    return got / len(chain)
+
+
 def oracle_calls(task: Task) -> list[tuple[ToolCall, str]]:
     """The calls that solve `task`, each with what the tool answers (the file's text; "submitted")."""
     files, chain = task.meta["files"], task.meta["chain"]
@@ -169,8 +188,11 @@ def oracle_trace(task: Task, tokenizer: Any, decisions: list[bool] | None = None
 
 
 SPEC = AgentSpec(load=agent_task_of, tools=TOOLS, system=SYSTEM, max_steps=8, max_format_errors=2,
-                 max_tokens=MAX_TOKENS, tool_listing="signature")
-_OPTIONS = ("hops", "min_hops", "lines", "held_out_fraction", "limit", "seed", "max_steps")
+                 max_tokens=MAX_TOKENS, tool_listing="signature", process=chain_progress)
+# The process score is the chain's progress alone. Averaged with `well_formed`, one run learned to read `start`
+# and submit what it saw: two well-formed calls outscored a longer attempt with one malformed call, and the
+# training pass rate fell to 0 on multi-hop tasks (benchmarks/RESULTS.md, "process score").
+_OPTIONS = ("hops", "min_hops", "lines", "held_out_fraction", "limit", "seed", "max_steps", "process_weight")
 
 
 @register_domain("agent:", "built-in agent tasks (lookup: follow notes across workspace files to a value)")
@@ -187,7 +209,10 @@ def _agent_domain(name: str, **options: Any) -> Domain:
                               lines=options.get("lines", 1), held_out_fraction=options.get("held_out_fraction", 0.15))
     except ValueError as exc:
         raise TaskFileError(f"agent:lookup: {exc}") from None
-    spec = replace(SPEC, max_steps=int(options.get("max_steps", SPEC.max_steps)))
+    weight = options.get("process_weight", SPEC.process_weight)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
+        raise TaskFileError(f"agent:lookup: process_weight must be a number in [0, 1], got {weight!r}")
+    spec = replace(SPEC, max_steps=int(options.get("max_steps", SPEC.max_steps)), process_weight=float(weight))
     limit, seed = options.get("limit", 200), options.get("seed", 0)
     return Domain(
         "agent:lookup", source, ExactMatch(extract="full"),
@@ -195,6 +220,7 @@ def _agent_domain(name: str, **options: Any) -> Domain:
         sampling=SamplingDefaults(max_tokens=MAX_TOKENS, stop=("</tool_call>",)),
         rollouter="agent", agent=spec,
         description=f"held-out {source.min_hops}-{source.hops}-hop lookups across workspace files",
-        meta={"hops": source.hops, "min_hops": source.min_hops, "lines": source.lines, "limit": limit, "seed": seed},
+        meta={"hops": source.hops, "min_hops": source.min_hops, "lines": source.lines, "limit": limit, "seed": seed,
+              "process_weight": spec.process_weight},
         eval_limit=limit, eval_seed=seed,
     )

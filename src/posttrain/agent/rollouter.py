@@ -9,9 +9,9 @@ same compaction trigger, groups differ); each episode turned into a `types.Traje
 carrying the episode's advantage), its reward optionally blended with a process score
 (`AgentSpec.process`, e.g. `spec.well_formed`: `blend_process`). A group in which any episode hit an infrastructure failure
 (env_error: the sandbox, the verifier or the endpoint failed) is masked whole, never scored 0, and
-counted (`masked_groups`); its siblings are marked ABORTED so the trainer drops them too. Finished
-episodes pile up in `episodes` (with their step's group and sample index) until `drain()` takes them,
-for the run store and the per-turn metrics.
+counted (`masked_groups(groups)`); its siblings are marked ABORTED so the trainer drops them too. Each
+group carries its episodes (`Group.episodes`), so the run store and the per-turn metrics get them from the
+groups wherever they were sampled (this process, or an asynchronous producer's).
 Does not cover: the training loop (`rl/`), which task becomes which env (`spec.load`).
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from posttrain.agent.env import SessionEnv
@@ -42,8 +42,6 @@ class AgentRollouter:
     seed: int = 0
     max_concurrency: int = 64  # episodes in flight at once
     share_workspace: bool = True  # a group's episodes fork one template workspace
-    episodes: list[list[Episode]] = field(default_factory=list)  # per group, since the last `drain`
-    masked_groups: int = 0  # groups masked for an infrastructure failure, since the last `drain`
 
     async def run(self, tasks: list[Task], n: int) -> list[Group]:
         gate = asyncio.Semaphore(self.max_concurrency)
@@ -69,19 +67,17 @@ class AgentRollouter:
 
         done = await asyncio.gather(*(group(t) for t in tasks))
         if spec.process is not None and spec.process_weight > 0:
-            for eps in done:
+            for task, eps in zip(tasks, done):
                 for ep in eps:
-                    blend_process(ep, spec.process(ep), spec.process_weight)
+                    blend_process(ep, spec.process(ep, task), spec.process_weight)
         groups = []
         for task, eps in zip(tasks, done):
             trajectories = [ep.to_trajectory(task) for ep in eps]
             if any(ep.status is EpisodeStatus.ENV_ERROR for ep in eps):
-                self.masked_groups += 1
                 for ep, t in zip(eps, trajectories):
                     if ep.status is not EpisodeStatus.ENV_ERROR:
                         t.status = RolloutStatus.ABORTED
-            groups.append(Group(task, trajectories))
-            self.episodes.append(list(eps))
+            groups.append(Group(task, trajectories, list(eps)))
         return groups
 
     async def _template(self, task: Task) -> Session | None:
@@ -97,11 +93,11 @@ class AgentRollouter:
         except Exception:  # noqa: BLE001 - each episode then tries on its own and records what failed
             return None
 
-    def drain(self) -> tuple[list[list[Episode]], int]:
-        """The episodes (per group) and masked-group count since the last call, and reset both."""
-        eps, masked = self.episodes, self.masked_groups
-        self.episodes, self.masked_groups = [], 0
-        return eps, masked
+
+
+def masked_groups(groups: list[Group]) -> int:
+    """How many of `groups` were masked whole for an infrastructure failure (an env_error episode)."""
+    return sum(1 for g in groups if any(ep.status is EpisodeStatus.ENV_ERROR for ep in g.episodes))
 
 
 def blend_process(ep: Episode, process: float, weight: float) -> None:

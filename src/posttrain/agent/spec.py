@@ -45,7 +45,7 @@ class AgentSpec:
     max_format_errors: int | None = 3
     max_tokens: int = 512  # room for one reply (a call), unless the config's sampling says otherwise
     tool_listing: fmt.Listing = "json"  # how the prefix lists the tools (`format.render_prefix`)
-    process: Callable[[Any], float] | None = None  # a per-episode process score in [0, 1] (e.g. `well_formed`)
+    process: Callable[[Any, Task], float] | None = None  # (episode, task) -> a process score in [0, 1] (`well_formed`)
     process_weight: float = 0.0  # reward = (1 - w) x the verifier's score + w x the process score; pass/fail stays
     # the verifier's, so evaluation figures do not move
 
@@ -56,7 +56,7 @@ class AgentSpec:
             raise ValueError("AgentSpec.process_weight > 0 needs a process score function")
 
 
-def well_formed(episode: Any) -> float:
+def well_formed(episode: Any, task: Task | None = None) -> float:
     """A process score: the share of the episode's acting turns whose reply held a valid call."""
     acting = [t for t in episode.turns if t.kind == "act"]
     return sum(1 for t in acting if not t.format_error) / len(acting) if acting else 0.0

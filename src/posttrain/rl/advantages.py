@@ -1,7 +1,8 @@
 """Group-relative advantages (GRPO family) as pure tensor functions.
 
-Covers: GRPO's (r - mean) / (std + eps) and Dr.GRPO's unnormalised r - mean,
-computed per group over the valid (non-errored) samples only; errored
+Covers: GRPO's (r - mean) / (std + eps), Dr.GRPO's unnormalised r - mean, and
+the group mean with the batch's std (`grpo_batch`: TRL's `scale_rewards="batch"`,
+Lite PPO), computed over the valid (non-errored) samples only; errored
 samples get advantage 0 and are also masked out of the loss by the caller.
 Does not cover: value-function baselines (GAE / PPO critic).
 
@@ -39,12 +40,25 @@ def dr_grpo_advantages(rewards: Tensor, valid: Tensor) -> Tensor:
     return torch.where(valid & (count > 1), adv, torch.zeros_like(adv))
 
 
+def grpo_batch_advantages(rewards: Tensor, valid: Tensor, eps: float = 1e-4) -> Tensor:
+    """[G, n] -> [G, n]: (r - mean_g) / (std_batch + eps), std_batch the unbiased std of every valid reward
+    in the batch. A group whose rewards differ only a little (a shaping term, a partial credit) keeps a small
+    advantage instead of being scaled up to unit size as per-group normalisation does."""
+    mean, _, count = _group_stats(rewards, valid)
+    flat = rewards[valid]
+    std = flat.std() if flat.numel() > 1 else torch.zeros((), dtype=rewards.dtype)
+    adv = (rewards - mean) / (std + eps)
+    return torch.where(valid & (count > 1), adv, torch.zeros_like(adv))
+
+
 def group_relative_advantages(rewards: Tensor, valid: Tensor, kind: str = "grpo") -> Tensor:
     if kind == "grpo":
         return grpo_advantages(rewards, valid)
     if kind == "dr_grpo":
         return dr_grpo_advantages(rewards, valid)
-    raise ValueError(f"unknown advantage estimator {kind!r}: use 'grpo' or 'dr_grpo'")
+    if kind == "grpo_batch":
+        return grpo_batch_advantages(rewards, valid)
+    raise ValueError(f"unknown advantage estimator {kind!r}: use 'grpo', 'grpo_batch' or 'dr_grpo'")
 
 
 def has_signal(rewards: Tensor, valid: Tensor, tol: float = 1e-8) -> Tensor:

@@ -24,8 +24,10 @@ submits nothing ahead: exactly the synchronous loop's order of sampling,
 with the producer's bitwise-equal weight copy (the golden test).
 Back ends beyond this machine register a `RunnerFactory` (`register_backend`; the Ray one lives in
 `distributed/ray_backend.py` and is loaded by name, never imported here).
-Does not cover: multi-turn episodes (a rollouter's own concern:
-each turn's completion carries its version, and `group_version` takes the oldest).
+Multi-turn episodes (an agent domain) run through the same producers: each
+turn's completion carries its version (`group_version` takes the oldest),
+and a group's episodes travel with it (`Group.episodes`) to the trainer.
+Does not cover: running episodes (the rollouter's own concern, `posttrain.agent`).
 """
 
 from __future__ import annotations
@@ -438,9 +440,9 @@ class AsyncLoop:
             if not groups:
                 continue
             curriculum.update(groups)
-            rewards = torch.tensor([g.rewards for g in groups])
+            outcomes = torch.tensor([g.outcomes for g in groups])
             valid = torch.tensor([g.valid for g in groups])
-            signal = has_signal(rewards, valid).tolist()
+            signal = has_signal(outcomes, valid).tolist()
             silent += signal.count(False)
             informative_rate = 0.9 * informative_rate + 0.1 * (sum(signal) / len(signal))
             for g, s in zip(groups, signal):

@@ -170,9 +170,6 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
     if agents:
         if len(domains) > 1:
             raise ConfigError("config: an agent domain trains alone (mixing it with other domains is not supported yet)")
-        if cfg.rollout.mode != "sync":
-            raise ConfigError("config: agent domains train with rollout.mode = \"sync\" (the asynchronous loop samples "
-                              "single-turn rollouts only)")
         from posttrain.agent.rollouter import AgentRollouter
         from posttrain.agent.spec import spec_of
         from posttrain.rewards.code import shared_sandbox

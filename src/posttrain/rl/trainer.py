@@ -9,8 +9,8 @@ the evaluation harness (responses stored like any eval); checkpoints every
 K steps; and exact resume from the newest checkpoint (`TrainerState`).
 `[rollout] mode = "async"` hands sampling to `rl/async_loop.py` (producers,
 the bounded buffer, staleness) and keeps everything else here.
-An agent domain's rollouter (`agent.rollouter.AgentRollouter`) also hands
-over its episodes: their transcripts go to the run store's `episodes`
+An agent domain's groups carry their episodes (`Group.episodes`, sampled
+here or by an async producer): their transcripts go to the run store's `episodes`
 table (`posttrain agent show RUN STEP:IDX` replays what training saw) and
 their per-turn figures (`agent/turns_per_episode`, `agent/format_error_rate`,
 `agent/status/...`, `agent/tool/...`, `masked_groups`) join the step's metrics.
@@ -186,9 +186,9 @@ class Trainer:
             k = need if rounds == 0 else min(4 * need, math.ceil(need / max(self.informative_rate, 0.25)))
             groups = run_sync(self.rollouter, self.curriculum.sample(k), self.params.n)
             self.curriculum.update(groups)
-            rewards = torch.tensor([g.rewards for g in groups])
+            outcomes = torch.tensor([g.outcomes for g in groups])
             valid = torch.tensor([g.valid for g in groups])
-            signal = has_signal(rewards, valid).tolist()
+            signal = has_signal(outcomes, valid).tolist()
             silent += signal.count(False)
             self.informative_rate = 0.9 * self.informative_rate + 0.1 * (sum(signal) / len(signal))
             for g, s in zip(groups, signal):
@@ -245,24 +245,25 @@ class Trainer:
                 self.store.add_alert({"step": self.step, "kind": "producer_failure", "producer": f.producer,
                                       "message": f.message})
         metrics.update(level_metrics(self.curriculum))
-        self._record_episodes(metrics)
+        self._record_episodes(metrics, sampled)
         self._record(metrics, sampled, kept)
         result = StepResult(self.step, metrics)
         if self.on_step:
             self.on_step(result)
         return result
 
-    def _record_episodes(self, metrics: dict[str, float]) -> None:
-        """An agent rollouter's episodes of this step: per-turn metrics, and their transcripts in the store."""
+    def _record_episodes(self, metrics: dict[str, float], sampled: list[Group]) -> None:
+        """The agent episodes of this step's groups (wherever they were sampled): per-turn metrics, and their
+        transcripts in the store."""
         from posttrain.agent.metrics import episode_metrics
-        from posttrain.agent.rollouter import AgentRollouter
+        from posttrain.agent.rollouter import AgentRollouter, masked_groups
         from posttrain.store.run_store import EpisodeRow
 
-        if not isinstance(self.rollouter, AgentRollouter):
+        if not isinstance(self.rollouter, AgentRollouter) and not any(g.episodes for g in sampled):
             return
-        groups, masked = self.rollouter.drain()
+        groups = [g.episodes for g in sampled]
         flat = [ep for eps in groups for ep in eps]
-        metrics.update({f"agent/{k}": v for k, v in episode_metrics(flat).items()}, masked_groups=masked)
+        metrics.update({f"agent/{k}": v for k, v in episode_metrics(flat).items()}, masked_groups=masked_groups(sampled))
         if self.cfg.train.store_samples:
             n = max((len(eps) for eps in groups), default=1)
             self.store.log_episodes(self.step, [

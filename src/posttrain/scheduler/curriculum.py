@@ -139,7 +139,7 @@ class PassRateCurriculum:
                     s.attempts += 1
                     s.passes += int(traj.verdict.passed)
             level = _level(g.task)
-            valid = [r for r, ok in zip(g.rewards, g.valid) if ok]
+            valid = [r for r, ok in zip(g.outcomes, g.valid) if ok]
             if level is None or not valid:
                 continue
             lv = self.levels.setdefault(level, LevelStats())
