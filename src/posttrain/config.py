@@ -378,6 +378,12 @@ class TrainConfig(_Section):
     prompts_per_step: int = Field(16, ge=1)
     """Groups per optimizer step, after dropping groups with zero reward variance."""
     drop_zero_variance: bool = True
+    signal_from: Literal["outcome", "reward"] = "outcome"
+    """Which scores decide that a group has variance (is kept, and counts as informative for the curriculum):
+    outcome, the verifier's own, so that a process score (an agent domain's `process_weight`) only refines the
+    ranking inside groups whose outcome varies; or reward, the blended training reward, so that a group whose
+    episodes differ only in process score is trained on too. Pair reward with `rl.advantage = "grpo_batch"`:
+    per-group std normalisation would scale such small differences up to unit advantages."""
     curriculum: Literal["pass_rate", "uniform"] = "pass_rate"
     """Which training tasks to draw: pass_rate skips tasks seen always or never solved (zero-variance groups);
     uniform draws the train split uniformly (with drop_zero_variance = false: the sampling recipe off)."""

@@ -131,3 +131,24 @@ def test_level_weights_reach_the_step_metrics_of_one_domain_or_a_mixture():
     mix = DomainMixture({"a": cur, "b": PassRateCurriculum(ListSource(tasks))}, {"a": 1.0, "b": 1.0})
     assert level_metrics(mix) == {"curriculum/a/level_3": 0.1, "curriculum/a/level_1": 1.0,
                                   "curriculum/a/level_2": 1.0}
+
+
+def test_a_process_score_makes_a_level_informative_only_when_signal_comes_from_the_reward():
+    """Level 3's episodes all fail, but a blended process score tells them apart (verdict.breakdown["outcome"]
+    is the verifier's own score): informative under train.signal_from = "reward", not under "outcome"."""
+
+    def blended(task, processes):
+        trajs = [Trajectory.single_turn(task, [1], Completion([2], "", [0.0], FinishReason.STOP),
+                                        Verdict(0.25 * p, False, breakdown={"outcome": 0.0, "process": p}))
+                 for p in processes]
+        return Group(task, trajs)
+
+    tasks = _levelled()
+    weights = {}
+    for signal_from in ("outcome", "reward"):
+        cur = PassRateCurriculum(ListSource(tasks), seed=0, signal_from=signal_from)
+        cur.update([blended(t, [0.0, 0.5, 1.0, 0.5]) if t.meta["difficulty"] == 3 else _group(t, [1, 0])
+                    for t in tasks[:60]])
+        weights[signal_from] = cur.level_weights()["3"]
+        assert cur.pass_rate(tasks[2].id) == 0.0  # passes are the verifier's either way
+    assert weights == {"outcome": 0.1, "reward": 1.0}

@@ -440,9 +440,9 @@ class AsyncLoop:
             if not groups:
                 continue
             curriculum.update(groups)
-            outcomes = torch.tensor([g.outcomes for g in groups])
+            scores = torch.tensor([g.outcomes if cfg.signal_from == "outcome" else g.rewards for g in groups])
             valid = torch.tensor([g.valid for g in groups])
-            signal = has_signal(outcomes, valid).tolist()
+            signal = has_signal(scores, valid).tolist()
             silent += signal.count(False)
             informative_rate = 0.9 * informative_rate + 0.1 * (sum(signal) / len(signal))
             for g, s in zip(groups, signal):

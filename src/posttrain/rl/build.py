@@ -182,9 +182,14 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
                                inline=cfg.rollout.mode == "sync" if inline is None else inline)
 
 
-def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate") -> Curriculum:
+def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate",
+                     signal_from: str = "outcome") -> Curriculum:
     """`train.curriculum`: pass_rate (skip tasks seen always or never solved) or uniform, one per domain."""
-    make = UniformCurriculum if kind == "uniform" else PassRateCurriculum
+    if kind == "uniform":
+        make: Any = UniformCurriculum
+    else:
+        def make(source: Any, seed: int) -> Curriculum:
+            return PassRateCurriculum(source, seed=seed, signal_from=signal_from)
     if len(domains) == 1:
         return make(domains[0].source, seed=seed)
     return DomainMixture(
@@ -265,7 +270,7 @@ def build(cfg: RunConfig, store: bool = True) -> Components:
         domains=domains,
         params=params,
         rollouter=build_rollouter(cfg, engine, domains, params),
-        curriculum=build_curriculum(domains, cfg.seed, cfg.train.curriculum),
+        curriculum=build_curriculum(domains, cfg.seed, cfg.train.curriculum, cfg.train.signal_from),
         learner=build_learner(cfg, model, params.max_tokens, shares),
         held_out=selection,
         reporting=reporting,

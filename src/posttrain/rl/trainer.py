@@ -186,9 +186,9 @@ class Trainer:
             k = need if rounds == 0 else min(4 * need, math.ceil(need / max(self.informative_rate, 0.25)))
             groups = run_sync(self.rollouter, self.curriculum.sample(k), self.params.n)
             self.curriculum.update(groups)
-            outcomes = torch.tensor([g.outcomes for g in groups])
+            scores = torch.tensor([g.outcomes if cfg.signal_from == "outcome" else g.rewards for g in groups])
             valid = torch.tensor([g.valid for g in groups])
-            signal = has_signal(outcomes, valid).tolist()
+            signal = has_signal(scores, valid).tolist()
             silent += signal.count(False)
             self.informative_rate = 0.9 * self.informative_rate + 0.1 * (sum(signal) / len(signal))
             for g, s in zip(groups, signal):

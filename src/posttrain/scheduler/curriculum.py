@@ -91,6 +91,8 @@ class PassRateCurriculum:
     """Groups of a level before its informative share is trusted."""
     level_decay: float = 0.05
     """Weight of each new group in a level's informative share (an exponential moving average)."""
+    signal_from: str = "outcome"
+    """Which scores make a group informative: "outcome" (`Group.outcomes`) or "reward" (`train.signal_from`)."""
     rng: random.Random = field(init=False)
     stats: dict[str, TaskStats] = field(init=False, default_factory=dict)
     levels: dict[str, LevelStats] = field(init=False, default_factory=dict)
@@ -139,7 +141,8 @@ class PassRateCurriculum:
                     s.attempts += 1
                     s.passes += int(traj.verdict.passed)
             level = _level(g.task)
-            valid = [r for r, ok in zip(g.outcomes, g.valid) if ok]
+            scores = g.outcomes if self.signal_from == "outcome" else g.rewards
+            valid = [r for r, ok in zip(scores, g.valid) if ok]
             if level is None or not valid:
                 continue
             lv = self.levels.setdefault(level, LevelStats())
