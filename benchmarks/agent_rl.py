@@ -99,6 +99,9 @@ def main() -> None:
         seeds.append(row)
         total_checked += tito["checked"]
         total_bad += tito["bad"]
+        if not tito["checked"]:
+            print(f"seed {seed}: token in, token out NOT checked (0 episodes: with rollout.mode = async the episodes "
+                  "are sampled in producer processes, out of reach of this process's recording engine)", flush=True)
         print(f"seed {seed}: greedy episode success {r.greedy_before:.3f} -> {r.greedy_after:.3f} "
               f"({row['gain']:+.3f}; single-turn baseline {chance['single_turn']:.3f}), pass@1 {r.pass1_before:.3f} -> "
               f"{r.pass1_after:.3f}, {r.steps} steps in {r.train_seconds:.0f}s (best step {r.best_step}), "

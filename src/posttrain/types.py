@@ -261,6 +261,11 @@ class Group:
         return [t.verdict.breakdown.get("outcome", t.verdict.score) if t.verdict is not None else float("nan")
                 for t in self.trajectories]
 
+    def signal_scores(self, signal_from: str) -> list[float]:
+        """The scores that decide whether the group has variance (`train.signal_from`): "outcome" (`outcomes`)
+        or "reward" (`rewards`)."""
+        return self.outcomes if signal_from == "outcome" else self.rewards
+
     @property
     def valid(self) -> list[bool]:
         """Which trajectories carry signal (OK verdict, environment did not fail): the rest are masked."""

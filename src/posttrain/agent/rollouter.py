@@ -94,7 +94,6 @@ class AgentRollouter:
             return None
 
 
-
 def masked_groups(groups: list[Group]) -> int:
     """How many of `groups` were masked whole for an infrastructure failure (an env_error episode)."""
     return sum(1 for g in groups if any(ep.status is EpisodeStatus.ENV_ERROR for ep in g.episodes))

@@ -440,7 +440,7 @@ class AsyncLoop:
             if not groups:
                 continue
             curriculum.update(groups)
-            scores = torch.tensor([g.outcomes if cfg.signal_from == "outcome" else g.rewards for g in groups])
+            scores = torch.tensor([g.signal_scores(cfg.signal_from) for g in groups])
             valid = torch.tensor([g.valid for g in groups])
             signal = has_signal(scores, valid).tolist()
             silent += signal.count(False)

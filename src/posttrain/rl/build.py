@@ -17,6 +17,7 @@ Does not cover: the loop, evaluation hooks, checkpoints (`rl/trainer.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -185,11 +186,7 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
 def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate",
                      signal_from: str = "outcome") -> Curriculum:
     """`train.curriculum`: pass_rate (skip tasks seen always or never solved) or uniform, one per domain."""
-    if kind == "uniform":
-        make: Any = UniformCurriculum
-    else:
-        def make(source: Any, seed: int) -> Curriculum:
-            return PassRateCurriculum(source, seed=seed, signal_from=signal_from)
+    make: Any = UniformCurriculum if kind == "uniform" else partial(PassRateCurriculum, signal_from=signal_from)
     if len(domains) == 1:
         return make(domains[0].source, seed=seed)
     return DomainMixture(

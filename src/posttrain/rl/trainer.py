@@ -186,7 +186,7 @@ class Trainer:
             k = need if rounds == 0 else min(4 * need, math.ceil(need / max(self.informative_rate, 0.25)))
             groups = run_sync(self.rollouter, self.curriculum.sample(k), self.params.n)
             self.curriculum.update(groups)
-            scores = torch.tensor([g.outcomes if cfg.signal_from == "outcome" else g.rewards for g in groups])
+            scores = torch.tensor([g.signal_scores(cfg.signal_from) for g in groups])
             valid = torch.tensor([g.valid for g in groups])
             signal = has_signal(scores, valid).tolist()
             silent += signal.count(False)
@@ -259,7 +259,7 @@ class Trainer:
         from posttrain.agent.rollouter import AgentRollouter, masked_groups
         from posttrain.store.run_store import EpisodeRow
 
-        if not isinstance(self.rollouter, AgentRollouter) and not any(g.episodes for g in sampled):
+        if not isinstance(self.rollouter, AgentRollouter):  # also in async mode: the domain's own rollouter
             return
         groups = [g.episodes for g in sampled]
         flat = [ep for eps in groups for ep in eps]

@@ -141,8 +141,7 @@ class PassRateCurriculum:
                     s.attempts += 1
                     s.passes += int(traj.verdict.passed)
             level = _level(g.task)
-            scores = g.outcomes if self.signal_from == "outcome" else g.rewards
-            valid = [r for r, ok in zip(scores, g.valid) if ok]
+            valid = [r for r, ok in zip(g.signal_scores(self.signal_from), g.valid) if ok]
             if level is None or not valid:
                 continue
             lv = self.levels.setdefault(level, LevelStats())
