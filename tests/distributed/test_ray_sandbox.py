@@ -1,7 +1,8 @@
 """Sandbox executions on Ray actors (distributed/ray_sandbox.py) on the session's local cluster: the local pool's
 results for the same programs, executions spread over two workers, a worker killed mid-batch losing no execution
 and running none twice, a worker that cannot start answering SANDBOX_ERROR results, and a code-domain run whose
-verification goes through the `rollout.sandbox_backend = "ray"` switch with the same verdicts as a local run."""
+verification goes through the `rollout.sandbox_backend = "ray"` switch with the same verdicts as a local run, and a
+sandbox worker killed between training steps: rebuilt, counted in the step's metrics, kept in the run store's alerts."""
 
 from __future__ import annotations
 
@@ -174,6 +175,31 @@ def test_code_training_verifies_through_the_ray_switch(tiny_config, ray_cluster)
     assert runs["ray"][2].final_eval == runs["local"][2].final_eval
 
 
+def test_a_sandbox_worker_killed_between_steps_is_in_the_step_metrics_and_the_store(tiny_config, ray_cluster):
+    from posttrain.rl.trainer import Trainer
+    from posttrain.store.run_store import RunStore
+
+    cfg = _code_cfg(tiny_config, "ray_kill", sandbox_backend="ray", sandbox_workers=2, sandbox_worker_cpus=0.0)
+    trainer = Trainer(cfg)
+    try:
+        first = trainer.train_step()
+        killed = trainer.parts.sandbox.executor.actor(0)
+        ray_cluster.kill(killed)
+        with pytest.warns(RuntimeWarning, match="sandbox worker 0 died"):
+            second = trainer.train_step()
+        stats = trainer.parts.sandbox.executor.stats()
+        third = trainer.train_step()
+    finally:
+        trainer.close()
+    assert first.metrics["sandbox_worker_failures"] == 0.0
+    assert second.metrics["sandbox_worker_failures"] == 1.0 and third.metrics["sandbox_worker_failures"] == 0.0
+    assert stats.worker_failures == 1 and stats.gave_up == 0 and stats.calls == stats.results
+    assert second.metrics["verifier_errors"] == 0  # every execution of the dead worker was answered by another
+    alerts = [a for a in RunStore(cfg.path / "run.sqlite").alerts() if a["kind"] == "sandbox_worker_failure"]
+    assert [(a["step"], a["origin"]) for a in alerts] == [(2, "learner")]
+    assert "sandbox worker 0 died" in alerts[0]["message"]
+
+
 def test_without_ray_the_switch_is_a_one_line_user_error(tiny_config, monkeypatch):
     from posttrain.rl.build import build_sandbox
 
@@ -195,6 +221,7 @@ def test_producer_processes_need_a_cluster_address(tiny_config):
 
 def test_ray_rollout_workers_verify_on_their_own_sandbox_workers(tiny_config, ray_cluster):
     from posttrain.rl.trainer import Trainer
+    from posttrain.store.run_store import RunStore
 
     cfg = _code_cfg(tiny_config, "ray_both", mode="async", max_staleness=0, backend="ray", sandbox_backend="ray",
                     sandbox_workers=1, sandbox_worker_cpus=0.0)
@@ -209,3 +236,7 @@ def test_ray_rollout_workers_verify_on_their_own_sandbox_workers(tiny_config, ra
     # judged inside the rollout actor, through the sandbox actors it built: no sandbox failure among them
     assert rows and all(v.startswith("python_tests@") for *_, v, _ in rows)
     assert {status for *_, status, _, _ in rows} == {"ok"}
+    # the rollout actor was asked for its sandbox workers' deaths after every rollout: none, and none unreadable
+    assert [f.message for p in trainer.async_loop.producers for f in p.sandbox_failures] == []
+    with RunStore(cfg.path / "run.sqlite") as store:
+        assert all(m["sandbox_worker_failures"] == 0 for _, m in store.steps())

@@ -58,6 +58,8 @@ def _agent_run(cfg, name, **rollout):
     trainer = Trainer(run_cfg)
     trainer.run()
     trainer.close()
+    if trainer.async_loop is not None:  # each producer was asked after every rollout, over its own channel
+        assert [f.message for p in trainer.async_loop.producers for f in p.sandbox_failures] == []
     with RunStore(run_cfg.path / "run.sqlite") as store:
         return store.steps(), [(s, row.task_id, row.status, row.reward) for s, row in store.episodes()]
 

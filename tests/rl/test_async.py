@@ -4,6 +4,7 @@ accounting, importance weights by hand, weight-version acknowledgement, a dying 
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import torch
@@ -150,6 +151,7 @@ class _Runner:
 
     def __init__(self, board, fail_load):
         self.board, self.fail_load, self.version, self.ran_with = board, fail_load, -1, []
+        self.sandbox_lines: list[str] | str = []  # what `sandbox_failures` answers next ("raise": it fails)
 
     def load(self, board):
         if self.fail_load:
@@ -160,6 +162,12 @@ class _Runner:
     def run(self, request):
         self.ran_with.append(self.version)
         return [_group(t.id, [self.version] * request.n) for t in request.tasks]
+
+    def sandbox_failures(self):
+        lines, self.sandbox_lines = self.sandbox_lines, []
+        if lines == "raise":
+            raise RuntimeError("pipe closed")
+        return lines
 
     def sampler_state(self):
         return None
@@ -193,6 +201,27 @@ def test_a_producer_that_fails_to_load_never_samples_with_the_new_version():
     assert runners[1].ran_with == []  # the runner whose load failed sampled nothing
     assert runners[2].ran_with == [1]  # its replacement acknowledged version 1 before sampling
     assert taken.staleness == [0] and buf.requeued == 1
+
+
+def test_sandbox_failures_in_a_producers_process_reach_the_loop_and_never_cost_its_groups():
+    board = WeightBoard({"w": torch.zeros(2)}, 0, shared=False)
+    buf = GroupBuffer(capacity=8)
+    runner = _Runner(board, fail_load=False)
+    runner.sandbox_lines = ["sandbox worker 1 died (RayActorError: gone); rebuilt, its executions re-submitted"]
+    producer = Producer(3, lambda: runner, buf, board, requeue_on_new=False)
+    producer.start()
+    first = buf.submit([Task("a", "p", "x")], 2, for_step=1, min_version=0)
+    assert len(buf.take(first, 0, 0, timeout=10).groups) == 1
+    runner.sandbox_lines = "raise"  # the runner cannot say: the groups still arrive, and the gap is on record
+    second = buf.submit([Task("b", "p", "x")], 2, for_step=1, min_version=0)
+    assert len(buf.take(second, 0, 0, timeout=10).groups) == 1
+    deadline = time.time() + 10
+    while len(producer.sandbox_failures) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    producer.close()
+    assert [f.producer for f in producer.sandbox_failures] == [3, 3]
+    assert "sandbox worker 1 died" in producer.sandbox_failures[0].message
+    assert "pipe closed" in producer.sandbox_failures[1].message
 
 
 def test_a_killed_producer_process_has_its_request_requeued_and_the_run_continues(cfg, one_thread):

@@ -85,7 +85,7 @@ class RolloutWorker:
 
         model, tokenizer, _, _ = build_model(cfg)
         domains = build_domains(cfg)
-        build_sandbox(cfg)  # sandbox_backend = "ray": this actor's verifiers on sandbox actors it owns
+        self.sandbox = build_sandbox(cfg)  # sandbox_backend = "ray": this actor's verifiers on sandbox actors it owns
         self.engine = build_engine(cfg.engine, model, tokenizer, seed)
         self.rollouter = build_rollouter(cfg, self.engine, domains, sampling_params(cfg, domains), inline=True)
         self.index = index
@@ -109,6 +109,9 @@ class RolloutWorker:
         from posttrain import aio
 
         return aio.run_sync(self.rollouter.run(tasks, n))
+
+    def sandbox_failures(self) -> list[str]:
+        return self.sandbox.new_failures() if self.sandbox is not None else []
 
     def sampler_state(self) -> Any:
         return self.engine.sampler_state()
@@ -145,6 +148,10 @@ class RayRunner:
     def run(self, request: RolloutRequest) -> list[Group]:
         groups: list[Group] = self._get(self.actor.run.remote(request.tasks, request.n))
         return groups
+
+    def sandbox_failures(self) -> list[str]:
+        failures: list[str] = self._get(self.actor.sandbox_failures.remote())
+        return failures
 
     def sampler_state(self) -> Any:
         return self._get(self.actor.sampler_state.remote())

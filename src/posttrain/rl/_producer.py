@@ -6,6 +6,7 @@ count, and a request loop over one pipe: `load` (copy the newest published
 weights out of shared memory under the board's lock and acknowledge the
 version actually loaded), `run` (one rollout request, scored groups back; with `on_new_weights =
 "update"` each engine call first adopts newer weights, so each turn keeps its own version),
+`sandbox_failures` (this process's Ray sandbox workers that died since the last ask),
 `rng_get` / `rng_set` (the sampler state, for exact resume), `stop`. Any
 exception is answered as `("error", message)`; a closed pipe (the learner
 died, even by SIGKILL) ends the process.
@@ -29,7 +30,7 @@ def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any],
     try:
         model, tokenizer, _, _ = build_model(cfg)
         domains = build_domains(cfg)
-        build_sandbox(cfg)  # installed for this process's verifiers; its actors die with the process
+        sandbox = build_sandbox(cfg)  # installed for this process's verifiers; its actors die with the process
         engine = build_engine(cfg.engine, model, tokenizer, seed)
         sampler = engine
         if cfg.rollout.on_new_weights == "update":  # each turn samples with the newest published weights
@@ -63,6 +64,8 @@ def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any],
             elif kind == "run":
                 _, tasks, n = msg
                 conn.send(("ok", aio.run_sync(rollouter.run(tasks, n))))
+            elif kind == "sandbox_failures":
+                conn.send(("ok", sandbox.new_failures() if sandbox is not None else []))
             elif kind == "rng_get":
                 conn.send(("ok", engine.sampler_state()))
             elif kind == "rng_set":

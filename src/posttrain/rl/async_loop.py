@@ -146,6 +146,9 @@ class ThreadRunner:
     def run(self, request: RolloutRequest) -> list[Group]:
         return aio.run_sync(self.rollouter.run(request.tasks, request.n))
 
+    def sandbox_failures(self) -> list[str]:
+        return []  # this process's sandbox workers are the learner's: the trainer reports them itself
+
     def sampler_state(self) -> Any:
         return self.engine.sampler_state()
 
@@ -202,6 +205,10 @@ class ProcessRunner:
         groups: list[Group] = self._call("run", request.tasks, request.n)
         return groups
 
+    def sandbox_failures(self) -> list[str]:
+        failures: list[str] = self._call("sandbox_failures")
+        return failures
+
     def sampler_state(self) -> Any:
         return self._call("rng_get")
 
@@ -230,6 +237,11 @@ class Runner(Protocol):
     def load(self, board: WeightBoard) -> int: ...
 
     def run(self, request: RolloutRequest) -> list[Group]: ...
+
+    def sandbox_failures(self) -> list[str]:
+        """One line per sandbox worker of the runner's own process that died since the previous call
+        (`rollout.sandbox_backend = "ray"`; always empty otherwise)."""
+        ...
 
     def sampler_state(self) -> Any: ...
 
@@ -269,6 +281,15 @@ class ProducerFailure:
     time: float = field(default_factory=time.time)
 
 
+@dataclass
+class SandboxFailure:
+    """A sandbox worker owned by a producer's process that died (rebuilt there; its executions re-submitted)."""
+
+    producer: int
+    message: str
+    time: float = field(default_factory=time.time)
+
+
 class Producer:
     """One producer thread: request -> staleness gate -> newest weights (acknowledged) -> rollout -> buffer."""
 
@@ -279,6 +300,7 @@ class Producer:
         self.stop = threading.Event()
         self.idle_s = 0.0
         self.failures: list[ProducerFailure] = []
+        self.sandbox_failures: list[SandboxFailure] = []
         self.error: str | None = None
         self._consecutive = 0
         self.thread = threading.Thread(target=self._loop, name=f"posttrain-producer-{index}", daemon=True)
@@ -315,6 +337,15 @@ class Producer:
                 self.buffer.requeue(request)  # on_new_weights = requeue: sampled again under the new weights
                 continue
             self.buffer.finish(FinishedRollout(request, groups, self.runner.version, duration, self.index))
+            self._collect_sandbox_failures()
+
+    def _collect_sandbox_failures(self) -> None:
+        """The runner's own sandbox workers that died during this rollout, for the trainer's log and store."""
+        try:
+            lines = self.runner.sandbox_failures()
+        except Exception as exc:  # noqa: BLE001 - the groups are delivered; a dead runner shows on its next request
+            lines = [f"could not read the producer's sandbox failures: {type(exc).__name__}: {exc}"]
+        self.sandbox_failures.extend(SandboxFailure(self.index, line) for line in lines)
 
     def _fail(self, request: RolloutRequest, exc: Exception) -> None:
         message = f"{type(exc).__name__}: {exc}"
@@ -387,7 +418,7 @@ class AsyncLoop:
         self._durations_mark = 0
         self._staleness: list[int] = []
         self.resume_dropped = 0
-        self._reported = 0
+        self._reported = self._sandbox_reported = 0
 
     @classmethod
     def for_components(cls, cfg: RunConfig, model: Any, tokenizer: Any, domains: list[Any], params: Any, version: int,
@@ -513,6 +544,12 @@ class AsyncLoop:
         """Failures not returned by an earlier call."""
         every = sorted(self.failures(), key=lambda f: f.time)
         fresh, self._reported = every[self._reported:], len(every)
+        return fresh
+
+    def new_sandbox_failures(self) -> list[SandboxFailure]:
+        """Sandbox workers of the producers' processes that died, not returned by an earlier call."""
+        every = sorted((f for p in self.producers for f in p.sandbox_failures), key=lambda f: f.time)
+        fresh, self._sandbox_reported = every[self._sandbox_reported:], len(every)
         return fresh
 
     # checkpoints

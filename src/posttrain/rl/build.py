@@ -119,6 +119,14 @@ class InstalledSandbox:
     executor: Any
     previous: Any
     closed: bool = False
+    reported: int = 0  # how many of the executor's worker failures `new_failures` has returned
+
+    def new_failures(self) -> list[str]:
+        """One line per sandbox worker that died (and was rebuilt) since the previous call: for the run's log
+        and store, wherever this process is (the learner, a producer process, a Ray rollout actor)."""
+        every = self.executor.stats().failures
+        fresh, self.reported = every[self.reported:], len(every)
+        return list(fresh)
 
     def close(self) -> None:
         from posttrain.rewards.code import install_executor

@@ -244,6 +244,8 @@ class Trainer:
                 warnings.warn(f"rollout producer {f.producer} failed (request re-queued): {f.message}", stacklevel=2)
                 self.store.add_alert({"step": self.step, "kind": "producer_failure", "producer": f.producer,
                                       "message": f.message})
+        if self.cfg.rollout.sandbox_backend == "ray":
+            metrics["sandbox_worker_failures"] = float(self._record_sandbox_failures())
         metrics.update(level_metrics(self.curriculum))
         self._record_episodes(metrics, sampled)
         self._record(metrics, sampled, kept)
@@ -251,6 +253,21 @@ class Trainer:
         if self.on_step:
             self.on_step(result)
         return result
+
+    def _record_sandbox_failures(self) -> int:
+        """Ray sandbox workers that died since the last step, the learner's own and the producers' (each was
+        rebuilt and its executions re-submitted): warned, and kept in the store's alerts. How many."""
+        found: list[tuple[str, str]] = []
+        if self.parts.sandbox is not None:
+            found += [("learner", line) for line in self.parts.sandbox.new_failures()]
+        if self.async_loop is not None:
+            found += [(f"producer {f.producer}", f.message) for f in self.async_loop.new_sandbox_failures()]
+        for origin, message in found:
+            if origin != "learner":  # the learner's own pool has warned here already; a producer's, in its process
+                warnings.warn(f"{origin}: {message}", RuntimeWarning, stacklevel=3)
+            self.store.add_alert({"step": self.step, "kind": "sandbox_worker_failure", "origin": origin,
+                                  "message": message})
+        return len(found)
 
     def _record_episodes(self, metrics: dict[str, float], sampled: list[Group]) -> None:
         """The agent episodes of this step's groups (wherever they were sampled): per-turn metrics, and their
