@@ -78,6 +78,8 @@ class Verdict:
     info: dict[str, Any] = field(default_factory=dict)  # structured findings (tests passed/total, compiler
     # diagnostics) for programs; `details` is the same for people
     latency_s: float | None = None  # time the verifier spent on this item (set by `rewards.score`)
+    outcome: float | None = None  # the verifier's own score when training blended a process score into `score`
+    # (an agent domain's `process_weight`); None: `score` is the verifier's own
 
     @property
     def ok(self) -> bool:
@@ -255,11 +257,11 @@ class Group:
     @property
     def outcomes(self) -> list[float]:
         """The verifier's own scores: `rewards` before any process score was blended in (an agent domain's
-        `process_weight`, kept in `verdict.breakdown["outcome"]`). Whether a group is informative is decided
+        `process_weight`, kept in `verdict.outcome`). Whether a group is informative is decided
         on these: a shaping term refines the ranking inside a group whose outcome varies, and never makes a
         group trainable on its own (GRPO's per-group std would blow its small differences up to unit size)."""
-        return [t.verdict.breakdown.get("outcome", t.verdict.score) if t.verdict is not None else float("nan")
-                for t in self.trajectories]
+        return [float("nan") if t.verdict is None else t.verdict.score if t.verdict.outcome is None
+                else t.verdict.outcome for t in self.trajectories]
 
     def signal_scores(self, signal_from: str) -> list[float]:
         """The scores that decide whether the group has variance (`train.signal_from`): "outcome" (`outcomes`)

@@ -202,7 +202,8 @@ def test_a_process_score_blends_into_the_reward_not_the_verdict(sandbox):
     r = AgentRollouter(engine, sandbox, spec, SamplingParams(temperature=0.0, max_tokens=80), share_workspace=False)
     (group,) = asyncio.run(r.run([task], n=1))
     v = group.trajectories[0].verdict
-    assert v.passed and v.breakdown == {"outcome": 1.0, "process": 0.5} and v.score == pytest.approx(0.9)
+    assert v.passed and v.outcome == 1.0 and v.score == pytest.approx(0.9)
+    assert v.info["blend"] == {"outcome": 1.0, "process": 0.5, "weight": 0.2} and v.breakdown == {}
     with pytest.raises(ValueError, match="process score function"):
         dataclasses.replace(SPEC, process=None, process_weight=0.5)
 

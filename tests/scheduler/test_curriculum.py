@@ -134,12 +134,12 @@ def test_level_weights_reach_the_step_metrics_of_one_domain_or_a_mixture():
 
 
 def test_a_process_score_makes_a_level_informative_only_when_signal_comes_from_the_reward():
-    """Level 3's episodes all fail, but a blended process score tells them apart (verdict.breakdown["outcome"]
+    """Level 3's episodes all fail, but a blended process score tells them apart (verdict.outcome
     is the verifier's own score): informative under train.signal_from = "reward", not under "outcome"."""
 
     def blended(task, processes):
         trajs = [Trajectory.single_turn(task, [1], Completion([2], "", [0.0], FinishReason.STOP),
-                                        Verdict(0.25 * p, False, breakdown={"outcome": 0.0, "process": p}))
+                                        Verdict(0.25 * p, False, outcome=0.0))
                  for p in processes]
         return Group(task, trajs)
 

@@ -101,9 +101,11 @@ def masked_groups(groups: list[Group]) -> int:
 
 def blend_process(ep: Episode, process: float, weight: float) -> None:
     """The episode's reward becomes (1 - weight) x its verdict's score + weight x `process` (an OK verdict
-    only: a failed verifier stays failed); both parts go into `verdict.breakdown`."""
+    only: a failed verifier stays failed). The verifier's own score stays in `verdict.outcome`, and the blend's
+    parts in `verdict.info["blend"]` (apart from `breakdown`, whose keys are a rubric's part names)."""
     v = ep.verdict
     if v is None or not v.ok:
         return
-    v.breakdown = {**v.breakdown, "outcome": v.score, "process": process}
+    v.outcome = v.score
+    v.info = {**v.info, "blend": {"outcome": v.score, "process": process, "weight": weight}}
     v.score = (1.0 - weight) * v.score + weight * process
