@@ -17,14 +17,14 @@ medians of `--rounds` >= 3):
   prompt; each turn resends the history plus the last answer and a new
   observation), n=4 samples per turn -> prefill tokens computed / submitted
   and the prefix-cache hit rate;
-- spec: an input-grounded task, copying a 120-character text that is in the
-  prompt. Its model is a one-layer Llama whose weights are set by hand to copy
-  (`copier_model`: a positional attention head reads the token 120 places
-  back; no training, no downloads); greedy decoding copies exactly, and at
-  T=1 about 9 tokens in 10 are the copy. Prompt-lookup speculation (k=8) vs
-  plain decoding, one request at a time, at T=1 (the headline) and greedy
-  (outputs checked token-identical) -> tokens/s ratio. The same model gives
-  perplexity vs KV bytes for a sliding window with attention sinks.
+- spec (`spec_speedup`): a model posttrain trained, on its own work: the built-in agent base running
+  held-out `agent:lookup` episodes one at a time, prompt lookup vs plain decoding, at the agent recipe's
+  temperature (the headline) and greedy (episodes checked token-identical); see benchmarks/spec_trained.py
+  (the base is built once per machine and cached; `--spec-cache-dir` points at a cache).
+- spec_copier (`spec_copier_*`, a synthetic upper bound, not the headline): copying a 120-character text
+  that is in the prompt, with a one-layer Llama whose weights are set by hand to copy (`copier_model`: a
+  positional attention head reads the token 120 places back); prompt lookup (k=8) vs plain, T=1 and greedy.
+  The same model gives perplexity vs KV bytes for a sliding window with attention sinks.
   Exactness itself is proven by tests/engine/test_spec_decode.py.
 
 GRPO ablations (same run, same rounds): `grpo_no_preamble` (192-token prompts that share nothing, so
@@ -53,6 +53,7 @@ import time
 from pathlib import Path
 
 import torch
+from spec_trained import spec_trained  # benchmarks/: the script's own directory is on sys.path
 
 from posttrain.engine import LocalEngine, SpecConfig
 from posttrain.engine.local.native_decode import load_kernel
@@ -301,7 +302,7 @@ def spec(tok, rounds: int, length: int = 120) -> dict:
     rng = random.Random(4)
     prompts = [copy_prompt(rng, tok, length) for _ in range(4)]
     new = length
-    result = {"spec_copy_len": length}
+    result: dict = {"spec_copy_len": length}
     for label, temperature in (("greedy", 0.0), ("t1", 1.0)):
         params = SamplingParams(max_tokens=new, temperature=temperature, ignore_eos=True, seed=0)
         outs, metrics = {}, {}
@@ -328,17 +329,16 @@ def spec(tok, rounds: int, length: int = 120) -> dict:
             t_spec.append(n_spec / (time.perf_counter() - t))
         m = metrics["spec"]
         result.update({
-            f"spec_{label}_plain_tok_s": round(statistics.median(t_plain), 1),
-            f"spec_{label}_tok_s": round(statistics.median(t_spec), 1),
-            f"spec_{label}_speedup": round(statistics.median(t_spec) / statistics.median(t_plain), 2),
-            f"spec_{label}_acceptance": round(m["spec_acceptance_rate"], 3),
-            f"spec_{label}_tokens_per_forward": round(m["tokens_per_forward"], 2),
+            f"spec_copier_{label}_plain_tok_s": round(statistics.median(t_plain), 1),
+            f"spec_copier_{label}_tok_s": round(statistics.median(t_spec), 1),
+            f"spec_copier_{label}_speedup": round(statistics.median(t_spec) / statistics.median(t_plain), 2),
+            f"spec_copier_{label}_acceptance": round(m["spec_acceptance_rate"], 3),
+            f"spec_copier_{label}_tokens_per_forward": round(m["tokens_per_forward"], 2),
         })
         copied = sum(o == p[1:-1] for o, p in zip(outs["plain"], prompts))
-        result[f"spec_{label}_exact_copies"] = f"{copied}/{len(prompts)}"
+        result[f"spec_copier_{label}_exact_copies"] = f"{copied}/{len(prompts)}"
         if temperature == 0:
-            result["spec_greedy_identical"] = outs["plain"] == outs["spec"]
-    result["spec_speedup"] = result["spec_t1_speedup"]
+            result["spec_copier_greedy_identical"] = outs["plain"] == outs["spec"]
     result.update(window_quality(model, tok))
     return result
 
@@ -361,6 +361,8 @@ def measure(size: str, args, skip: set[str]) -> dict:
             keys = ("prefill_fraction", "prefix_hit_rate", "agent_prefill_tokens", "agent_prompt_tokens_submitted")
             print({k: out[k] for k in keys}, flush=True)
         if "spec" not in skip:
+            out.update(spec_trained(rounds=args.rounds, cache_dir=args.spec_cache_dir))
+            out["spec_speedup"] = out["spec_trained_speedup"]  # the trained model's, never the hand-set copier's
             out.update(spec(tok, args.rounds))
             print({k: v for k, v in out.items() if k.startswith("spec")}, flush=True)
         if "grpo" not in skip:
@@ -381,6 +383,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--skip", default="", help="comma-separated workloads to skip: grpo,batch1,agent,spec,ablations")
+    ap.add_argument("--spec-cache-dir", default=None, help="model.base.cache_dir of the trained agent base (spec)")
     args = ap.parse_args()
     if args.rounds < 3:
         raise SystemExit("--rounds must be >= 3 (medians of at least three runs)")
