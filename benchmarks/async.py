@@ -2,7 +2,7 @@
 weight publication, and a producer killed mid-run.
 
 1. The code domain (examples/code.toml: unit tests in the sandbox), synchronous vs asynchronous
-   (`rollout.mode = "async"`, `max_staleness` 2, one producer process), same seed, same steps, held-out
+   (`rollout.mode = "async"`, `max_staleness` 2, `--producers` processes, 1 by default), same seed, same steps, held-out
    greedy pass rate every `--eval-every` steps. `async_time_ratio`: training wall time (evaluations
    excluded, both sides alike) until the asynchronous run first reaches the synchronous run's final gain,
    divided by the synchronous run's; median over `--repeats`. The ideal overlap bound comes from the
@@ -62,12 +62,13 @@ def _trainer_cls():
 
 
 def code_run(mode: str, steps: int, eval_every: int, eval_size: int, cache: str, runs: str, seed: int,
-             k: int) -> dict:
+             k: int, producers: int = 1) -> dict:
     overrides = [f"seed={seed}", f"model.base.seed={seed}", f"model.base.cache_dir='{cache}'", f"run_dir='{runs}'",
                  f"name='{mode}-{seed}'", f"train.steps={steps}", f"train.eval_every={eval_every}",
                  f"train.eval_size={eval_size}", "train.keep_best=false"]
     if mode == "async":
-        overrides += ["rollout.mode='async'", f"rollout.max_staleness={k}", "rollout.producer_kind='process'"]
+        overrides += ["rollout.mode='async'", f"rollout.max_staleness={k}", "rollout.producer_kind='process'",
+                      f"rollout.producers={producers}"]
     trainer = _trainer_cls()(_cfg("code.toml", overrides))
     start = time.perf_counter()
     curve: list[tuple[float, int, float]] = []
@@ -156,6 +157,7 @@ def main() -> None:
     ap.add_argument("--eval-size", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--max-staleness", type=int, default=2)
+    ap.add_argument("--producers", type=int, default=1, help="producer processes of the asynchronous code run")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "posttrain-async-bench-cache"))
     ap.add_argument("--skip-code", action="store_true")
     ap.add_argument("--skip-quick", action="store_true", help="only the code-domain comparison")
@@ -196,7 +198,7 @@ def code(out: dict, args: argparse.Namespace, runs: str) -> None:
         sync = code_run("sync", args.steps, args.eval_every, args.eval_size, args.cache, runs, seed,
                         args.max_staleness)
         asyn = code_run("async", args.steps, args.eval_every, args.eval_size, args.cache, runs, seed,
-                        args.max_staleness)
+                        args.max_staleness, args.producers)
         reach = time_to_gain(asyn["curve"], sync["final_gain"])
         ratio = (reach if reach is not None else asyn["wall_s"]) / sync["wall_s"]
         bound = max(sync["rollout_s"], sync["learn_s"]) / sync["step_s"]
@@ -220,7 +222,7 @@ def code(out: dict, args: argparse.Namespace, runs: str) -> None:
                staleness_max=max(r["async"]["staleness_max"] for r in rows),
                sync_final_gain=statistics.median(r["sync"]["final_gain"] for r in rows),
                async_final_gain=statistics.median(r["async"]["final_gain"] for r in rows),
-               repeats=args.repeats, steps=args.steps)
+               repeats=args.repeats, steps=args.steps, producers=args.producers)
 
 
 if __name__ == "__main__":
