@@ -1,0 +1,156 @@
+"""Agent workspaces on Ray sandbox workers (distributed/ray_sandbox.py: `RaySession`) on the session's local cluster:
+fork isolation on the parent's worker and sessions spread by open sessions; agent episodes on Ray sessions giving
+the local sandbox's transcripts and verdicts; a killed worker giving env_error episodes (masked, never scored 0),
+its sessions counted lost and new ones opened on the rebuilt worker; and the `rollout.sandbox_backend = "ray"`
+switch routing an agent domain's training episodes to the Ray workers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from posttrain.sandbox import ExecStatus, Limits, Sandbox, SandboxError, SessionLost
+
+pytestmark = pytest.mark.ray
+
+WRITE_HELLO = '<tool_call>{"name": "write_file", "arguments": {"path": "hello.txt", "content": "hello world\\n"}}</tool_call>'
+FAST = Limits(wall_s=10, cpu_s=10, memory_mb=256, pids=64, output_bytes=1 << 20, disk_mb=32)
+
+
+def _pool(**kwargs):
+    from posttrain.distributed.ray_sandbox import RaySandboxPool
+
+    return RaySandboxPool(**{"workers": 2, "worker_cpus": 0.0, "limits": FAST, **kwargs})
+
+
+def test_forks_live_on_their_parents_worker_isolated(ray_cluster):
+    with _pool() as pool:
+        template = pool.session(files={"a.txt": "1"})
+        other = pool.session()  # least-loaded by open sessions: the other worker
+        forks = [template.fork() for _ in range(2)]
+        assert template.worker != other.worker and {f.worker for f in forks} == {template.worker}
+        assert [f.parent_id for f in forks] == [template.id] * 2 and template.limits == FAST
+        forks[0].write_file("a.txt", "fork0")
+        assert forks[0].exec("cat a.txt").stdout == "fork0"
+        assert forks[1].read_file("a.txt") == b"1" and template.read_file("a.txt") == b"1"  # invisible elsewhere
+        snap = forks[1].snapshot()
+        forks[1].write_file("b.txt", "x")
+        forks[1].rollback(snap)
+        assert forks[1].exec("ls").stdout.split() == ["a.txt"]
+        with pytest.raises(SandboxError):  # the worker's SandboxError, raised here as the local session raises it
+            forks[1].read_file("missing.txt")
+        template.close()  # the forks keep the layers they read
+        assert forks[0].read_file("a.txt") == b"fork0" and forks[1].read_file("a.txt") == b"1"
+        with pytest.raises(SandboxError, match="closed"):
+            template.fork()
+        stats, workers = pool.stats(), pool.worker_stats()
+        assert stats.sessions_opened == 4 and stats.sessions_closed == 1 and stats.sessions_lost == 0
+        assert sorted(stats.sessions) == [1, 2] and [w["sessions"] for w in workers] == stats.sessions
+        for s in [*forks, other]:
+            s.close()
+        assert pool.stats().sessions == [0, 0] and [w["sessions"] for w in pool.worker_stats()] == [0, 0]
+
+
+def _transcript(ep):
+    v = ep.verdict
+    return (ep.status, ep.error, ep.submitted, [(t.completion.text, t.observation, t.format_error) for t in ep.turns],
+            None if v is None else (v.score, v.passed, v.status, v.verifier, v.details))
+
+
+def test_agent_episodes_on_ray_sessions_are_the_local_ones(ray_cluster):
+    from posttrain.agent.demo import demo_tasks
+    from posttrain.agent.lookup import SPEC, LookupSource, agent_task_of, oracle_calls
+    from posttrain.agent.rollouter import AgentRollouter
+    from posttrain.agent.runtime import run_agent_task
+    from posttrain.agent.scripted import ScriptedAgent
+    from posttrain.agent.spec import AgentSpec
+    from posttrain.engine.mock import MockEngine
+    from posttrain.models.tokenizer import char_tokenizer
+
+    lookups = LookupSource(hops=2).take(2, "train", seed=0)
+    demos = {t.id: t for t in demo_tasks()}
+
+    def script(prompt):  # solve hello-file (its hidden test runs in the workspace), give up on the rest
+        text = char_tokenizer().decode(prompt)
+        if "hello.txt" in text and "wrote 12 bytes" not in text:
+            return WRITE_HELLO
+        return '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
+
+    async def episodes(sandbox):
+        solo = [await run_agent_task(ScriptedAgent([c for c, _ in oracle_calls(t)]), agent_task_of(t), None, 8,
+                                     sandbox=sandbox, system=SPEC.system, tool_listing=SPEC.tool_listing)
+                for t in lookups]
+        rollouter = AgentRollouter(MockEngine(script, tokenizer=char_tokenizer()), sandbox,
+                                   AgentSpec(lambda task: demos[task.id], max_steps=4))
+        groups = await rollouter.run([t.to_task() for t in demo_tasks()], n=2)  # forks of one template per group
+        return solo + [ep for g in groups for ep in g.episodes]
+
+    with Sandbox(FAST) as local:
+        expected = asyncio.run(episodes(local))
+    with _pool() as pool:
+        got = asyncio.run(episodes(pool))
+        stats, workers = pool.stats(), pool.worker_stats()
+    assert [ep.passed for ep in expected[:2]] == [True, True] and any(ep.passed for ep in expected[2:])
+    assert [_transcript(ep) for ep in got] == [_transcript(ep) for ep in expected]
+    groups = len(demo_tasks())
+    assert stats.sessions_opened == 2 + 3 * groups  # an episode each, a template and its 2 forks per group
+    assert stats.sessions_closed == stats.sessions_opened and stats.sessions == [0, 0] and stats.sessions_lost == 0
+    assert min(stats.sessions_per_worker) >= 1 and sum(w["sessions_opened"] for w in workers) == stats.sessions_opened
+
+
+def test_a_killed_worker_gives_env_error_episodes_and_new_sessions_go_to_the_rebuilt_one(ray_cluster):
+    from posttrain.agent.demo import demo_tasks
+    from posttrain.agent.episode import EpisodeStatus
+    from posttrain.agent.rollouter import AgentRollouter, masked_groups
+    from posttrain.agent.spec import AgentSpec
+    from posttrain.engine.mock import MockEngine
+    from posttrain.models.tokenizer import char_tokenizer
+    from posttrain.types import RolloutStatus
+
+    task = next(t for t in demo_tasks() if t.id == "demo/hello-file")
+    slow = '<tool_call>{"name": "bash", "arguments": {"command": "sleep 3; echo done"}}</tool_call>'
+
+    def script(prompt):  # a slow command first (the worker is killed under it), then solve and submit
+        text = char_tokenizer().decode(prompt)
+        if "<tool_response name=\"bash\">" not in text:
+            return slow
+        if "wrote 12 bytes" not in text:
+            return WRITE_HELLO
+        return '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
+
+    rollouter_of = lambda pool: AgentRollouter(MockEngine(script, tokenizer=char_tokenizer()), pool,  # noqa: E731
+                                              AgentSpec(lambda t: task, max_steps=5))
+
+    async def group_with_a_kill(pool, ray):
+        held = await pool.asession(files={"a.txt": "1"})  # a session outside the group, on the same worker
+        run = asyncio.ensure_future(rollouter_of(pool).run([task.to_task()], n=2))
+        for _ in range(600):  # until the two episodes' commands are in flight on the worker
+            if pool.stats().inflight[0] >= 2:
+                break
+            await asyncio.sleep(0.05)
+        killed = pool.actor(0)
+        ray.kill(killed)
+        (group,) = await run
+        with pytest.raises(SessionLost, match="lost with sandbox worker 0"):  # every later operation: lost
+            await held.aread_file("a.txt")
+        with pytest.raises(SessionLost):
+            await held.afork()
+        assert (await held.aexec("true")).status is ExecStatus.SANDBOX_ERROR  # an execution answers as one failing
+        await held.aclose()  # nothing to close: its worker took it
+        return group, killed
+
+    with _pool(workers=1) as pool:
+        with pytest.warns(RuntimeWarning, match="sandbox worker 0 died"):
+            group, killed = asyncio.run(group_with_a_kill(pool, ray_cluster))
+        lost = pool.stats()
+        (again,) = asyncio.run(rollouter_of(pool).run([task.to_task()], n=2))
+        after, workers = pool.stats(), pool.worker_stats()
+        assert pool.actor(0) is not killed
+    assert [ep.status for ep in group.episodes] == [EpisodeStatus.ENV_ERROR] * 2
+    assert all(ep.verdict is None and "sandbox" in ep.error for ep in group.episodes)  # never judged, never a 0
+    assert masked_groups([group]) == 1 and not any(group.valid)
+    assert {t.status for t in group.trajectories} == {RolloutStatus.ENV_ERROR}
+    assert lost.worker_failures == 1 and lost.sessions_lost == 4 and lost.sessions == [0]  # held, template, 2 forks
+    assert [ep.status for ep in again.episodes] == [EpisodeStatus.SOLVED] * 2 and masked_groups([again]) == 0
+    assert workers[0]["sessions_opened"] == 3 and after.sessions == [0]  # on the rebuilt worker
