@@ -154,3 +154,59 @@ def test_a_killed_worker_gives_env_error_episodes_and_new_sessions_go_to_the_reb
     assert lost.worker_failures == 1 and lost.sessions_lost == 4 and lost.sessions == [0]  # held, template, 2 forks
     assert [ep.status for ep in again.episodes] == [EpisodeStatus.SOLVED] * 2 and masked_groups([again]) == 0
     assert workers[0]["sessions_opened"] == 3 and after.sessions == [0]  # on the rebuilt worker
+
+
+def _agent_cfg(tmp_path, name, **rollout):
+    import torch
+
+    from posttrain.config import load_config
+    from posttrain.models import char_tokenizer, save_model
+    from tiny_models import agent_model
+
+    torch.set_num_threads(1)  # restored after the module by tests/conftest.py's _torch_threads_restored
+    if not (tmp_path / "tiny").exists():
+        save_model(agent_model(), char_tokenizer(), tmp_path / "tiny")
+    sets = [f"{k}={v!r}" for k, v in rollout.items()]
+    return load_config(None, [
+        f"model.path='{tmp_path / 'tiny'}'", f"run_dir='{tmp_path / 'runs'}'", f"name='{name}'",
+        "tasks.source='agent:lookup'", "tasks.digits=2", "sampling.n=2", "sampling.max_tokens=80",
+        "train.steps=2", "train.prompts_per_step=2", "train.eval_size=4", "train.eval_every=0",
+        "train.checkpoint_every=0", "train.drop_zero_variance=false", "tensorboard=false", *sets,
+    ])
+
+
+def _episodes(cfg):
+    from posttrain.store import RunStore
+
+    with RunStore(cfg.path / "run.sqlite") as store:
+        return [(s, row.task_id, row.status, row.reward) for s, row in store.episodes()]
+
+
+def test_agent_training_opens_its_workspaces_on_the_ray_workers(tmp_path, ray_cluster):
+    from posttrain.rewards.code import agent_sandbox, shared_sandbox
+    from posttrain.rl.trainer import Trainer
+
+    runs = {}
+    for name, rollout in [("local", {}), ("ray", {"rollout.sandbox_backend": "ray", "rollout.sandbox_workers": 2,
+                                                  "rollout.sandbox_worker_cpus": 0.0})]:
+        cfg = _agent_cfg(tmp_path, name, **rollout)
+        trainer = Trainer(cfg)
+        try:
+            result = trainer.run()
+            installed = trainer.parts.sandbox
+            assert trainer.parts.rollouter.sandbox is (installed.executor if installed else shared_sandbox())
+            stats = (installed.executor.stats(), installed.executor.worker_stats()) if installed else None
+        finally:
+            trainer.close()
+        assert result.steps == 2
+        runs[name] = (cfg, stats, result)
+    assert runs["local"][1] is None
+    stats, workers = runs["ray"][1]
+    # 2 steps x 2 tasks: a template and 2 forks per group; more for the final held-out episodes, run there too
+    assert stats.sessions_opened > 2 * 2 * 3 and stats.sessions_closed == stats.sessions_opened
+    assert sum(w["sessions_opened"] for w in workers) == stats.sessions_opened and stats.sessions_lost == 0
+    assert agent_sandbox() is shared_sandbox()  # the trainer's close put the local sandbox back
+    local, remote = _episodes(runs["local"][0]), _episodes(runs["ray"][0])
+    assert len(remote) == 2 * 2 * 2 and remote == local  # the same episodes, judged the same, on the Ray workers
+    untimed = [{k: v for k, v in runs[n][2].final_eval.items() if not k.endswith("_s")} for n in ("ray", "local")]
+    assert untimed[0] == untimed[1] and "agent/turns_per_episode" in untimed[0]  # held-out episodes alike
