@@ -1,8 +1,9 @@
 """Agent workspaces on Ray sandbox workers (distributed/ray_sandbox.py: `RaySession`) on the session's local cluster:
 fork isolation on the parent's worker and sessions spread by open sessions; agent episodes on Ray sessions giving
-the local sandbox's transcripts and verdicts; a killed worker giving env_error episodes (masked, never scored 0),
-its sessions counted lost and new ones opened on the rebuilt worker; and the `rollout.sandbox_backend = "ray"`
-switch routing an agent domain's training episodes to the Ray workers."""
+the local sandbox's transcripts and verdicts (lookup and demo tasks, a Harbor terminal task); a killed worker
+giving env_error episodes (masked, never scored 0), its sessions counted lost and new ones opened on the rebuilt
+worker; and the `rollout.sandbox_backend = "ray"` switch routing an agent domain's training episodes to the Ray
+workers."""
 
 from __future__ import annotations
 
@@ -63,12 +64,18 @@ def test_agent_episodes_on_ray_sessions_are_the_local_ones(ray_cluster):
     from posttrain.agent.lookup import SPEC, LookupSource, agent_task_of, oracle_calls
     from posttrain.agent.rollouter import AgentRollouter
     from posttrain.agent.runtime import run_agent_task
-    from posttrain.agent.scripted import ScriptedAgent
+    from posttrain.agent.scripted import ScriptedAgent, call
     from posttrain.agent.spec import AgentSpec
+    from posttrain.agent.terminal import solution_tool
+    from posttrain.agent.tools import default_tools
     from posttrain.engine.mock import MockEngine
     from posttrain.models.tokenizer import char_tokenizer
+    from posttrain.tasks.harbor import TerminalTask
 
     lookups = LookupSource(hops=2).take(2, "train", seed=0)
+    hello = TerminalTask("hello", "Write hello world to /app/hello.txt.", {"README": b"hi\n"},  # a Harbor task
+                         {"test.sh": b"grep -qx 'hello world' /app/hello.txt && echo 1 > /logs/verifier/reward.txt\n"},
+                         "echo 'hello world' > /app/hello.txt\n", agent_timeout_s=30, verifier_timeout_s=30, memory_mb=256)
     demos = {t.id: t for t in demo_tasks()}
 
     def script(prompt):  # solve hello-file (its hidden test runs in the workspace), give up on the rest
@@ -84,17 +91,20 @@ def test_agent_episodes_on_ray_sessions_are_the_local_ones(ray_cluster):
         rollouter = AgentRollouter(MockEngine(script, tokenizer=char_tokenizer()), sandbox,
                                    AgentSpec(lambda task: demos[task.id], max_steps=4))
         groups = await rollouter.run([t.to_task() for t in demo_tasks()], n=2)  # forks of one template per group
-        return solo + [ep for g in groups for ep in g.episodes]
+        oracle = ScriptedAgent([call("run_solution"), call("bash", command="cat /app/hello.txt")])
+        terminal = await run_agent_task(oracle, hello, [*default_tools(), solution_tool(hello)], sandbox=sandbox)
+        return solo + [ep for g in groups for ep in g.episodes] + [terminal]
 
     with Sandbox(FAST) as local:
         expected = asyncio.run(episodes(local))
     with _pool() as pool:
         got = asyncio.run(episodes(pool))
         stats, workers = pool.stats(), pool.worker_stats()
-    assert [ep.passed for ep in expected[:2]] == [True, True] and any(ep.passed for ep in expected[2:])
+    assert [ep.passed for ep in expected[:2]] == [True, True] and any(ep.passed for ep in expected[2:-1])
+    assert expected[-1].passed and "hello world" in expected[-1].turns[-2].observation
     assert [_transcript(ep) for ep in got] == [_transcript(ep) for ep in expected]
     groups = len(demo_tasks())
-    assert stats.sessions_opened == 2 + 3 * groups  # an episode each, a template and its 2 forks per group
+    assert stats.sessions_opened == 3 + 3 * groups  # an episode each, a template and its 2 forks per group
     assert stats.sessions_closed == stats.sessions_opened and stats.sessions == [0, 0] and stats.sessions_lost == 0
     assert min(stats.sessions_per_worker) >= 1 and sum(w["sessions_opened"] for w in workers) == stats.sessions_opened
 
