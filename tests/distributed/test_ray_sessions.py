@@ -53,6 +53,22 @@ def test_forks_live_on_their_parents_worker_isolated(ray_cluster):
         assert pool.stats().sessions == [0, 0] and [w["sessions"] for w in pool.worker_stats()] == [0, 0]
 
 
+def test_sessions_spread_by_open_sessions_and_wait_for_room(ray_cluster):
+    async def spread(pool):
+        sessions = await asyncio.gather(*(pool.asession() for _ in range(4)))
+        counts = pool.stats().sessions
+        results = await asyncio.gather(*(s.aexec("sleep 0.3; echo $((1 + 1))") for s in sessions))
+        await asyncio.gather(*(s.aclose() for s in sessions))
+        return sessions, counts, results
+
+    with _pool(inflight=1) as pool:
+        sessions, counts, results = asyncio.run(spread(pool))
+        workers = pool.worker_stats()
+    assert counts == [2, 2] and sorted(s.worker for s in sessions) == [0, 0, 1, 1]
+    assert [r.stdout for r in results] == ["2\n"] * 4
+    assert [w["peak_inflight"] for w in workers] == [1, 1]  # backpressure: one call at a time on each worker
+
+
 def _transcript(ep):
     v = ep.verdict
     return (ep.status, ep.error, ep.submitted, [(t.completion.text, t.observation, t.format_error) for t in ep.turns],
@@ -70,7 +86,9 @@ def test_agent_episodes_on_ray_sessions_are_the_local_ones(ray_cluster):
     from posttrain.agent.tools import default_tools
     from posttrain.engine.mock import MockEngine
     from posttrain.models.tokenizer import char_tokenizer
+    from posttrain.rewards.code import install_workspaces
     from posttrain.tasks.harbor import TerminalTask
+    from posttrain.tasks.terminal import TerminalVerifier, as_task
 
     lookups = LookupSource(hops=2).take(2, "train", seed=0)
     hello = TerminalTask("hello", "Write hello world to /app/hello.txt.", {"README": b"hi\n"},  # a Harbor task
@@ -95,11 +113,23 @@ def test_agent_episodes_on_ray_sessions_are_the_local_ones(ray_cluster):
         terminal = await run_agent_task(oracle, hello, [*default_tools(), solution_tool(hello)], sandbox=sandbox)
         return solo + [ep for g in groups for ep in g.episodes] + [terminal]
 
+    def judged():  # the terminal domain's single-response verifier, on wherever the run's sessions open
+        responses = [hello.solution, ""]
+        return [(v.score, v.passed, v.status) for v in
+                asyncio.run(TerminalVerifier().verify_batch([as_task(hello, "t")] * 2, responses))]
+
     with Sandbox(FAST) as local:
         expected = asyncio.run(episodes(local))
+    verdicts = judged()
     with _pool() as pool:
         got = asyncio.run(episodes(pool))
         stats, workers = pool.stats(), pool.worker_stats()
+        previous = install_workspaces(pool)
+        try:
+            assert judged() == verdicts and verdicts[0][1] and not verdicts[1][1]
+        finally:
+            install_workspaces(previous)
+        judging = pool.stats()
     assert [ep.passed for ep in expected[:2]] == [True, True] and any(ep.passed for ep in expected[2:-1])
     assert expected[-1].passed and "hello world" in expected[-1].turns[-2].observation
     assert [_transcript(ep) for ep in got] == [_transcript(ep) for ep in expected]
@@ -107,6 +137,7 @@ def test_agent_episodes_on_ray_sessions_are_the_local_ones(ray_cluster):
     assert stats.sessions_opened == 3 + 3 * groups  # an episode each, a template and its 2 forks per group
     assert stats.sessions_closed == stats.sessions_opened and stats.sessions == [0, 0] and stats.sessions_lost == 0
     assert min(stats.sessions_per_worker) >= 1 and sum(w["sessions_opened"] for w in workers) == stats.sessions_opened
+    assert judging.sessions_opened == stats.sessions_opened + 2 and judging.sessions == [0, 0]  # one per response
 
 
 def test_a_killed_worker_gives_env_error_episodes_and_new_sessions_go_to_the_rebuilt_one(ray_cluster):
@@ -193,7 +224,7 @@ def _episodes(cfg):
 
 
 def test_agent_training_opens_its_workspaces_on_the_ray_workers(tmp_path, ray_cluster):
-    from posttrain.rewards.code import agent_sandbox, shared_sandbox
+    from posttrain.rewards.code import session_sandbox, shared_sandbox
     from posttrain.rl.trainer import Trainer
 
     runs = {}
@@ -215,7 +246,7 @@ def test_agent_training_opens_its_workspaces_on_the_ray_workers(tmp_path, ray_cl
     # 2 steps x 2 tasks: a template and 2 forks per group; more for the final held-out episodes, run there too
     assert stats.sessions_opened > 2 * 2 * 3 and stats.sessions_closed == stats.sessions_opened
     assert sum(w["sessions_opened"] for w in workers) == stats.sessions_opened and stats.sessions_lost == 0
-    assert agent_sandbox() is shared_sandbox()  # the trainer's close put the local sandbox back
+    assert session_sandbox() is shared_sandbox()  # the trainer's close put the local sandbox back
     local, remote = _episodes(runs["local"][0]), _episodes(runs["ray"][0])
     assert len(remote) == 2 * 2 * 2 and remote == local  # the same episodes, judged the same, on the Ray workers
     untimed = [{k: v for k, v in runs[n][2].final_eval.items() if not k.endswith("_s")} for n in ("ray", "local")]

@@ -149,8 +149,8 @@ def close_shared_sandboxes() -> None:
 
 
 # What the code verifiers' one-shot executions (`arun`) go through in place of the shared sandbox, and where the
-# agent sessions of a run open (`agent_sandbox`), when a run installs them (`rollout.sandbox_backend = "ray"`:
-# `rl/build.py: build_sandbox` installs one `RaySandboxPool` as both).
+# stateful sessions of a run open (`session_sandbox`: agent episodes, terminal tasks' workspaces), when a run
+# installs them (`rollout.sandbox_backend = "ray"`: `rl/build.py: build_sandbox` installs one `RaySandboxPool` as both).
 _EXECUTOR: Any = None
 _WORKSPACES: Any = None
 
@@ -165,16 +165,18 @@ def install_executor(executor: Any) -> Any:
 
 
 def install_workspaces(workspaces: Any) -> Any:
-    """Open this process's training agent sessions on `workspaces` (a `sandbox.workspace.Workspaces`, e.g. a
-    `RaySandboxPool`); None opens them in the shared sandbox again. Returns the one it replaces."""
+    """Open this process's run sessions (agent episodes, terminal verification) on `workspaces` (a
+    `sandbox.workspace.Workspaces`, e.g. a `RaySandboxPool`); None opens them in the shared sandbox again.
+    Returns the one it replaces."""
     global _WORKSPACES
     with _SANDBOX_LOCK:
         previous, _WORKSPACES = _WORKSPACES, workspaces
     return previous
 
 
-def agent_sandbox() -> Any:
-    """Where a run's agent episodes open their workspaces: the installed `Workspaces`, else the shared sandbox."""
+def session_sandbox() -> Any:
+    """Where a run's stateful sessions open (agent episodes, `TerminalVerifier`'s workspaces): the installed
+    `Workspaces`, else the shared sandbox."""
     installed = _WORKSPACES
     return installed if installed is not None else shared_sandbox()
 

@@ -134,7 +134,7 @@ class InstalledSandbox:
 
 def build_sandbox(cfg: RunConfig) -> InstalledSandbox | None:
     """`rollout.sandbox_backend`: "ray" routes this process's code verifiers through Ray sandbox workers and
-    opens its agent sessions there (`rewards.code.agent_sandbox`; None for "local": the shared sandbox).
+    opens its agent sessions there (`rewards.code.session_sandbox`; None for "local": the shared sandbox).
     Without Ray: a one-line `UserError` naming the extra."""
     r = cfg.rollout
     if r.sandbox_backend == "local":
@@ -171,7 +171,7 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
     """`inline` (default: in the synchronous mode) samples with the engine's blocking `generate`; an async
     producer that owns its engine passes True. An agent domain (`rollouter == "agent"`) gets the
     `AgentRollouter` over its `AgentSpec` (one agent domain per run; it cannot be mixed with single-turn ones),
-    its workspaces opened where `build_sandbox` put them (`rewards.code.agent_sandbox`: Ray sandbox workers, or
+    its workspaces opened where `build_sandbox` put them (`rewards.code.session_sandbox`: Ray sandbox workers, or
     the shared sandbox)."""
     agents = [d for d in domains if d.rollouter == "agent"]
     if agents:
@@ -179,11 +179,11 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
             raise ConfigError("config: an agent domain trains alone (mixing it with other domains is not supported yet)")
         from posttrain.agent.rollouter import AgentRollouter
         from posttrain.agent.spec import spec_of
-        from posttrain.rewards.code import agent_sandbox
+        from posttrain.rewards.code import session_sandbox
 
         spec = spec_of(agents[0])
         assert spec is not None  # an agent domain
-        return AgentRollouter(engine, agent_sandbox(), spec, params, seed=cfg.seed)
+        return AgentRollouter(engine, session_sandbox(), spec, params, seed=cfg.seed)
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
     return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers,
                                inline=cfg.rollout.mode == "sync" if inline is None else inline)
