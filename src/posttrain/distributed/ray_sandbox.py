@@ -237,8 +237,11 @@ class RaySession:
             return ExecResult(ExecStatus.SANDBOX_ERROR, error=str(exc))
         return result
 
-    def exec(self, command: str | list[str] | None = None, **kwargs: Any) -> ExecResult:
-        return run_sync(self.aexec(command, **kwargs))
+    def exec(self, command: str | list[str] | None = None, *, code: str | None = None, language: str = "python",
+             files: dict[str, bytes | str] | None = None, stdin: bytes | str | None = None,
+             limits: Limits | None = None, prefork: bool | None = None) -> ExecResult:
+        return run_sync(self.aexec(command, code=code, language=language, files=files, stdin=stdin, limits=limits,
+                                   prefork=prefork))
 
     async def aread_file(self, path: str) -> bytes:
         self._check_open()
@@ -424,8 +427,6 @@ class RaySandboxPool:
                 _cancel(ray, ref)
             raise
         except ray.exceptions.RayTaskError as exc:  # raised by the worker's own code (a bad request, a SandboxError)
-            if isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)):
-                raise
             raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from None
         finally:
             self._release(slot)
