@@ -9,7 +9,7 @@ whose exit status is the verdict (or a gold `answer` that the argument of `submi
 judged by the task's `answer_verifier`, exact match by default), optional visible tests for
 `run_tests`, an oracle solution, its own tools (the defaults otherwise) and documents for `recall`
 (the files go into the workspace with the session's first execution: `tools.Staged`); `ToolEnv`,
-which runs an `AgentTask` in a workspace (a `Session`, or in a fork of its group's `template` workspace, so a
+which runs an `AgentTask` in a workspace of its own (or in a fork of its group's `template` workspace, so a
 group's n episodes cost one set-up); and `FunctionEnv`, for tools that need no sandbox (plain
 Python `@tool` functions), judged on the answer given to `submit`.
 The envs open and use workspaces only through `sandbox.workspace.Workspaces` / `Workspace`, so the `sandbox`

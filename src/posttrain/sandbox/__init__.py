@@ -3,8 +3,8 @@
 Public API: ``Sandbox`` (one-shot ``run``/``arun``), ``Session`` (stateful workspace with
 ``exec``, files, ``snapshot``/``rollback``, ``fork``), ``SandboxPool`` (concurrency with backpressure),
 ``Limits``, ``ExecResult``, ``ExecStatus``; ``Workspace``/``Workspaces``, the protocols agent code
-uses so that a session may live elsewhere (``SessionLost`` when its holder died). See ``docs/sandbox.md`` for the design and its
-limits. This package imports nothing from the rest of posttrain.
+uses so that a session may live elsewhere (``SessionLost`` when its holder died). See
+``docs/sandbox.md`` for the design and its limits. This package imports nothing from the rest of posttrain.
 
 Names are imported lazily so that the fork-server, which imports this package's low-level
 modules, stays small (fork time grows with the parent's memory map).
