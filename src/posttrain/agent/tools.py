@@ -1,16 +1,16 @@
 """Tools: JSON-schema'd async calls against a sandbox workspace, the built-ins, and `@tool` for your own.
 
-Covers: `Tool` (name, description, JSON schema of its arguments in the OpenAI function shape,
-an async function, its own timeout and output cap); `Tool.run(ctx, call)`, which never raises:
-bad arguments, a timeout, a crash, a missing file all come back as a `ToolResult` with `ok=False`
-and a message the model can act on, except a workspace that is gone (`SessionLost`: its Ray sandbox worker
-died), an env_error result that ends the episode; the workspace is a `sandbox.workspace.Workspace` (a local
-`Session`, or a Ray worker's); the output cap (`cap_output`: head and tail kept, the elided
-count in between, a hint to narrow the output); `@tool`, which builds a `Tool` from a typed Python
-function (its annotations give the schema, its docstring the descriptions); the built-ins `bash`,
-`python`, `read_file`, `write_file`, `edit` (exact string replacement), `run_tests` (the task's
-visible tests, if it has any), `submit` and `recall` (full-text search over the episode's history
-and the task's documents, `recall.py`).
+Covers: `Tool` (name, description, JSON schema of its arguments in the OpenAI function shape, an async
+function, its own timeout and output cap); `Tool.run(ctx, call)`, which never raises: bad arguments, a
+timeout, a crash, a missing file all come back as a `ToolResult` with `ok=False` and a message the model can
+act on, except a failure of the sandbox itself (`SandboxFailure`, e.g. `SessionLost`: the workspace's Ray
+sandbox worker died), an env_error result that ends the episode; the workspace is a
+`sandbox.workspace.Workspace` (a local `Session`, or a Ray worker's); the output cap (`cap_output`: head and
+tail kept, the elided count in between, a hint to narrow the output); `@tool`, which builds a `Tool` from a
+typed Python function (its annotations give the schema, its docstring the descriptions); the built-ins `bash`,
+`python`, `read_file`, `write_file`, `edit` (exact string replacement), `run_tests` (the task's visible tests,
+if it has any), `submit` and `recall` (full-text search over the episode's history and the task's documents,
+`recall.py`).
 Does not cover: parsing calls out of model text (`format.py`), which tools a task gets (`env.py`).
 
 >>> @tool
@@ -43,7 +43,7 @@ from posttrain.agent.episode import ToolCall, ToolResult
 from posttrain.agent.recall import Memory
 from posttrain.sandbox.limits import Limits
 from posttrain.sandbox.result import ExecResult, ExecStatus
-from posttrain.sandbox.session import SandboxError, SessionLost
+from posttrain.sandbox.session import SandboxError, SandboxFailure
 from posttrain.sandbox.workspace import Workspace
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -108,7 +108,9 @@ class ToolContext:
             r = await s.aexec(code="pass", files=files, prefork=True)
             if not r.ok:
                 self.staged.files = files
-                raise SandboxError(f"could not lay out the task's files: {r.error or r.stderr.strip()}")
+                # the sandbox failing (a lost workspace included) is the environment's failure, not the model's
+                fail = SandboxFailure if r.status is ExecStatus.SANDBOX_ERROR else SandboxError
+                raise fail(f"could not lay out the task's files: {r.error or r.stderr.strip()}")
 
     async def read(self, path: str) -> str:
         s = self.need_session()
@@ -178,7 +180,7 @@ class Tool:
                 out = await self.fn(dataclasses.replace(ctx, timeout_s=self.timeout_s), **call.arguments)
         except TimeoutError:
             out = ToolOutput(f"{self.name} timed out after {self.timeout_s:g}s", ok=False)
-        except SessionLost as exc:  # the workspace is gone (its Ray worker died): the environment's failure
+        except SandboxFailure as exc:  # the sandbox failed (a workspace lost with its Ray worker): the environment's
             out = ToolOutput(f"the sandbox failed: {exc}", ok=False, env_error=True)
         except SandboxError as exc:
             # a failed read or write carries the in-sandbox traceback: its last line is the reason

@@ -19,7 +19,8 @@ TYPE_CHECKING = False  # not `from typing import ...`: the fork-server imports t
 _EXPORTS = {
     "ExecResult": "result", "ExecStatus": "result", "Limits": "limits", "PoolBusy": "pool",
     "SandboxPool": "pool", "Sandbox": "sandbox", "SandboxError": "session", "Session": "session",
-    "SandboxUnavailable": "launcher", "SessionLost": "session", "Workspace": "workspace", "Workspaces": "workspace",
+    "SandboxUnavailable": "launcher", "SessionLost": "session", "SandboxFailure": "session",
+    "Workspace": "workspace", "Workspaces": "workspace",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # `X as X`: explicit re-exports (`__all__` is computed, so li
     from posttrain.sandbox.result import ExecStatus as ExecStatus
     from posttrain.sandbox.sandbox import Sandbox as Sandbox
     from posttrain.sandbox.session import SandboxError as SandboxError
+    from posttrain.sandbox.session import SandboxFailure as SandboxFailure
     from posttrain.sandbox.session import Session as Session
     from posttrain.sandbox.session import SessionLost as SessionLost
     from posttrain.sandbox.workspace import Workspace as Workspace

@@ -43,9 +43,13 @@ class SandboxError(RuntimeError):
     """A session operation (read_file, write_file, snapshot ...) failed."""
 
 
-class SessionLost(SandboxError):
-    """The session's workspace is gone with the process that held it (a Ray sandbox worker that died): an
-    infrastructure failure, never the task's; the agent runtime ends the episode as env_error."""
+class SandboxFailure(SandboxError):
+    """The sandbox itself failed under a session operation: an infrastructure failure, never the task's (the
+    agent runtime ends the episode as env_error)."""
+
+
+class SessionLost(SandboxFailure):
+    """The session's workspace is gone with the process that held it (a Ray sandbox worker that died)."""
 
 
 @final  # lets a type checker tell the shapes apart by their keys

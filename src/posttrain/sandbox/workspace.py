@@ -7,7 +7,7 @@ them (`session`/`asession`) and runs blocking calls off the event loop (`in_work
 `Session` satisfy them (the fork-server of this process); so do `distributed/ray_sandbox.py`'s `RaySandboxPool`
 and its `RaySession` (a session held by a Ray sandbox worker). The agent code (`agent/env.py`, `tools.py`,
 `terminal.py`, `rollouter.py`) is written against these and never asks which one it has.
-Failure: a workspace whose holder died raises `session.SessionLost` (a `SandboxError`) from every operation but
+Failure: a workspace whose holder died raises `session.SessionLost` (a `SandboxFailure`) from every operation but
 `exec`/`aexec`, which answer a SANDBOX_ERROR result as for any sandbox failure, and `close`, which does
 nothing then; the agent runtime turns either into an env_error episode.
 Does not cover: one-shot executions (`Sandbox.run`/`arun`, a `SandboxPool`), the implementations.
