@@ -367,7 +367,8 @@ class RolloutConfig(_Section):
     sandbox_worker_cpus: float = Field(1.0, ge=0.0)
     """sandbox_backend = ray: CPUs each sandbox actor reserves (0: placed without reserving any)."""
     sandbox_inflight: int = Field(16, ge=1)
-    """sandbox_backend = ray: executions in flight per sandbox actor, at most (past it callers wait)."""
+    """sandbox_backend = ray: calls (executions, session operations) in flight per sandbox actor, at most (past it
+    callers wait)."""
     on_new_weights: Literal["continue", "update", "requeue"] = "continue"
     """async: a rollout in flight when new weights arrive finishes under the weights it started with (continue),
     adopts them from its next engine call on, so each turn of an episode keeps its own version (update; local
