@@ -357,15 +357,18 @@ class RolloutConfig(_Section):
     ray_worker_cpus: float = Field(1.0, gt=0.0)
     """backend = ray: CPUs each rollout actor reserves."""
     sandbox_backend: Literal["local", "ray"] = "local"
-    """Where the code verifiers' sandbox executions run. local: this process's shared sandbox; ray: on
-    `sandbox_workers` Ray actors, each owning a sandbox pool on its node (extra `ray`; `ray_address` as above).
-    Agent tools and terminal tasks keep their stateful sessions local either way."""
+    """Where the code verifiers' sandbox executions and the agent domains' workspaces (tools, terminal tasks) run.
+    local: this process's shared sandbox; ray: on `sandbox_workers` Ray actors, each owning a sandbox pool on its
+    node (extra `ray`; `ray_address` as above), a session pinned to the worker that opened it (lost, and its
+    episode an env_error, if that worker dies)."""
     sandbox_workers: int = Field(2, ge=1)
-    """sandbox_backend = ray: sandbox actors each process that builds the domains spreads its executions over."""
+    """sandbox_backend = ray: sandbox actors each process that builds the domains spreads its executions and
+    sessions over."""
     sandbox_worker_cpus: float = Field(1.0, ge=0.0)
     """sandbox_backend = ray: CPUs each sandbox actor reserves (0: placed without reserving any)."""
     sandbox_inflight: int = Field(16, ge=1)
-    """sandbox_backend = ray: executions in flight per sandbox actor, at most (past it callers wait)."""
+    """sandbox_backend = ray: calls (executions, session operations) in flight per sandbox actor, at most (past it
+    callers wait)."""
     on_new_weights: Literal["continue", "update", "requeue"] = "continue"
     """async: a rollout in flight when new weights arrive finishes under the weights it started with (continue),
     adopts them from its next engine call on, so each turn of an episode keeps its own version (update; local

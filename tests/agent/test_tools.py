@@ -167,3 +167,28 @@ def test_tool_sets():
 def test_a_sessionless_context_fails_cleanly():
     r = asyncio.run(BUILTIN["bash"].run(ToolContext(None), ToolCall("bash", {"command": "ls"})))
     assert not r.ok and "needs a sandbox session" in r.output
+
+
+def test_a_lost_workspace_is_an_env_error_not_an_observation():
+    from posttrain.sandbox import ExecResult, ExecStatus, Limits, SessionLost
+
+    class Lost:  # a workspace whose holder died (a Ray sandbox worker): every file operation raises SessionLost
+        limits = Limits()
+
+        async def aread_file(self, path):
+            raise SessionLost("session s1 was lost with sandbox worker 0, which died")
+
+        async def awrite_file(self, path, data):
+            await self.aread_file(path)
+
+        async def aexec(self, command=None, **kwargs):  # an execution answers as a failing sandbox
+            return ExecResult(ExecStatus.SANDBOX_ERROR, error="session s1 was lost with sandbox worker 0, which died")
+
+    ctx = ToolContext(Lost(), Limits())
+    for name, args in [("read_file", {"path": "a.txt"}), ("write_file", {"path": "a.txt", "content": "x"}),
+                       ("bash", {"command": "ls"})]:
+        r = run(ctx, name, **args)
+        assert not r.ok and r.env_error and "lost with sandbox worker 0" in r.output, name
+    ctx.staged.files = {"a.txt": "1"}  # task files not laid out yet: the read lays them out first, and that fails
+    r = run(ctx, "read_file", path="a.txt")
+    assert not r.ok and r.env_error and "could not lay out" in r.output and ctx.staged.files == {"a.txt": "1"}

@@ -9,9 +9,12 @@ whose exit status is the verdict (or a gold `answer` that the argument of `submi
 judged by the task's `answer_verifier`, exact match by default), optional visible tests for
 `run_tests`, an oracle solution, its own tools (the defaults otherwise) and documents for `recall`
 (the files go into the workspace with the session's first execution: `tools.Staged`); `ToolEnv`,
-which runs an `AgentTask` in a `Session` (or in a fork of its group's `template` workspace, so a
+which runs an `AgentTask` in a workspace of its own (or in a fork of its group's `template` workspace, so a
 group's n episodes cost one set-up); and `FunctionEnv`, for tools that need no sandbox (plain
 Python `@tool` functions), judged on the answer given to `submit`.
+The envs open and use workspaces only through `sandbox.workspace.Workspaces` / `Workspace`, so the `sandbox`
+they are given may be this process's `Sandbox` or a `RaySandboxPool` (`rollout.sandbox_backend = "ray"`: the
+sessions live on Ray sandbox workers); a lost workspace (`SessionLost`) ends the episode as env_error.
 Does not cover: the loop (`runtime.py`), terminal tasks (`terminal.py` over `posttrain.tasks.harbor`).
 
 >>> env = ToolEnv(sandbox, AgentTask("t", "Create hello.txt", tests={"t.sh": "grep -q hi hello.txt"},
@@ -30,11 +33,10 @@ from posttrain.agent.recall import Memory
 from posttrain.agent.tools import Tool, ToolContext, default_tools
 from posttrain.sandbox.limits import Limits
 from posttrain.sandbox.result import ExecStatus
-from posttrain.sandbox.session import Session
 from posttrain.types import Task, Verdict, VerdictStatus
 
 if TYPE_CHECKING:
-    from posttrain.sandbox.sandbox import Sandbox
+    from posttrain.sandbox.workspace import Workspace, Workspaces
 
 VERIFIER = "agent-tests@1"
 
@@ -103,18 +105,18 @@ class SessionEnv:
         self.timeout_s = timeout_s
         self.documents = dict(documents or {})
         self.test_command = test_command
-        self.session: Session | None = None
-        self.template: Session | None = None  # a group's shared workspace: `reset` forks it instead of opening one
+        self.session: Workspace | None = None
+        self.template: Workspace | None = None  # a group's shared workspace: `reset` forks it instead of opening one
         self.ctx = ToolContext(None)
         self.submitted: str | None = None  # the argument of `submit`, once the model called it
         self._by_name = {t.name: t for t in self.tools}
 
-    async def open_template(self) -> Session | None:
+    async def open_template(self) -> Workspace | None:
         """The workspace this env starts from, written and frozen, for a group's episodes to fork (`template`);
         None when it has none to share."""
         return None
 
-    def bind(self, session: Session, memory: Memory | None) -> None:
+    def bind(self, session: Workspace, memory: Memory | None) -> None:
         self.session = session
         self.ctx = ToolContext(session, session.limits, self.test_command, memory)
 
@@ -127,13 +129,13 @@ class SessionEnv:
     async def close(self) -> None:
         if self.session is not None:
             s, self.session = self.session, None
-            await s.sandbox.in_worker(s.close)
+            await s.aclose()
 
 
 class ToolEnv(SessionEnv):
     """An `AgentTask` in a fresh sandbox session: the task's files, the tools, its hidden tests at the end."""
 
-    def __init__(self, sandbox: Sandbox, task: AgentTask, tools: list[Tool] | None = None,
+    def __init__(self, sandbox: Workspaces, task: AgentTask, tools: list[Tool] | None = None,
                  limits: Limits | None = None) -> None:
         own = list(task.tools) if task.tools is not None else None
         super().__init__(task.id, own if own is not None else tools, task.timeout_s, task.documents,
@@ -146,20 +148,19 @@ class ToolEnv(SessionEnv):
         """A fresh session; the task's files are staged to travel with its first execution (whatever the
         agent does first sees them), which saves a sandbox fork per episode. With a `template` (the
         group's workspace, `open_template`), a fork of it instead: the files are already there."""
-        # a new session (or fork) is one short request to the fork-server (~0.4 ms), made here rather than on a
-        # worker thread: under many concurrent episodes those threads are busy running commands, and a start would queue
+        # locally a new session (or fork) is one short request to the fork-server, made on the event loop
+        # (`Sandbox.asession`, `Session.afork`): worker threads busy running commands would queue it
         if self.template is not None:
-            self.bind(self.template.fork(limits=self.limits), memory)
+            self.bind(await self.template.afork(limits=self.limits), memory)
             return self.task.instruction
-        session = Session(self.sandbox, limits=self.limits)
+        session = await self.sandbox.asession(limits=self.limits)
         self.bind(session, memory)
         self.ctx.staged.files = dict(self.task.files)
         return self.task.instruction
 
-    async def open_template(self) -> Session:
+    async def open_template(self) -> Workspace:
         """The workspace this task starts from (its files written, frozen), for a group's episodes to fork."""
-        files = dict(self.task.files)
-        return await self.sandbox.in_worker(lambda: Session(self.sandbox, files=files or None, limits=self.limits))
+        return await self.sandbox.asession(files=dict(self.task.files) or None, limits=self.limits)
 
     async def verify(self) -> Verdict:
         """Write the hidden tests over whatever is there, run the test command; exit 0 passes. A sandbox

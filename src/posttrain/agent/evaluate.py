@@ -77,12 +77,13 @@ def evaluate_agent(model: Any, tasks: Sequence[Task], spec: AgentSpec, sandbox: 
 
 def evaluate_agent_in_training(engine: Any, suite: Any, name: str, store: Any, step: int,
                                max_tokens: int) -> dict[str, float]:
-    """`eval.training.evaluate_in_training` for an agent suite: one greedy episode per task in the shared
-    sandbox, the turn metrics stored beside pass@1 (`agent/...`)."""
+    """`eval.training.evaluate_in_training` for an agent suite: one greedy episode per task where the run's
+    agent sessions open (`rewards.code.session_sandbox`: the shared sandbox, or the Ray sandbox workers), the
+    turn metrics stored beside pass@1 (`agent/...`)."""
     from posttrain.eval.training import record_evaluation
-    from posttrain.rewards.code import shared_sandbox
+    from posttrain.rewards.code import session_sandbox
 
-    result = evaluate_agent(engine, suite.tasks, suite.agent, shared_sandbox(),
+    result = evaluate_agent(engine, suite.tasks, suite.agent, session_sandbox(),
                             params=SamplingParams(temperature=0.0, max_tokens=max_tokens))
     extra = {f"agent/{k}": v for k, v in result.metrics.items()}
     return record_evaluation(store, name, step, result.records, result.summary, extra)

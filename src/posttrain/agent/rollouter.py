@@ -2,7 +2,8 @@
 
 Covers: n concurrent `run_agent_task` episodes per task on one shared model (the local engine batches
 their turns through `agenerate`); one workspace per group: the task's files are written once into a
-template session and the n episodes start from forks of it (`Session.fork`: n copies, one set-up);
+template session and the n episodes start from forks of it (`Workspace.afork`: n copies, one set-up; on a
+`RaySandboxPool` the forks live on the template's worker);
 the context policy drawn once per group (`ContextPolicy.for_group`: every attempt of a group sees the
 same compaction trigger, groups differ); each episode turned into a `types.Trajectory`
 (`Episode.to_trajectory`: ids exactly as seen and sampled, one segment per rewritten history, each
@@ -29,14 +30,13 @@ from posttrain.agent.spec import AgentSpec
 from posttrain.types import Group, RolloutStatus, SamplingParams, Task
 
 if TYPE_CHECKING:
-    from posttrain.sandbox.sandbox import Sandbox
-    from posttrain.sandbox.session import Session
+    from posttrain.sandbox.workspace import Workspace, Workspaces
 
 
 @dataclass
 class AgentRollouter:
     model: object  # an Engine with a tokenizer (trainable), or an AgentModel
-    sandbox: Sandbox | None
+    sandbox: Workspaces | None  # a local `Sandbox`, or a `RaySandboxPool` (the sessions on Ray sandbox workers)
     spec: AgentSpec
     params: SamplingParams = DEFAULT_PARAMS
     seed: int = 0
@@ -54,9 +54,9 @@ class AgentRollouter:
                 return list(await asyncio.gather(*(one(task, policy, template) for _ in range(n))))
             finally:
                 if template is not None:
-                    await template.sandbox.in_worker(template.close)
+                    await template.aclose()
 
-        async def one(task: Task, policy, template: Session | None) -> Episode:
+        async def one(task: Task, policy, template: Workspace | None) -> Episode:
             async with gate:
                 env = make_env(spec.load(task), self.sandbox, list(spec.tools) if spec.tools is not None else None)
                 if template is not None and isinstance(env, SessionEnv):
@@ -80,7 +80,7 @@ class AgentRollouter:
             groups.append(Group(task, trajectories, list(eps)))
         return groups
 
-    async def _template(self, task: Task) -> Session | None:
+    async def _template(self, task: Task) -> Workspace | None:
         """The group's shared workspace, or None (an env without a session, sharing off, or a set-up that
         failed: each episode then opens its own and a failure there is its env_error)."""
         if not self.share_workspace or self.sandbox is None:

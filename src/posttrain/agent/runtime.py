@@ -14,8 +14,9 @@ re-tokenised. When the policy rewrites history the turn says so (`rewrote`) and 
 trajectory starts a new segment there.
 
 Failure is data: a tool that fails is an observation; a sandbox or endpoint failure ends the
-episode as env_error (masked in training, never scored 0); a verifier that fails is an ERROR
-verdict and also an env_error episode.
+episode as env_error (masked in training, never scored 0), a workspace lost with the Ray sandbox
+worker that held it included (`SessionLost`: at reset, in a tool, or as the verifier's SANDBOX_ERROR);
+a verifier that fails is an ERROR verdict and also an env_error episode.
 `make_env` picks the env for a task (`AgentTask` -> `ToolEnv`, a Harbor `TerminalTask` -> `TerminalEnv`,
 an `Env` as it is).
 Does not cover: the model adapters (`models.py`, `openai_chat.py`), tools (`tools.py`), the
@@ -47,7 +48,7 @@ from posttrain.pricing import Price
 from posttrain.types import SamplingParams, Verdict, VerdictStatus
 
 if TYPE_CHECKING:
-    from posttrain.sandbox.sandbox import Sandbox
+    from posttrain.sandbox.workspace import Workspaces
 
 DEFAULT_PARAMS = SamplingParams(temperature=0.0, max_tokens=512)
 
@@ -61,7 +62,7 @@ async def run_agent_task(
     max_steps: int = 30,
     context_policy: ContextPolicy | None = None,
     *,
-    sandbox: Sandbox | None = None,
+    sandbox: Workspaces | None = None,
     params: SamplingParams | None = None,
     max_format_errors: int | None = 3,
     timeout_s: float | None = None,
@@ -119,7 +120,7 @@ async def run_agent_task(
             times.total_s = time.perf_counter() - t_start
 
 
-def make_env(task: object, sandbox: Sandbox | None, tools: list[Tool] | None = None) -> Env:
+def make_env(task: object, sandbox: Workspaces | None, tools: list[Tool] | None = None) -> Env:
     """The env for `task`: an `Env` as given, an `AgentTask` in a `ToolEnv`, a Harbor `TerminalTask` in a `TerminalEnv`."""
     if isinstance(task, Env):
         return task

@@ -20,8 +20,7 @@ from posttrain.agent.tools import Tool, ToolContext, ToolOutput, exec_output, to
 from posttrain.types import Verdict, VerdictStatus
 
 if TYPE_CHECKING:
-    from posttrain.sandbox.sandbox import Sandbox
-    from posttrain.sandbox.session import Session
+    from posttrain.sandbox.workspace import Workspace, Workspaces
     from posttrain.tasks.harbor import TerminalTask
 
 
@@ -36,7 +35,7 @@ def is_terminal_task(task: object) -> bool:
 class TerminalEnv(SessionEnv):
     """A terminal task in the sandbox: no visible tests (they are hidden until verification)."""
 
-    def __init__(self, sandbox: Sandbox, task: TerminalTask, tools: list[Tool] | None = None) -> None:
+    def __init__(self, sandbox: Workspaces, task: TerminalTask, tools: list[Tool] | None = None) -> None:
         super().__init__(task.id, tools, float(task.agent_timeout_s))
         self.sandbox = sandbox
         self.task = task
@@ -44,15 +43,16 @@ class TerminalEnv(SessionEnv):
     async def reset(self, memory: Memory | None) -> str:
         """The task's workspace, or a fork of the group's `template` (the same files, already written)."""
         if self.template is not None:
-            self.bind(self.template.fork(), memory)
+            self.bind(await self.template.afork(), memory)
             return self.task.instruction
         session = await self.open_template()
         self.bind(session, memory)
         return self.task.instruction
 
-    async def open_template(self) -> Session:
+    async def open_template(self) -> Workspace:
         from posttrain.tasks.harbor import open_workspace
 
+        # `open_workspace` is blocking (open, write, snapshot): off the event loop, wherever the sandbox is
         return await self.sandbox.in_worker(lambda: open_workspace(self.sandbox, self.task))
 
     async def verify(self) -> Verdict:

@@ -1,14 +1,16 @@
-"""Tools: JSON-schema'd async calls against a sandbox `Session`, the built-ins, and `@tool` for your own.
+"""Tools: JSON-schema'd async calls against a sandbox workspace, the built-ins, and `@tool` for your own.
 
-Covers: `Tool` (name, description, JSON schema of its arguments in the OpenAI function shape,
-an async function, its own timeout and output cap); `Tool.run(ctx, call)`, which never raises:
-bad arguments, a timeout, a crash, a missing file all come back as a `ToolResult` with `ok=False`
-and a message the model can act on; the output cap (`cap_output`: head and tail kept, the elided
-count in between, a hint to narrow the output); `@tool`, which builds a `Tool` from a typed Python
-function (its annotations give the schema, its docstring the descriptions); the built-ins `bash`,
-`python`, `read_file`, `write_file`, `edit` (exact string replacement), `run_tests` (the task's
-visible tests, if it has any), `submit` and `recall` (full-text search over the episode's history
-and the task's documents, `recall.py`).
+Covers: `Tool` (name, description, JSON schema of its arguments in the OpenAI function shape, an async
+function, its own timeout and output cap); `Tool.run(ctx, call)`, which never raises: bad arguments, a
+timeout, a crash, a missing file all come back as a `ToolResult` with `ok=False` and a message the model can
+act on, except a failure of the sandbox itself (`SandboxFailure`, e.g. `SessionLost`: the workspace's Ray
+sandbox worker died), an env_error result that ends the episode; the workspace is a
+`sandbox.workspace.Workspace` (a local `Session`, or a Ray worker's); the output cap (`cap_output`: head and
+tail kept, the elided count in between, a hint to narrow the output); `@tool`, which builds a `Tool` from a
+typed Python function (its annotations give the schema, its docstring the descriptions); the built-ins `bash`,
+`python`, `read_file`, `write_file`, `edit` (exact string replacement), `run_tests` (the task's visible tests,
+if it has any), `submit` and `recall` (full-text search over the episode's history and the task's documents,
+`recall.py`).
 Does not cover: parsing calls out of model text (`format.py`), which tools a task gets (`env.py`).
 
 >>> @tool
@@ -41,7 +43,8 @@ from posttrain.agent.episode import ToolCall, ToolResult
 from posttrain.agent.recall import Memory
 from posttrain.sandbox.limits import Limits
 from posttrain.sandbox.result import ExecResult, ExecStatus
-from posttrain.sandbox.session import SandboxError, Session
+from posttrain.sandbox.session import SandboxError, SandboxFailure
+from posttrain.sandbox.workspace import Workspace
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_OUTPUT_CHARS = 8000
@@ -74,7 +77,7 @@ class ToolContext:
     """What a tool can reach: the session (None for tools that need no sandbox), the task's visible test
     command, the episode's memory, and the limits of one execution (`timeout_s` is the calling tool's)."""
 
-    session: Session | None
+    session: Workspace | None
     limits: Limits = field(default_factory=Limits)
     test_command: str | None = None
     memory: Memory | None = None
@@ -84,7 +87,7 @@ class ToolContext:
     def exec_limits(self) -> Limits:
         return dataclasses.replace(self.limits, wall_s=self.timeout_s, cpu_s=max(self.limits.cpu_s, self.timeout_s))
 
-    def need_session(self) -> Session:
+    def need_session(self) -> Workspace:
         if self.session is None:
             raise SandboxError("this tool needs a sandbox session and the environment has none")
         return self.session
@@ -105,17 +108,19 @@ class ToolContext:
             r = await s.aexec(code="pass", files=files, prefork=True)
             if not r.ok:
                 self.staged.files = files
-                raise SandboxError(f"could not lay out the task's files: {r.error or r.stderr.strip()}")
+                # the sandbox failing (a lost workspace included) is the environment's failure, not the model's
+                fail = SandboxFailure if r.status is ExecStatus.SANDBOX_ERROR else SandboxError
+                raise fail(f"could not lay out the task's files: {r.error or r.stderr.strip()}")
 
     async def read(self, path: str) -> str:
         s = self.need_session()
         await self.flush()
-        return (await s.sandbox.in_worker(lambda: s.read_file(path))).decode(errors="replace")
+        return (await s.aread_file(path)).decode(errors="replace")
 
     async def write(self, path: str, data: str) -> None:
         s = self.need_session()
         await self.flush()
-        await s.sandbox.in_worker(lambda: s.write_file(path, data))
+        await s.awrite_file(path, data)
 
 
 ToolFn = Callable[..., Awaitable["str | ToolOutput"]]
@@ -175,6 +180,8 @@ class Tool:
                 out = await self.fn(dataclasses.replace(ctx, timeout_s=self.timeout_s), **call.arguments)
         except TimeoutError:
             out = ToolOutput(f"{self.name} timed out after {self.timeout_s:g}s", ok=False)
+        except SandboxFailure as exc:  # the sandbox failed (a workspace lost with its Ray worker): the environment's
+            out = ToolOutput(f"the sandbox failed: {exc}", ok=False, env_error=True)
         except SandboxError as exc:
             # a failed read or write carries the in-sandbox traceback: its last line is the reason
             lines = [ln for ln in str(exc).splitlines() if ln.strip()]

@@ -1,35 +1,56 @@
-"""Sandbox executions on Ray actors, so code verification scales with nodes
+"""Sandbox executions and agent workspaces on Ray actors, so code verification and agent tools scale with nodes
 (`[rollout] sandbox_backend = "ray"`, `sandbox_workers`; extra `ray`).
 
 Covers: `SandboxWorker`, the body of an async actor that owns one `SandboxPool` on its node (its own
 fork-server, its own concurrency bound) and answers `execute(command, kwargs)` with the `ExecResult` the
-local pool gives for the same arguments; `RaySandboxPool`, the caller's side, with the local pool's
-`run` / `arun` / `map` / `close`, so the code verifiers take it in place of the shared sandbox: it spreads
-executions over N workers (least-loaded, SPREAD-scheduled across nodes), keeps at most `inflight`
-executions in flight per worker (a caller past that waits: backpressure), and re-submits an execution
-whose worker died to another live worker (the dead one rebuilt, the failure warned and counted), so each
-call returns exactly one result; a timeout or a sandbox failure is an `ExecResult`, and a worker that
-dies on every attempt gives a SANDBOX_ERROR result, never a traceback. `make_pool(cfg)` builds one from
-the `rollout` section (`rl/build.py: build_sandbox` installs it for the code verifiers of its process).
-Does not cover: stateful sessions (`Session`: agent tools and terminal tasks keep their workspaces in the
-local fork-server), one set of workers shared between processes (every process that builds the domains,
-an async producer or a Ray rollout actor included, owns its own `sandbox_workers`), placement groups.
+local pool gives for the same arguments, and holds stateful sessions by id (`session_open` with files and
+limits, `session_exec`, `session_read`/`session_write`, `session_snapshot`/`session_rollback`, `session_fork`:
+a fork lives on its parent's worker, `session_close`); `RaySandboxPool`, the caller's side, with the local
+pool's `run` / `arun` / `map` / `close`, so the code verifiers take it in place of the shared sandbox, and the
+`sandbox.workspace.Workspaces` seam (`session` / `asession` / `in_worker`), so the agent envs, tools and
+rollouter take it in place of a local `Sandbox`; `RaySession`, a session's proxy with `Session`'s API (the
+sync methods and `aexec`, `afork`, `aread_file`, `awrite_file`, `aclose`), every call pinned to the worker that
+holds it.
+Executions are spread over N workers (least-loaded by executions in flight, SPREAD-scheduled across nodes),
+sessions over the same workers least-loaded by open sessions; every call, an execution or a session's,
+counts against its worker's `inflight` bound (a caller past it waits: backpressure). An execution whose
+worker died is re-submitted to another live worker (the dead one rebuilt, the failure warned and counted),
+so each call returns exactly one result; a timeout or a sandbox failure is an `ExecResult`, and a worker
+that dies on every attempt gives a SANDBOX_ERROR result, never a traceback. A session cannot move: when its
+worker dies, the sessions it held are lost (counted in `PoolStats.sessions_lost`), and every later operation
+on them raises `SessionLost` (`exec`/`aexec` answer a SANDBOX_ERROR result instead; `close` does nothing),
+which the agent runtime turns into an env_error episode (masked in training, never scored 0); the slot's
+rebuilt worker takes new sessions. `make_pool(cfg)` builds one from the `rollout` section (`rl/build.py:
+build_sandbox` installs it for the code verifiers and the agent sessions of its process).
+Does not cover: moving or re-creating a lost session (its episode ends), one set of workers shared between
+processes (every process that builds the domains, an async producer or a Ray rollout actor included, owns
+its own `sandbox_workers`), placement groups. Sync `RaySession` methods block their thread (each runs a short
+event loop of its own): from asyncio use the `a*` forms, never the sync ones on the event loop's thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from posttrain.aio import run_sync
 from posttrain.config import RunConfig
 from posttrain.distributed.ray_backend import RayMissingError, connect
 from posttrain.sandbox.launcher import SandboxUnavailable
+from posttrain.sandbox.limits import Limits
 from posttrain.sandbox.result import ExecResult, ExecStatus
+from posttrain.sandbox.session import SandboxError, SessionLost
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.session import Session
+
+T = TypeVar("T")
 
 
 def _ray() -> Any:
@@ -41,7 +62,8 @@ def _ray() -> Any:
 
 
 class SandboxWorker:
-    """The actor's body (wrapped by `ray.remote` in `RaySandboxPool`): one `SandboxPool` on its node."""
+    """The actor's body (wrapped by `ray.remote` in `RaySandboxPool`): one `SandboxPool` on its node, and the
+    sessions opened on it, by id."""
 
     def __init__(self, index: int, max_concurrency: int, sandbox_kwargs: dict[str, Any]) -> None:
         from posttrain.sandbox import SandboxPool
@@ -50,14 +72,16 @@ class SandboxWorker:
         self.pool = SandboxPool(max_concurrency=max_concurrency, **sandbox_kwargs)
         self.executed = 0
         self.inflight = 0
-        self.peak_inflight = 0  # the most `execute` calls this actor held at once (the client's bound, seen here)
+        self.peak_inflight = 0  # the most calls (executions, session operations) this actor held at once
+        self.sessions: dict[str, Session] = {}
+        self.sessions_opened = 0
+        self.session_calls = 0
 
     async def ready(self) -> int:
         return self.index
 
     async def execute(self, command: Any, kwargs: dict[str, Any]) -> ExecResult:
-        self.inflight += 1
-        self.peak_inflight = max(self.peak_inflight, self.inflight)
+        self._enter()
         try:
             result = await self.pool.run(command, **kwargs)
         finally:
@@ -65,12 +89,75 @@ class SandboxWorker:
         self.executed += 1
         return result
 
+    def _enter(self) -> None:
+        self.inflight += 1
+        self.peak_inflight = max(self.peak_inflight, self.inflight)
+
+    async def _on_thread(self, fn: Callable[[], T]) -> T:
+        """A blocking session call on one of the sandbox's threads: the actor's event loop keeps answering
+        (a session's lock may be held by a long execution of its own)."""
+        self._enter()
+        self.session_calls += 1
+        try:
+            return await self.pool.sandbox.in_worker(fn)
+        finally:
+            self.inflight -= 1
+
+    def _session(self, sid: str) -> Session:
+        s = self.sessions.get(sid)
+        if s is None:
+            raise SessionLost(f"sandbox worker {self.index} holds no session {sid}")
+        return s
+
+    def _hold(self, s: Session) -> tuple[str, Limits]:
+        self.sessions[s.id] = s
+        self.sessions_opened += 1
+        return s.id, s.limits
+
+    async def session_open(self, files: dict[str, bytes | str] | None, limits: Limits | None,
+                           network: bool | None) -> tuple[str, Limits]:
+        """A new session on this worker (its files written and snapshotted); its id and its limits."""
+        from posttrain.sandbox.session import Session
+
+        sb = self.pool.sandbox
+        return self._hold(await self._on_thread(lambda: Session(sb, files=files, limits=limits, network=network)))
+
+    async def session_fork(self, sid: str, limits: Limits | None, network: bool | None) -> tuple[str, Limits]:
+        parent = self._session(sid)
+        return self._hold(await self._on_thread(lambda: parent.fork(limits=limits, network=network)))
+
+    async def session_exec(self, sid: str, kwargs: dict[str, Any]) -> ExecResult:
+        s = self._session(sid)
+        return await self._on_thread(lambda: s.exec(**kwargs))
+
+    async def session_read(self, sid: str, path: str) -> bytes:
+        s = self._session(sid)
+        return await self._on_thread(lambda: s.read_file(path))
+
+    async def session_write(self, sid: str, path: str, data: bytes | str) -> None:
+        s = self._session(sid)
+        await self._on_thread(lambda: s.write_file(path, data))
+
+    async def session_snapshot(self, sid: str) -> int:
+        s = self._session(sid)
+        return await self._on_thread(s.snapshot)
+
+    async def session_rollback(self, sid: str, layer: int) -> None:
+        s = self._session(sid)
+        await self._on_thread(lambda: s.rollback(layer))
+
+    async def session_close(self, sid: str) -> None:
+        s = self.sessions.pop(sid, None)
+        if s is not None:
+            await self._on_thread(s.close)
+
     async def stats(self) -> dict[str, Any]:
         import ray
 
         return {"index": self.index, "executed": self.executed, "inflight": self.inflight, "peak_inflight": self.peak_inflight,
-                "running": self.pool.running,
-                "waiting": self.pool.waiting, "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
+                "running": self.pool.running, "waiting": self.pool.waiting, "sessions": len(self.sessions),
+                "sessions_opened": self.sessions_opened, "session_calls": self.session_calls,
+                "pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
 
 
 @dataclass
@@ -82,6 +169,9 @@ class _Slot:
     generation: int = 0
     inflight: int = 0
     delivered: int = 0  # results returned to callers from this position
+    sessions: int = 0  # sessions open on the current actor
+    opening: int = 0  # sessions being opened on it (counted when placing the next, so concurrent opens spread)
+    died: str = ""  # why the last actor at this position died
 
 
 @dataclass
@@ -95,16 +185,129 @@ class PoolStats:
     worker_failures: int = 0  # workers found dead and rebuilt
     gave_up: int = 0  # calls answered SANDBOX_ERROR after `max_attempts` dead workers
     per_worker: list[int] = field(default_factory=list)  # results delivered by each worker position
-    inflight: list[int] = field(default_factory=list)  # executions in flight on each worker position now
+    inflight: list[int] = field(default_factory=list)  # calls in flight on each worker position now
     failures: list[str] = field(default_factory=list)  # one line per dead worker
+    sessions_opened: int = 0  # sessions opened, forks included
+    sessions_closed: int = 0
+    sessions_lost: int = 0  # sessions open on a worker when it died
+    session_calls: int = 0  # session operations answered by a worker
+    sessions: list[int] = field(default_factory=list)  # sessions open on each worker position now
+    sessions_per_worker: list[int] = field(default_factory=list)  # sessions ever opened at each worker position
+
+
+class RaySession:
+    """A session held by one Ray sandbox worker: `Session`'s API (`sandbox.workspace.Workspace`), every call
+    sent to that worker. Once its worker has died it is lost: see the module's docstring."""
+
+    def __init__(self, pool: RaySandboxPool, slot: _Slot, generation: int, sid: str, limits: Limits,
+                 network: bool | None, parent_id: str | None = None) -> None:
+        self._pool = pool
+        self._slot = slot
+        self._generation = generation  # of the actor that holds it: another generation means it is lost
+        self.id = sid
+        self.limits = limits
+        self.network = network
+        self.parent_id = parent_id
+        self._closed = False
+
+    @property
+    def sandbox(self) -> RaySandboxPool:
+        return self._pool
+
+    @property
+    def worker(self) -> int:
+        """The worker position that holds this session."""
+        return self._slot.index
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError("session is closed")
+
+    async def aexec(self, command: str | list[str] | None = None, *, code: str | None = None,
+                    language: str = "python", files: dict[str, bytes | str] | None = None,
+                    stdin: bytes | str | None = None, limits: Limits | None = None,
+                    prefork: bool | None = None) -> ExecResult:
+        """As `Session.exec`, on the worker; a lost session answers SANDBOX_ERROR (as any sandbox failure)."""
+        self._check_open()
+        kwargs = {"command": command, "code": code, "language": language, "files": files, "stdin": stdin,
+                  "limits": limits or self.limits, "prefork": prefork}
+        try:
+            result: ExecResult = (await self._pool._call(self, "session_exec", kwargs))[0]
+        except SessionLost as exc:
+            return ExecResult(ExecStatus.SANDBOX_ERROR, error=str(exc))
+        return result
+
+    def exec(self, command: str | list[str] | None = None, *, code: str | None = None, language: str = "python",
+             files: dict[str, bytes | str] | None = None, stdin: bytes | str | None = None,
+             limits: Limits | None = None, prefork: bool | None = None) -> ExecResult:
+        return run_sync(self.aexec(command, code=code, language=language, files=files, stdin=stdin, limits=limits,
+                                   prefork=prefork))
+
+    async def aread_file(self, path: str) -> bytes:
+        self._check_open()
+        data: bytes = (await self._pool._call(self, "session_read", path))[0]
+        return data
+
+    def read_file(self, path: str) -> bytes:
+        return run_sync(self.aread_file(path))
+
+    async def awrite_file(self, path: str, data: bytes | str) -> None:
+        self._check_open()
+        await self._pool._call(self, "session_write", path, data)
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        run_sync(self.awrite_file(path, data))
+
+    async def asnapshot(self) -> int:
+        self._check_open()
+        return int((await self._pool._call(self, "session_snapshot"))[0])
+
+    def snapshot(self) -> int:
+        return run_sync(self.asnapshot())
+
+    async def arollback(self, snapshot_id: int) -> None:
+        self._check_open()
+        await self._pool._call(self, "session_rollback", int(snapshot_id))
+
+    def rollback(self, snapshot_id: int) -> None:
+        run_sync(self.arollback(snapshot_id))
+
+    async def afork(self, *, limits: Limits | None = None, network: bool | None = None) -> RaySession:
+        """As `Session.fork`: the child lives on this session's worker (it reads this one's layers there)."""
+        if self._closed:
+            raise SandboxError(f"cannot fork session {self.id}: it is closed")
+        net = self.network if network is None else network
+        (sid, lim), generation = await self._pool._call(self, "session_fork", limits or self.limits, net)
+        return self._pool._adopt(self._slot, generation, sid, lim, net, parent_id=self.id)
+
+    def fork(self, *, limits: Limits | None = None, network: bool | None = None) -> RaySession:
+        return run_sync(self.afork(limits=limits, network=network))
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._pool._close_session(self)
+
+    def close(self) -> None:
+        run_sync(self.aclose())
+
+    def __enter__(self) -> RaySession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class RaySandboxPool:
-    """Executions spread over `workers` Ray sandbox actors; the same calls and results as `SandboxPool`.
+    """Executions and sessions spread over `workers` Ray sandbox actors; the same calls and results as
+    `SandboxPool` (executions) and `Sandbox` (`session`, `asession`, `in_worker`).
 
     >>> pool = RaySandboxPool(workers=2, prefork=True)             # doctest: +SKIP
     >>> asyncio.run(pool.run(code="print(6 * 7)")).stdout
     '42\\n'
+    >>> s = pool.session(files={"a.txt": "1"}); s.read_file("a.txt"), s.worker   # doctest: +SKIP
+    (b'1', 0)
     """
 
     def __init__(self, workers: int = 2, *, max_concurrency: int = 16, inflight: int | None = None,
@@ -125,8 +328,11 @@ class RaySandboxPool:
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._slots = [_Slot(i, self._spawn(i)) for i in range(workers)]
-        self._stats = PoolStats(per_worker=[0] * workers)
+        self._stats = PoolStats(per_worker=[0] * workers, sessions_per_worker=[0] * workers)
         self._closed = False
+        # `in_worker`: blocking calls (a sync session call waits on its worker) off the caller's event loop
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=workers * self.inflight,
+                                                              thread_name_prefix="ray-sandbox")
         if wait_ready:
             try:
                 ray.get([s.actor.ready.remote() for s in self._slots])
@@ -147,13 +353,32 @@ class RaySandboxPool:
         pool = preferred or free
         return min(pool, key=lambda s: (s.inflight, s.index)) if pool else None
 
-    async def _reserve(self, avoid: set[int]) -> tuple[_Slot, Any, int]:
+    def _pick_for_session(self, avoid: set[int]) -> _Slot | None:
+        """The worker with the fewest sessions (open or being opened), preferring ones not in `avoid`; None
+        while it has no room for one more call (the new session waits for that worker, not another)."""
+        candidates = [s for s in self._slots if s.index not in avoid] or self._slots
+        slot = min(candidates, key=lambda s: (s.sessions + s.opening, s.inflight, s.index))
+        if slot.inflight >= self.inflight:
+            return None
+        slot.opening += 1
+        return slot
+
+    def _pinned(self, session: RaySession) -> _Slot | None:
+        """The session's own worker when it has room (None: wait); `SessionLost` when that worker died."""
+        slot = session._slot
+        if slot.generation != session._generation:
+            raise SessionLost(f"session {session.id} was lost with sandbox worker {slot.index}, which died "
+                              f"({slot.died}); the worker was rebuilt without it")
+        return slot if slot.inflight < self.inflight else None
+
+    async def _reserve(self, choose: Callable[[], _Slot | None]) -> tuple[_Slot, Any, int]:
+        """A slot `choose` picks (under the lock), its in-flight count taken; waits while it picks none."""
         loop = asyncio.get_running_loop()  # callers come from several event loops (aio.run_sync): wake each on its own
         while True:
             with self._lock:
                 if self._closed:
                     raise SandboxUnavailable("the Ray sandbox pool is closed")
-                slot = self._pick(avoid)
+                slot = choose()
                 if slot is not None:
                     slot.inflight += 1
                     return slot, slot.actor, slot.generation
@@ -169,7 +394,7 @@ class RaySandboxPool:
             _notify(loop, fut)
 
     def _died(self, slot: _Slot, generation: int, why: str) -> None:
-        """Rebuild `slot`'s actor, once per death however many executions saw it."""
+        """Rebuild `slot`'s actor, once per death however many calls saw it; its sessions are lost."""
         ray = _ray()
         with self._lock:
             if slot.generation != generation or self._closed:
@@ -177,14 +402,34 @@ class RaySandboxPool:
             old = slot.actor
             slot.actor = self._spawn(slot.index)
             slot.generation += 1
+            slot.died = why
+            lost, slot.sessions = slot.sessions, 0
             self._stats.worker_failures += 1
-            message = f"sandbox worker {slot.index} died ({why}); rebuilt, its executions re-submitted"
+            self._stats.sessions_lost += lost
+            message = (f"sandbox worker {slot.index} died ({why}); rebuilt, its executions re-submitted"
+                       + (f", its {lost} open sessions lost" if lost else ""))
             self._stats.failures.append(message)
         try:
             ray.kill(old)
         except Exception:  # noqa: BLE001 - already gone
             pass
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    async def _remote(self, slot: _Slot, actor: Any, method: str, *args: Any) -> Any:
+        """One call on `actor`, its slot released after; the actor's own exception re-raised as it was."""
+        ray = _ray()
+        ref = None
+        try:
+            ref = getattr(actor, method).remote(*args)
+            return await asyncio.wrap_future(ref.future())
+        except asyncio.CancelledError:  # the caller gave up (a verifier's deadline): free the worker's slot too
+            if ref is not None:
+                _cancel(ray, ref)
+            raise
+        except ray.exceptions.RayTaskError as exc:  # raised by the worker's own code (a bad request, a SandboxError)
+            raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from None
+        finally:
+            self._release(slot)
 
     # ------------------------------------------------------------------ executions
     async def run(self, command: str | list[str] | None = None, **kwargs: Any) -> ExecResult:
@@ -195,15 +440,9 @@ class RaySandboxPool:
         avoid: set[int] = set()
         why = ""
         for attempt in range(self.max_attempts):
-            slot, actor, generation = await self._reserve(avoid)
-            ref = None
+            slot, actor, generation = await self._reserve(lambda: self._pick(avoid))
             try:
-                ref = actor.execute.remote(command, kwargs)
-                result: ExecResult = await asyncio.wrap_future(ref.future())
-            except asyncio.CancelledError:  # the caller gave up (a verifier's deadline): free the worker's slot too
-                if ref is not None:
-                    _cancel(ray, ref)
-                raise
+                result: ExecResult = await self._remote(slot, actor, "execute", command, kwargs)
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
                 why = _why(exc)
                 self._died(slot, generation, why)
@@ -212,12 +451,10 @@ class RaySandboxPool:
                     with self._lock:
                         self._stats.resubmitted += 1
                 continue
-            except ray.exceptions.RayTaskError as exc:  # the pool's own exception (bad arguments): the local pool's
+            except Exception:  # the pool's own exception (bad arguments): answered, as by the local pool
                 with self._lock:
                     self._stats.results += 1
-                raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from None
-            finally:
-                self._release(slot)
+                raise
             with self._lock:
                 self._stats.results += 1
                 slot.delivered += 1
@@ -237,6 +474,79 @@ class RaySandboxPool:
         """Run each `Sandbox.run` keyword dict; results in order."""
         return list(await asyncio.gather(*(self.run(**req) for req in requests)))
 
+    # ------------------------------------------------------------------ sessions
+    async def asession(self, files: dict[str, bytes | str] | None = None, *, limits: Limits | None = None,
+                       network: bool | None = None) -> RaySession:
+        """A new session on the worker with the fewest open sessions (waiting for room on it), `files` written
+        and snapshotted as `Session(files=...)` does. A worker found dead is rebuilt and the open tried on
+        another; `SandboxError` after `max_attempts` dead workers."""
+        ray = _ray()
+        avoid: set[int] = set()
+        why = ""
+        for _ in range(self.max_attempts):
+            slot, actor, generation = await self._reserve(lambda: self._pick_for_session(avoid))
+            try:
+                sid, lim = await self._remote(slot, actor, "session_open", files, limits, network)
+            except BaseException as exc:
+                with self._lock:
+                    slot.opening -= 1
+                if not isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)):
+                    raise
+                why = _why(exc)
+                self._died(slot, generation, why)
+                avoid.add(slot.index)
+                continue
+            return self._adopt(slot, generation, sid, lim, network, opening=True)
+        raise SandboxError(f"could not open a session: Ray sandbox workers died on {self.max_attempts} attempts: {why}")
+
+    def session(self, files: dict[str, bytes | str] | None = None, *, limits: Limits | None = None,
+                network: bool | None = None) -> RaySession:
+        """`asession` from synchronous code (blocks this thread)."""
+        return run_sync(self.asession(files, limits=limits, network=network))
+
+    async def in_worker(self, fn: Callable[[], T]) -> T:
+        """Await the blocking `fn()` on one of this pool's threads (`Sandbox.in_worker`'s role)."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn)
+
+    def _adopt(self, slot: _Slot, generation: int, sid: str, limits: Limits, network: bool | None,
+               parent_id: str | None = None, opening: bool = False) -> RaySession:
+        """The proxy of a session the worker at `slot` (of `generation`) now holds; counted open there under the
+        same lock that ends its `opening` count, so a concurrent open never sees it in neither."""
+        with self._lock:
+            if opening:
+                slot.opening -= 1
+            if slot.generation == generation:  # else its worker died since it answered: born lost
+                slot.sessions += 1
+            self._stats.sessions_opened += 1
+            self._stats.sessions_per_worker[slot.index] += 1
+        return RaySession(self, slot, generation, sid, limits, network, parent_id)
+
+    async def _call(self, session: RaySession, method: str, *args: Any) -> tuple[Any, int]:
+        """A session operation on its own worker: (the answer, the worker's generation). `SessionLost` when
+        that worker has died (found now, or before)."""
+        ray = _ray()
+        slot, actor, generation = await self._reserve(lambda: self._pinned(session))
+        try:
+            out = await self._remote(slot, actor, method, session.id, *args)
+        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
+            self._died(slot, generation, _why(exc))
+            raise SessionLost(f"session {session.id} was lost with sandbox worker {slot.index}, which died "
+                              f"({_why(exc)})") from None
+        with self._lock:
+            self._stats.session_calls += 1
+        return out, generation
+
+    async def _close_session(self, session: RaySession) -> None:
+        """Close it on its worker; nothing to do for a lost one (its worker took it) or once the pool is closed."""
+        try:
+            await self._call(session, "session_close")
+        except (SessionLost, SandboxUnavailable):
+            return
+        with self._lock:
+            if session._slot.generation == session._generation:
+                session._slot.sessions -= 1
+            self._stats.sessions_closed += 1
+
     # ------------------------------------------------------------------ inspection, lifecycle
     @property
     def workers(self) -> int:
@@ -249,11 +559,16 @@ class RaySandboxPool:
     def stats(self) -> PoolStats:
         with self._lock:
             s = self._stats
-            return PoolStats(s.calls, s.results, s.resubmitted, s.worker_failures, s.gave_up, list(s.per_worker),
-                             [slot.inflight for slot in self._slots], list(s.failures))
+            return PoolStats(calls=s.calls, results=s.results, resubmitted=s.resubmitted,
+                             worker_failures=s.worker_failures, gave_up=s.gave_up, per_worker=list(s.per_worker),
+                             inflight=[slot.inflight for slot in self._slots], failures=list(s.failures),
+                             sessions_opened=s.sessions_opened, sessions_closed=s.sessions_closed,
+                             sessions_lost=s.sessions_lost, session_calls=s.session_calls,
+                             sessions=[slot.sessions for slot in self._slots],
+                             sessions_per_worker=list(s.sessions_per_worker))
 
     def worker_stats(self) -> list[dict[str, Any]]:
-        """Each live worker's own count of executions, its pid and node."""
+        """Each live worker's own count of executions and sessions, its pid and node."""
         ray = _ray()
         return list(ray.get([s.actor.stats.remote() for s in self._slots]))
 
@@ -264,6 +579,7 @@ class RaySandboxPool:
             actors, waiters, self._waiters = [s.actor for s in self._slots], self._waiters, []
         for loop, fut in waiters:
             _notify(loop, fut)
+        self._threads.shutdown(wait=False)
         for a in actors:
             try:
                 ray.kill(a)

@@ -148,9 +148,11 @@ def close_shared_sandboxes() -> None:
         _SANDBOXES.clear()
 
 
-# What the code verifiers' one-shot executions (`arun`) go through in place of the shared sandbox, when a run
-# installs one (`rollout.sandbox_backend = "ray"`: `rl/build.py: build_sandbox`); sessions never do.
+# What the code verifiers' one-shot executions (`arun`) go through in place of the shared sandbox, and where the
+# stateful sessions of a run open (`session_sandbox`: agent episodes, terminal tasks' workspaces), when a run
+# installs them (`rollout.sandbox_backend = "ray"`: `rl/build.py: build_sandbox` installs one `RaySandboxPool` as both).
 _EXECUTOR: Any = None
+_WORKSPACES: Any = None
 
 
 def install_executor(executor: Any) -> Any:
@@ -160,6 +162,23 @@ def install_executor(executor: Any) -> Any:
     with _SANDBOX_LOCK:
         previous, _EXECUTOR = _EXECUTOR, executor
     return previous
+
+
+def install_workspaces(workspaces: Any) -> Any:
+    """Open this process's run sessions (agent episodes, terminal verification) on `workspaces` (a
+    `sandbox.workspace.Workspaces`, e.g. a `RaySandboxPool`); None opens them in the shared sandbox again.
+    Returns the one it replaces."""
+    global _WORKSPACES
+    with _SANDBOX_LOCK:
+        previous, _WORKSPACES = _WORKSPACES, workspaces
+    return previous
+
+
+def session_sandbox() -> Any:
+    """Where a run's stateful sessions open (agent episodes, `TerminalVerifier`'s workspaces): the installed
+    `Workspaces`, else the shared sandbox."""
+    installed = _WORKSPACES
+    return installed if installed is not None else shared_sandbox()
 
 
 def _sandbox_or_error(n: int) -> tuple[Any, list[Verdict] | None]:

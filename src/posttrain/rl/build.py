@@ -5,7 +5,7 @@ worker process (an async producer, a Ray actor, a test) can build just the
 piece it needs: `build_model` (`model`: a path, a run, or the built-in base),
 `build_engine` (`engine`, in `engine/build.py`), `build_verifier` (a spec plus `reward`'s hygiene),
 `build_domains` (`domains`, or the `tasks` + `reward` sugar), `build_sandbox` (`rollout.sandbox_backend`:
-the code verifiers' executions on Ray sandbox workers), `build_rollouter`
+the code verifiers' executions and the agent sessions on Ray sandbox workers), `build_rollouter`
 (`rollout` + `sampling` + `reward.timeout_s`), `build_curriculum`, and
 `build_learner` (`rl`; `rl.lora` injects adapters into the model before the
 engine is built). Problems a pure config cannot see (an unknown verifier kind,
@@ -59,7 +59,7 @@ class Components:
     eval_suites: dict[str, Suite] = field(default_factory=dict)  # `train.eval_suites`, by eval name
     store: RunStore | None = None
     base: Any = None  # the `BaseBuild` when the model is the built-in base
-    sandbox: InstalledSandbox | None = None  # `rollout.sandbox_backend = "ray"`: the code verifiers' Ray workers
+    sandbox: InstalledSandbox | None = None  # `rollout.sandbox_backend = "ray"`: the Ray sandbox workers
 
 
 def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, Any]:
@@ -107,17 +107,19 @@ def build_domains(cfg: RunConfig) -> list[Domain]:
     return [build_domain(dc, cfg.reward) for dc in cfg.domain_configs()]
 
 
-# The optional back end that runs code verification on Ray sandbox actors (extra `ray`), loaded by name:
+# The optional back end that runs code verification and agent sessions on Ray sandbox actors (extra `ray`), loaded by name:
 # the core never imports distributed/.
 _SANDBOX_PLUGIN = "posttrain.distributed.ray_sandbox"
 
 
 @dataclass
 class InstalledSandbox:
-    """The executor `build_sandbox` put in front of this process's code verifiers; `close` restores the previous."""
+    """The executor `build_sandbox` put in front of this process's code verifiers and agent sessions; `close`
+    restores the previous ones."""
 
     executor: Any
     previous: Any
+    previous_workspaces: Any = None
     closed: bool = False
     reported: int = 0  # how many of the executor's worker failures `new_failures` has returned
 
@@ -129,17 +131,19 @@ class InstalledSandbox:
         return list(fresh)
 
     def close(self) -> None:
-        from posttrain.rewards.code import install_executor
+        from posttrain.rewards.code import install_executor, install_workspaces
 
         if not self.closed:
             self.closed = True
             install_executor(self.previous)
+            install_workspaces(self.previous_workspaces)
             self.executor.close()
 
 
 def build_sandbox(cfg: RunConfig) -> InstalledSandbox | None:
-    """`rollout.sandbox_backend`: "ray" routes this process's code verifiers through Ray sandbox workers (None
-    for "local": the shared sandbox). Without Ray: a one-line `UserError` naming the extra."""
+    """`rollout.sandbox_backend`: "ray" routes this process's code verifiers through Ray sandbox workers and
+    opens its agent sessions there (`rewards.code.session_sandbox`; None for "local": the shared sandbox).
+    Without Ray: a one-line `UserError` naming the extra."""
     r = cfg.rollout
     if r.sandbox_backend == "local":
         return None
@@ -149,10 +153,10 @@ def build_sandbox(cfg: RunConfig) -> InstalledSandbox | None:
                           "producer_kind = \"thread\" or backend = \"ray\"")
     import importlib
 
-    from posttrain.rewards.code import install_executor
+    from posttrain.rewards.code import install_executor, install_workspaces
 
     pool = importlib.import_module(_SANDBOX_PLUGIN).make_pool(cfg)
-    return InstalledSandbox(pool, install_executor(pool))
+    return InstalledSandbox(pool, install_executor(pool), install_workspaces(pool))
 
 
 def max_tokens_for(cfg: RunConfig, domains: list[Domain]) -> int:
@@ -174,18 +178,20 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
                     inline: bool | None = None) -> Rollouter:
     """`inline` (default: in the synchronous mode) samples with the engine's blocking `generate`; an async
     producer that owns its engine passes True. An agent domain (`rollouter == "agent"`) gets the
-    `AgentRollouter` over its `AgentSpec` (one agent domain per run; it cannot be mixed with single-turn ones)."""
+    `AgentRollouter` over its `AgentSpec` (one agent domain per run; it cannot be mixed with single-turn ones),
+    its workspaces opened where `build_sandbox` put them (`rewards.code.session_sandbox`: Ray sandbox workers, or
+    the shared sandbox)."""
     agents = [d for d in domains if d.rollouter == "agent"]
     if agents:
         if len(domains) > 1:
             raise ConfigError("config: an agent domain trains alone (mixing it with other domains is not supported yet)")
         from posttrain.agent.rollouter import AgentRollouter
         from posttrain.agent.spec import spec_of
-        from posttrain.rewards.code import shared_sandbox
+        from posttrain.rewards.code import session_sandbox
 
         spec = spec_of(agents[0])
         assert spec is not None  # an agent domain
-        return AgentRollouter(engine, shared_sandbox(), spec, params, seed=cfg.seed)
+        return AgentRollouter(engine, session_sandbox(), spec, params, seed=cfg.seed)
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
     return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers,
                                inline=cfg.rollout.mode == "sync" if inline is None else inline)

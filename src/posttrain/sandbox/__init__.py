@@ -2,8 +2,9 @@
 
 Public API: ``Sandbox`` (one-shot ``run``/``arun``), ``Session`` (stateful workspace with
 ``exec``, files, ``snapshot``/``rollback``, ``fork``), ``SandboxPool`` (concurrency with backpressure),
-``Limits``, ``ExecResult``, ``ExecStatus``. See ``docs/sandbox.md`` for the design and its
-limits. This package imports nothing from the rest of posttrain.
+``Limits``, ``ExecResult``, ``ExecStatus``; ``Workspace``/``Workspaces``, the protocols agent code
+uses so that a session may live elsewhere (``SessionLost`` when its holder died). See
+``docs/sandbox.md`` for the design and its limits. This package imports nothing from the rest of posttrain.
 
 Names are imported lazily so that the fork-server, which imports this package's low-level
 modules, stays small (fork time grows with the parent's memory map).
@@ -18,7 +19,8 @@ TYPE_CHECKING = False  # not `from typing import ...`: the fork-server imports t
 _EXPORTS = {
     "ExecResult": "result", "ExecStatus": "result", "Limits": "limits", "PoolBusy": "pool",
     "SandboxPool": "pool", "Sandbox": "sandbox", "SandboxError": "session", "Session": "session",
-    "SandboxUnavailable": "launcher",
+    "SandboxUnavailable": "launcher", "SessionLost": "session", "SandboxFailure": "session",
+    "Workspace": "workspace", "Workspaces": "workspace",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -32,7 +34,11 @@ if TYPE_CHECKING:  # `X as X`: explicit re-exports (`__all__` is computed, so li
     from posttrain.sandbox.result import ExecStatus as ExecStatus
     from posttrain.sandbox.sandbox import Sandbox as Sandbox
     from posttrain.sandbox.session import SandboxError as SandboxError
+    from posttrain.sandbox.session import SandboxFailure as SandboxFailure
     from posttrain.sandbox.session import Session as Session
+    from posttrain.sandbox.session import SessionLost as SessionLost
+    from posttrain.sandbox.workspace import Workspace as Workspace
+    from posttrain.sandbox.workspace import Workspaces as Workspaces
 
 
 def __getattr__(name: str):

@@ -240,6 +240,14 @@ class Sandbox:
                 network: bool | None = None) -> Session:
         return Session(self, files=files, limits=limits, network=network)
 
+    async def asession(self, files: dict[str, bytes | str] | None = None, *, limits: Limits | None = None,
+                       network: bool | None = None) -> Session:
+        """``session`` from asyncio: an empty one on the event loop (one short request to the fork-server,
+        which would queue behind busy worker threads), one with ``files`` on a worker thread (it writes them)."""
+        if not files:
+            return Session(self, limits=limits, network=network)
+        return await self.in_worker(lambda: Session(self, files=files, limits=limits, network=network))
+
     # ------------------------------------------------------------------ requests
     def _argv(self, command: str | list[str] | None, code: str | None, language: str,
               files: dict[str, bytes | str]) -> tuple[list[str], dict[str, bytes | str]]:

@@ -43,6 +43,15 @@ class SandboxError(RuntimeError):
     """A session operation (read_file, write_file, snapshot ...) failed."""
 
 
+class SandboxFailure(SandboxError):
+    """The sandbox itself failed under a session operation: an infrastructure failure, never the task's (the
+    agent runtime ends the episode as env_error)."""
+
+
+class SessionLost(SandboxFailure):
+    """The session's workspace is gone with the process that held it (a Ray sandbox worker that died)."""
+
+
 @final  # lets a type checker tell the shapes apart by their keys
 class SessionDone(TypedDict):
     """The fork-server did the operation; ``layer`` is the session's top layer after it (absent after a close)."""
@@ -70,7 +79,9 @@ class Session:
     (<ExecStatus.OK: 'ok'>, b'2\\n')
     b'1'
 
-    ``await s.aexec(...)`` does what ``exec`` does from asyncio (the agent runtime's entry point).
+    ``await s.aexec(...)`` does what ``exec`` does from asyncio (the agent runtime's entry point);
+    ``afork``, ``aread_file``, ``awrite_file`` and ``aclose`` likewise (the ``workspace.Workspace``
+    protocol the agent code uses, which a Ray sandbox worker's session also offers).
     ``s.fork()`` is a new session that starts as ``s`` is now (see ``fork``).
 
     ``fork_of`` is what ``fork`` passes: the session this one starts from (``None``: an empty
@@ -171,6 +182,21 @@ class Session:
         """
         return Session(self.sandbox, limits=limits or self.limits,
                        network=self.network if network is None else network, fork_of=self)
+
+    async def afork(self, *, limits: Limits | None = None, network: bool | None = None) -> Session:
+        """``fork`` from asyncio. On the event loop itself: it is one short request to the fork-server (~0.4 ms),
+        and under many concurrent episodes the worker threads are busy running commands, so a fork would queue."""
+        return self.fork(limits=limits, network=network)
+
+    async def aread_file(self, path: str) -> bytes:
+        """``read_file`` on one of the sandbox's worker threads."""
+        return await self.sandbox.in_worker(lambda: self.read_file(path))
+
+    async def awrite_file(self, path: str, data: bytes | str) -> None:
+        await self.sandbox.in_worker(lambda: self.write_file(path, data))
+
+    async def aclose(self) -> None:
+        await self.sandbox.in_worker(self.close)
 
     def _layer_op(self, req: SessionRequest, *, check: bool = True) -> int:
         with self._lock:

@@ -1,6 +1,7 @@
 """Running a terminal task: its workspace in a sandbox session, the oracle, and the verifier.
 
-Covers: `open_workspace` (a sandbox `Session` holding the environment files), `run_solution` (the
+Covers: `open_workspace` (a sandbox session holding the environment files: a local `Session`, or a Ray
+sandbox worker's, as any `sandbox.workspace.Workspace`), `run_solution` (the
 oracle's solve.sh), `verify_workspace` (the task's tests, once the agent is done) and `parse_reward`.
 
 Paths inside the sandbox: the session's workspace `/work` is Harbor's `/app` (the sandbox root links
@@ -37,7 +38,7 @@ from posttrain.tasks.jsonl import TaskFileError
 from posttrain.types import Verdict, VerdictStatus
 
 if TYPE_CHECKING:
-    from posttrain.sandbox import ExecResult, Limits, Sandbox, Session
+    from posttrain.sandbox import ExecResult, Limits, Workspace, Workspaces
 
 HARBOR_DIR = ".harbor"  # under /work: /tests, /logs, /solution link into it (sandbox.WORKSPACE_LINKS)
 REWARD_MAX_BYTES = 1 << 16
@@ -54,8 +55,8 @@ def _chmod_x(paths: list[str]) -> str:
     return f"chmod +x -- {' '.join(shlex.quote(p) for p in paths)} && " if paths else ""
 
 
-def open_workspace(sandbox: Sandbox, task: TerminalTask, *, network: bool | None = None, disk_mb: int = 256,
-                   command_timeout_s: float = 60.0) -> Session:
+def open_workspace(sandbox: Workspaces, task: TerminalTask, *, network: bool | None = None, disk_mb: int = 256,
+                   command_timeout_s: float = 60.0) -> Workspace:
     """A session whose workspace (/work, Harbor's /app) holds the task's environment files, snapshotted
     (so `rollback` to the first snapshot restores the start). `network` defaults to the task's
     `allow_internet`; `command_timeout_s` is the wall limit of a command run without limits of its own.
@@ -76,7 +77,7 @@ def open_workspace(sandbox: Sandbox, task: TerminalTask, *, network: bool | None
     return session
 
 
-async def run_solution(session: Session, task: TerminalTask) -> ExecResult:
+async def run_solution(session: Workspace, task: TerminalTask) -> ExecResult:
     """Run the oracle `solve.sh` in the workspace (as an agent would act), under `agent_timeout_s`; its
     files are removed afterwards. A task without a solution is a `TaskFileError`."""
     if task.solution is None:
@@ -180,7 +181,7 @@ def _tail(text: str, n: int = 2000) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-async def verify_workspace(session: Session, task: TerminalTask) -> Verdict:
+async def verify_workspace(session: Workspace, task: TerminalTask) -> Verdict:
     """Judge the workspace once the agent is done: delete whatever it left under /work/.harbor (a planted
     reward, its own tests), copy the task's tests into /tests, run the test script under
     `verifier_timeout_s`, and read /logs/verifier/reward.txt or reward.json. No reward is an ERROR verdict

@@ -2,7 +2,8 @@
 
 Covers: `terminal_task_of(task)` (the `TerminalTask` a `Task` carries in `meta["terminal_task"]`),
 `TerminalVerifier` (the `rewards.Verifier` protocol: a response is a shell script, run as the agent
-in a fresh workspace, then the task's tests judge the workspace; the oracle's `solve.sh` is the gold
+in a fresh workspace, opened where the run's sessions open (`rewards.code.session_sandbox`: this process's
+sandbox, or Ray sandbox workers), then the task's tests judge the workspace; the oracle's `solve.sh` is the gold
 response, the empty script the do-nothing one), and the registry entries `terminal` (the built-in
 suite) and `terminal:<dir>` (a directory of Harbor or Terminal-Bench 1 task directories).
 
@@ -72,10 +73,10 @@ class TerminalVerifier:
     name: str = "terminal"
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
-        from posttrain.rewards.code import shared_sandbox
+        from posttrain.rewards.code import session_sandbox
 
         try:
-            sandbox = shared_sandbox()
+            sandbox = session_sandbox()  # the shared sandbox, or the Ray sandbox workers (`rollout.sandbox_backend`)
         except Exception as exc:  # noqa: BLE001 - no sandbox here: infrastructure, never a wrong answer
             return [Verdict(0.0, False, VerdictStatus.ERROR, details=f"sandbox unavailable: {exc}") for _ in tasks]
         gate = asyncio.Semaphore(self.max_concurrency)
