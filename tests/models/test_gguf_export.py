@@ -19,7 +19,6 @@ from posttrain.models import CausalLM, ModelConfig, char_tokenizer
 from posttrain.models.gguf_export import GGUFExportError, GGUFMissingError, export_gguf, rope_pair_order
 
 
-
 def tiny(bias: bool = False, tied: bool = True, seed: int = 0) -> CausalLM:
     cfg = ModelConfig(vocab_size=char_tokenizer().vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=500.0,
