@@ -149,12 +149,14 @@ class LlamaCpp:
         self.lc.llama_model_free(self.model)
 
 
-def quiet_llama_cpp() -> object:
-    """Route llama.cpp's load-time log lines to nowhere; returns the callback, which must stay referenced."""
+LOG_SINK: list = []  # the log callback lives as long as the process: llama.cpp may log until exit
+
+
+def quiet_llama_cpp() -> None:
+    """Route llama.cpp's load-time log lines to nowhere."""
     lc = require_llama_cpp()
-    callback = lc.llama_log_callback(lambda level, text, user: None)
-    lc.llama_log_set(callback, ctypes.c_void_p())
-    return callback
+    LOG_SINK.append(lc.llama_log_callback(lambda level, text, user: None))
+    lc.llama_log_set(LOG_SINK[-1], ctypes.c_void_p())
 
 
 def measure(size: str, rounds: int, directory: Path, kv: str, flash_attn: str) -> dict:
@@ -239,7 +241,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)  # as benchmarks/engine.py and fast.py; llama.cpp gets n_threads = 1
     require_llama_cpp().llama_backend_init()
-    keep = quiet_llama_cpp()
+    quiet_llama_cpp()
     result: dict = {"load_avg_start": round(os.getloadavg()[0], 2), "native_kernel": load_kernel() is not None,
                     "llama_cpp_python": require_llama_cpp().__version__, "kv_cache": args.kv, "flash_attn": args.flash_attn,
                     "rounds": args.rounds, "prompt_tokens": PROMPT_LEN, "new_tokens": NEW}  # fmt: skip
@@ -248,7 +250,6 @@ def main() -> None:
             r = measure(size, args.rounds, Path(tmp), args.kv, args.flash_attn)
             print(json.dumps(r), flush=True)
             result.update(r)
-    del keep
     result["load_avg_end"] = round(os.getloadavg()[0], 2)
     lead = [f"batch1_vs_llamacpp_{s}" for s in args.sizes.split(",")]
     print(json.dumps({**{k: result[k] for k in lead}, **{k: v for k, v in result.items() if k not in lead}}))
