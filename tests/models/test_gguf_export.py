@@ -17,6 +17,7 @@ import torch
 
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer
 from posttrain.models.gguf_export import GGUFExportError, GGUFMissingError, export_gguf, rope_pair_order
+from posttrain.models.lora import apply_lora
 
 
 def tiny(bias: bool = False, tied: bool = True, seed: int = 0) -> CausalLM:
@@ -168,6 +169,9 @@ def test_what_it_cannot_write_is_refused(tmp_path, monkeypatch):
     qwen = CausalLM(ModelConfig(vocab_size=tok.vocab_size, hidden_size=64, num_attention_heads=4, model_type="qwen2"))
     with pytest.raises(GGUFExportError, match="convert_hf_to_gguf"):
         export_gguf(qwen, tok, tmp_path / "m.gguf")
+    with_adapters = apply_lora(tiny(), r=2, targets=("q_proj",))
+    with pytest.raises(GGUFExportError, match="LoRA"):
+        export_gguf(with_adapters, tok, tmp_path / "m.gguf")
     monkeypatch.setitem(sys.modules, "gguf", None)  # an import of gguf now fails, as when it is not installed
     with pytest.raises(GGUFMissingError, match=r"posttrain\[gguf\]"):
         export_gguf(tiny(), tok, tmp_path / "m.gguf")

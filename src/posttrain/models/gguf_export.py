@@ -23,7 +23,7 @@ llama.cpp's convention; benchmarks/llamacpp.py against llama.cpp itself).
 
 Does not cover: Qwen2 / Qwen3 models and HF tokenizers (a posttrain
 checkpoint is a transformers checkpoint: llama.cpp's `convert_hf_to_gguf.py`
-converts those), other quantisation types, LoRA adapters (merge them first),
+converts those), other quantisation types, LoRA adapters (refused: save_model merges them),
 reading a GGUF file back into posttrain. `gguf` is the `gguf` extra, imported
 only here.
 """
@@ -38,6 +38,7 @@ import torch
 
 from posttrain.errors import UserError
 from posttrain.models.llama import CausalLM
+from posttrain.models.lora import has_lora
 from posttrain.models.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, char_tokenizer
 
 GGUF_DTYPES = ("f32", "q8_0")
@@ -78,6 +79,10 @@ def check_exportable(model: CausalLM, tokenizer: Tokenizer) -> None:
         raise GGUFExportError(
             "GGUF export writes the built-in character tokenizer only: save the model with "
             "posttrain.models.save_model and convert it with llama.cpp's convert_hf_to_gguf.py"
+        )
+    if has_lora(model):  # the projections' `.weight` would be the base weights alone: the adapters would be lost
+        raise GGUFExportError(
+            "the model carries LoRA adapters: save_model saves it merged; export the model load_model returns from there"
         )
     if tokenizer.vocab_size != cfg.vocab_size:
         raise GGUFExportError(f"tokenizer has {tokenizer.vocab_size} tokens, the model's vocab_size is {cfg.vocab_size}")
