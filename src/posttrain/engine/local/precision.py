@@ -16,8 +16,10 @@ the kernel's panels are packed from the copy like any other pack.
 
 The copy follows the learner: `refresh()` compares the source parameters'
 version counters (every in-place update bumps them) and re-derives the copy in
-place; `invalidate()` forces it (the engine's `set_version` calls it). Copies
-are shared per (model, precision) by every engine over one model object.
+place; `invalidate()` forces it (the engine's `set_version` calls it), and is
+what replacing parameter objects outright needs (the list of source parameters
+is kept between steps, as engine/local/fused.py keeps its own). Copies are
+shared per (model, precision) by every engine over one model object.
 
 Does not cover: activation or KV-cache quantisation (both stay fp32), GPUs,
 models other than the native `CausalLM`.
@@ -100,17 +102,20 @@ class ServingCopy:
             q.grad = None
         self.module = module
         self._versions: list[int] | None = None
+        self._params: list[torch.nn.Parameter] | None = None  # the source's, listed once (a walk costs ~85 us a step)
         self.refresh()
 
     def invalidate(self) -> None:
-        self._versions = None
+        self._versions = self._params = None
 
     def refresh(self) -> CausalLM:
         """The copy, re-derived first if any source parameter changed (or after `invalidate`)."""
         src = self._source()
         if src is None:
             raise RuntimeError("the model this serving copy was derived from is gone")
-        params = list(src.parameters())
+        if self._params is None:
+            self._params = list(src.parameters())
+        params = self._params
         versions = [p._version for p in params]
         if versions == self._versions:
             return self.module
