@@ -273,3 +273,33 @@ def test_eval_and_serve_say_a_run_resolves_to_its_best(tmp_path, tiny_model_dir,
     res = runner.invoke(app, ["serve", str(run), "--port", str(port)])
     assert res.exit_code == 0, res.output
     assert f"{run}: its best/ model (step 3" in res.stderr and "serving" in res.stderr
+
+
+def test_export_writes_gguf_files_that_hold_the_checkpoints_weights(tiny_model_dir, tmp_path):
+    import gguf  # the dev extra installs it (posttrain[gguf])
+    import numpy as np
+
+    from posttrain.models import load_model
+
+    model, _ = load_model(tiny_model_dir)
+    embedding = model.state_dict()["model.embed_tokens.weight"].numpy()
+    sizes = {}
+    for dtype in ("f32", "q8_0"):
+        path = tmp_path / "out" / f"tiny-{dtype}.gguf"
+        res = runner.invoke(app, ["export", str(tiny_model_dir), str(path), "--dtype", dtype])
+        assert res.exit_code == 0, res.output
+        assert f"wrote {path}" in res.stdout.replace("\n", "")
+        reader = gguf.GGUFReader(str(path))
+        assert reader.fields["general.architecture"].contents() == "llama"
+        (emb,) = [t for t in reader.tensors if t.name == "token_embd.weight"]
+        got = np.asarray(gguf.quants.dequantize(emb.data, emb.tensor_type)).reshape(embedding.shape)
+        np.testing.assert_allclose(got, embedding, atol=0 if dtype == "f32" else 0.02 * np.abs(embedding).max())
+        sizes[dtype] = path.stat().st_size
+    assert sizes["q8_0"] < sizes["f32"]
+
+
+def test_export_errors_are_one_line_exit_2(tmp_path):
+    res = runner.invoke(app, ["export", str(tmp_path / "nowhere"), str(tmp_path / "x.gguf")])
+    assert res.exit_code == 2 and "not a checkpoint directory" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["export", str(tmp_path), str(tmp_path / "x.gguf"), "--dtype", "q4"])
+    assert res.exit_code == 2 and "--dtype must be one of f32, q8_0; got 'q4'" in res.output
