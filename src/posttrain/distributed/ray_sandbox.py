@@ -15,8 +15,9 @@ Executions are spread over N workers (least-loaded by executions in flight, SPRE
 sessions over the same workers least-loaded by open sessions; every call, an execution or a session's,
 counts against its worker's `inflight` bound (a caller past it waits: backpressure). An execution whose
 worker died is re-submitted to another live worker (the dead one rebuilt, the failure warned and counted;
-the trainer keeps it in the run store), so each call returns exactly one result; a timeout or a sandbox failure is an `ExecResult`, and a worker
-that dies on every attempt gives a SANDBOX_ERROR result, never a traceback. A session cannot move: when its
+the trainer keeps it in the run store), so each call returns exactly one result; a timeout or a sandbox
+failure is an `ExecResult`, and a worker that dies on every attempt gives a SANDBOX_ERROR result, never a
+traceback. A session cannot move: when its
 worker dies, the sessions it held are lost (counted in `PoolStats.sessions_lost`), and every later operation
 on them raises `SessionLost` (`exec`/`aexec` answer a SANDBOX_ERROR result instead; `close` does nothing),
 which the agent runtime turns into an env_error episode (masked in training, never scored 0); the slot's
