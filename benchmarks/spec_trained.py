@@ -43,7 +43,7 @@ class TimedEngine:
     def __init__(self, engine) -> None:
         self.engine, self.seconds, self.tokens = engine, 0.0, 0
 
-    def __getattr__(self, name):  # tokenizer, policy_version, max_context, ...
+    def __getattr__(self, name):  # encode, tokenizer, policy_version, max_context, ...
         return getattr(self.engine, name)
 
     async def agenerate(self, prompts, params):
@@ -52,12 +52,6 @@ class TimedEngine:
         self.seconds += time.perf_counter() - t0
         self.tokens += sum(len(c.token_ids) for group in out for c in group)
         return out
-
-    def generate(self, prompts, params):
-        return self.engine.generate(prompts, params)
-
-    def encode(self, prompts):
-        return self.engine.encode(prompts)
 
 
 def spec_trained(n_tasks: int = 24, rounds: int = 3, k: int = 4, seed: int = 0, cache_dir: str | None = None,

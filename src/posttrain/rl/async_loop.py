@@ -418,7 +418,7 @@ class AsyncLoop:
         self._durations_mark = 0
         self._staleness: list[int] = []
         self.resume_dropped = 0
-        self._reported = self._sandbox_reported = 0
+        self._reported: dict[str, list[int]] = {}  # per kind of record: how many of each producer's were returned
 
     @classmethod
     def for_components(cls, cfg: RunConfig, model: Any, tokenizer: Any, domains: list[Any], params: Any, version: int,
@@ -542,15 +542,19 @@ class AsyncLoop:
 
     def new_failures(self) -> list[ProducerFailure]:
         """Failures not returned by an earlier call."""
-        every = sorted(self.failures(), key=lambda f: f.time)
-        fresh, self._reported = every[self._reported:], len(every)
-        return fresh
+        return self._unreported("failures", [p.failures for p in self.producers])
 
     def new_sandbox_failures(self) -> list[SandboxFailure]:
         """Sandbox workers of the producers' processes that died, not returned by an earlier call."""
-        every = sorted((f for p in self.producers for f in p.sandbox_failures), key=lambda f: f.time)
-        fresh, self._sandbox_reported = every[self._sandbox_reported:], len(every)
-        return fresh
+        return self._unreported("sandbox", [p.sandbox_failures for p in self.producers])
+
+    def _unreported(self, kind: str, lists: list[list[Any]]) -> list[Any]:
+        """The records of each producer's append-only list past what an earlier call for `kind` returned,
+        oldest first (each list is snapshotted once: a record appended meanwhile waits for the next call)."""
+        snaps = [list(items) for items in lists]
+        marks = self._reported.get(kind, [0] * len(snaps))
+        self._reported[kind] = [len(snap) for snap in snaps]
+        return sorted((r for snap, mark in zip(snaps, marks) for r in snap[mark:]), key=lambda r: r.time)
 
     # checkpoints
     def state_dict(self) -> dict[str, Any]:
