@@ -283,6 +283,11 @@ class RLConfig(_Section):
     """Row width when packing (None: the longest sequence of the batch)."""
     lora: LoRAConfig | None = None
     """Train LoRA adapters (extra `lora`) instead of every weight: only adapter weights move, are synced and saved."""
+    data_parallel: Literal["ddp", "fsdp"] = "ddp"
+    """Under `torchrun --nproc_per_node N posttrain train ...` (N > 1): every rank rolls out its share of each
+    step's groups with its own engine and the update is split over the ranks. ddp: a whole replica per rank
+    (gradients all-reduced); fsdp: parameters sharded (FSDP2), each rank's engine sampling from a gathered copy.
+    Ignored in one process."""
 
     @model_validator(mode="after")
     def _packing(self) -> "RLConfig":

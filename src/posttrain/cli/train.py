@@ -203,15 +203,24 @@ def train(
         if resume and overwrite:
             raise UserError("--resume and --overwrite exclude each other")
         cfg = load_config(config, set_ or [])
+        from posttrain.distributed.data_parallel import from_env, lead_first
+
+        dp = from_env()  # under torchrun with N > 1: this rank (rank 0 shows progress and reports; see docs/scale.md)
+        if dp is not None and not dp.lead:
+            _train_quietly(cfg, resume, overwrite, dp)
+            return
+        if dp is not None:
+            say(f"data-parallel over {dp.world} ranks ({cfg.rl.data_parallel}): each rolls out 1/{dp.world} of "
+                "every step's groups")
         with progress() as bars, alerts_shown_by_the_cli():
             if cfg.model.path is None:  # the built-in base model: show its (one-time) build
                 from posttrain.builtin import ensure_base
 
                 base_task = bars.add_task("base model", total=cfg.model.base.max_steps, info="")
-                build = ensure_base(
+                build = lead_first(dp, lambda: ensure_base(
                     cfg.model.base,
                     on_eval=lambda s, a: bars.update(base_task, completed=s, info=f"held-out greedy {a:.3f}"),
-                )
+                ))
                 bars.update(base_task, visible=False)
                 cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(build.path)})})
             live = TrainingProgress(bars, cfg.train, bars.add_task("GRPO", total=cfg.train.steps, info=""))
@@ -236,6 +245,26 @@ def train(
                           "best_model": str(best_dir) if best_dir is not None else None,
                           "best_step": best.step if best is not None else None,
                           "best_value": best.value if best is not None else None}))
+
+
+def _train_quietly(cfg, resume: bool, overwrite: bool, dp) -> None:
+    """A torchrun rank other than 0: the same run (its share of the rollouts, its part of each update), with
+    no progress and no report: rank 0 shows and stores them."""
+    from posttrain.builtin import ensure_base
+    from posttrain.distributed.data_parallel import lead_first
+    from posttrain.rl.trainer import Trainer
+
+    if cfg.model.path is None:
+        build = lead_first(dp, lambda: ensure_base(cfg.model.base))  # rank 0 builds; this rank then finds it
+        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(build.path)})})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rank 0 warns (and stores alerts) for the run
+        trainer = Trainer(cfg, resume=resume, overwrite=overwrite)
+        try:
+            trainer.run()
+            trainer.final_model_dir()
+        finally:
+            trainer.close()
 
 
 def show_config(

@@ -5,7 +5,8 @@ layer and the root sharded over the ranks, parameters gathered for forward and b
 reduce-scattered), each micro-batch split into one contiguous share of rows per rank, the loss scaled by
 the world size so the wrappers' gradient average is the whole batch's gradient, and metrics summed over
 ranks; `init_from_env`: the process group from torchrun's environment.
-Does not cover: the KL reference model under FSDP (refused), checkpointing sharded optimizer state.
+Does not cover: the KL reference model under FSDP (refused), checkpointing sharded optimizer state (a
+FSDP run under `posttrain train` refuses `train.checkpoint_every`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class DataParallelLearner(Learner):
         temperature: float = 1.0,
         importance_sampling: bool = False,
         strategy: Strategy = "ddp",
+        total_updates: int | None = None,
     ) -> None:
         if not dist.is_initialized():
             raise DistributedSetupError("DataParallelLearner needs torch.distributed initialised (init_from_env)")
@@ -70,7 +72,7 @@ class DataParallelLearner(Learner):
             # the root (embeddings, final norm, lm_head) stays gathered after forward: the learner projects
             # the hidden states through lm_head chunk by chunk, outside the root's forward
             fully_shard(model, reshard_after_forward=False)
-        super().__init__(model, cfg, max_tokens, temperature, importance_sampling)
+        super().__init__(model, cfg, max_tokens, temperature, importance_sampling, total_updates)
         if strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel
 
@@ -96,6 +98,11 @@ class DataParallelLearner(Learner):
     def full_state(self) -> dict[str, Tensor]:
         """Every parameter, gathered whole (FSDP shards), on the CPU: what an engine loads or a checkpoint saves."""
         return {name: _whole(p.detach()).cpu().clone() for name, p in self.model.named_parameters()}
+
+    def policy_state(self) -> dict[str, Tensor]:
+        """DDP: the replica's own state dict (an engine sharing the module adopts it for free); FSDP: every
+        parameter gathered whole (a collective: every rank calls it at the same point)."""
+        return self.full_state() if self.strategy == "fsdp" else super().policy_state()
 
     def full_grads(self) -> dict[str, Tensor]:
         """Every parameter's current gradient, gathered whole, on the CPU."""

@@ -8,7 +8,8 @@ piece it needs: `build_model` (`model`: a path, a run, or the built-in base),
 the code verifiers' executions and the agent sessions on Ray sandbox workers), `build_rollouter`
 (`rollout` + `sampling` + `reward.timeout_s`), `build_curriculum`, and
 `build_learner` (`rl`; `rl.lora` injects adapters into the model before the
-engine is built). Problems a pure config cannot see (an unknown verifier kind,
+engine is built; under torchrun the `DataParallelLearner` of `rl.data_parallel`, each rank's engine on its
+own sampling seed, and under FSDP on a whole copy of the weights). Problems a pure config cannot see (an unknown verifier kind,
 a task file's bad lines, an engine that cannot load weights)
 surface here as one-line `ConfigError`s / `UserError`s, before any step.
 Does not cover: the loop, evaluation hooks, checkpoints (`rl/trainer.py`).
@@ -60,6 +61,8 @@ class Components:
     store: RunStore | None = None
     base: Any = None  # the `BaseBuild` when the model is the built-in base
     sandbox: InstalledSandbox | None = None  # `rollout.sandbox_backend = "ray"`: the Ray sandbox workers
+    dp: Any = None  # under torchrun: this rank (`distributed.data_parallel.DataParallel`); None in one process
+    whole_model: CausalLM | None = None  # the policy with every weight in place: `model`, or FSDP's engine copy
 
 
 def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, Any]:
@@ -209,15 +212,61 @@ def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate",
     )
 
 
-def build_learner(cfg: RunConfig, model: CausalLM, max_tokens: int, shares_weights: bool) -> Learner:
+def build_learner(cfg: RunConfig, model: CausalLM, max_tokens: int, shares_weights: bool, dp: Any = None) -> Learner:
+    """The run's learner; under torchrun (`dp`), the `DataParallelLearner` of `rl.data_parallel`."""
     mode = cfg.rl.importance_sampling
     # async producers sample with their own copy of older weights; at max_staleness 0 the copy is bitwise the
     # learner's policy, so (like the shared module) it needs no correction
     stale = cfg.rollout.mode == "async" and cfg.rollout.max_staleness > 0
     correct = mode == "on" or (mode == "auto" and (stale or not shares_weights))
     total = cfg.train.steps * cfg.rl.epochs * cfg.rl.minibatches
+    if dp is not None:
+        DataParallelLearner = _plugin(_DP_LEARNER).DataParallelLearner
+        return DataParallelLearner(model, cfg.rl, max_tokens, cfg.sampling.temperature, importance_sampling=correct,
+                                   strategy=cfg.rl.data_parallel, total_updates=total)
     return Learner(model, cfg.rl, max_tokens, cfg.sampling.temperature, importance_sampling=correct,
                    total_updates=total)
+
+
+# torchrun's ranks (torch.distributed), loaded by name like the Ray back ends: distributed/ builds on rl/, never
+# the reverse
+_DP_RANKS = "posttrain.distributed.data_parallel"
+_DP_LEARNER = "posttrain.distributed.learner"
+
+
+def _plugin(module: str) -> Any:
+    import importlib
+
+    return importlib.import_module(module)
+
+
+def data_parallel_from_env() -> Any:
+    """This torchrun rank (`DataParallel`, the process group joined), or None in one process (torch.distributed is
+    loaded only under torchrun)."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    return _plugin(_DP_RANKS).from_env()
+
+
+# each rank samples from its own generator: the same seed everywhere would give every rank the same completions
+RANK_SEED_STRIDE = 1_000_003
+
+
+def for_rank(cfg: RunConfig, dp: Any) -> RunConfig:
+    """The run's config on one torchrun rank: `cuda` devices become this rank's GPU; what cannot be spread over
+    ranks yet is a one-line `ConfigError`."""
+    device_for = _plugin(_DP_RANKS).device_for
+    if cfg.rollout.mode == "async":
+        raise ConfigError("config: rollout.mode = \"async\" under torchrun is not supported yet: each rank runs "
+                          "the synchronous loop on its share of the groups (use mode = \"sync\", or one process)")
+    if cfg.rl.data_parallel == "fsdp" and (cfg.train.checkpoint_every or cfg.rl.kl_beta > 0):
+        raise ConfigError("config: rl.data_parallel = \"fsdp\" does not checkpoint the sharded optimizer state or "
+                          "shard the KL reference yet: set train.checkpoint_every = 0 and rl.kl_beta = 0, or use \"ddp\"")
+    rl = cfg.rl.model_copy(update={"device": device_for(cfg.rl.device, dp.local_rank)})
+    engine = cfg.engine.model_copy(update={"device": device_for(cfg.engine.device, dp.local_rank)})
+    return cfg.model_copy(update={"rl": rl, "engine": engine})
 
 
 def build_held_out(cfg: RunConfig, domains: list[Domain]) -> tuple[list[Suite], list[Suite]]:
@@ -255,12 +304,20 @@ def build_eval_suites(cfg: RunConfig) -> dict[str, Suite]:
     return {f"suite:{spec}": load_domain(spec).suite(limit=limit) for spec in cfg.train.eval_suites}
 
 
-def build(cfg: RunConfig, store: bool = True) -> Components:
-    """Every component of the run `cfg` describes (the store opened at `<run>/run.sqlite` when `store`)."""
+def build(cfg: RunConfig, store: bool = True, dp: Any = None) -> Components:
+    """Every component of the run `cfg` describes (the store opened at `<run>/run.sqlite` when `store`); `dp`:
+    this torchrun rank (`distributed.data_parallel.DataParallel`), None in one process."""
+    import copy
+
     import torch
 
+    if dp is not None:
+        cfg = for_rank(cfg, dp)
     torch.manual_seed(cfg.seed)
-    model, tokenizer, init_path, base = build_model(cfg)
+    if dp is None:
+        model, tokenizer, init_path, base = build_model(cfg)
+    else:  # the built-in base's one-time build writes a shared cache: rank 0 first, the others then load it
+        model, tokenizer, init_path, base = _plugin(_DP_RANKS).lead_first(dp, lambda: build_model(cfg))
     if cfg.rl.lora is not None:  # before the engine: it samples with the adapters applied (the shared module)
         from posttrain.models.lora import apply_lora
 
@@ -268,7 +325,12 @@ def build(cfg: RunConfig, store: bool = True) -> Components:
         apply_lora(model, lora.r, lora.alpha, lora.targets, lora.dropout, seed=cfg.seed)
     domains = build_domains(cfg)
     sandbox = build_sandbox(cfg)
-    engine, shares = build_engine_for(cfg.engine, model, tokenizer, cfg.seed)
+    # FSDP shards the learner's module, which then only runs in step on every rank: each rank's engine samples
+    # from a whole copy that takes the gathered weights after each update (bitwise the policy: no correction)
+    sharded = dp is not None and cfg.rl.data_parallel == "fsdp"
+    whole = copy.deepcopy(model) if sharded else model
+    seed = cfg.seed + (RANK_SEED_STRIDE * dp.rank if dp is not None else 0)
+    engine, shares = build_engine_for(cfg.engine, whole, tokenizer, seed)
     params = sampling_params(cfg, domains)
     selection, reporting = build_held_out(cfg, domains)
     return Components(
@@ -282,11 +344,13 @@ def build(cfg: RunConfig, store: bool = True) -> Components:
         params=params,
         rollouter=build_rollouter(cfg, engine, domains, params),
         curriculum=build_curriculum(domains, cfg.seed, cfg.train.curriculum, cfg.train.signal_from),
-        learner=build_learner(cfg, model, params.max_tokens, shares),
+        learner=build_learner(cfg, model, params.max_tokens, shares, dp),
         held_out=selection,
         reporting=reporting,
         eval_suites=build_eval_suites(cfg),
         store=RunStore(cfg.path / "run.sqlite") if store else None,
         base=base,
         sandbox=sandbox,
+        dp=dp,
+        whole_model=whole,
     )

@@ -308,12 +308,16 @@ class Learner:
                     sums[k] = sums.get(k, 0.0) + v
                 n_mb += 1
         metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
-        mismatch_num, mismatch_den = self.reduce_stats([mismatch_num, mismatch_den])
+        mismatch_num, mismatch_den, mismatch_kl = self.reduce_stats([mismatch_num, mismatch_den, mismatch_kl])
         (mismatch_max,) = self.reduce_stats([mismatch_max], op="max")
         metrics.update(mismatch_mean=mismatch_num / mismatch_den if mismatch_den else 0.0, mismatch_max=mismatch_max,
                        mismatch_kl=mismatch_kl / mismatch_den if mismatch_den else 0.0,
                        lr=self._lr(), optimizer_steps=n_mb)
         return metrics
+
+    def policy_state(self) -> dict[str, Any]:
+        """The weights an engine adopts after an update (`engine.load_weights`): the module's own state dict."""
+        return self.model.state_dict()
 
     def clip_gradients(self) -> float:
         """Clip the global gradient norm to `rl.grad_clip`; the norm before clipping."""

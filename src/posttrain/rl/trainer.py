@@ -14,6 +14,13 @@ here or by an async producer): their transcripts go to the run store's `episodes
 table (`posttrain agent show RUN STEP:IDX` replays what training saw) and
 their per-turn figures (`agent/turns_per_episode`, `agent/format_error_rate`,
 `agent/status/...`, `agent/tool/...`, `masked_groups`) join the step's metrics.
+Under torchrun (`torchrun --nproc_per_node N posttrain train ...`) every rank
+runs this loop: each rolls out its share of the tasks every rank drew alike,
+the groups are gathered to every rank (so curricula, batches and updates stay
+identical with no other message), the update is split over the ranks
+(`rl.data_parallel`), and rank 0 alone writes the store, evaluates, keeps
+best/ and checkpoints (with every rank's sampler state, for an exact resume);
+each evaluation checks that the replicas still hold the same weights.
 Does not cover: building components (`rl/build.py`), the asynchronous
 loop itself, or running agent episodes (`posttrain.agent`).
 """
@@ -39,13 +46,14 @@ from posttrain.provenance import code_version
 from posttrain.rewards import verifier_id, verifier_latency_metrics
 from posttrain.rl.advantages import group_relative_advantages, has_signal
 from posttrain.rl.async_loop import AsyncLoop
-from posttrain.rl.build import Components, build
+from posttrain.rl.build import Components, build, data_parallel_from_env
 from posttrain.rl.learner import pack_groups
 from posttrain.rl.rollout import run_sync
 from posttrain.rl.selection import Best, HeldOutRegression, observe
 from posttrain.scheduler.curriculum import level_metrics
 from posttrain.store.checkpoints import (
     TrainerState,
+    checkpoint_dir,
     latest_checkpoint,
     load_trainer_state,
     prune_checkpoints,
@@ -61,6 +69,14 @@ class RunExistsError(UserError, RuntimeError):
 
 class NoCheckpointError(UserError, FileNotFoundError):
     """`--resume` on a run that has no checkpoint to resume from."""
+
+
+class _NoStore:
+    """The run store of a torchrun rank other than 0: rank 0 writes the run's one store; every write here is
+    dropped and every read is empty."""
+
+    def __getattr__(self, name: str) -> Callable[..., list]:
+        return lambda *args, **kwargs: []
 
 
 @dataclass
@@ -93,17 +109,25 @@ class Trainer:
         self.run_dir = cfg.path
         self.on_step, self.on_eval = on_step, on_eval
         store_path = self.run_dir / "run.sqlite"
+        self.dp = components.dp if components is not None else data_parallel_from_env()
+        self.lead = self.dp is None or self.dp.lead
         if store_path.exists() and not resume:
             if not overwrite:
                 raise RunExistsError(f"run {self.run_dir} already exists: pass --resume to continue it or choose another name")
-            shutil.rmtree(self.run_dir)
+            if self.lead:
+                shutil.rmtree(self.run_dir)
         if resume and latest_checkpoint(self.run_dir) is None:
             raise NoCheckpointError(
                 f"{self.run_dir}: no checkpoint to resume from (checkpoint_every = {cfg.train.checkpoint_every})"
             )
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.parts = components or build(cfg, store=False)
+        if self.dp is not None:  # every rank has looked before rank 0 deletes or creates anything
+            self.dp.barrier()
+        if self.lead:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.parts = components or build(cfg, store=False, dp=self.dp)
         p = self.parts
+        # the policy with every weight in place (FSDP shards the learner's module; the engine holds a whole copy)
+        self.whole_model = p.whole_model or p.model
         self.model, self.tokenizer, self.engine = p.model, p.tokenizer, p.engine
         self.learner, self.rollouter, self.curriculum = p.learner, p.rollouter, p.curriculum
         self.domains, self.params = p.domains, p.params
@@ -114,7 +138,7 @@ class Trainer:
         self.step = 0
         self.informative_rate = 1.0  # running share of groups with reward variance: sizes refills
         self.best: Best | None = None
-        self.store = p.store or RunStore(store_path)
+        self.store = p.store or (RunStore(store_path) if self.lead else _NoStore())
         self.async_loop: AsyncLoop | None = None
         self._async_state: dict = {}
         if resume:
@@ -128,12 +152,14 @@ class Trainer:
                 domains=[{"name": d.name, "verifier": verifier_id(d.verifier), "weight": d.weight} for d in self.domains],
                 created=time.time(),
             )
+            if self.dp is not None:
+                self.store.set_info(data_parallel={"world": self.dp.world, "strategy": cfg.rl.data_parallel})
             if p.base is not None:  # the built-in base: whether it reached its band goes with the run
                 self.store.set_info(base={"path": str(p.base.path), "accuracy": p.base.accuracy, "steps": p.base.steps,
                                           "in_band": p.base.in_band})
                 if not p.base.in_band:
                     self.store.add_alert({"step": 0, "kind": "base_out_of_band", "message": base_band_message(cfg, p.base)})
-        self.writer = self._tensorboard() if cfg.tensorboard else None
+        self.writer = self._tensorboard() if cfg.tensorboard and self.lead else None
         if cfg.rollout.mode == "async":
             self.async_loop = AsyncLoop.for_components(cfg, self.model, self.tokenizer, self.domains, self.params,
                                                        self.step, cfg.train.steps)
@@ -163,13 +189,24 @@ class Trainer:
         state = load_trainer_state(path)
         self.learner.load_state_dict(state.learner)
         self.curriculum.load_state_dict(state.curriculum)
-        self.engine.load_sampler_state(state.engine_rng)
-        torch.set_rng_state(state.torch_rng)
+        engine_rng, torch_rng = state.engine_rng, state.torch_rng
+        ranks = state.extra.get("ranks")  # a torchrun run: every rank's own sampler state
+        if self.dp is not None and ranks and len(ranks) == self.dp.world:
+            engine_rng, torch_rng = ranks[self.dp.rank]["engine_rng"], ranks[self.dp.rank]["torch_rng"]
+        elif self.dp is not None and not self.lead:
+            engine_rng = None  # another world size, or a one-process checkpoint: this rank samples afresh
+        if self.dp is not None and self.lead and not (ranks and len(ranks) == self.dp.world):
+            warnings.warn(f"resuming step {step} on {self.dp.world} ranks from a checkpoint of "
+                          f"{len(ranks) if ranks else 1}: the other ranks' sampling starts from fresh states",
+                          stacklevel=2)
+        if engine_rng is not None:
+            self.engine.load_sampler_state(engine_rng)
+        torch.set_rng_state(torch_rng)
         self.informative_rate = state.informative_rate
         self._async_state = state.extra.get("async", {})
         self.best = Best(**state.best) if state.best else None
         self.step = step
-        self.engine.load_weights(self.model.state_dict(), version=step)
+        self.engine.load_weights(self.learner.policy_state(), version=step)
         self.store.truncate_after(step)
         self.store.set_info(resumed_from=step, alerts=[a for a in self.store.alerts() if a["step"] <= step])
 
@@ -184,7 +221,7 @@ class Trainer:
         while len(kept) < cfg.prompts_per_step and rounds < cfg.max_fill_rounds:
             need = cfg.prompts_per_step - len(kept)
             k = need if rounds == 0 else min(4 * need, math.ceil(need / max(self.informative_rate, 0.25)))
-            groups = run_sync(self.rollouter, self.curriculum.sample(k), self.params.n)
+            groups = self._rollout(self.curriculum.sample(k))
             self.curriculum.update(groups)
             scores = torch.tensor([g.signal_scores(cfg.signal_from) for g in groups])
             valid = torch.tensor([g.valid for g in groups])
@@ -199,6 +236,14 @@ class Trainer:
             if not cfg.drop_zero_variance:
                 break
         return kept, sampled, rounds, silent
+
+    def _rollout(self, tasks: list) -> list[Group]:
+        """One group per task; under torchrun this rank rolls out its share and every rank gets all groups back,
+        in the tasks' order."""
+        if self.dp is None:
+            return run_sync(self.rollouter, tasks, self.params.n)
+        mine = self.dp.shard(tasks)
+        return self.dp.gather(run_sync(self.rollouter, mine, self.params.n) if mine else [], len(tasks))
 
     def train_step(self) -> StepResult:
         t0 = time.perf_counter()
@@ -217,7 +262,7 @@ class Trainer:
             adv = group_relative_advantages(rewards, valid, self.cfg.rl.advantage)
             batch = pack_groups(kept, adv, valid, self.tokenizer.pad_id)
             metrics.update(self.learner.update(batch))
-        self.engine.load_weights(self.model.state_dict(), version=self.step)
+        self.engine.load_weights(self.learner.policy_state(), version=self.step)
         if self.async_loop is not None:
             self.async_loop.publish(self.model.state_dict(), self.step)
         t2 = time.perf_counter()
@@ -238,6 +283,8 @@ class Trainer:
             learn_s=t2 - t1,
             step_s=t2 - t0,
         )
+        if self.dp is not None:
+            metrics["data_parallel_world"] = float(self.dp.world)
         if self.async_loop is not None:
             metrics.update(self.async_loop.step_metrics())
             for f in self.async_loop.new_failures():  # a producer that died or failed: in the log and the store
@@ -302,7 +349,32 @@ class Trainer:
                 self.writer.add_scalar(f"train/{k}", v, self.step)
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out greedy accuracy of every domain (and `train.eval_suites`) at the current step, stored."""
+        """Held-out greedy accuracy of every domain (and `train.eval_suites`) at the current step, stored.
+        Under torchrun: every rank checks the replicas; rank 0 evaluates, the others get {}."""
+        replicas = self._check_replicas() if self.dp is not None else None
+        if not self.lead:
+            return {}
+        metrics = self._evaluate_lead()
+        if replicas is not None:
+            metrics["replica_max_diff"] = replicas
+        return metrics
+
+    def _check_replicas(self) -> float | None:
+        """DDP: whether every rank's replica still holds the same weights (a checksum over every parameter); a
+        difference is warned and kept in the store's alerts. The largest difference from rank 0 (None: FSDP)."""
+        assert self.dp is not None
+        if self.cfg.rl.data_parallel != "ddp":
+            return None
+        with torch.no_grad():
+            checksum = sum(float(p.double().sum()) + float(p.double().abs().sum()) for p in self.model.parameters())
+        same, spread = self.dp.all_equal(checksum)
+        if not same and self.lead:
+            message = f"the {self.dp.world} ranks' weights differ at step {self.step} (checksum spread {spread:.3g})"
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            self.store.add_alert({"step": self.step, "kind": "replica_divergence", "message": message})
+        return spread
+
+    def _evaluate_lead(self) -> dict[str, float]:
         if not self.parts.held_out:
             warnings.warn(f"{self.domains[0].name}: no held-out tasks; evaluation skipped (raise held_out_fraction)",
                           stacklevel=2)
@@ -369,7 +441,7 @@ class Trainer:
 
         out, tmp = self.run_dir / "best", self.run_dir / "best.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        save_model(self.model, self.tokenizer, tmp)
+        save_model(self.whole_model, self.tokenizer, tmp)
         (tmp / "posttrain.json").write_text(json.dumps({"step": self.step, "metric": self.cfg.train.best_metric,
                                                         "value": self.best.value if self.best else None}))
         shutil.rmtree(out, ignore_errors=True)
@@ -393,7 +465,14 @@ class Trainer:
         )
 
     def checkpoint(self) -> Path:
-        path = save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, self.state())
+        """Save the step's weights and trainer state (under torchrun: rank 0 saves, with every rank's sampler state)."""
+        state = self.state()
+        if self.dp is not None:
+            ranks = self.dp.gather_to_lead({"engine_rng": state.engine_rng, "torch_rng": state.torch_rng})
+            if not self.lead:
+                return checkpoint_dir(self.run_dir, self.step)
+            state.extra["ranks"] = ranks
+        path = save_checkpoint(self.run_dir, self.step, self.model, self.tokenizer, state)
         self.store.log_checkpoint(self.step, str(path))
         for removed in prune_checkpoints(self.run_dir, self.cfg.train.keep_checkpoints):
             self.store.forget_checkpoint(removed)
@@ -428,12 +507,16 @@ class Trainer:
         if self.writer is not None:
             self.writer.close()
         self.store.close()
+        if self.dp is not None:  # every rank is past its last collective
+            self.dp.barrier()
+            self.dp.close()
 
     def final_model_dir(self) -> Path:
         """Save the current weights as an HF checkpoint at <run>/final and return it."""
         from posttrain.models.io import save_model
 
         out = self.run_dir / "final"
-        save_model(self.model, self.tokenizer, out)
-        (out / "posttrain.json").write_text(json.dumps({"step": self.step}))
+        if self.lead:
+            save_model(self.whole_model, self.tokenizer, out)
+            (out / "posttrain.json").write_text(json.dumps({"step": self.step}))
         return out

@@ -1,0 +1,120 @@
+"""`posttrain train` under torchrun: the ranks of one run, each rolling out its share of the groups.
+
+Covers: `DataParallel` (this process's rank, the world, its local rank) and `from_env` (None outside torchrun
+or with one process; otherwise the gloo / NCCL process group joined), `device_for` (`cuda` -> this rank's
+GPU), the collectives the trainer uses: `shard` / `gather` (each rank rolls out every world-th task; the
+groups come back to every rank in the order the tasks were drawn, so every rank's curriculum, batch and
+update stay identical without another message), `gather_to_lead`, `all_equal` (the replica check), `barrier`;
+and `lead_first`, which runs a step that writes shared files (the built-in base's one-time build) on rank 0
+before the other ranks.
+Does not cover: the update itself (`learner.DataParallelLearner`), multi-node file systems (every rank
+reads the run directory and the base cache rank 0 writes: one machine, or a shared file system), async
+producers across ranks (refused by the trainer's build).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable, Sequence, TypeVar
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+
+# the longest any rank waits for the others at one collective: rank 0 alone evaluates, checkpoints and may
+# build the base model while the others wait (`POSTTRAIN_DIST_TIMEOUT_MIN` overrides)
+DEFAULT_TIMEOUT_MIN = 120.0
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """One rank of a data-parallel run: its place and the collectives the trainer needs."""
+
+    rank: int
+    world: int
+    local_rank: int
+
+    @property
+    def lead(self) -> bool:
+        """Rank 0: the one that writes the store, evaluates, checkpoints and reports."""
+        return self.rank == 0
+
+    def shard(self, items: Sequence[T]) -> list[T]:
+        """This rank's share of `items`: every world-th one, starting at its rank (balanced for any length)."""
+        return list(items[self.rank :: self.world])
+
+    def gather(self, local: list[T], total: int) -> list[T]:
+        """Every rank's `shard` results (in shard order) -> all `total` results in the original order, on every
+        rank."""
+        parts: list[list[T] | None] = [None] * self.world
+        dist.all_gather_object(parts, local)
+        return interleave([p or [] for p in parts], total)
+
+    def gather_to_lead(self, obj: T) -> list[T] | None:
+        """Every rank's `obj`, in rank order, on rank 0 (None elsewhere)."""
+        parts: list[T | None] | None = [None] * self.world if self.lead else None
+        dist.gather_object(obj, parts, dst=0)
+        return parts  # type: ignore[return-value]
+
+    def all_equal(self, value: float) -> tuple[bool, float]:
+        """(whether every rank holds the same `value`, the largest difference from rank 0's)."""
+        parts: list[float | None] = [None] * self.world
+        dist.all_gather_object(parts, float(value))
+        spread = max(abs(float(p) - float(parts[0])) for p in parts)  # type: ignore[arg-type]
+        return spread == 0.0, spread
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def interleave(parts: Sequence[Sequence[T]], total: int) -> list[T]:
+    """The inverse of every rank's `shard`: parts[r] holds items r, r + world, ... -> all `total` items in order."""
+    world = len(parts)
+    if sum(len(p) for p in parts) != total or any(len(p) != len(range(r, total, world)) for r, p in enumerate(parts)):
+        raise ValueError(f"ranks returned {[len(p) for p in parts]} results for {total} items over {world} ranks")
+    out: list[T] = [None] * total  # type: ignore[list-item]
+    for r, part in enumerate(parts):
+        out[r::world] = list(part)
+    return out
+
+
+def launched() -> bool:
+    """Whether this process is one of several torchrun ranks (WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+
+
+def from_env() -> DataParallel | None:
+    """This rank, the process group joined (gloo on CPU, NCCL with CUDA), or None for one process."""
+    if not launched():
+        return None
+    if not dist.is_initialized():
+        minutes = float(os.environ.get("POSTTRAIN_DIST_TIMEOUT_MIN", DEFAULT_TIMEOUT_MIN))
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend, timeout=timedelta(minutes=minutes))
+    return DataParallel(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def device_for(device: str, local_rank: int) -> str:
+    """A configured device on this rank: a bare `cuda` becomes this rank's GPU; anything else is kept."""
+    return f"cuda:{local_rank}" if device == "cuda" else device
+
+
+def lead_first(dp: DataParallel | None, fn: Callable[[], T]) -> T:
+    """`fn()` on rank 0, then on the other ranks (which find what rank 0 wrote); once without torchrun."""
+    if dp is None:
+        return fn()
+    if dp.lead:
+        out = fn()
+        dp.barrier()
+        return out
+    dp.barrier()
+    return fn()
