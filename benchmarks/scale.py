@@ -8,7 +8,12 @@ CPU, always (each measured against its baseline in the same run):
   process and reports its peak RSS (`ru_maxrss`) minus its RSS just before the computation: allocator
   and model overheads cancel, what is left is the logprobs' own working set. Goal <= 0.125.
 - `ddp_max_grad_diff` (and `fsdp_max_grad_diff`): 2 gloo processes under torchrun vs one process, tiny
-  model, 2 updates (posttrain.distributed.equivalence). Goal <= 1e-6.
+  model, 2 updates (posttrain.distributed.equivalence). Goal <= 1e-6. `ddp_train_max_weight_diff` (and
+  `fsdp_...`): `posttrain train`'s loop itself on 2 ranks, each rolling out its share, against one process
+  replaying the same batches (3 updates at lr 1e-4).
+- `dp_train_time_ratio` (no goal; what torchrun buys on this machine): the built-in addition recipe for
+  `--dp-steps` steps on 2 torchrun ranks of 1 thread each over 1 process of 2 threads (the same cores),
+  training time only, with both held-out greedy gains (`dp_gain_one_process`, `dp_gain_two_ranks`).
 - `lora_gain_ratio`: held-out greedy-accuracy gain of a LoRA run (`--lora-r` 8, `--lora-alpha` 16, every
   projection; lr `--lora-lr`, above the full run's as is usual for LoRA) over the gain of full fine-tuning at equal steps
   (`--steps`, default the recipe's 300) on the built-in addition recipe (examples/addition.toml), each from
@@ -78,15 +83,19 @@ cfg = load_config(sys.argv[1], [f"run_dir='{sys.argv[2]}'", f"train.steps={sys.a
                                 "train.checkpoint_every=0", "tensorboard=false", *sys.argv[4:]])
 start = time.perf_counter()
 trainer = Trainer(cfg, overwrite=True)
-before = trainer.evaluate()["greedy_accuracy"]
+before = trainer.evaluate().get("greedy_accuracy")  # under torchrun every rank calls it (the replica check)
+train_start = time.perf_counter()
 for _ in range(cfg.train.steps):
     trainer.train_step()
-after = trainer.evaluate()["greedy_accuracy"]
+train_s = time.perf_counter() - train_start
+after = trainer.evaluate().get("greedy_accuracy")
 trainable = sum(p.numel() for p in trainer.learner.params)
 total = sum(p.numel() for p in trainer.model.parameters())
+lead = trainer.lead
 trainer.close()
-print(json.dumps({"before": before, "after": after, "gain": after - before, "trainable_params": trainable,
-                  "total_params": total, "seconds": time.perf_counter() - start}))
+if lead:
+    print(json.dumps({"before": before, "after": after, "gain": after - before, "trainable_params": trainable,
+                      "total_params": total, "seconds": time.perf_counter() - start, "train_s": train_s}))
 """
 
 
@@ -108,9 +117,36 @@ def logprob_peak(t: int, v: int) -> dict:
             "logprob_sum_diff": abs(full["logp_sum"] - chunked["logp_sum"])}
 
 
+TINY_RUN = """name = "dp"
+run_dir = "{runs}"
+tensorboard = false
+[model]
+path = "{model}"
+[tasks]
+digits = 1
+[sampling]
+n = 4
+max_tokens = 4
+[reward]
+verifier = "numeric"
+tolerance = 4.0
+[train]
+steps = 3
+prompts_per_step = 4
+eval_size = 20
+eval_every = 2
+checkpoint_every = 0
+[rl]
+lr = 0.0001
+data_parallel = "{strategy}"
+"""
+
+
 def data_parallel() -> dict:
     sys.path.insert(0, str(ROOT / "src"))
-    from posttrain.distributed.equivalence import run_equivalence
+    sys.path.insert(0, str(ROOT / "tests"))
+    from posttrain.distributed.equivalence import run_equivalence, run_train_equivalence
+    from tiny_models import make_tiny_model
 
     out = {}
     for strategy in ("ddp", "fsdp"):
@@ -119,7 +155,51 @@ def data_parallel() -> dict:
               f"max |weight diff| {r['max_weight_diff']:.2e}")
         out[f"{strategy}_max_grad_diff"] = r["max_grad_diff"]
         out[f"{strategy}_max_weight_diff"] = r["max_weight_diff"]
+        with tempfile.TemporaryDirectory() as tmp:
+            model = make_tiny_model(Path(tmp) / "model")
+            config = Path(tmp) / "run.toml"
+            config.write_text(TINY_RUN.format(runs=Path(tmp) / "runs", model=model, strategy=strategy))
+            t = run_train_equivalence(config, nproc=2)
+        print(f"{strategy}: posttrain train's loop on 2 ranks ({t['updates']} updates, each rank rolling out its "
+              f"share: {len(t['rank_tasks'][0])} / {len(t['rank_tasks'][1])} groups) vs 1 process on the same batches: "
+              f"max |weight diff| {t['max_weight_diff']:.2e} (weights moved {t['moved']:.2e}), "
+              f"ranks' weights differ by {t['replica_max_diff']:.1e}")
+        out[f"{strategy}_train_max_weight_diff"] = t["max_weight_diff"]
+        out[f"{strategy}_train_replica_diff"] = t["replica_max_diff"]
     return out
+
+
+def data_parallel_training(steps: int, seed: int) -> dict:
+    """The built-in addition recipe at equal steps: one process with both cores' threads against `posttrain
+    train`'s loop on 2 torchrun ranks of one thread each (the same cores), each from the same base and seed:
+    training wall time (evaluations excluded on both sides) and held-out greedy gains."""
+    config = str(ROOT / "examples" / "addition.toml")
+    extra = [f"seed={seed}"]
+    with tempfile.TemporaryDirectory() as runs:
+        env = {**ENV, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+        proc = subprocess.run([sys.executable, "-c", ARM_CHILD, config, runs, str(steps), *extra], env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"child failed: {proc.stderr[-3000:]}")
+        one = json.loads(proc.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory() as runs:
+        script = Path(runs) / "arm.py"
+        script.write_text(ARM_CHILD)
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                               str(script), config, runs, str(steps), *extra], env=ENV, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"torchrun failed: {proc.stderr[-3000:]}")
+        ranks = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    for name, a in (("1 process, 2 threads", one), ("2 ranks, 1 thread each", ranks)):
+        print(f"addition seed {seed}, {name}: held-out greedy {a['before']:.3f} -> {a['after']:.3f} "
+              f"(gain {a['gain']:+.3f}), {steps} steps in {a['train_s']:.1f} s ({a['train_s'] / steps:.3f} s/step)",
+              flush=True)
+    ratio = ranks["train_s"] / one["train_s"]
+    print(f"2 ranks / 1 process training time at equal steps: {ratio:.3f}")
+    return {"dp_train_time_ratio": round(ratio, 3), "dp_gain_one_process": round(one["gain"], 4),
+            "dp_gain_two_ranks": round(ranks["gain"], 4), "dp_steps": steps, "dp_seed": seed,
+            "dp_step_s_one_process": round(one["train_s"] / steps, 4),
+            "dp_step_s_two_ranks": round(ranks["train_s"] / steps, 4)}
 
 
 def lora_gain(steps: int, lora_lr: float, seeds: list[int], r: int = 8, alpha: float = 16.0) -> dict:
@@ -187,7 +267,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the LoRA comparison")
     ap.add_argument("--T", type=int, default=4096)
     ap.add_argument("--V", type=int, default=151936)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["peak", "dp", "lora", "qwen3"])
+    ap.add_argument("--dp-steps", type=int, default=300, help="steps per arm of the 1-process vs 2-rank training run")
+    ap.add_argument("--dp-seed", type=int, default=0)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["peak", "dp", "dp_train", "lora", "qwen3"])
     ap.add_argument("--gpu", action="store_true", help="also the GPU figures (needs CUDA; vLLM for two of them)")
     args = ap.parse_args()
     out: dict = {"cpus": os.cpu_count(), "load_avg_1m_start": load()}
@@ -196,6 +278,8 @@ def main() -> None:
         out.update(qwen3_parity())
     if "dp" not in args.skip:
         out.update(data_parallel())
+    if "dp_train" not in args.skip:
+        out.update(data_parallel_training(args.dp_steps, args.dp_seed))
     if "peak" not in args.skip:
         out.update(logprob_peak(args.T, args.V))
     if "lora" not in args.skip:

@@ -281,6 +281,10 @@ class RLConfig(_Section):
     padding every row to the longest; needs loss_agg = token_mean."""
     pack_tokens: int | None = Field(None, ge=2)
     """Row width when packing (None: the longest sequence of the batch)."""
+    share_prefix: bool = True
+    """Run each group's common prefix (the prompt its n completions share) once in the learner's forward and
+    backward, as a prefix tree (models/prefix_tree.py), wherever that costs fewer FLOPs than padded rows; the
+    same logprobs and gradients within float tolerance. Not with packing. False: every row runs whole."""
     lora: LoRAConfig | None = None
     """Train LoRA adapters (extra `lora`) instead of every weight: only adapter weights move, are synced and saved."""
     data_parallel: Literal["ddp", "fsdp"] = "ddp"

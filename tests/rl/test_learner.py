@@ -131,3 +131,24 @@ def test_lr_schedules_warm_up_then_decay_to_the_floor():
     assert scheduled_lr(lr, 5, 0, "cosine", 23, 0.0) > scheduled_lr(lr, 5, 0, "linear", 23, 0.0)
     # unknown total: constant after warm-up
     assert scheduled_lr(lr, 100, 0, "cosine", None, 0.1) == lr
+
+
+@pytest.mark.parametrize("kw", [{}, {"kl_beta": 0.05, "micro_batches": 2}, {"epochs": 2, "minibatches": 2}])
+def test_sharing_each_groups_prompt_is_the_same_update(tiny_model_dir, kw):
+    """rl.share_prefix runs each group's prompt once for its completions: the same gradient and metrics as
+    every row run whole, within float tolerance (compared as above: Adam's first moment, not its step)."""
+    updated = []
+    for share in (False, True):
+        model, tok = load_model(tiny_model_dir)
+        learner = Learner(model, RLConfig(lr=1e-2, share_prefix=share, **kw), max_tokens=4)
+        batch = _batch_of_eight(tok)
+        assert batch.groups.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+        assert (learner._prefix_trees(batch) is not None) == share  # trees cost fewer FLOPs on this batch
+        metrics = learner.update(batch)
+        grads = {n: learner.optimizer.state[p]["exp_avg"] for n, p in model.named_parameters()}
+        updated.append((grads, metrics))
+    (a, ma), (b, mb) = updated
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-7), k
+    for key in ("pg_loss", "loss", "entropy", "clip_frac", "grad_norm", "mismatch_mean", *(["kl"] if kw.get("kl_beta") else [])):
+        assert ma[key] == pytest.approx(mb[key], rel=1e-4, abs=1e-7), key

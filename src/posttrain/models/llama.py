@@ -292,8 +292,9 @@ class CausalLM(nn.Module):
         logits_index: Tensor | None = None,  # [B, K] positions in T whose logits are wanted; all when None
         segment_ids: Tensor | None = None,  # [B, T] packed rows: attention stays within equal ids (no cache)
         return_hidden: bool = False,  # the final normed hidden states [B, T, H] instead of logits (see `hidden`)
+        branch_ids: Tensor | None = None,  # [B, T] prefix trees (no cache): see `prefix_tree_mask`
     ) -> Tensor:
-        h = self._trunk(input_ids, position_ids, cache, attention_mask, segment_ids)
+        h = self._trunk(input_ids, position_ids, cache, attention_mask, segment_ids, branch_ids)
         if return_hidden:
             return self.model.norm(h)
         if logits_index is not None:  # prefill needs only the last position: skip the rest of the vocab projection
@@ -313,13 +314,15 @@ class CausalLM(nn.Module):
         return self(input_ids, position_ids, attention_mask=attention_mask, segment_ids=segment_ids, return_hidden=True)
 
     def _trunk(self, input_ids: Tensor, position_ids: Tensor | None, cache: Cache | None,
-               attention_mask: Tensor | None, segment_ids: Tensor | None) -> Tensor:
+               attention_mask: Tensor | None, segment_ids: Tensor | None, branch_ids: Tensor | None = None) -> Tensor:
         b, t = input_ids.shape
         mask: Tensor | None
         if cache is None:
             if position_ids is None:
                 position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
-            if segment_ids is not None:
+            if branch_ids is not None:
+                mask = prefix_tree_mask(branch_ids)
+            elif segment_ids is not None:
                 mask = packed_causal_mask(segment_ids)
             else:
                 mask = None if attention_mask is None else _padded_causal_mask(attention_mask)
@@ -346,6 +349,19 @@ def packed_causal_mask(segment_ids: Tensor) -> Tensor:
     causal = torch.ones(t, t, dtype=torch.bool, device=segment_ids.device).tril()
     same = segment_ids[:, :, None] == segment_ids[:, None, :]
     return (same & causal)[:, None]
+
+
+def prefix_tree_mask(branch_ids: Tensor) -> Tensor:
+    """[B, 1, T, T] bool for rows that each hold a prefix tree: one shared prefix (branch 0) followed by
+    several continuations of it (branches 1, 2, ...), each laid out after the one before. Query i sees key
+    j <= i of the prefix or of its own branch, never another branch; padding (branch -1) sees the prefix and
+    itself, so its rows stay finite. With the positions of each branch continuing the prefix's, every branch
+    token gets exactly the hidden state it would have in its own row `prefix + branch`."""
+    t = branch_ids.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=branch_ids.device).tril()
+    q, k = branch_ids[:, :, None], branch_ids[:, None, :]
+    diag = torch.eye(t, dtype=torch.bool, device=branch_ids.device)
+    return ((causal & ((k == 0) | (k == q))) | diag)[:, None]
 
 
 def _cache_mask(key_mask: Tensor, start: int, t: int) -> Tensor:

@@ -13,7 +13,9 @@ any parameter moves. Memory and precision (`[rl]`): logprobs in chunks of
 `logprob_chunk` positions (never the full [T, V] logits), `device`, `dtype`
 (bf16 autocast over fp32 master weights), activation checkpointing, and
 `packing` (`pack_rows`: several sequences per row, per-segment positions and
-attention, per-token advantages) in place of padding.
+attention, per-token advantages) in place of padding; `share_prefix` (each
+group's rows as one prefix tree: the prompt runs once for its n completions,
+where that costs fewer FLOPs than the padded rows).
 Does not cover: distributed data parallelism (posttrain/distributed/ wraps this
 learner), building LoRA adapters (rl/lora.py: the learner then trains only
 the parameters that require grad).
@@ -32,7 +34,8 @@ from torch import Tensor
 
 from posttrain.config import RLConfig
 from posttrain.models.llama import CausalLM
-from posttrain.models.logprobs import chunked_logprobs
+from posttrain.models.logprobs import chunked_logprobs, shared_prefix_logprobs
+from posttrain.models.prefix_tree import PrefixTrees, layout_costs, prefix_trees
 from posttrain.rl.losses import (
     aggregate_loss,
     clipped_policy_loss,
@@ -52,13 +55,15 @@ class TrainBatch:
     lengths: Tensor | None = None  # [B] real tokens per row (what `pack_rows` packs by)
     position_ids: Tensor | None = None  # [B, T] packed rows: positions restart at each segment
     segment_ids: Tensor | None = None  # [B, T] packed rows: attention stays inside equal ids
+    groups: Tensor | None = None  # [B] the group each row came from: its rows share a prefix (`rl.share_prefix`)
 
     def to(self, device: torch.device) -> "TrainBatch":
         def move(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.to(device)
 
         return TrainBatch(self.input_ids.to(device), self.mask.to(device), self.old_logp.to(device),
-                          self.advantages.to(device), move(self.lengths), move(self.position_ids), move(self.segment_ids))
+                          self.advantages.to(device), move(self.lengths), move(self.position_ids), move(self.segment_ids),
+                          move(self.groups))
 
     def rows(self, index: Tensor) -> "TrainBatch":
         def pick(t: Tensor | None) -> Tensor | None:
@@ -66,7 +71,7 @@ class TrainBatch:
 
         return replace(self, input_ids=self.input_ids[index], mask=self.mask[index], old_logp=self.old_logp[index],
                        advantages=self.advantages[index], lengths=pick(self.lengths),
-                       position_ids=pick(self.position_ids), segment_ids=pick(self.segment_ids))
+                       position_ids=pick(self.position_ids), segment_ids=pick(self.segment_ids), groups=pick(self.groups))
 
 
 def pack_groups(groups: list[Group], advantages: Tensor, valid: Tensor, pad_id: int) -> TrainBatch:
@@ -78,12 +83,13 @@ def pack_groups(groups: list[Group], advantages: Tensor, valid: Tensor, pad_id: 
     """
     flat_adv = advantages.reshape(-1).float()
     flat_valid = valid.reshape(-1)
-    views, row_adv, row_valid = [], [], []
-    for i, t in enumerate(t for g in groups for t in g.trajectories):
+    views, row_adv, row_valid, row_group = [], [], [], []
+    for i, (gi, t) in enumerate((gi, t) for gi, g in enumerate(groups) for t in g.trajectories):
         for view in t.segments():
             views.append(view)
             row_adv.append(flat_adv[i])
             row_valid.append(bool(flat_valid[i]))
+            row_group.append(gi)
     width = max(len(v) for v in views)
     b = len(views)
     ids = torch.full((b, width), pad_id, dtype=torch.long)
@@ -95,7 +101,8 @@ def pack_groups(groups: list[Group], advantages: Tensor, valid: Tensor, pad_id: 
             mask[i, : len(v) - 1] = torch.tensor(v.mask[1:], dtype=torch.float)
             old[i, : len(v) - 1] = torch.tensor(v.logprobs[1:]) * mask[i, : len(v) - 1]
     lengths = torch.tensor([len(v) for v in views], dtype=torch.long)
-    return TrainBatch(ids, mask, old, torch.stack(row_adv) if row_adv else torch.zeros(0), lengths)
+    return TrainBatch(ids, mask, old, torch.stack(row_adv) if row_adv else torch.zeros(0), lengths,
+                      groups=torch.tensor(row_group, dtype=torch.long))
 
 
 def pack_rows(batch: TrainBatch, width: int | None = None, pad_id: int = 0) -> TrainBatch:
@@ -186,6 +193,7 @@ class Learner:
         model.gradient_checkpointing = cfg.activation_checkpointing
         # only what requires grad trains: every weight, or the LoRA adapters (rl/lora.py freezes the rest)
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self._per_token = sum(p.numel() for layer in model.model.layers for p in layer.parameters())  # linear FLOPs / 2
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.ref_model: CausalLM | None = None
         if cfg.kl_beta > 0:
@@ -206,14 +214,40 @@ class Learner:
         return contextlib.nullcontext()
 
     def _logp(self, batch: TrainBatch, entropy: bool = False, reference: bool = False) -> tuple[Tensor, Tensor | None]:
-        """([b, T-1] logprobs of each target, its entropy when asked), `logprob_chunk` positions at a time."""
+        """([b, T-1] logprobs of each target, its entropy when asked), `logprob_chunk` positions at a time;
+        with `rl.share_prefix`, each group's shared prefix runs once where that costs fewer FLOPs (then only
+        the masked targets are computed: the others are 0, which every use multiplies by the mask)."""
         model, head = (self.ref_model, self.ref_model.lm_head) if reference and self.ref_model is not None else (
             self.forward_module, self.model.lm_head)
+        trees = self._prefix_trees(batch)
+        if trees is not None:
+            assert batch.lengths is not None and batch.groups is not None  # `_prefix_trees` needs both
+            with self._precision():
+                logp, ent = shared_prefix_logprobs(model, batch.input_ids, batch.lengths, batch.groups, batch.mask,
+                                                   self.temperature, self.cfg.logprob_chunk, entropy=entropy, head=head,
+                                                   trees=trees)
+            return logp.float(), ent
         with self._precision():
             logp, ent = chunked_logprobs(model, batch.input_ids, self.temperature, self.cfg.logprob_chunk,
                                          position_ids=batch.position_ids, segment_ids=batch.segment_ids, entropy=entropy,
                                          head=head)
         return logp.float(), ent
+
+    def _prefix_trees(self, batch: TrainBatch) -> PrefixTrees | None:
+        """The batch's prefix trees when `rl.share_prefix` is on, its rows carry their groups (and are not
+        packed), and the trees' forward costs fewer FLOPs than the padded rows'; None otherwise."""
+        if not self.cfg.share_prefix or batch.groups is None or batch.lengths is None or batch.segment_ids is not None:
+            return None
+        if batch.mask.sum() == 0:
+            return None
+        trees = prefix_trees(batch.input_ids, batch.lengths, batch.groups, batch.mask)
+        c = self.model.config
+        flat, tree = layout_costs(batch.lengths, trees.widths, self._per_token, c.hidden_size,
+                                  c.num_hidden_layers)
+        head = 2.0 * c.vocab_size * c.hidden_size  # the vocabulary projection: every position, or the targets only
+        flat += head * batch.mask.numel()
+        tree += head * trees.targets.numel()
+        return trees if tree < flat else None
 
     def local_rows(self, rows: Tensor) -> Tensor:
         """The rows of a micro-batch this process computes (all of them; a data-parallel learner's share)."""

@@ -34,7 +34,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 import torch
 
@@ -138,7 +138,7 @@ class Trainer:
         self.step = 0
         self.informative_rate = 1.0  # running share of groups with reward variance: sizes refills
         self.best: Best | None = None
-        self.store = p.store or (RunStore(store_path) if self.lead else _NoStore())
+        self.store: RunStore = p.store or (RunStore(store_path) if self.lead else cast(RunStore, _NoStore()))
         self.async_loop: AsyncLoop | None = None
         self._async_state: dict = {}
         if resume:
