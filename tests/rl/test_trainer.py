@@ -118,3 +118,19 @@ def test_raising_verifier_is_counted_and_stored_not_fatal(cfg):
         assert errors > 0 and stored == errors
         detail = store.db.execute("SELECT details FROM samples WHERE status = 'error' LIMIT 1").fetchone()[0]
         assert "verifier crashed" in detail
+
+
+def test_a_fill_round_draws_enough_for_the_batch_to_fill_at_once_most_of_the_time():
+    import random
+
+    from posttrain.rl.trainer import fill_draw
+
+    assert fill_draw(16, 1.0) == 16  # every group informative: no spares
+    assert fill_draw(16, 0.01) == 64  # capped at 4x the need
+    sizes = [fill_draw(16, r) for r in (0.9, 0.8, 0.7, 0.6, 0.5)]
+    assert sizes == sorted(sizes) and all(16 <= s <= 64 for s in sizes)
+    rng = random.Random(0)
+    for rate in (0.9, 0.78, 0.6, 0.4):
+        k = fill_draw(16, rate)
+        filled = sum(sum(rng.random() < rate for _ in range(k)) >= 16 for _ in range(2000)) / 2000
+        assert filled >= 0.93, (rate, k, filled)  # mean + 2 std: about 97% of rounds fill the batch

@@ -2,8 +2,9 @@
 
 Covers: one run over the `Components` that `rl/build.py` builds from a
 config; filling each batch with informative groups (zero-variance groups
-dropped, more tasks sampled until the batch is full or the refill budget is
-spent); the update; `engine.load_weights` after every update; metrics to
+dropped; each round draws enough tasks for the running informative share to
+fill the batch, `fill_draw`, and more rounds follow until it is full or the
+refill budget is spent); the update; `engine.load_weights` after every update; metrics to
 the run store and TensorBoard; held-out evaluation every K steps through
 the evaluation harness (responses stored like any eval); checkpoints every
 K steps; and exact resume from the newest checkpoint (`TrainerState`).
@@ -77,6 +78,16 @@ class _NoStore:
 
     def __getattr__(self, name: str) -> Callable[..., list]:
         return lambda *args, **kwargs: []
+
+
+def fill_draw(need: int, informative_rate: float) -> int:
+    """How many tasks to draw for `need` more informative groups when a share `informative_rate` of groups
+    has reward variance: enough that one round fills the batch about 97% of the time (the binomial's mean
+    plus two standard deviations), at most 4x `need`. A round costs about the same whatever its size (decoding
+    is latency-bound at these batch sizes), so drawing a few spare groups is cheaper than a refill round."""
+    p = min(max(informative_rate, 0.25), 1.0)
+    k = (need + 2.0 * math.sqrt(need * (1.0 - p))) / p
+    return max(need, min(4 * need, math.ceil(k)))
 
 
 @dataclass
@@ -220,7 +231,7 @@ class Trainer:
         rounds = silent = 0
         while len(kept) < cfg.prompts_per_step and rounds < cfg.max_fill_rounds:
             need = cfg.prompts_per_step - len(kept)
-            k = need if rounds == 0 else min(4 * need, math.ceil(need / max(self.informative_rate, 0.25)))
+            k = fill_draw(need, self.informative_rate) if cfg.drop_zero_variance else need
             groups = self._rollout(self.curriculum.sample(k))
             self.curriculum.update(groups)
             scores = torch.tensor([g.signal_scores(cfg.signal_from) for g in groups])
