@@ -99,7 +99,8 @@ if TYPE_CHECKING:
 
     class ExecRequest(TypedDict):
         """Start one execution. Rides with fds: the status socket, the task's stdin, stdout and
-        stderr pipe ends, then one ``cgroup.procs`` file per cgroup the task must join."""
+        stderr pipe ends, then one file per cgroup the task must join (``cgroups.join_file``: v1 ``tasks``,
+        v2 ``cgroup.procs``)."""
 
         op: Literal["exec"]
         argv: list[str] | None
@@ -229,9 +230,11 @@ def _task_main(req: ExecRequest, fds: list[int], seccomp_program: bytes | None, 
     try:
         sc.set_name(b"sandbox-task")  # until it becomes the task
         sc.set_pdeathsig(signal.SIGKILL)
-        # Join the task's cgroups through cgroup.procs files the manager opened as root
-        # (cgroup v1 checks the opener's credentials); "0" means the writer itself. The fds
-        # are closed before anything else runs, so they never reach the task.
+        # Join the task's cgroups through files the manager opened as root (cgroup v1 checks
+        # the opener's credentials); "0" means the writer itself, and this process has one
+        # thread (a fork), which a v1 ``tasks`` file moves without the kernel's global lock
+        # (``cgroups.join_file``). The fds are closed before anything else runs, so they never
+        # reach the task.
         for fd in fds[4:]:
             os.write(fd, b"0")
             os.close(fd)

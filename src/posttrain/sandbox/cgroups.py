@@ -7,7 +7,8 @@ on a hybrid host even without controllers), creating one group per execution und
 it. ``SlotPool`` keeps v1 groups warm between executions (reset, not rebuilt: creating and
 removing three groups cost ~1 ms a run) and reuses one only when its reset provably left
 nothing of the previous run. ``sweep_orphans`` removes the groups of managers that died
-(SIGKILL included).
+(SIGKILL included). A task joins its groups itself, by writing "0" into ``join_file`` (v1
+``tasks``: no global lock, so no wait for an RCU grace period).
 
 Does not cover: CPU bandwidth (``cpu.max``) or I/O throttling; anything missing is reported
 by ``CgroupSupport.warnings`` so the caller can degrade loudly, never silently.
@@ -121,6 +122,27 @@ def probe() -> CgroupSupport:
     return s
 
 
+_JOIN_FILES: dict[str, str] = {}
+
+
+def join_file(root: str) -> str:
+    """The file through which a single-threaded process joins a group of hierarchy ``root``
+    by writing "0": ``tasks`` on cgroup v1, ``cgroup.procs`` on v2.
+
+    Why not ``cgroup.procs`` everywhere: moving a whole process (``cgroup.procs``, or any
+    pid but "0") takes the kernel's global ``cgroup_threadgroup_rwsem`` for writing, and a
+    writer waits for an RCU grace period unless another one ran moments before: measured
+    6-16 ms per execution when runs are 20 ms or more apart (2 cores, HZ=250), most of a
+    pre-forked run. Moving the calling thread alone ("0" into v1 ``tasks``) skips that lock
+    (``cgroup_procs_write_start`` in recent kernels; older ones lock either way) and takes
+    ~0.02 ms; for a single-threaded process it moves the whole process. v2 has no such file for a domain group
+    (``cgroup.threads`` needs threaded groups), so v2 keeps ``cgroup.procs``."""
+    name = _JOIN_FILES.get(root)
+    if name is None:
+        name = _JOIN_FILES[root] = "cgroup.procs" if os.path.exists(f"{root}/cgroup.controllers") else "tasks"
+    return name
+
+
 KERNEL_RESIDUE_BYTES = 1 << 20
 """Most kernel memory a reused group may still have charged (see ``TaskCgroup.reset``)."""
 _USER_PAGES = ("rss", "rss_huge", "cache", "shmem", "mapped_file", "swap", "unevictable", "dirty", "writeback")
@@ -137,7 +159,7 @@ class TaskStats:
 
 
 class TaskCgroup:
-    """The cgroups of one execution; joined via ``open_procs`` before the task starts, ``close()`` after."""
+    """The cgroups of one execution; joined via ``open_join_files`` before the task starts, ``close()`` after."""
 
     def __init__(self, support: CgroupSupport, manager: str, name: str, memory_bytes: int, pids: int):
         self.support = support
@@ -179,9 +201,10 @@ class TaskCgroup:
         if support.pids:
             _write(f"{self.paths[support.pids]}/pids.max", str(pids))
 
-    def open_procs(self) -> list[int]:
-        """Write-only fds on each ``cgroup.procs``, for the task's init to join by writing "0"."""
-        return [os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for path in self.paths.values()]
+    def open_join_files(self) -> list[int]:
+        """Write-only fds, one per group, through which the task joins by writing "0" (itself)
+        while it is single-threaded (a fork): ``join_file`` of each group's hierarchy."""
+        return [os.open(f"{path}/{join_file(root)}", os.O_WRONLY | os.O_CLOEXEC) for root, path in self.paths.items()]
 
     def kill(self) -> bool:
         if self.support.kill:

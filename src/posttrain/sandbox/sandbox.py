@@ -352,7 +352,7 @@ class Sandbox:
             err_r, err_w = os.pipe()
             pipes = [in_r, out_w, err_w]
             if cg is not None:
-                pipes += cg.open_procs()
+                pipes += cg.open_join_files()
             try:
                 server.send(req, [peer.fileno(), *pipes])
             finally:
