@@ -123,7 +123,7 @@ def test_raising_verifier_is_counted_and_stored_not_fatal(cfg):
 def test_a_fill_round_draws_enough_for_the_batch_to_fill_at_once_most_of_the_time():
     import random
 
-    from posttrain.rl.trainer import fill_draw
+    from posttrain.rl.rollout import fill_draw
 
     assert fill_draw(16, 1.0) == 16  # every group informative: no spares
     assert fill_draw(16, 0.01) == 64  # capped at 4x the need

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import math
 import multiprocessing
 import threading
 import time
@@ -52,7 +51,7 @@ from posttrain.errors import UserError
 from posttrain.rl.advantages import has_signal
 from posttrain.rl.buffer import BufferClosed, FinishedRollout, GroupBuffer, RolloutRequest
 from posttrain.rl.follow import FollowWeights
-from posttrain.rl.rollout import Rollouter
+from posttrain.rl.rollout import Rollouter, fill_draw
 from posttrain.scheduler.curriculum import Curriculum
 from posttrain.types import Group
 
@@ -462,7 +461,7 @@ class AsyncLoop:
             if rounds == 0 and self.ahead and self.ahead[0].for_step == step:
                 request = self.ahead.pop(0)
             else:
-                k = need if rounds == 0 else min(4 * need, math.ceil(need / max(informative_rate, 0.25)))
+                k = fill_draw(need, informative_rate) if cfg.drop_zero_variance else need  # the synchronous rule
                 submitted = self.buffer.submit(curriculum.sample(k), n, step, version)
                 assert submitted is not None  # critical-path requests are always admitted
                 request = submitted
@@ -488,12 +487,12 @@ class AsyncLoop:
     def _look_ahead(self, step: int, curriculum: Curriculum, n: int, informative_rate: float) -> None:
         """Requests for steps step+1 .. step+max_staleness, each allowed to start at version t-1-max_staleness.
 
-        Each is sized like a refill, prompts_per_step / informative rate (at most 4x): zero-variance groups are
+        Each is sized like a fill round (`rollout.fill_draw`, at most 4x prompts_per_step): zero-variance groups are
         dropped, and a refill is sampled on the learner's critical path, so the look-ahead samples them too."""
         cfg = self.cfg.train
         per_step = cfg.prompts_per_step
         if cfg.drop_zero_variance:
-            per_step = min(4 * per_step, math.ceil(per_step / max(informative_rate, 0.25)))
+            per_step = fill_draw(per_step, informative_rate)
         last = max((r.for_step for r in self.ahead), default=step)
         for t in range(max(last, step) + 1, min(step + self.k, self.total_steps) + 1):
             if self.buffer.occupancy() + per_step > self.buffer.capacity:

@@ -29,7 +29,6 @@ loop itself, or running agent episodes (`posttrain.agent`).
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import time
 import warnings
@@ -49,7 +48,7 @@ from posttrain.rl.advantages import group_relative_advantages, has_signal
 from posttrain.rl.async_loop import AsyncLoop
 from posttrain.rl.build import Components, build, data_parallel_from_env
 from posttrain.rl.learner import pack_groups
-from posttrain.rl.rollout import run_sync
+from posttrain.rl.rollout import fill_draw, run_sync
 from posttrain.rl.selection import Best, HeldOutRegression, observe
 from posttrain.scheduler.curriculum import level_metrics
 from posttrain.store.checkpoints import (
@@ -78,16 +77,6 @@ class _NoStore:
 
     def __getattr__(self, name: str) -> Callable[..., list]:
         return lambda *args, **kwargs: []
-
-
-def fill_draw(need: int, informative_rate: float) -> int:
-    """How many tasks to draw for `need` more informative groups when a share `informative_rate` of groups
-    has reward variance: enough that one round fills the batch about 97% of the time (the binomial's mean
-    plus two standard deviations), at most 4x `need`. A round costs about the same whatever its size (decoding
-    is latency-bound at these batch sizes), so drawing a few spare groups is cheaper than a refill round."""
-    p = min(max(informative_rate, 0.25), 1.0)
-    k = (need + 2.0 * math.sqrt(need * (1.0 - p))) / p
-    return max(need, min(4 * need, math.ceil(k)))
 
 
 @dataclass
