@@ -218,11 +218,12 @@ def test_train_prints_the_early_warning_once_per_alert(tiny_model_dir, tmp_path,
     with RunStore(tmp_path / "runs" / "warn" / "run.sqlite") as store:
         alerts = store.alerts()
     lines = [line for line in res.stderr.splitlines() if line.startswith("warning: step")]
-    assert len(alerts) == 3 and [a["step"] for a in alerts] == [2, 3, 4]
-    assert len(lines) == 3 and all("below its best" in line and "(step 1)" in line for line in lines)
+    # the first evaluation is the initial model's (step 0, train.eval_at_start): every later one is a drop from it
+    assert len(alerts) == 4 and [a["step"] for a in alerts] == [1, 2, 3, 4]
+    assert len(lines) == 4 and all("below its best" in line and "(step 0)" in line for line in lines)
     assert "UserWarning" not in res.output and "HeldOutRegression" not in res.output
     last = json.loads(res.stdout.strip().splitlines()[-1])
-    assert last["best_step"] == 1 and last["regressing"] == 1.0
+    assert last["best_step"] == 0 and last["regressing"] == 1.0
 
 
 def test_progress_shows_held_out_and_best_so_far():

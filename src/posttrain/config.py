@@ -403,6 +403,9 @@ class TrainConfig(_Section):
     """Sampling rounds allowed to refill the batch after dropping uninformative groups."""
     eval_every: int = Field(50, ge=0)
     """Held-out greedy evaluation every K steps, stored per task (0: only at the end)."""
+    eval_at_start: bool = True
+    """Also evaluate before the first step of a fresh run (with eval_every > 0): the curve starts at the
+    initial model, and best/ stays the initial model while no later evaluation reaches its score."""
     eval_size: int = Field(500, ge=1)
     """Held-out tasks per evaluation (fewer when the held-out split is smaller)."""
     eval_suites: list[str] = []

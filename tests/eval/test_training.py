@@ -32,7 +32,7 @@ def test_trainer_evaluates_suites_every_k_steps(tiny_config, jsonl_suite):
         name = f"suite:{jsonl_suite}"
         assert f"{name}/pass@1" in result.final_eval and f"{name}/regressed_tasks" in result.final_eval
         evals = trainer.store.evals(name)
-        assert [s for s, _, _ in evals] == [1, 2] and "pass@1" in evals[0][2]
+        assert [s for s, _, _ in evals] == [0, 1, 2] and "pass@1" in evals[0][2]  # step 0: the initial model
         assert set(task_series(trainer.store)[name]) == {f"t{i:02d}" for i in range(20)}
         assert len(trainer.store.eval_samples(name, step=2)) == 20
         assert "regressed_tasks" in trainer.store.evals("held_out")[0][2]

@@ -87,3 +87,26 @@ def test_version_hash_tracks_parameters():
     assert verifier_id(ExactMatch()) == verifier_id(ExactMatch())
     assert verifier_id(ExactMatch()) != verifier_id(ExactMatch(case_sensitive=False))
     assert safe_verify(ExactMatch(), T, "4").verifier == verifier_id(ExactMatch())
+
+
+def test_digit_match_gives_partial_credit_aligned_at_the_last_digit():
+    from posttrain.rewards.verifiers import DigitMatch
+
+    v, t = DigitMatch(), Task("m", "12*34=", "408")
+    cases = {"408": (1.0, True), "418": (2 / 3, False), "48": (1 / 3, False), "4080": (0.0, False),
+             "1408": (0.75, False), "the answer is 409": (2 / 3, False), "none": (0.0, False)}
+    for response, (score, passed) in cases.items():
+        verdict = v.verify(t, response)
+        assert verdict.score == pytest.approx(score) and verdict.passed is passed, response
+    assert verifier_id(DigitMatch()) != verifier_id(DigitMatch(extract="full"))
+
+
+def test_digit_match_as_a_rubric_process_part_passes_only_exact_answers():
+    from posttrain.rewards import build_verifier
+    from posttrain.rewards.base import score_sync
+
+    v = build_verifier({"type": "rubric", "parts": [{"verifier": "exact"},
+                                                    {"verifier": "digits", "weight": 0.5, "role": "process"}]})
+    right, near = score_sync(v, [Task("m", "12*34=", "408")] * 2, ["408", "418"])
+    assert (right.score, right.passed) == (1.0, True)
+    assert near.score == pytest.approx(0.5 * (2 / 3) / 1.5) and near.passed is False

@@ -1,7 +1,8 @@
 """Outcome verifiers for answers, and the guard that turns a failing verifier into data.
 
-Covers: exact match and numeric (absolute/relative tolerance) verifiers with
-answer extraction, on the `SyncVerifier` base (see `base.py` for the
+Covers: exact match, numeric (absolute/relative tolerance) and digit-match (partial credit: the share of
+the gold answer's characters right, aligned at the last digit) verifiers with answer extraction, on the
+`SyncVerifier` base (see `base.py` for the
 protocol, the guard and the version hash).
 Does not cover: code execution, format, constraint or judge verifiers (their
 own modules, on the same protocol).
@@ -17,7 +18,7 @@ from posttrain.rewards.extract import ExtractMode, extract_answer
 from posttrain.rewards.registry import register_verifier
 from posttrain.types import Task, Verdict
 
-__all__ = ["ExactMatch", "NumericMatch", "Verifier", "safe_verify", "verifier_id", "verifier_version"]
+__all__ = ["DigitMatch", "ExactMatch", "NumericMatch", "Verifier", "safe_verify", "verifier_id", "verifier_version"]
 
 
 def _require_answer(task: Task) -> str:
@@ -74,6 +75,29 @@ class NumericMatch(SyncVerifier):
         return Verdict(score=float(hit), passed=hit, details="" if hit else f"expected {gold}, got {got}")
 
 
+@dataclass
+class DigitMatch(SyncVerifier):
+    """Partial credit for a numeric answer: the share of positions, aligned at the last character, where the
+    answer and the gold answer agree, over the longer of the two (a missing or extra digit costs its
+    position). passed only on an exact match. Meant as a rubric's process part beside `exact` (a dense signal
+    for long answers the policy rarely gets whole, docs/recipe.md), not as an acceptance criterion."""
+
+    extract: ExtractMode = "last_number"
+    name: str = "digits"
+
+    def verify(self, task: Task, response: str) -> Verdict:
+        gold = _require_answer(task).strip()
+        got = extract_answer(response, self.extract)
+        if got is None or not gold:
+            return Verdict(score=0.0, passed=False, details="no answer found")
+        got = got.strip()
+        right = sum(a == b for a, b in zip(reversed(gold), reversed(got)))
+        share = right / max(len(gold), len(got))
+        hit = got == gold
+        details = "" if hit else f"{right} of {len(gold)} characters of {gold!r} in {got[:80]!r}"
+        return Verdict(score=share, passed=hit, details=details)
+
+
 @register_verifier("exact")
 def _exact(**params) -> ExactMatch:
     return ExactMatch(**params)
@@ -82,3 +106,8 @@ def _exact(**params) -> ExactMatch:
 @register_verifier("numeric")
 def _numeric(**params) -> NumericMatch:
     return NumericMatch(**params)
+
+
+@register_verifier("digits")
+def _digits(**params) -> DigitMatch:
+    return DigitMatch(**params)

@@ -485,6 +485,8 @@ class Trainer:
         start = time.perf_counter()
         final: dict[str, float] = {}
         try:
+            if cfg.eval_every and cfg.eval_at_start and self.step == 0 and last > 0:
+                final = self.evaluate()
             while self.step < last:
                 self.train_step()
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
