@@ -38,3 +38,19 @@ def test_trainer_evaluates_suites_every_k_steps(tiny_config, jsonl_suite):
         assert "regressed_tasks" in trainer.store.evals("held_out")[0][2]
     finally:
         trainer.close()
+
+
+def test_eval_at_start_is_the_initial_model_and_can_be_turned_off(tiny_config):
+    from posttrain.rl.trainer import Trainer
+
+    for at_start, steps in ((True, [0, 2]), (False, [2])):
+        cfg = tiny_config.model_copy(deep=True)
+        cfg.name = f"start-{at_start}"
+        cfg.train.steps, cfg.train.eval_every, cfg.train.eval_at_start = 2, 2, at_start
+        trainer = Trainer(cfg)
+        try:
+            trainer.run()
+            assert [s for s, _, _ in trainer.store.evals("held_out")] == steps
+            assert trainer.best is not None and trainer.best.step in steps
+        finally:
+            trainer.close()
