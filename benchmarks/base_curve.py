@@ -29,18 +29,19 @@ def main() -> None:
     ap.add_argument("--family", default="mul")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--every", type=int, default=100, help="held-out check every K steps")
-    ap.add_argument("--lr", type=float, default=None, help="pre-training rate (default: the family's)")
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--intermediate", type=int, default=384)
+    # unset: the base model's own defaults (config.BaseModelConfig, with the family's FAMILY_BASE_DEFAULTS)
+    ap.add_argument("--lr", type=float, default=None, help="pre-training rate")
+    ap.add_argument("--hidden", type=int, default=None, help="hidden_size")
+    ap.add_argument("--layers", type=int, default=None, help="num_layers")
+    ap.add_argument("--intermediate", type=int, default=None, help="intermediate_size")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    extra = {} if args.lr is None else {"lr": args.lr}
-    cfg = BaseModelConfig(family=args.family, hidden_size=args.hidden, num_layers=args.layers,
-                          intermediate_size=args.intermediate, max_steps=args.steps, target_low=1.0,
-                          target_high=1.0, eval_every=args.every, seed=args.seed, **extra)
+    given = {"lr": args.lr, "hidden_size": args.hidden, "num_layers": args.layers,
+             "intermediate_size": args.intermediate}
+    cfg = BaseModelConfig(family=args.family, max_steps=args.steps, target_low=1.0, target_high=1.0,
+                          eval_every=args.every, seed=args.seed, **{k: v for k, v in given.items() if v is not None})
     t0 = time.perf_counter()
 
     def on_eval(step: int, acc: float) -> None:
@@ -49,8 +50,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as d:
         acc, n = builtin.pretrain_base(cfg, Path(d), on_eval)
-    print(json.dumps({"family": args.family, "lr": cfg.lr, "hidden": args.hidden, "layers": args.layers,
-                      "seed": args.seed, "steps": n, "final_accuracy": round(acc, 4),
+    print(json.dumps({"family": cfg.family, "lr": cfg.lr, "hidden": cfg.hidden_size, "layers": cfg.num_layers,
+                      "intermediate": cfg.intermediate_size, "seed": cfg.seed, "steps": n, "final_accuracy": round(acc, 4),
                       "seconds": round(time.perf_counter() - t0, 1)}))
 
 

@@ -2,8 +2,7 @@
 
 Covers: exact match, numeric (absolute/relative tolerance) and digit-match (partial credit: the share of
 the gold answer's characters right, aligned at the last digit) verifiers with answer extraction, on the
-`SyncVerifier` base (see `base.py` for the
-protocol, the guard and the version hash).
+`SyncVerifier` base (see `base.py` for the protocol, the guard and the version hash).
 Does not cover: code execution, format, constraint or judge verifiers (their
 own modules, on the same protocol).
 """
@@ -87,8 +86,10 @@ class DigitMatch(SyncVerifier):
 
     def verify(self, task: Task, response: str) -> Verdict:
         gold = _require_answer(task).strip()
+        if not gold:
+            raise ValueError(f"task {task.id!r}: empty gold answer")
         got = extract_answer(response, self.extract)
-        if got is None or not gold:
+        if got is None:
             return Verdict(score=0.0, passed=False, details="no answer found")
         got = got.strip()
         right = sum(a == b for a, b in zip(reversed(gold), reversed(got)))
