@@ -34,12 +34,14 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=None, help="hidden_size")
     ap.add_argument("--layers", type=int, default=None, help="num_layers")
     ap.add_argument("--intermediate", type=int, default=None, help="intermediate_size")
+    ap.add_argument("--worked", action="store_true", help="mul: worked solutions (BaseModelConfig.worked)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     given = {"lr": args.lr, "hidden_size": args.hidden, "num_layers": args.layers,
-             "intermediate_size": args.intermediate}
+             "intermediate_size": args.intermediate,
+             "worked": args.worked or None}
     cfg = BaseModelConfig(family=args.family, max_steps=args.steps, target_low=1.0, target_high=1.0,
                           eval_every=args.every, seed=args.seed, **{k: v for k, v in given.items() if v is not None})
     t0 = time.perf_counter()

@@ -93,3 +93,25 @@ def test_an_agent_base_is_checked_with_its_current_weights(tmp_path, monkeypatch
     engine.set_version(1)
     fresh = engine.generate([prompt], params)[0][0].logprobs
     assert stale != fresh
+
+
+def test_keys_of_bases_built_before_worked_solutions_are_unchanged(tmp_path):
+    """`worked` joins the cache key only when set: every base cached before it existed is still found."""
+    assert base_key(BaseModelConfig()) == "arith-add-d2-s0-9f199c7a74"
+    assert base_key(BaseModelConfig(family="sub", seed=2)) == "arith-sub-d2-s2-c1a3d5700b"
+    assert base_key(BaseModelConfig(family="mul")) != base_key(BaseModelConfig(family="mul", worked=False))
+
+
+def test_a_worked_base_learns_the_solution_and_is_checked_on_the_product(tmp_path):
+    from posttrain.builtin import _batch, base_task_source
+    from posttrain.models.tokenizer import char_tokenizer
+
+    cfg = _cfg(tmp_path, family="mul", digits=2, target_low=1.0, target_high=1.0)
+    assert cfg.worked
+    task = next(t for t in base_task_source(cfg).take(50, "train") if ";" in t.meta["solution"])
+    tok = char_tokenizer()
+    ids, mask = _batch(tok, [task])
+    target = tok.decode([int(i) for i, m in zip(ids[0, 1:], mask[0]) if m])
+    assert target == task.meta["solution"]  # the loss covers the whole worked solution
+    build = ensure_base(cfg)  # band checks decode the solution and read its last number: runs to the cap
+    assert build.steps == cfg.max_steps and 0.0 <= build.accuracy <= 1.0

@@ -67,10 +67,32 @@ def test_malformed_override_and_file(tmp_path):
 def test_family_base_defaults_apply_only_to_fields_left_unset():
     from posttrain.config import FAMILY_BASE_DEFAULTS
 
-    mul = load_config(None, ["model.base.family='mul'"]).model.base
-    assert (mul.target_low, mul.target_high) == (FAMILY_BASE_DEFAULTS["mul"]["target_low"],
-                                                 FAMILY_BASE_DEFAULTS["mul"]["target_high"])
-    mine = load_config(None, ["model.base.family='mul'", "model.base.target_low=0.3"]).model.base
-    assert (mine.target_low, mine.target_high) == (0.3, FAMILY_BASE_DEFAULTS["mul"]["target_high"])
+    lookup = load_config(None, ["model.base.family='lookup'"]).model.base
+    assert (lookup.target_low, lookup.batch_size) == (FAMILY_BASE_DEFAULTS["lookup"]["target_low"],
+                                                      FAMILY_BASE_DEFAULTS["lookup"]["batch_size"])
+    mine = load_config(None, ["model.base.family='lookup'", "model.base.target_low=0.3"]).model.base
+    assert (mine.target_low, mine.target_high) == (0.3, FAMILY_BASE_DEFAULTS["lookup"]["target_high"])
     add = load_config(None, []).model.base
-    assert (add.target_low, add.target_high) == (0.40, 0.65)
+    assert (add.target_low, add.target_high, add.worked) == (0.40, 0.65, False)
+
+
+def test_products_and_chains_default_to_worked_solutions_on_both_sides():
+    from posttrain.rl.build import build_domains
+
+    for family in ("mul", "chain"):
+        cfg = load_config(None, [f"tasks.source='arith:{family}'", f"model.base.family='{family}'"])
+        assert cfg.model.base.worked and (cfg.model.base.target_low, cfg.model.base.target_high) == (0.40, 0.65)
+        assert build_domains(cfg)[0].meta["worked"]
+    bare = load_config(None, ["tasks.source='arith:mul'", "model.base.family='mul'", "tasks.options.worked=false",
+                              "model.base.worked=false"])
+    assert not bare.model.base.worked and not build_domains(bare)[0].meta["worked"]
+
+
+def test_a_base_and_tasks_that_write_answers_differently_are_one_line_errors():
+    with pytest.raises(ConfigError, match="set both the same") as err:
+        load_config(None, ["tasks.source='arith:mul'", "model.base.family='mul'", "tasks.options.worked=false"])
+    assert "\n" not in str(err.value) and "Value error" not in str(err.value)
+    with pytest.raises(ConfigError, match="mul and chain families only"):
+        load_config(None, ["model.base.worked=true"])
+    # a checkpoint of the user's own is not the built-in base: nothing to compare
+    load_config(None, ["tasks.source='arith:mul'", "model.path='/x'", "tasks.options.worked=false"])

@@ -76,7 +76,8 @@ def is_agent(cfg: BaseModelConfig) -> bool:
 
 
 def base_key(cfg: BaseModelConfig) -> str:
-    fields = cfg.model_dump(exclude={"cache_dir"})
+    # `worked` joins the key only when set, so every base built before it existed keeps its key
+    fields = cfg.model_dump(exclude={"cache_dir"} | (set() if cfg.worked else {"worked"}))
     if is_agent(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "agent_format": AGENT_BASE_FORMAT, **fields}, sort_keys=True)
         return f"agent-{cfg.family}-h{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
@@ -102,7 +103,8 @@ def base_task_source(cfg: BaseModelConfig) -> Any:
         family = cfg.family.split(":", 1)[1]
         return CodeSource(family=family, digits=cfg.digits, held_out_fraction=cfg.held_out_fraction)  # type: ignore[arg-type]
     return ArithmeticSource(
-        family=cfg.family, digits=cfg.digits, min_digits=cfg.min_digits, held_out_fraction=cfg.held_out_fraction
+        family=cfg.family, digits=cfg.digits, min_digits=cfg.min_digits, held_out_fraction=cfg.held_out_fraction,
+        worked=cfg.worked,
     )
 
 
@@ -111,7 +113,7 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
     rows, masks = [], []
     for t in tasks:
         prompt = tokenizer.encode(t.prompt)
-        answer = tokenizer.encode(t.answer, add_bos=False) + [tokenizer.eos_id]
+        answer = tokenizer.encode(t.meta.get("solution", t.answer), add_bos=False) + [tokenizer.eos_id]
         rows.append(prompt + answer)
         masks.append([0] * (len(prompt) - 1) + [1] * len(answer))
     return _padded(tokenizer, rows, masks)
@@ -258,8 +260,8 @@ def pretrain_base(
         verifier = make_verifier(VERIFIER)  # the sandboxed unit-test verifier, as in RL and evaluation
         max_answer = source.max_answer_chars + 1
     elif not agent:
-        verifier = ExactMatch()
-        max_answer = len(str(10 ** (cfg.digits + 1))) + 2
+        verifier = ExactMatch(extract="last_number" if cfg.worked else "full")
+        max_answer = source.max_target_chars + 1 if cfg.worked else len(str(10 ** (cfg.digits + 1))) + 2
 
     def measure() -> float:
         # the weights moved since the last check: the engine must forget KV it cached with the old ones (an agent's

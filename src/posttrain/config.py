@@ -33,12 +33,12 @@ class _Section(BaseModel):
 
 
 FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
-    # 2-digit multiplication is the one family the 0.86M base learns slowly: measured, seed 0 was at 23%
-    # held-out greedy after 1,150 steps and 36.7% at the 3,000-step cap, so the 40-65% band cost ~30 min
-    # and was missed. A lower band keeps the base build in minutes and still leaves RL room (docs/recipe.md).
-    "mul": {"target_low": 0.20, "target_high": 0.50},
-    # three-term chains (a+b-c): seed 0 was at 14% after 1,544 steps (45 min under load) of the 3,000 cap
-    "chain": {"target_low": 0.15, "target_high": 0.45},
+    # 2-digit products and three-term chains need intermediate results. Written as bare answers, the 0.86M base
+    # learnt them slowly (mul: 23% held-out after 1,150 steps, 36.7% at the 3,000-step cap; chain: 14% after
+    # 1,544) and RL on mul gained 0-8 points (docs/recipe.md). Written as worked solutions (tasks/arithmetic.py)
+    # a mul base is at 47-60% after 300 steps, so both keep the standard 40-65% band.
+    "mul": {"worked": True},
+    "chain": {"worked": True},
     # multi-hop lookups (agent:lookup): windows of oracle episodes (160 tokens; whole ones every 10th step), and
     # a band check is a batch of real episodes in the sandbox (64 of them every 25 steps)
     "lookup": {"target_low": 0.25, "target_high": 0.55, "batch_size": 64, "eval_every": 25, "eval_size": 64,
@@ -66,6 +66,10 @@ class BaseModelConfig(_Section):
     """Operands have up to this many digits (2: a 0.86M model reaches the band in a minute or two on 2 cores)."""
     min_digits: int | None = Field(None, ge=1, le=9)
     """Operand lengths drawn uniformly from min_digits..digits; None: values uniform below 10**digits."""
+    worked: bool = False
+    """`mul` and `chain` (where it is the default): pre-train on worked solutions (partial products then
+    their sum, or a chain's running total; `tasks/arithmetic.py`) instead of the bare result. The RL task
+    source must say the same (`tasks.options.worked`, whose default is the same)."""
     held_out_fraction: float = Field(0.15, gt=0.0, lt=1.0)
     """Share of problems never trained on. The split is a threshold on one hash, so an RL task set with
     held_out_fraction <= this one holds out a subset of these: the base model never saw any of them."""
@@ -94,6 +98,8 @@ class BaseModelConfig(_Section):
         for key, value in FAMILY_BASE_DEFAULTS.get(self.family, {}).items():
             if key not in self.model_fields_set:  # a value the user gives wins
                 object.__setattr__(self, key, value)
+        if self.worked and self.family not in ("mul", "chain"):
+            raise ValueError(f"worked solutions exist for the mul and chain families only, not {self.family!r}")
         if self.target_low > self.target_high:
             raise ValueError(f"target_low ({self.target_low}) must not exceed target_high ({self.target_high})")
         return self
@@ -463,6 +469,7 @@ class RunConfig(_Section):
             labels = [d.label for d in self.domains]
             if len(set(labels)) != len(labels):
                 raise ValueError(f"[[domains]] names must be distinct, got {labels} (set `name` to tell them apart)")
+        _check_worked_format(self)
         if self.engine.kind == "local" and self.engine.device != self.rl.device:
             raise ValueError(f"engine.device ({self.engine.device!r}) must equal rl.device ({self.rl.device!r}) for the "
                              "local engine: it samples with the learner's own module")
@@ -488,6 +495,20 @@ class RunConfig(_Section):
         return Path(self.run_dir) / self.name
 
 
+def _check_worked_format(cfg: "RunConfig") -> None:
+    """The built-in base and an RL task source of its own family must write answers the same way (a base
+    pre-trained on worked solutions scores 0 on bare answers, and the other way round)."""
+    base = cfg.model.base
+    if cfg.model.path is not None:
+        return
+    for d in cfg.domain_configs():
+        if d.source == f"arith:{base.family}" and base.family in ("mul", "chain"):
+            worked = d.options.get("worked", True)
+            if worked != base.worked:
+                raise ValueError(f"{d.source} tasks with worked = {str(worked).lower()} but the built-in base is "
+                                 f"pre-trained with model.base.worked = {str(base.worked).lower()}: set both the same")
+
+
 def _format_error(exc: ValidationError, raw: dict[str, Any]) -> str:
     lines = []
     for err in exc.errors():
@@ -497,7 +518,8 @@ def _format_error(exc: ValidationError, raw: dict[str, Any]) -> str:
         else:
             value = err.get("input")
             shown = "" if isinstance(value, dict) else f" = {value!r}"
-            lines.append(f"config: {loc}{shown}: {err['msg']}")
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"config: {loc}{shown}: {msg}" if loc else f"config: {msg}")
     return "\n".join(lines)
 
 

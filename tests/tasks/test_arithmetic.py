@@ -57,3 +57,64 @@ def test_bad_parameters_are_rejected():
         ArithmeticSource(family="div")
     with pytest.raises(ValueError, match="digits"):
         ArithmeticSource(digits=0)
+
+
+def _check_worked(solution: str, a: int, b: int) -> None:
+    """A worked solution is a chain of true equalities ending in the product (or the bare product)."""
+    if ";" not in solution:
+        assert int(solution) == a * b
+        return
+    *steps, total = solution.split(";")
+    parts = []
+    for step in steps:
+        lhs, rhs = step.split("=")
+        x, y = lhs.split("*")
+        assert int(x) == a and int(x) * int(y) == int(rhs)
+        parts.append(int(rhs))
+    lhs, rhs = total.split("=")
+    assert [int(p) for p in lhs.split("+")] == parts
+    assert int(rhs) == sum(parts) == a * b
+
+
+def test_worked_solution_matches_the_paper_method():
+    from posttrain.tasks.arithmetic import worked_solution
+
+    assert worked_solution(47, 38) == "47*8=376;47*30=1410;376+1410=1786"
+    assert worked_solution(53, 5) == "265"  # a one-digit multiplier is its one product
+    assert worked_solution(5, 123) == "5*3=15;5*20=100;5*100=500;15+100+500=615"
+    for a, b in [(0, 0), (0, 99), (99, 0), (10, 10), (99, 99), (7, 40), (123, 4567)]:
+        _check_worked(worked_solution(a, b), a, b)
+
+
+def test_worked_tasks_keep_the_product_as_answer_and_the_split():
+    plain = ArithmeticSource(family="mul", digits=2, held_out_fraction=0.15)
+    worked = ArithmeticSource(family="mul", digits=2, held_out_fraction=0.15, worked=True)
+    rng = random.Random(0)
+    for _ in range(300):
+        t = worked.sample(rng)
+        a, b = map(int, t.prompt[:-1].split("*"))
+        assert t.answer == str(a * b)
+        _check_worked(t.meta["solution"], a, b)
+        assert len(t.meta["solution"]) <= worked.max_target_chars
+    # the same problems are held out in both formats: a worked base never saw a bare held-out product
+    assert all(plain.split_of(t) == "held_out" for t in worked.take(1000))
+    assert all(plain.split_of(worked.sample(rng)) == "train" for _ in range(300))
+    with pytest.raises(ValueError, match="mul and chain only"):
+        ArithmeticSource(family="add", worked=True)
+
+
+def test_worked_chains_are_running_totals():
+    from posttrain.tasks.arithmetic import worked_chain
+
+    assert worked_chain([12, 34, 7], ["+", "+", "-"]) == "12+34=46;46-7=39"
+    assert worked_chain([3, 50, 9], ["+", "-", "-"]) == "3-50=-47;-47-9=-56"
+    src = ArithmeticSource(family="chain", digits=2, worked=True)
+    rng = random.Random(2)
+    for _ in range(300):
+        t = src.sample(rng)
+        steps = t.meta["solution"].split(";")
+        assert len(steps) == src.terms - 1 and len(t.meta["solution"]) <= src.max_target_chars
+        for step in steps:
+            lhs, rhs = step.rsplit("=", 1)
+            assert eval(lhs) == int(rhs)  # each step is a true equality
+        assert steps[-1].rsplit("=", 1)[1] == t.answer == str(eval(t.prompt[:-1]))

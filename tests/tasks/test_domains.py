@@ -11,6 +11,7 @@ from posttrain.eval.harness import EvalSpec, evaluate
 from posttrain.rewards import score_sync
 from posttrain.rl.build import build_domains, sampling_params
 from posttrain.tasks.domains import list_domains, load_domain
+from posttrain.tasks.jsonl import TaskFileError
 
 SPECS = ["arith:add", "arith:sub", "arith:addsub", "arith:mul", "arith:chain", "code:ops", "code:linear",
          "rg:leg_counting", "humaneval", "terminal", "agent:lookup"]
@@ -88,3 +89,13 @@ def test_filtered_sampling_is_refused_for_training():
     for override in ("sampling.top_p=0.9", "sampling.top_k=5"):
         with pytest.raises(ConfigError, match="ratio starts below 1"):
             load_config(None, [override])
+
+
+def test_worked_multiplication_domain_reads_the_last_number():
+    d = load_domain("arith:mul", worked=True)
+    t = d.evaluation(5, 0)[0]
+    assert d.verifier.verify(t, t.meta["solution"]).passed
+    assert not d.verifier.verify(t, t.meta["solution"] + "1").passed
+    assert d.sampling.max_tokens >= len(t.meta["solution"]) + 1  # the whole solution and EOS fit
+    with pytest.raises(TaskFileError, match="true or false"):
+        load_domain("arith:mul", worked="yes")

@@ -164,7 +164,7 @@ def reject_unknown(spec: str, options: dict[str, Any], allowed: tuple[str, ...])
         raise TaskFileError(f"{spec}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
 
 
-_ARITH_OPTIONS = ("digits", "min_digits", "held_out_fraction", "limit", "seed")
+_ARITH_OPTIONS = ("digits", "min_digits", "held_out_fraction", "worked", "limit", "seed")
 
 
 @register_domain("arith:", "built-in arithmetic (add, sub, addsub, mul, chain): exact match of the number")
@@ -174,12 +174,18 @@ def _arith_domain(family: str, **options: Any) -> Domain:
 
     reject_unknown(f"arith:{family}", options, _ARITH_OPTIONS)
     digits = options.get("digits", 2)
+    from posttrain.tasks.arithmetic import WORKED_FAMILIES
+
+    worked = options.get("worked", family in WORKED_FAMILIES)
+    if not isinstance(worked, bool):
+        raise TaskFileError(f"arith:{family}: option worked must be true or false, got {worked!r}")
     try:
         source = ArithmeticSource(
             family=family,  # type: ignore[arg-type]
             digits=digits,
             held_out_fraction=options.get("held_out_fraction", 0.15),
             min_digits=options.get("min_digits"),
+            worked=worked,
         )
     except (TypeError, ValueError) as exc:
         raise TaskFileError(f"arith:{family}: {exc}") from None
@@ -187,12 +193,13 @@ def _arith_domain(family: str, **options: Any) -> Domain:
     return Domain(
         f"arith:{family}",
         source,
-        ExactMatch(extract="full"),
+        # a worked solution ends with the product: the verifier reads its last number
+        ExactMatch(extract="last_number" if worked else "full"),
         evaluation=lambda n, s: source.take(500 if n is None else n, "held_out", seed=s),
         # the answer and EOS: a product of two d-digit numbers has at most 2d digits, plus a sign
-        sampling=SamplingDefaults(max_tokens=max(8, 2 * digits + 3)),
-        description=f"held-out {digits}-digit {family} problems",
-        meta={"family": family, "digits": digits, "limit": limit, "seed": seed},
+        sampling=SamplingDefaults(max_tokens=source.max_target_chars + 2 if worked else max(8, 2 * digits + 3)),
+        description=f"held-out {digits}-digit {family} problems" + (" (worked solutions)" if worked else ""),
+        meta={"family": family, "digits": digits, "limit": limit, "seed": seed, "worked": worked},
         eval_limit=limit,
         eval_seed=seed,
     )
