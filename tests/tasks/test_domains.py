@@ -11,6 +11,7 @@ from posttrain.eval.harness import EvalSpec, evaluate
 from posttrain.rewards import score_sync
 from posttrain.rl.build import build_domains, sampling_params
 from posttrain.tasks.domains import list_domains, load_domain
+from posttrain.tasks.arithmetic import worked_solution
 from posttrain.tasks.jsonl import TaskFileError
 
 SPECS = ["arith:add", "arith:sub", "arith:addsub", "arith:mul", "arith:chain", "code:ops", "code:linear",
@@ -71,7 +72,9 @@ def test_domain_sampling_defaults_apply_to_training_and_evaluation():
     cfg = load_config(None, ["tasks.source='arith:add'"])
     assert cfg.sampling.max_tokens is None
     assert sampling_params(cfg, build_domains(cfg)).max_tokens == load_domain("arith:add").sampling.max_tokens == 8
-    assert load_domain("arith:mul", digits=4).sampling.max_tokens == 11
+    assert load_domain("arith:mul", digits=4, worked=False).sampling.max_tokens == 11
+    # a worked product (the default) and its EOS fit: 9999*9999 is the longest
+    assert load_domain("arith:mul", digits=4).sampling.max_tokens >= len(worked_solution(9999, 9999)) + 1
     assert load_domain("humaneval").sampling.max_tokens == 512
     cfg = load_config(None, ["sampling.max_tokens=5"])
     assert sampling_params(cfg, build_domains(cfg)).max_tokens == 5
