@@ -10,8 +10,8 @@ from posttrain.config import load_config
 from posttrain.eval.harness import EvalSpec, evaluate
 from posttrain.rewards import score_sync
 from posttrain.rl.build import build_domains, sampling_params
-from posttrain.tasks.domains import list_domains, load_domain
 from posttrain.tasks.arithmetic import worked_solution
+from posttrain.tasks.domains import list_domains, load_domain
 from posttrain.tasks.jsonl import TaskFileError
 
 SPECS = ["arith:add", "arith:sub", "arith:addsub", "arith:mul", "arith:chain", "code:ops", "code:linear",
@@ -102,3 +102,25 @@ def test_worked_multiplication_domain_reads_the_last_number():
     assert d.sampling.max_tokens >= len(t.meta["solution"]) + 1  # the whole solution and EOS fit
     with pytest.raises(TaskFileError, match="true or false"):
         load_domain("arith:mul", worked="yes")
+
+
+def test_every_built_in_plugin_name_maps_to_the_module_that_registers_it():
+    from posttrain.tasks import domains
+
+    domains._load_plugins()
+    builtin = {name for name, e in domains._REGISTRY.items() if e.factory.__module__ in domains._PLUGINS}
+    assert builtin == set(domains._PLUGIN_OF)
+    for name, module in domains._PLUGIN_OF.items():
+        assert domains._REGISTRY[name].factory.__module__ == module
+
+
+def test_loading_one_domain_imports_only_its_own_plugin():
+    import subprocess
+    import sys
+
+    code = ("import sys; from posttrain.tasks.domains import load_domain; load_domain('humaneval'); "
+            "load_domain('arith:add'); print('posttrain.agent.lookup' in sys.modules, 'posttrain.tasks.codegen' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+    with pytest.raises(TaskFileError, match="agent:<name>"):  # an unknown name still lists every plugin's
+        load_domain("nope")

@@ -124,7 +124,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate a model on a suite (pass@k with intervals, cost, latency), or grade given responses."""
     with friendly():
-        from posttrain.engine.remote.openai_engine import EngineRequestError
+        from posttrain.engine.remote.errors import EngineRequestError
         from posttrain.eval.harness import EvalSpec, evaluate, rescore
         from posttrain.eval.records import EvalDir
         from posttrain.pricing import price_for, price_of, price_table, prices_from_table

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from posttrain.config import parse_literal
 from posttrain.tasks.base import TaskSource
 from posttrain.tasks.jsonl import ListSource, TaskFileError, load_jsonl
 from posttrain.tasks.suites import Suite
@@ -33,6 +32,11 @@ from posttrain.types import Task
 # Modules that register domains when imported; each is imported lazily, the first time the registry is read.
 _PLUGINS: list[str] = ["posttrain.tasks.humaneval", "posttrain.tasks.codegen", "posttrain.tasks.reasoning_gym",
                         "posttrain.tasks.terminal", "posttrain.agent.lookup"]
+_PLUGIN_OF: dict[str, str] = {"humaneval": "posttrain.tasks.humaneval", "code:": "posttrain.tasks.codegen",
+                              "rg:": "posttrain.tasks.reasoning_gym", "terminal": "posttrain.tasks.terminal",
+                              "terminal:": "posttrain.tasks.terminal", "agent:": "posttrain.agent.lookup"}
+"""The plugin module that registers each built-in name, so that loading one domain imports only its own
+module (`posttrain eval --suite humaneval` need not import the agent runtime); anything else loads them all."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,11 @@ def list_domains() -> list[tuple[str, str]]:
 def load_domain(spec: str, **options: Any) -> Domain:
     """The domain a spec names; unknown names fail with the list of known ones, bad options with the
     allowed ones. `limit` (tasks in the evaluation view) is understood by every domain."""
-    _load_plugins()
+    name = spec if ":" not in spec else spec.split(":", 1)[0] + ":"
+    if name not in _REGISTRY and name in _PLUGIN_OF:
+        importlib.import_module(_PLUGIN_OF[name])
+    if name not in _REGISTRY:
+        _load_plugins()
     if spec in _REGISTRY and not _REGISTRY[spec].family:
         return _REGISTRY[spec].factory(**options)
     if ":" in spec:
@@ -149,6 +157,10 @@ def load_domain(spec: str, **options: Any) -> Domain:
 
 def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     """`["size=50", "answer_format='tag'"]` -> options for `load_domain`; values are TOML literals, else strings."""
+    if not pairs:
+        return {}
+    from posttrain.config import parse_literal  # here, not at the top: config imports pydantic (~0.1 s a command)
+
     options: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, raw = pair.partition("=")

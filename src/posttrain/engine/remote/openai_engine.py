@@ -33,18 +33,11 @@ from typing import Any, Literal
 import httpx
 
 from posttrain.engine.base import CompletionDelta
+from posttrain.engine.remote.errors import EngineRequestError  # noqa: F401 - raised here, imported from here by callers
 from posttrain.pricing import Price
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-
-
-class EngineRequestError(RuntimeError):
-    """A request failed for good: a non-retryable answer, or retries exhausted. `status` is None for transport errors."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
