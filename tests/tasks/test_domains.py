@@ -124,3 +124,14 @@ def test_loading_one_domain_imports_only_its_own_plugin():
     assert out == ["False", "False"]
     with pytest.raises(TaskFileError, match="agent:<name>"):  # an unknown name still lists every plugin's
         load_domain("nope")
+
+
+def test_a_whole_text_verifier_on_worked_solutions_is_a_config_error():
+    from posttrain.config import ConfigError
+
+    sets = ["tasks.source='arith:mul'", "model.base.family='mul'", "reward.verifier='exact'"]
+    with pytest.raises(ConfigError, match="last_number"):
+        build_domains(load_config(None, sets))
+    assert build_domains(load_config(None, [*sets, "reward.extract='last_number'"]))[0].verifier.extract == "last_number"
+    bare = [*sets, "tasks.options.worked=false", "model.base.worked=false"]
+    assert build_domains(load_config(None, bare))[0].verifier.extract == "full"  # bare products: the whole text

@@ -101,6 +101,11 @@ def build_domain(dc: DomainConfig, reward: RewardConfig) -> Domain:
     """One `[[domains]]` entry: the registry's domain, its verifier overridden when the entry names one."""
     domain = load_domain(dc.source, **dc.options)
     verifier = build_verifier(dc.verifier, reward) if dc.verifier is not None else _cap(domain.verifier, reward)
+    if dc.verifier is not None and domain.meta.get("worked") and getattr(verifier, "extract", None) == "full":
+        # a worked solution (`47*8=376;...=1786`) never equals the bare gold answer: every reward would be 0
+        raise ConfigError(f"config: {dc.source} answers are worked solutions that end in the result, but the verifier "
+                          "reads the whole response: set reward.extract = \"last_number\", or leave the verifier unset "
+                          "(the domain's own reads the last number)")
     domain = domain.with_verifier(verifier)
     domain.name, domain.weight = dc.label, dc.weight
     return domain
