@@ -77,7 +77,11 @@ def test_family_base_defaults_apply_only_to_fields_left_unset():
 
 
 def test_products_and_chains_default_to_worked_solutions_on_both_sides():
+    from posttrain.config import _WORKED_FAMILIES
     from posttrain.rl.build import build_domains
+    from posttrain.tasks.arithmetic import WORKED_FAMILIES
+
+    assert set(_WORKED_FAMILIES) == set(WORKED_FAMILIES)  # config's defaults and the generator agree
 
     for family in ("mul", "chain"):
         cfg = load_config(None, [f"tasks.source='arith:{family}'", f"model.base.family='{family}'"])

@@ -261,7 +261,7 @@ def pretrain_base(
         max_answer = source.max_answer_chars + 1
     elif not agent:
         verifier = ExactMatch(extract="last_number" if cfg.worked else "full")
-        max_answer = source.max_target_chars + 1 if cfg.worked else len(str(10 ** (cfg.digits + 1))) + 2
+        max_answer = source.max_solution_chars + 1 if cfg.worked else len(str(10 ** (cfg.digits + 1))) + 2
 
     def measure() -> float:
         # the weights moved since the last check: the engine must forget KV it cached with the old ones (an agent's

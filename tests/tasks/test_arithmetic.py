@@ -95,7 +95,7 @@ def test_worked_tasks_keep_the_product_as_answer_and_the_split():
         a, b = map(int, t.prompt[:-1].split("*"))
         assert t.answer == str(a * b)
         _check_worked(t.meta["solution"], a, b)
-        assert len(t.meta["solution"]) <= worked.max_target_chars
+        assert len(t.meta["solution"]) <= worked.max_solution_chars
     # the same problems are held out in both formats: a worked base never saw a bare held-out product
     assert all(plain.split_of(t) == "held_out" for t in worked.take(1000))
     assert all(plain.split_of(worked.sample(rng)) == "train" for _ in range(300))
@@ -113,7 +113,7 @@ def test_worked_chains_are_running_totals():
     for _ in range(300):
         t = src.sample(rng)
         steps = t.meta["solution"].split(";")
-        assert len(steps) == src.terms - 1 and len(t.meta["solution"]) <= src.max_target_chars
+        assert len(steps) == src.terms - 1 and len(t.meta["solution"]) <= src.max_solution_chars
         for step in steps:
             lhs, rhs = step.rsplit("=", 1)
             assert eval(lhs) == int(rhs)  # each step is a true equality

@@ -66,16 +66,16 @@ class ArithmeticSource(GeneratedSource):
         return f"arith-{self.family}{extra}-d{lo}{self.digits}{worked}"
 
     @property
-    def max_target_chars(self) -> int:
-        """The longest target this source writes (the answer, or the worked solution), in characters."""
+    def max_solution_chars(self) -> int:
+        """The longest worked solution this source writes, in characters (worked sources only: a bare answer's
+        cap is the domain's own)."""
+        if not self.worked:
+            raise ValueError(f"{self.name} writes no worked solutions")
         top = 10**self.digits - 1
-        if self.family == "mul" and self.worked:
+        if self.family == "mul":
             return len(worked_solution(top, top))
-        if self.family == "chain" and self.worked:  # every term added, plus a minus sign per negative total
-            return len(worked_chain([top] * self.terms, ["+"] * self.terms)) + 2 * self.terms
-        if self.family == "chain":
-            return len(str(top * self.terms)) + 1
-        return len(str(top * top if self.family == "mul" else top + 1)) + 1
+        # chain: every term added, plus a minus sign per negative total
+        return len(worked_chain([top] * self.terms, ["+"] * self.terms)) + 2 * self.terms
 
     def _operand(self, rng: random.Random) -> int:
         if self.min_digits is None:
@@ -95,7 +95,6 @@ class ArithmeticSource(GeneratedSource):
             pos = sorted(n for s, n in zip(signs, nums) if s == "+")
             neg = sorted(n for s, n in zip(signs, nums) if s == "-")
             key = "+".join(map(str, pos)) + "".join(f"-{n}" for n in neg)
-            solution = worked_chain(nums, signs)
         else:
             a, b = self._operand(rng), self._operand(rng)
             if op == "add":
@@ -104,16 +103,14 @@ class ArithmeticSource(GeneratedSource):
                 prompt, value, key = f"{a}-{b}=", a - b, f"{a}-{b}"
             else:
                 prompt, value, key = f"{a}*{b}=", a * b, f"{min(a, b)}*{max(a, b)}"
-            solution = worked_solution(a, b) if op == "mul" else str(value)
         meta = {"family": self.family, "digits": self.digits, "split_key": key}
-        if self.worked:
-            meta["solution"] = solution
+        if self.worked:  # only mul and chain (checked at construction)
+            meta["solution"] = worked_chain(nums, signs) if op == "chain" else worked_solution(a, b)
         return Task(id=f"{self.name}:{prompt[:-1]}", prompt=prompt, answer=str(value), meta=meta)
 
     def split_of(self, task: Task) -> Split:
         # The key is the canonical expression alone, so one problem has one split across families and difficulties.
         return split_of(task.meta["split_key"], self.held_out_fraction)
-
 
 
 def worked_solution(a: int, b: int) -> str:

@@ -162,7 +162,7 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     from posttrain.config import parse_literal  # here, not at the top: config imports pydantic (~0.1 s a command)
 
     options: dict[str, Any] = {}
-    for pair in pairs or []:
+    for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
             raise TaskFileError(f"domain option {pair!r}: expected KEY=VALUE")
@@ -182,12 +182,10 @@ _ARITH_OPTIONS = ("digits", "min_digits", "held_out_fraction", "worked", "limit"
 @register_domain("arith:", "built-in arithmetic (add, sub, addsub, mul, chain): exact match of the number")
 def _arith_domain(family: str, **options: Any) -> Domain:
     from posttrain.rewards.verifiers import ExactMatch
-    from posttrain.tasks.arithmetic import ArithmeticSource
+    from posttrain.tasks.arithmetic import WORKED_FAMILIES, ArithmeticSource
 
     reject_unknown(f"arith:{family}", options, _ARITH_OPTIONS)
     digits = options.get("digits", 2)
-    from posttrain.tasks.arithmetic import WORKED_FAMILIES
-
     worked = options.get("worked", family in WORKED_FAMILIES)
     if not isinstance(worked, bool):
         raise TaskFileError(f"arith:{family}: option worked must be true or false, got {worked!r}")
@@ -209,7 +207,7 @@ def _arith_domain(family: str, **options: Any) -> Domain:
         ExactMatch(extract="last_number" if worked else "full"),
         evaluation=lambda n, s: source.take(500 if n is None else n, "held_out", seed=s),
         # the answer and EOS: a product of two d-digit numbers has at most 2d digits, plus a sign
-        sampling=SamplingDefaults(max_tokens=source.max_target_chars + 2 if worked else max(8, 2 * digits + 3)),
+        sampling=SamplingDefaults(max_tokens=source.max_solution_chars + 2 if worked else max(8, 2 * digits + 3)),
         description=f"held-out {digits}-digit {family} problems" + (" (worked solutions)" if worked else ""),
         meta={"family": family, "digits": digits, "limit": limit, "seed": seed, "worked": worked},
         eval_limit=limit,

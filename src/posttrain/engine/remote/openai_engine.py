@@ -33,7 +33,7 @@ from typing import Any, Literal
 import httpx
 
 from posttrain.engine.base import CompletionDelta
-from posttrain.engine.remote.errors import EngineRequestError  # noqa: F401 - raised here, imported from here by callers
+from posttrain.engine.remote.errors import EngineRequestError
 from posttrain.pricing import Price
 from posttrain.types import Completion, FinishReason, SamplingParams
 
