@@ -82,26 +82,31 @@ def pack_groups(groups: list[Group], advantages: Tensor, valid: Tensor, pad_id: 
     trajectories that are not valid stay in the batch fully masked.
     """
     flat_adv = advantages.reshape(-1).float()
-    flat_valid = valid.reshape(-1)
+    flat_valid = valid.reshape(-1).tolist()
     views, row_adv, row_valid, row_group = [], [], [], []
     for i, (gi, t) in enumerate((gi, t) for gi, g in enumerate(groups) for t in g.trajectories):
         for view in t.segments():
             views.append(view)
-            row_adv.append(flat_adv[i])
+            row_adv.append(i)
             row_valid.append(bool(flat_valid[i]))
             row_group.append(gi)
     width = max(len(v) for v in views)
-    b = len(views)
-    ids = torch.full((b, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((b, width - 1))
-    old = torch.zeros((b, width - 1))
-    for i, v in enumerate(views):
-        ids[i, : len(v)] = torch.tensor(v.ids)
-        if row_valid[i] and len(v) > 1:
-            mask[i, : len(v) - 1] = torch.tensor(v.mask[1:], dtype=torch.float)
-            old[i, : len(v) - 1] = torch.tensor(v.logprobs[1:]) * mask[i, : len(v) - 1]
+    ids, mask, lp = [], [], []  # built as padded lists, each made a tensor once
+    zeros = [0.0] * (width - 1)
+    for v, ok in zip(views, row_valid):
+        ids.append([*v.ids, *[pad_id] * (width - len(v))])
+        if ok and len(v) > 1:
+            tail = [0.0] * (width - len(v))
+            mask.append([*map(float, v.mask[1:]), *tail])
+            lp.append([*v.logprobs[1:], *tail])
+        else:
+            mask.append(zeros)
+            lp.append(zeros)
+    mask_t = torch.tensor(mask, dtype=torch.float).reshape(len(views), width - 1)
+    old = torch.tensor(lp, dtype=torch.float).reshape(len(views), width - 1) * mask_t
     lengths = torch.tensor([len(v) for v in views], dtype=torch.long)
-    return TrainBatch(ids, mask, old, torch.stack(row_adv) if row_adv else torch.zeros(0), lengths,
+    return TrainBatch(torch.tensor(ids, dtype=torch.long), mask_t, old,
+                      flat_adv[torch.tensor(row_adv, dtype=torch.long)] if row_adv else torch.zeros(0), lengths,
                       groups=torch.tensor(row_group, dtype=torch.long))
 
 

@@ -16,10 +16,11 @@ Writes for one step go in one transaction; WAL mode lets a reader (a report,
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -67,6 +68,16 @@ CREATE TABLE IF NOT EXISTS episodes (
 _TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples", "episodes")
 
 
+def _leading(row: Any) -> tuple:
+    """A row record's field values but the last (its JSON column), shallow: `astuple` deep-copies every value."""
+    return tuple(getattr(row, name) for name in _names_of(type(row)))
+
+
+@functools.cache
+def _names_of(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))[:-1]
+
+
 @dataclass(frozen=True, slots=True)
 class SampleRow:
     """One sampled trajectory as the `samples` table stores it (column order)."""
@@ -88,7 +99,7 @@ class SampleRow:
 
     def values(self) -> tuple:
         """The row's column values, `info` as JSON."""
-        return (*astuple(self)[:-1], json.dumps(self.info))
+        return (*_leading(self), json.dumps(self.info))
 
     @classmethod
     def of(cls, group_idx: int, sample_idx: int, t: Trajectory) -> "SampleRow":
@@ -120,7 +131,7 @@ class EvalSampleRow:
 
     def values(self) -> tuple:
         """The row's column values, `info` as JSON."""
-        return (*astuple(self)[:-1], json.dumps(self.info))
+        return (*_leading(self), json.dumps(self.info))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +151,7 @@ class EpisodeRow:
     transcript: dict[str, Any] = field(default_factory=dict)
 
     def values(self) -> tuple:
-        return (*astuple(self)[:-1], json.dumps(self.transcript))
+        return (*_leading(self), json.dumps(self.transcript))
 
 
 class RunStore:

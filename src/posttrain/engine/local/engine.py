@@ -704,19 +704,29 @@ class LocalEngine:
         return CompletionDelta(s.request.index, s.index, s.request.id, [tok], [lp], text, s.finish, s.completion)
 
     def _retire(self, finished: list[Sequence]) -> None:
-        """Free the rows of finished sequences, moving the last running rows into the holes."""
-        for s in sorted(finished, key=lambda s: -s.row):
-            if self.prefix is not None and self.cache_completions:
+        """Free the rows of finished sequences: the running rows past the new end move into the holes, in one copy.
+
+        Completions are cached in the prefix tree first, while their rows still hold them."""
+        if not finished:
+            return
+        if self.prefix is not None and self.cache_completions:
+            for s in finished:
                 self.prefix.insert(s.all[: s.n_cached], self._kv_source(s))
-            last = self.running[-1]
-            if last is not s:
-                self.kv.copy_rows(self.kv, [last.row], [s.row], last.n_cached)
+        done = {id(s) for s in finished}
+        n_old, n_new = len(self.running), len(self.running) - len(finished)
+        holes = sorted(s.row for s in finished if s.row < n_new)
+        movers = [s for s in self.running[n_new:] if id(s) not in done]
+        if movers:
+            self.kv.copy_rows(self.kv, [m.row for m in movers], holes, max(m.n_cached for m in movers))
+            for m, hole in zip(movers, holes):
                 if self.draft is not None:
-                    self.draft.move_row(last.row, s.row, last.draft_cached)
-                self.running[s.row] = last
-                last.row = s.row
-            self.running.pop()
-            self.kv.clear_row(len(self.running))
+                    self.draft.move_row(m.row, hole, m.draft_cached)
+                self.running[hole] = m
+                m.row = hole
+        del self.running[n_new:]
+        for row in range(n_new, n_old):
+            self.kv.clear_row(row)
+        for s in finished:
             req = s.request
             req.unfinished -= 1
             if req.unfinished == 0:
