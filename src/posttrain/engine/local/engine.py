@@ -30,6 +30,7 @@ worker (a later `agenerate` starts a new one).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -319,8 +320,9 @@ class LocalEngine:
             worker = self._worker
             if worker is None:
                 reqs = self.submit_all(prompts, params)
-                while any(r.status is not RequestStatus.FINISHED for r in reqs):
-                    self.step()
+                with self._eval_mode():
+                    while any(r.status is not RequestStatus.FINISHED for r in reqs):
+                        self.step()
                 return [r.completions for r in reqs]
         return [g.completions for g in worker.submit(prompts, params).result()]
 
@@ -384,10 +386,7 @@ class LocalEngine:
         """Admit, prefill one chunk per admitted prompt, decode every running sequence -> stream deltas."""
         self._check_thread()
         deltas: list[CompletionDelta] = []
-        was_training = self.model.training
-        if was_training:
-            self.model.eval()
-        try:
+        with self._eval_mode():
             if self._copy is not None:  # re-derived only when the learner's parameters changed
                 self._copy.refresh()
             with torch.inference_mode():
@@ -399,11 +398,21 @@ class LocalEngine:
                         self._decode_spec(deltas)
                     else:
                         self._decode(deltas)
+        self.stats["steps"] += 1
+        return deltas
+
+    @contextlib.contextmanager
+    def _eval_mode(self) -> Iterator[None]:
+        """The model in eval mode inside, restored after (a learner sharing the module leaves it training);
+        `generate` holds it over its whole loop, since toggling walks every submodule."""
+        was_training = self.model.training
+        if was_training:
+            self.model.eval()
+        try:
+            yield
         finally:
             if was_training:
                 self.model.train()
-        self.stats["steps"] += 1
-        return deltas
 
     def _slots_for(self, req: Request) -> int:
         extra = self.spec.k + 1 if self.spec is not None else 0
