@@ -169,6 +169,7 @@ def test_generate_and_stream_go_through_the_running_worker(tiny_model_dir):
     params = _greedy(6, ignore_eos=True)
     want = engine.generate(["5+5="], params)  # no worker yet: this thread drives the engine
     worker = engine.start_worker()
+    worker.linger_s = 60.0  # its thread stays up through the test (by default it ends when idle 20 ms)
     try:
         results = []
         threads = [threading.Thread(target=lambda: results.append(engine.generate(["5+5="], params))) for _ in range(3)]
@@ -188,6 +189,66 @@ def test_generate_and_stream_go_through_the_running_worker(tiny_model_dir):
         engine.close()
     assert engine.generate(["5+5="], params) == want  # closed: this thread drives it again
     assert asyncio.run(engine.agenerate(["5+5="], params)) == want  # and a new worker starts on demand
+    engine.close()
+
+
+def test_an_idle_worker_thread_ends_and_generate_then_runs_on_the_callers_thread(tiny_model_dir):
+    """A worker thread left running keeps its own OpenMP team: torch work alternating between it and the
+    caller's thread (a trainer's learner) ran 2x slower on 2 cores. Idle `linger_s`, the thread ends; the
+    next `generate` runs on the calling thread, and the next `agenerate` starts a thread again."""
+    import threading
+    import time
+
+    model, tok = load_model(tiny_model_dir)
+    engine = LocalEngine(model, tok)
+    params = _greedy(6, ignore_eos=True)
+    want = engine.generate(["5+5="], params)
+    worker = engine.start_worker()
+    worker.linger_s = 0.01
+    assert asyncio.run(engine.agenerate(["5+5="], params)) == want
+    deadline = time.monotonic() + 10
+    while worker.thread is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.dormant and not any(t.name == "posttrain-engine-worker" for t in threading.enumerate())
+    jobs = worker.stats.jobs
+    assert engine.generate(["5+5="], params) == want
+    assert worker.stats.jobs == jobs  # ran here, not through the worker
+    assert worker.thread is None
+    assert asyncio.run(engine.agenerate(["5+5="], params)) == want  # a thread starts again on demand
+    assert worker.stats.jobs == jobs + 1
+    engine.close()
+
+
+def test_jobs_submitted_while_the_worker_thread_ends_are_never_lost(tiny_model_dir):
+    """A thread's idle exit and a new submit race; every job still finishes, and a direct `generate` on
+    another thread at the same time gets its own exact result (the worker waits for the engine's lock)."""
+    import threading
+
+    model, tok = load_model(tiny_model_dir)
+    engine = LocalEngine(model, tok)
+    params = _greedy(4, ignore_eos=True)
+    want = engine.generate(["1+2="], params)
+    worker = engine.start_worker()
+    worker.linger_s = 0.0  # end at every idle moment: the race window as wide as it gets
+    direct: list = []
+
+    def drive() -> None:
+        for _ in range(20):
+            direct.append(engine.generate(["1+2="], params))
+
+    side = threading.Thread(target=drive)
+    side.start()
+
+    async def many() -> list:
+        out = []
+        for _ in range(20):
+            out.append(await asyncio.wait_for(engine.agenerate(["1+2="], params), timeout=30))
+        return out
+
+    got = asyncio.run(many())
+    side.join(60)
+    ids = [[c.token_ids for c in g] for g in want]  # batched with another job, logprobs may differ in rounding
+    assert [[[c.token_ids for c in g] for g in r] for r in got + direct] == [ids] * 40
     engine.close()
 
 

@@ -148,6 +148,7 @@ class LocalEngine:
         self.max_concurrency = max_concurrency
         self._clamp_noted = False
         self._worker: EngineWorker | None = None
+        self._driver: threading.Thread | None = None  # the thread in a direct generate/stream, if any
         self._owner = threading.RLock()  # held by a direct generate/stream, and to start or stop the worker
         self.cascade = sliding_window is None  # samples share their prompt's KV instead of copying it
         # the packed one-token decode step (engine/local/fused.py) where it applies; the model's forward elsewhere
@@ -318,12 +319,13 @@ class LocalEngine:
             return []
         with self._owner:
             worker = self._worker
-            if worker is None:
-                reqs = self.submit_all(prompts, params)
-                with self._eval_mode():
-                    while any(r.status is not RequestStatus.FINISHED for r in reqs):
-                        self.step()
-                return [r.completions for r in reqs]
+            if worker is None or worker.dormant:  # this thread drives the engine (one OpenMP team)
+                with self._driving():
+                    reqs = self.submit_all(prompts, params)
+                    with self._eval_mode():
+                        while any(r.status is not RequestStatus.FINISHED for r in reqs):
+                            self.step()
+                    return [r.completions for r in reqs]
         return [g.completions for g in worker.submit(prompts, params).result()]
 
     async def agenerate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
@@ -339,13 +341,14 @@ class LocalEngine:
         """Per-token deltas of the completions `generate` would return, as each step produces them."""
         with self._owner:
             worker = self._worker
-            if worker is None:
-                reqs = self.submit_all(prompts, params, stream=True)
-                ours = {r.id for r in reqs}
-                while any(r.status is not RequestStatus.FINISHED for r in reqs):
-                    for d in self.step():
-                        if d.request_id in ours:
-                            yield d
+            if worker is None or worker.dormant:
+                with self._driving():
+                    reqs = self.submit_all(prompts, params, stream=True)
+                    ours = {r.id for r in reqs}
+                    while any(r.status is not RequestStatus.FINISHED for r in reqs):
+                        for d in self.step():
+                            if d.request_id in ours:
+                                yield d
                 return
         deltas: queue.SimpleQueue[CompletionDelta | None] = queue.SimpleQueue()
         future = worker.submit(prompts, params, on_delta=deltas.put)
@@ -360,22 +363,33 @@ class LocalEngine:
         progress on another thread); `max_jobs` (default `max_concurrency`) and `max_queue` update its limits."""
         with self._owner:
             if self._worker is None:
-                self._worker = EngineWorker(self, max_jobs or self.max_concurrency, max_queue or 1024)
+                self._worker = EngineWorker(self, max_jobs or self.max_concurrency, max_queue or 1024, lock=self._owner)
             else:
                 self._worker.max_jobs = max_jobs or self._worker.max_jobs
                 self._worker.max_queue = max_queue or self._worker.max_queue
+                self._worker.ensure_thread()
             return self._worker
 
     def close(self) -> None:
         """Stop the worker thread once the jobs already submitted are done (no-op when none runs)."""
         with self._owner:
-            if self._worker is not None:
-                self._worker.close()
-                self._worker = None
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.close()  # not holding the lock: the worker takes it for each step it still has to run
+
+    @contextlib.contextmanager
+    def _driving(self) -> Iterator[None]:
+        """This thread calls submit/step directly (it holds `_owner`; the worker, if any, is dormant)."""
+        self._driver = threading.current_thread()
+        try:
+            yield
+        finally:
+            self._driver = None
 
     def _check_thread(self) -> None:
         worker = self._worker
-        if worker is not None and threading.current_thread() is not worker.thread:
+        me = threading.current_thread()
+        if worker is not None and worker.thread is not None and me is not worker.thread and me is not self._driver:
             raise RuntimeError(
                 "LocalEngine.submit/step called outside its worker thread while the worker runs: "
                 "use generate, stream or agenerate"

@@ -12,7 +12,12 @@ requests finish; a job's `n` samples stay one group; a seeded job runs alone
 draw of the seeded generator each sample gets), so a seed reproduces exactly
 what `generate` returns. When asked, the top-k alternatives of every sampled
 token are re-scored with the engine's own model under the sampled
-distribution, on the worker thread (the model is the engine's too).
+distribution, on the worker thread (the model is the engine's too). The
+thread ends after `linger_s` idle and the next `submit` starts another: a
+thread left behind keeps its own OpenMP team, and torch work alternating
+between two teams (rollouts here, a learner on the caller's thread) ran 2x
+slower on 2 cores; while it is dormant the engine's owner drives the engine
+on its own thread, and the worker takes the engine's lock for every call.
 Does not cover: starting or stopping the worker (`LocalEngine.start_worker`
 and `close`), HTTP (engine/serve/), merging calls of engines without
 `submit`/`step` (engine/serve/batcher.py), scheduling inside the engine.
@@ -20,6 +25,7 @@ and `close`), HTTP (engine/serve/), merging calls of engines without
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import weakref
@@ -27,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -91,18 +97,40 @@ class EngineWorker:
     continuous = True
     streams_live = True  # `on_delta` sees tokens as they are produced
 
-    def __init__(self, engine: SteppingEngine, max_jobs: int = 64, max_queue: int = 1024) -> None:
+    def __init__(self, engine: SteppingEngine, max_jobs: int = 64, max_queue: int = 1024, lock: Any = None,
+                 linger_s: float = 0.02) -> None:
         # weak: an engine dropped without `close()` is collected, and its worker stops (a thread holding it
         # strongly would keep its model and KV caches alive for the life of the process)
         self._engine = weakref.ref(engine)
         self.max_jobs = max_jobs  # jobs in flight at once (read on every step: may be changed while running)
         self.max_queue = max_queue
+        # idle this long, the thread ends (the next `submit` starts another): a thread left behind keeps its
+        # own OpenMP team, and torch work alternating between two teams ran 2x slower on 2 cores
+        self.linger_s = linger_s
         self.stats = BatcherStats()
         self._pending = 0  # jobs the worker took from the queue but has not started
         self.waiting: queue.Queue[GenerationJob | None] = queue.Queue()
-        self.thread = threading.Thread(target=self._run, name="posttrain-engine-worker", daemon=True)
-        self.thread.start()
+        self._lock = lock if lock is not None else contextlib.nullcontext()  # held around every engine call
+        self._life = threading.Lock()  # orders a thread's idle exit against `submit` starting the next
+        self._closed = False
+        self.thread: threading.Thread | None = None
+        self.ensure_thread()
         weakref.finalize(engine, self.waiting.put, None)
+
+    def ensure_thread(self) -> threading.Thread:
+        """The worker thread, started if none is running."""
+        with self._life:
+            if self._closed:
+                raise RuntimeError("this engine worker is closed")
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="posttrain-engine-worker", daemon=True)
+                self.thread.start()
+            return self.thread
+
+    @property
+    def dormant(self) -> bool:
+        """No thread runs and no job waits: the engine's owner may drive it directly (holding `lock`)."""
+        return self.thread is None and self.waiting.empty()
 
     @property
     def engine(self) -> SteppingEngine | None:
@@ -122,16 +150,29 @@ class EngineWorker:
         job = GenerationJob([p if isinstance(p, str) else list(p) for p in prompts], params, top_logprobs, on_delta)
         self.waiting.put(job)
         self.stats.max_queue_depth = max(self.stats.max_queue_depth, self.waiting.qsize())
+        self.ensure_thread()
         return job.future
 
     def close(self) -> None:
-        """Finish every job already submitted, then stop the thread (waits for it)."""
-        self.waiting.put(None)
-        self.thread.join()
+        """Finish every job already submitted, then stop the thread (waits for it); the worker takes no more."""
+        with self._life:
+            self._closed, thread = True, self.thread
+            if thread is not None:
+                self.waiting.put(None)
+        if thread is not None:
+            thread.join()
 
     # ---- the worker thread
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            with self._life:
+                if self.thread is threading.current_thread():
+                    self.thread = None
+
+    def _serve(self) -> None:
         routes: dict[int, GenerationJob] = {}  # engine request id -> its job
         in_flight: list[GenerationJob] = []
         pending: deque[GenerationJob] = deque()
@@ -142,7 +183,14 @@ class EngineWorker:
                 if closing:
                     return
                 engine = None  # nothing in flight: let a forgotten engine be collected while we wait
-                job = self.waiting.get()
+                try:
+                    job = self.waiting.get(timeout=self.linger_s)
+                except queue.Empty:
+                    with self._life:  # idle: end this thread, unless a job arrived just now
+                        if self.waiting.empty():
+                            self.thread = None
+                            return
+                    continue
                 if job is None:
                     return
                 pending.append(job)
@@ -155,37 +203,39 @@ class EngineWorker:
                     closing = True
                 else:
                     pending.append(job)
-            while pending and len(in_flight) < self.max_jobs:
-                # a seeded job runs alone: its samples' rows, hence their draws, then depend on its seed only
-                if in_flight and (pending[0].params.seed is not None or in_flight[0].params.seed is not None):
-                    break
-                self._start(pending.popleft(), routes, in_flight)
-            self._pending = len(pending)
-            if not in_flight:
-                continue
-            self.stats.max_jobs_together = max(self.stats.max_jobs_together, len(in_flight))
-            engine = self._engine()  # held while there is work, never while waiting for it
-            if engine is None:
-                for job in in_flight:
-                    job.future.set_exception(RuntimeError("the engine was garbage-collected while this job ran"))
-                return
-            try:
-                deltas = engine.step()
-            except Exception as exc:  # noqa: BLE001 - every job in flight learns why; the worker lives on
-                for job in in_flight:
-                    job.future.set_exception(exc)
-                routes.clear()
-                in_flight.clear()
-                continue
-            self.stats.engine_calls += 1
-            for d in deltas:
-                self._route(d, routes, in_flight)
-            done = [j for j in in_flight if j.on_delta is None and all(r.status is RequestStatus.FINISHED for r in j.requests)]
-            for job in done:
-                in_flight.remove(job)
-                for r in job.requests:
-                    routes.pop(r.id, None)
-                self._finish(job, [list(r.completions) for r in job.requests])
+            with self._lock:  # the engine's owner may be driving it directly: its call finishes first
+                while pending and len(in_flight) < self.max_jobs:
+                    # a seeded job runs alone: its samples' rows, hence their draws, then depend on its seed only
+                    if in_flight and (pending[0].params.seed is not None or in_flight[0].params.seed is not None):
+                        break
+                    self._start(pending.popleft(), routes, in_flight)
+                self._pending = len(pending)
+                if not in_flight:
+                    continue
+                self.stats.max_jobs_together = max(self.stats.max_jobs_together, len(in_flight))
+                engine = self._engine()  # held while there is work, never while waiting for it
+                if engine is None:
+                    for job in in_flight:
+                        job.future.set_exception(RuntimeError("the engine was garbage-collected while this job ran"))
+                    return
+                try:
+                    deltas = engine.step()
+                except Exception as exc:  # noqa: BLE001 - every job in flight learns why; the worker lives on
+                    for job in in_flight:
+                        job.future.set_exception(exc)
+                    routes.clear()
+                    in_flight.clear()
+                    continue
+                self.stats.engine_calls += 1
+                for d in deltas:
+                    self._route(d, routes, in_flight)
+                done = [j for j in in_flight
+                        if j.on_delta is None and all(r.status is RequestStatus.FINISHED for r in j.requests)]
+                for job in done:
+                    in_flight.remove(job)
+                    for r in job.requests:
+                        routes.pop(r.id, None)
+                    self._finish(job, [list(r.completions) for r in job.requests])
 
     def _start(self, job: GenerationJob, routes: dict[int, GenerationJob], in_flight: list[GenerationJob]) -> None:
         if not job.future.set_running_or_notify_cancel():
