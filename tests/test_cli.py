@@ -304,3 +304,28 @@ def test_export_errors_are_one_line_exit_2(tmp_path):
     assert res.exit_code == 2 and "not a checkpoint directory" in res.output and "Traceback" not in res.output
     res = runner.invoke(app, ["export", str(tmp_path), str(tmp_path / "x.gguf"), "--dtype", "q4"])
     assert res.exit_code == 2 and "--dtype must be one of f32, q8_0; got 'q4'" in res.output
+
+
+def test_draft_distils_a_checkpoint_that_serve_accepts_as_its_draft(tiny_model_dir, tmp_path):
+    from posttrain.models import load_model
+    from posttrain.resolve import load_served_model
+
+    out = tmp_path / "draft"
+    res = runner.invoke(app, ["draft", str(tiny_model_dir), str(out), "--tasks", "arith:add", "--prompts", "16",
+                              "--steps", "3", "--hidden", "16", "--layers", "1", "--max-new-tokens", "4"])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())  # rich wraps long lines
+    assert "expected acceptance per token" in said and f"--draft {out}" in said
+    drafted, _ = load_model(out)
+    assert drafted.config.hidden_size == 16 and drafted.config.num_hidden_layers == 1
+    served = load_served_model(str(tiny_model_dir), draft=str(out))
+    assert served.engine.spec is not None and served.engine.spec.method == "draft"
+
+
+def test_draft_errors_are_one_line_exit_2(tiny_model_dir, tmp_path):
+    res = runner.invoke(app, ["draft", str(tiny_model_dir), str(tmp_path / "d"), "--steps", "0"])
+    assert res.exit_code == 2 and "--steps" in res.output
+    res = runner.invoke(app, ["draft", str(tmp_path / "nothing"), str(tmp_path / "d")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    res = runner.invoke(app, ["draft", str(tiny_model_dir), str(tmp_path / "d"), "--tasks", "arith:div"])
+    assert res.exit_code == 2 and "Traceback" not in res.output

@@ -151,9 +151,11 @@ class ServedModel:
     note: str = ""
 
 
-def load_served_model(model: str, seed: int = 0, fast: bool = False) -> ServedModel:
+def load_served_model(model: str, seed: int = 0, fast: bool = False, draft: str | None = None) -> ServedModel:
     """The model `posttrain serve MODEL` names: `builtin`, a checkpoint directory, or a run (best/ or final/);
-    `fast`: the high-speed mode (int8 weights and prompt-lookup speculation, `posttrain serve --fast`)."""
+    `fast`: the high-speed mode (int8 weights and prompt-lookup speculation, `posttrain serve --fast`);
+    `draft`: a draft model's checkpoint (`posttrain draft`) that proposes for speculative decoding instead
+    (the output distribution stays the served model's)."""
     from posttrain.config import EngineConfig
     from posttrain.engine.build import build_engine
     from posttrain.engine.chat import ChatTemplate
@@ -163,8 +165,12 @@ def load_served_model(model: str, seed: int = 0, fast: bool = False) -> ServedMo
     where = locate_model(model)
     net, tokenizer = load_model(where.path)
     name = "builtin" if model == "builtin" else Path(model.rpartition("@")[0] or model).resolve().name
-    if fast:
-        engine = build_engine(EngineConfig(precision="int8"), net, tokenizer, seed, SpecConfig())
-    else:
-        engine = build_engine(None, net, tokenizer, seed)
+    spec = SpecConfig() if fast else None
+    if draft is not None:
+        drafter, _ = load_model(locate_model(draft).path)
+        if drafter.config.vocab_size != net.config.vocab_size:
+            raise UserError(f"--draft {draft}: its vocabulary ({drafter.config.vocab_size}) is not the model's "
+                            f"({net.config.vocab_size}); a draft must share the served model's tokenizer")
+        spec = SpecConfig("draft", draft_model=drafter)
+    engine = build_engine(EngineConfig(precision="int8") if fast else None, net, tokenizer, seed, spec)
     return ServedModel(engine, ChatTemplate.from_checkpoint(where.path), name, where.note)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from posttrain.cli import agent, export, sandbox, serve, tasks, train
+from posttrain.cli import agent, draft, export, sandbox, serve, tasks, train
 from posttrain.cli import eval as eval_commands
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ app.add_typer(tasks.app, name="tasks", help="Task suites: list them, prove their
 app.add_typer(agent.app, name="agent", help="Run agents on tasks in the sandbox; replay their transcripts.")
 app.command()(serve.serve)
 app.command()(export.export)
+app.command()(draft.draft)
 app.command("eval")(eval_commands.eval_cmd)
 app.command("compare")(eval_commands.compare_cmd)
 app.command("report")(eval_commands.report_cmd)

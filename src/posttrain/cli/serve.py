@@ -32,6 +32,11 @@ def serve(
             "accuracy cost measured in benchmarks/fast.py (docs/serving.md)."
         ),
     ] = False,
+    draft: Annotated[
+        str | None,
+        typer.Option(help="A draft model's checkpoint (`posttrain draft`) proposing tokens for speculative decoding; "
+                     "outputs keep the served model's distribution exactly."),
+    ] = None,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     with friendly():
@@ -50,7 +55,7 @@ def serve(
                 probe.bind((host, port))
             except OSError as exc:
                 raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-        served = load_served_model(model, seed, fast=fast)
+        served = load_served_model(model, seed, fast=fast, draft=draft)
         if served.note:  # a run's best/ (or its newest checkpoint) was chosen: say which
             err.print(escape(served.note), highlight=False, soft_wrap=True)
         model_name = name or served.name
@@ -58,5 +63,6 @@ def serve(
         app = create_app(served.engine, config, served.template)
         kind = "plain" if served.template.is_plain else "the checkpoint's"
         mode = ", high-speed mode: int8 + speculation" if fast else ""
+        mode += f", speculation with the draft {draft}" if draft else ""
         err.print(f"serving [bold]{model_name}[/] at http://{host}:{port}/v1 ({kind} chat template{mode}); Ctrl-C stops")
         uvicorn.run(app, host=host, port=port, log_level="warning")
