@@ -236,15 +236,26 @@ def _layout_generate(engine: LocalEngine, layout: str, params: SamplingParams) -
     return [[(c.token_ids, c.logprobs) for c in g] for g in groups]
 
 
+def _spec_engine(target, tok, method: str, k: int, draft, **kw) -> LocalEngine:
+    """A speculative engine; `draft_torch`: the draft model proposing through its PyTorch forward (the path
+    for drafts the compiled kernel does not take), `draft`: through the kernel."""
+    spec = SpecConfig("ngram" if method == "ngram" else "draft", k=k, draft_model=None if method == "ngram" else draft, **kw)
+    eng = LocalEngine(target, tok, speculative=spec)
+    if method == "draft":
+        assert eng.draft.fused is not None
+    if method == "draft_torch":
+        eng.draft.fused = None
+    return eng
+
+
 @pytest.mark.parametrize("layout", ["batch1", "batch4", "n3"])
 @pytest.mark.parametrize("k", [3, 8])
-@pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.parametrize("method", ["ngram", "draft", "draft_torch"])
 def test_greedy_speculative_output_equals_plain_decoding_over_32_tokens(greedy_models, method, k, layout, one_thread):
     target, draft, tok = greedy_models
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     plain = _layout_generate(LocalEngine(target, tok), layout, params)
-    spec = SpecConfig(method, k=k, draft_model=draft if method == "draft" else None)
-    eng = LocalEngine(target, tok, speculative=spec)
+    eng = _spec_engine(target, tok, method, k, draft)
     got = _layout_generate(eng, layout, params)
     for prompt, want_group, got_group in zip(GREEDY_PROMPTS, plain, got):
         for (want_ids, want_lps), (ids, lps) in zip(want_group, got_group, strict=True):
@@ -312,7 +323,7 @@ def _sample_one_at_a_time(engine: LocalEngine, prompt: list[int], n: int, length
     return torch.tensor(rows)
 
 
-@pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.parametrize("method", ["ngram", "draft", "draft_torch"])
 def test_batch1_speculated_tokens_follow_the_target_distribution(method, one_thread):
     """Tokens 1..8 of requests sampled one at a time (3 drafts per step, so two or more speculative steps each)
     against the exact conditionals."""
@@ -320,8 +331,7 @@ def test_batch1_speculated_tokens_follow_the_target_distribution(method, one_thr
     target = copier_model(tok, COPY_LAG)
     draft = copier_model(tok, COPY_LAG, gap=5.5, seed=1)  # a less sure, differently biased copier: q != p
     prompt = _copy_prompt(tok)
-    spec = SpecConfig(method, k=3, ngram_min=1, draft_model=draft if method == "draft" else None)
-    eng = LocalEngine(target, tok, speculative=spec)
+    eng = _spec_engine(target, tok, method, 3, draft, ngram_min=1)
     length = 8
     seqs = _sample_one_at_a_time(eng, prompt, 400, length)
     m = eng.metrics()
