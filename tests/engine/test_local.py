@@ -468,3 +468,21 @@ def test_sliding_window_attends_to_sinks_and_the_last_window(tmp_path):
             seq.append(nxt)
     assert got.token_ids == want
     torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want_lp), atol=1e-5, rtol=1e-5)
+
+
+def test_a_closed_worker_takes_no_job_and_agenerate_moves_to_a_new_one(tiny_model_dir):
+    from posttrain.engine.local.worker import WorkerClosed
+
+    model, tok = load_model(tiny_model_dir)
+    engine = LocalEngine(model, tok)
+    params = _greedy(3, ignore_eos=True)
+    old = engine.start_worker()
+    old.close()
+    with pytest.raises(WorkerClosed):
+        old.submit(["1+1="], params)
+    assert old.waiting.empty()  # nothing left behind that no thread would ever read
+    want = engine.generate(["1+1="], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    assert engine._worker is old  # closed behind the engine's back (another thread's close, say)
+    assert asyncio.run(engine.agenerate(["1+1="], params)) == want
+    assert engine._worker is not old
+    engine.close()

@@ -48,7 +48,7 @@ from posttrain.engine.local.precision import check_precision, serving_copy
 from posttrain.engine.local.prefix_cache import PrefixCache
 from posttrain.engine.local.sequence import Request, RequestStatus, Sequence
 from posttrain.engine.local.spec_decode import DraftProposer, SpecConfig, group_rows, lookup_propose, verify
-from posttrain.engine.local.worker import EngineWorker
+from posttrain.engine.local.worker import EngineWorker, WorkerClosed
 from posttrain.engine.sampling import choose, process_for
 from posttrain.errors import UserError
 from posttrain.models.llama import CausalLM
@@ -334,7 +334,13 @@ class LocalEngine:
         so it returns exactly what `generate` would."""
         if not prompts:
             return []
-        groups = await asyncio.wrap_future(self.start_worker().submit(prompts, params))
+        # an existing worker is taken without the engine's lock: a direct generate on another thread must not
+        # block this event loop (the worker's thread waits for it instead)
+        try:
+            future = (self._worker or self.start_worker()).submit(prompts, params)
+        except WorkerClosed:  # closed just now by another thread: a new worker takes it
+            future = self.start_worker().submit(prompts, params)
+        groups = await asyncio.wrap_future(future)
         return [g.completions for g in groups]
 
     def stream(self, prompts: list[Prompt], params: SamplingParams) -> Iterator[CompletionDelta]:
@@ -362,7 +368,7 @@ class LocalEngine:
         """The engine's worker thread, started if it is not running (waits for a direct `generate` in
         progress on another thread); `max_jobs` (default `max_concurrency`) and `max_queue` update its limits."""
         with self._owner:
-            if self._worker is None:
+            if self._worker is None or self._worker.closed:
                 self._worker = EngineWorker(self, max_jobs or self.max_concurrency, max_queue or 1024, lock=self._owner)
             else:
                 self._worker.max_jobs = max_jobs or self._worker.max_jobs

@@ -67,6 +67,10 @@ class GenerationJob:
     requests: list[Request] = field(default_factory=list)
 
 
+class WorkerClosed(RuntimeError):
+    """A job for an engine worker that `close()` already stopped."""
+
+
 @dataclass
 class BatcherStats:
     jobs: int = 0
@@ -120,12 +124,19 @@ class EngineWorker:
     def ensure_thread(self) -> threading.Thread:
         """The worker thread, started if none is running."""
         with self._life:
-            if self._closed:
-                raise RuntimeError("this engine worker is closed")
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="posttrain-engine-worker", daemon=True)
-                self.thread.start()
-            return self.thread
+            return self._ensure_thread()
+
+    def _ensure_thread(self) -> threading.Thread:  # holding `_life`
+        if self._closed:
+            raise WorkerClosed("this engine worker is closed")
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="posttrain-engine-worker", daemon=True)
+            self.thread.start()
+        return self.thread
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def dormant(self) -> bool:
@@ -148,9 +159,10 @@ class EngineWorker:
         if waiting >= self.max_queue:
             raise queue.Full(f"{waiting} requests are waiting")
         job = GenerationJob([p if isinstance(p, str) else list(p) for p in prompts], params, top_logprobs, on_delta)
-        self.waiting.put(job)
+        with self._life:  # a closed worker takes nothing (its queue is never read again)
+            self._ensure_thread()
+            self.waiting.put(job)
         self.stats.max_queue_depth = max(self.stats.max_queue_depth, self.waiting.qsize())
-        self.ensure_thread()
         return job.future
 
     def close(self) -> None:
