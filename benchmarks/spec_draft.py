@@ -4,7 +4,7 @@ The target: a 10M-parameter Llama (`benchmarks/engine.py`'s 10m shape: hidden 38
 posttrain's own base-model pre-training (`posttrain.builtin.ensure_base`) on worked products
 (`47*38=` -> `47*8=376;47*30=1410;376+1410=1786`) until its held-out accuracy reaches the band; built once
 and cached. The draft: the built-in 0.86M worked-product base (the same pre-training, the default size),
-then distilled on the target's own continuations of train-split problems (`posttrain.models.distill`:
+then distilled on the target's own continuations of train-split problems (`posttrain.engine.local.distill`:
 forward KL to the target's whole next-token distributions). Both share the character tokenizer.
 
 Measured: held-out problems one at a time (the latency-bound regime speculation is for), the engine's
@@ -43,7 +43,7 @@ def build_models(cache_dir: str | None, seed: int, distill_steps: int):
 
     from posttrain.builtin import base_task_source, ensure_base
     from posttrain.config import BaseModelConfig
-    from posttrain.models.distill import DistillConfig, distill_draft
+    from posttrain.engine.local.distill import DistillConfig, distill_draft
     from posttrain.models.io import load_model
 
     extra = {"cache_dir": cache_dir} if cache_dir else {}

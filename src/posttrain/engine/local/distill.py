@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from posttrain.engine.local.engine import LocalEngine
 from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer
 from posttrain.types import SamplingParams
@@ -87,8 +88,6 @@ class Continuations:
 def sample_continuations(target: CausalLM, tokenizer: Tokenizer, prompts: Sequence[str], temperature: float,
                          max_new_tokens: int, n: int = 1, seed: int = 0) -> Continuations:
     """The target's own continuations of `prompts` (n each), through the local engine, as training rows."""
-    from posttrain.engine.local.engine import LocalEngine
-
     engine = LocalEngine(target, tokenizer, seed=seed)
     params = SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens, seed=seed)
     groups = engine.generate(list(prompts), params)
