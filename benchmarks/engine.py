@@ -21,6 +21,9 @@ medians of `--rounds` >= 3):
   held-out `agent:lookup` episodes one at a time, prompt lookup vs plain decoding, at the agent recipe's
   temperature (the headline) and greedy (episodes checked token-identical); see benchmarks/spec_trained.py
   (the base is built once per machine and cached; `--spec-cache-dir` points at a cache).
+- spec_draft (`spec_draft_speedup`, `spec_draft_greedy_speedup`, ...): a draft model posttrain distilled for a
+  10M worked-product model posttrain pre-trained, batch 1 (benchmarks/spec_draft.py; both built once and cached
+  in `--spec-cache-dir`).
 - spec_copier (`spec_copier_*`, a synthetic upper bound, not the headline): copying a 120-character text
   that is in the prompt, with a one-layer Llama whose weights are set by hand to copy (`copier_model`: a
   positional attention head reads the token 120 places back); prompt lookup (k=8) vs plain, T=1 and greedy.
@@ -53,6 +56,8 @@ import time
 from pathlib import Path
 
 import torch
+from spec_draft import build_models as build_drafts
+from spec_draft import measure as measure_drafts
 from spec_trained import spec_trained  # benchmarks/: the script's own directory is on sys.path
 
 from posttrain.engine import LocalEngine, SpecConfig
@@ -363,6 +368,9 @@ def measure(size: str, args, skip: set[str]) -> dict:
         if "spec" not in skip:
             out.update(spec_trained(rounds=args.rounds, cache_dir=args.spec_cache_dir))
             out["spec_speedup"] = out["spec_trained_speedup"]  # the trained model's, never the hand-set copier's
+            # a draft posttrain distilled, for a 10M target posttrain trained (benchmarks/spec_draft.py)
+            target, drafted, undistilled, dtok, source, info = build_drafts(args.spec_cache_dir, 0, 300)
+            out.update(measure_drafts(target, drafted, undistilled, dtok, source, 64, args.rounds, 4, 0), **info)
             out.update(spec(tok, args.rounds))
             print({k: v for k, v in out.items() if k.startswith("spec")}, flush=True)
         if "grpo" not in skip:
