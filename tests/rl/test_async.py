@@ -429,3 +429,18 @@ checkpoint_every = 0
     with RunStore(tmp_path / "runs" / "cli_async" / "run.sqlite") as store:
         steps = store.steps()
     assert [s for s, _ in steps] == [1, 2, 3] and all(m["staleness_max"] <= 1 for _, m in steps)
+
+
+def test_the_learner_leaves_the_producer_processes_their_cores():
+    from posttrain.rl.async_loop import learner_thread_budget
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert learner_thread_budget(1, cores=2) == 1 and torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        assert learner_thread_budget(3, cores=2) == 1  # never below one thread
+        torch.set_num_threads(2)
+        assert learner_thread_budget(1, cores=8) == 2  # room for both: never raised, never lowered
+    finally:
+        torch.set_num_threads(before)

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import copy
 import importlib
+import logging
 import multiprocessing
+import os
 import threading
 import time
 import traceback
@@ -54,6 +56,8 @@ from posttrain.rl.follow import FollowWeights
 from posttrain.rl.rollout import Rollouter, fill_draw
 from posttrain.scheduler.curriculum import Curriculum
 from posttrain.types import Group
+
+log = logging.getLogger(__name__)
 
 
 class ProducerError(UserError, RuntimeError):
@@ -289,6 +293,23 @@ class SandboxFailure:
     time: float = field(default_factory=time.time)
 
 
+def learner_thread_budget(producer_threads: int, cores: int | None = None) -> int:
+    """Cap this process's torch threads so the learner and the producer processes on this machine need no more
+    cores than it has; returns the learner's threads. torch's OpenMP threads spin between parallel regions, and
+    when the learner's 2 threads shared 2 cores with a producer process, they took the cores the producer
+    needed: the code domain's 40 asynchronous steps ran in 36 s with 1 producer, 108 s with a 2-thread
+    producer, and 28 s with the learner at 1 thread (benchmarks/RESULTS.md). Never raises the thread count."""
+    cores = cores or os.cpu_count() or 1
+    have = torch.get_num_threads()
+    fit = max(1, cores - producer_threads)
+    if have > fit:
+        log.info("async rollouts: the learner uses %d torch thread(s) of %d cores (%d go to producer processes)",
+                 fit, cores, producer_threads)
+        torch.set_num_threads(fit)
+        return fit
+    return have
+
+
 class Producer:
     """One producer thread: request -> staleness gate -> newest weights (acknowledged) -> rollout -> buffer."""
 
@@ -406,6 +427,9 @@ class AsyncLoop:
                     runner: Runner = make_thread_runner(seed, self.board)
                     return runner
             self.producers.append(Producer(i, make, self.buffer, self.board, r.on_new_weights == "requeue"))
+        self._threads_before = torch.get_num_threads()  # restored by close()
+        if r.backend == "local" and r.producer_kind == "process":
+            learner_thread_budget(r.producers * r.producer_threads)
         for p in self.producers:
             p.start()
         self._mark = time.perf_counter()
@@ -589,3 +613,4 @@ class AsyncLoop:
         self.buffer.close()
         for p in self.producers:
             p.close()
+        torch.set_num_threads(self._threads_before)
