@@ -131,7 +131,6 @@ def measure(target, draft, undistilled, tok, source, problems: int, rounds: int,
                 out[f"{key}_tokens_per_forward"] = round(m["tokens_per_forward"], 2)
                 if temp == 0.0:
                     out[f"{key}_identical"] = texts[name] == texts["plain"]
-        out[f"plain_{label}_tok_s"] = round(plain, 1)
         out[f"tokens_per_problem_{label}"] = round(sum(len(x) for x in texts["plain"]) / len(prompts), 1)
         print(f"{label}: plain {plain:.0f} tok/s; " + ", ".join(
             f"{n} {statistics.median(rates[n]) / plain:.2f}x" for n in engines if n != "plain"), flush=True)

@@ -34,6 +34,7 @@ import torch
 from posttrain.config import BaseModelConfig
 from posttrain.engine.build import build_engine
 from posttrain.eval.accuracy import evaluate_accuracy
+from posttrain.models.batch import pad_rows
 from posttrain.models.config import ModelConfig
 from posttrain.models.io import save_model
 from posttrain.models.llama import CausalLM
@@ -121,13 +122,7 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
 
 def _padded(tokenizer: Tokenizer, rows: list[list[int]], targets: list[list[float]]) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, T] right-padded ids and [B, T-1] loss weights; `targets[i][t]` weighs the prediction of rows[i][t + 1]."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width - 1))
-    for i, (r, m) in enumerate(zip(rows, targets)):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(m)] = torch.tensor(m, dtype=torch.float)
-    return ids, mask
+    return pad_rows(rows, targets, tokenizer.pad_id)
 
 
 AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the last observation and the call

@@ -83,11 +83,11 @@ def pack_groups(groups: list[Group], advantages: Tensor, valid: Tensor, pad_id: 
     """
     flat_adv = advantages.reshape(-1).float()
     flat_valid = valid.reshape(-1).tolist()
-    views, row_adv, row_valid, row_group = [], [], [], []
+    views, row_traj, row_valid, row_group = [], [], [], []
     for i, (gi, t) in enumerate((gi, t) for gi, g in enumerate(groups) for t in g.trajectories):
         for view in t.segments():
             views.append(view)
-            row_adv.append(i)
+            row_traj.append(i)
             row_valid.append(bool(flat_valid[i]))
             row_group.append(gi)
     width = max(len(v) for v in views)
@@ -106,7 +106,7 @@ def pack_groups(groups: list[Group], advantages: Tensor, valid: Tensor, pad_id: 
     old = torch.tensor(lp, dtype=torch.float).reshape(len(views), width - 1) * mask_t
     lengths = torch.tensor([len(v) for v in views], dtype=torch.long)
     return TrainBatch(torch.tensor(ids, dtype=torch.long), mask_t, old,
-                      flat_adv[torch.tensor(row_adv, dtype=torch.long)] if row_adv else torch.zeros(0), lengths,
+                      flat_adv[torch.tensor(row_traj, dtype=torch.long)] if row_traj else torch.zeros(0), lengths,
                       groups=torch.tensor(row_group, dtype=torch.long))
 
 

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.engine.local.engine import LocalEngine
+from posttrain.models.batch import pad_rows
 from posttrain.models.llama import CausalLM
 from posttrain.models.tokenizer import Tokenizer
 from posttrain.types import SamplingParams
@@ -97,12 +98,7 @@ def sample_continuations(target: CausalLM, tokenizer: Tokenizer, prompts: Sequen
         for c in group:
             rows.append(p + list(c.token_ids))
             weights.append([0.0] * (len(p) - 1) + [1.0] * len(c.token_ids))
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width - 1))
-    for i, (r, w) in enumerate(zip(rows, weights)):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(w)] = torch.tensor(w)
+    ids, mask = pad_rows(rows, weights, tokenizer.pad_id)
     return Continuations(ids, mask)
 
 

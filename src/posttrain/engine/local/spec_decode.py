@@ -174,10 +174,11 @@ class DraftProposer:
     through the compiled decode kernel where it applies (at batch 1 the PyTorch module's per-call overhead
     made a 0.86M draft cost 2 ms a token, more than a 10M target's kernel step); the model's forward else."""
 
-    def __init__(self, model: CausalLM, fused: bool = True) -> None:
+    def __init__(self, model: CausalLM) -> None:
         self.model = model
         self.kv: SlotCache | None = None
-        self.fused = FusedDecoder(model) if fused and FusedDecoder.supports(model) else None
+        # the compiled kernel's view of the draft, or None: the PyTorch module proposes (set to None to force it)
+        self.fused = FusedDecoder(model) if FusedDecoder.supports(model) else None
 
     def _forward(self, ids: Tensor, start: list[int], n_valid: list[int] | None) -> Tensor:
         """ids [b, t] at slots start[i].. (n_valid[i] real) -> logits of each row's last real token [b, V]."""
