@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from posttrain.engine.local.kv import SlotCache
+from posttrain.engine.local.hugepages import hugepage_empty
 from posttrain.engine.local.native_decode import load_kernel
 from posttrain.engine.local.precision import check_precision, quantize
 from posttrain.models.llama import CausalLM
@@ -106,12 +107,12 @@ def _padded(v: Tensor) -> Tensor:
 def _flat_pack(mats: list[Tensor], shape_fn) -> tuple[list[Tensor], Tensor]:
     """Copy `shape_fn(m)` of every matrix into one contiguous buffer, in step order -> (views, buffer).
 
-    At these sizes decode is bound by reading the weights, and one sequential run is what the
-    hardware prefetcher handles best.
+    At these sizes decode is bound by reading the weights, and one sequential run on huge pages
+    (`hugepage_empty`) is what the hardware prefetcher and the TLB handle best.
     """
     with torch.no_grad():
         shaped = [shape_fn(m) for m in mats]
-        flat = torch.empty(sum(x.numel() for x in shaped), dtype=shaped[0].dtype)
+        flat = hugepage_empty(sum(x.numel() for x in shaped), shaped[0].dtype)
         views, off = [], 0
         for x in shaped:
             v = flat[off : off + x.numel()].view(x.shape)
