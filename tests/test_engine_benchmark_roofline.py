@@ -1,0 +1,62 @@
+"""``benchmarks/engine.py``'s utilisation figures: batch-1 bandwidth from the decode steps alone, each round
+against the read ceiling measured beside it, and the ceiling the faster of 4 KiB and huge pages."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # engine.py imports its sibling benchmarks by name
+    try:
+        spec = importlib.util.spec_from_file_location("engine_bench", ROOT / "benchmarks" / "engine.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+class Params:
+    def num_parameters(self):
+        return 10_000_000  # 40 MB of fp32 weights
+
+
+def test_bandwidth_fraction_is_each_rounds_decode_against_its_own_ceiling(bench):
+    out = {
+        "batch1_decode_ms_runs": [2.0, 4.0, 2.5],  # 20, 10, 16 GB/s of weights
+        "batch1_local_ms_runs": [2.5, 5.0, 4.0],  # 16, 8, 10 GB/s
+        "batch1_read_gb_s": [20.0, 10.0, 32.0],  # a noisy machine: each round's own ceiling
+    }
+    res = bench.utilisation(out, Params(), {"peak_gemm_gflop_s": 50.0})
+    assert res["batch1_bandwidth_frac_runs"] == [1.0, 1.0, 0.5]
+    assert res["batch1_bandwidth_frac"] == 1.0
+    assert res["batch1_bandwidth_frac_end_to_end"] == 0.8  # median of 0.8, 0.8, 0.3125
+    assert "grpo_gemm_frac" not in res
+
+
+def test_gemm_fraction_counts_two_flops_per_parameter_per_token(bench):
+    res = bench.utilisation({"grpo_local_tok_s": 1000.0}, Params(), {"peak_gemm_gflop_s": 50.0})
+    assert res == {"grpo_gemm_frac": 0.4}
+
+
+def test_read_ceiling_takes_the_faster_page_size(bench, monkeypatch):
+    ceiling = object.__new__(bench.ReadCeiling)  # no 512 MB of buffers: the timing is faked below
+    ceiling.small, ceiling.huge = _Buf(), _Buf()
+    times = iter([0.02] * 3 + [0.01] * 3)  # three timed reads on 4 KiB pages, then three twice as fast on huge pages
+    monkeypatch.setattr(bench, "timed", lambda fn: next(times))
+    got = ceiling.measure(repeats=3)
+    assert got == {"read_gb_s_4k": 10.0, "read_gb_s_huge": 20.0, "read_gb_s": 20.0}
+
+
+class _Buf:
+    def numel(self):
+        return 50_000_000  # 200 MB
+
+    def sum(self):
+        return 0.0
