@@ -80,10 +80,13 @@ static inline void axpy(float a, const float *x, float *y, int n) {
 /* acc[r, 0:16] += x[r, :] @ P for r < R: P is one [K, 16] column panel, streamed once for all R rows.
  * The R x 16 accumulators live in registers, and K is split S ways (k = S*j + s go to partial sums s)
  * so that R * 2 * S >= 8 independent FMA chains hide the FMA latency even for a single row. */
-/* How far ahead in a weight panel the K loop prefetches. A forward of 4+ rows (a speculative verify, a wide
- * decode batch) streams 40 MB of 10M-parameter weights per pass, and without it the hardware prefetcher fell
- * behind the 4-row tile: 3.6 ms against 1.8 ms for 3 rows on one core; with it, 1.6 ms (a 6-layer 10M-shape
- * microbenchmark of gemm_acc alone, Intel Xeon). The prefetch cannot fault past a panel's end. */
+/* How far ahead in a weight panel the K loop prefetches, one prefetch per 64-byte line. A forward of 4+ rows
+ * (a speculative verify, a wide decode batch) streams 40 MB of 10M-parameter weights per pass, and without it
+ * the hardware prefetcher fell behind the 4-row tile: 3.6 ms against 1.8 ms for 3 rows on one core; with it,
+ * 1.6 ms (a 6-layer 10M-shape microbenchmark of gemm_acc alone, Intel Xeon). Prefetching only the first line of
+ * the S lines a split-K step reads left one row (S = 4) at 19-20 GB/s on a 50M model against 25-26 GB/s with
+ * every line prefetched (AMD EPYC Zen 4, one thread; a sum over the same buffer: 26-30 GB/s). A prefetch
+ * never faults, past a panel's end included. */
 #define PREFETCH_BYTES 4096
 
 static inline __attribute__((always_inline)) void panel_tile(const int R, const int S, int K, const float *restrict x,
@@ -96,8 +99,8 @@ static inline __attribute__((always_inline)) void panel_tile(const int R, const 
     }
     int k = 0;
     for (; k + S <= K; k += S) {
-        __builtin_prefetch(P + (size_t)k * 16 + PREFETCH_BYTES / 4);
         for (int s = 0; s < S; s++) {
+            __builtin_prefetch(P + (size_t)(k + s) * 16 + PREFETCH_BYTES / 4);  /* every 64-byte row: S rows a step */
             const v8 w0 = *(const v8u *)(P + (size_t)(k + s) * 16), w1 = *(const v8u *)(P + (size_t)(k + s) * 16 + 8);
             for (int r = 0; r < R; r++) {
                 const float xv = x[(size_t)r * ldx + k + s];
@@ -176,7 +179,9 @@ static inline __attribute__((always_inline)) void panel_tile_q(const int wt, con
         for (int s = 0; s < S; s++) { a0[s][r] = vsplat(0.f); a1[s][r] = vsplat(0.f); }
     int k = 0;
     for (; k + S <= K; k += S) {
-        __builtin_prefetch((const char *)P + (size_t)k * 16 * (wt == 1 ? 1 : 2) + PREFETCH_BYTES);
+        /* one prefetch per 64-byte line of the S rows this step reads (int8 rows are 16 bytes, bf16 rows 32) */
+        for (int off = 0; off < S * 16 * (wt == 1 ? 1 : 2); off += 64)
+            __builtin_prefetch((const char *)P + (size_t)k * 16 * (wt == 1 ? 1 : 2) + PREFETCH_BYTES + off);
         for (int s = 0; s < S; s++) {
             v8 w0, w1;
             wload(wt, P, (size_t)(k + s), &w0, &w1);
