@@ -614,8 +614,12 @@ def _cancel(ray: Any, ref: Any) -> None:
 
 
 def _why(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:300]}"
+    """One line: the Ray error's head and, for a remote traceback, its last line (the exception that was raised
+    in the worker: the cause, which a head alone cut off)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    head = " ".join(" ".join(lines).split())[:200]
+    cause = lines[-1] if len(lines) > 1 else ""
+    return f"{type(exc).__name__}: {head}" + (f" ... {cause[:300]}" if cause and cause not in head else "")
 
 
 

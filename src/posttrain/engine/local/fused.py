@@ -42,8 +42,8 @@ import weakref
 import torch
 from torch import Tensor
 
-from posttrain.engine.local.kv import SlotCache
 from posttrain.engine.local.hugepages import hugepage_empty
+from posttrain.engine.local.kv import SlotCache
 from posttrain.engine.local.native_decode import load_kernel
 from posttrain.engine.local.precision import check_precision, quantize
 from posttrain.models.llama import CausalLM
