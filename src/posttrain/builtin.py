@@ -117,12 +117,7 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
         answer = tokenizer.encode(t.meta.get("solution", t.answer), add_bos=False) + [tokenizer.eos_id]
         rows.append(prompt + answer)
         masks.append([0] * (len(prompt) - 1) + [1] * len(answer))
-    return _padded(tokenizer, rows, masks)
-
-
-def _padded(tokenizer: Tokenizer, rows: list[list[int]], targets: list[list[float]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, T] right-padded ids and [B, T-1] loss weights; `targets[i][t]` weighs the prediction of rows[i][t + 1]."""
-    return pad_rows(rows, targets, tokenizer.pad_id)
+    return pad_rows(rows, masks, tokenizer.pad_id)
 
 
 AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the last observation and the call
@@ -155,7 +150,7 @@ def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int) -> tuple[torc
         text = lead + head + tail[rng.randint(0, len(tail) - 1):]
         ids = tokenizer.encode(text, add_bos=False) + tokenizer.encode(x, add_bos=False)
         rows.append((ids, [0.0] * (len(ids) - 1) + [1.0]))
-    return _padded(tokenizer, [ids for ids, _ in rows], [w[1:] for _, w in rows])
+    return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
 def _trace_window(ids: list[int], weight: list[float], rng: random.Random, width: int) -> tuple[list[int], list[float]]:
@@ -182,7 +177,7 @@ def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None,
         rows.append((ids, [AGENT_DECISION_WEIGHT if d else float(m) for m, d in zip(mask, decisions)]))
     if width is not None and rng is not None:
         rows = [_trace_window(ids, weight, rng, width) for ids, weight in rows]
-    return _padded(tokenizer, [ids for ids, _ in rows], [w[1:] for _, w in rows])
+    return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
 def _episode_success(engine, tasks) -> float:
