@@ -617,7 +617,7 @@ def _why(exc: BaseException) -> str:
     """One line: the Ray error's head and, for a remote traceback, its last line (the exception that was raised
     in the worker: the cause, which a head alone cut off)."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    head = " ".join(" ".join(lines).split())[:200]
+    head = " ".join(str(exc).split())[:200]
     cause = lines[-1] if len(lines) > 1 else ""
     return f"{type(exc).__name__}: {head}" + (f" ... {cause[:300]}" if cause and cause not in head else "")
 

@@ -5,9 +5,9 @@ boundary of an anonymous mapping advised `MADV_HUGEPAGE` before its first
 touch, so the kernel backs it with 2 MiB pages where it can. Why: a batch-1
 decode step streams every weight once (39 MB at 10M parameters); on 4 KiB
 pages that walk misses the TLB every 4 KiB and the hardware prefetcher stops
-at every page boundary. Measured on a 2-core AMD EPYC (Zen 4) VM, one thread,
-a 10M-parameter model: 2.9-3.0 ms a token on 4 KiB pages, 2.2 ms on huge
-pages (benchmarks/RESULTS.md). Linux's default THP mode, `madvise`, gives huge
+at every page boundary. Measured on a 2-core AMD EPYC (Zen 4) VM, one thread
+(benchmarks/hugepages.py, interleaved A/B): 10M parameters 2.32 ms a token on
+4 KiB pages, 1.80 on huge pages; 50M 8.78 and 8.42 (benchmarks/RESULTS.md). Linux's default THP mode, `madvise`, gives huge
 pages only to ranges that ask, and PyTorch's CPU allocator asks only when
 `THP_MEM_ALLOC_ENABLE=1` is set before it starts.
 Falls back to a plain `torch.empty` (same contents, same semantics) below
@@ -48,8 +48,7 @@ def hugepage_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
     The storage is an anonymous mapping owned by the tensor (freed with it); its first element sits on a
     2 MiB boundary. Contents and behaviour are those of `torch.empty(numel, dtype=dtype)`.
     """
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    nbytes = numel * itemsize
+    nbytes = numel * dtype.itemsize
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if nbytes < MIN_BYTES or advice is None or thp_mode() in ("never", "unavailable"):
         return torch.empty(numel, dtype=dtype)
