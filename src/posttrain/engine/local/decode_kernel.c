@@ -427,3 +427,38 @@ int pt_forward_tokens_q(int wt, int M, int n_layers, int H, int Hq, int Hkv, int
                             rope_cos, rope_sin, ids, embed, eps, logits);
     return -2;
 }
+
+/* pt_decode_greedy: up to n greedy decode steps of one sequence (cache row `row`), each the forward above on
+ * one token, then the argmax of its logits (the first maximum, as torch.argmax) and that token's logprob
+ * under the unscaled distribution (logit - logsumexp, summed in double). Step i feeds token `first` (i = 0) or
+ * the token step i - 1 chose at slot = position start + i. Stops after a token in stop_ids[0..n_stop).
+ * wt: 0 fp32, 1 int8, 2 bf16 panels. logits: [V] scratch. Returns the number of tokens written to out_tok /
+ * out_lp (1..n), or the forward's negative error code. The caller guarantees start + n < slots and rope
+ * tables for positions up to start + n - 1. */
+int pt_decode_greedy(int wt, int n, int n_layers, int H, int Hq, int Hkv, int D, int I, int V,
+                     const float *const *mats, float *const *kc, float *const *vc, int64_t slots,
+                     int64_t row, int64_t start, const float *rope_cos, const float *rope_sin,
+                     int64_t first, const float *embed, float eps,
+                     const int64_t *stop_ids, int n_stop, float *logits, int64_t *out_tok, float *out_lp) {
+    int64_t id = first;
+    for (int i = 0; i < n; i++) {
+        const int64_t at = start + i;
+        const int rc = wt == 0
+            ? pt_forward_tokens(1, n_layers, H, Hq, Hkv, D, I, V, mats, kc, vc, slots, &row, &at, &at,
+                                rope_cos, rope_sin, &id, embed, eps, logits)
+            : pt_forward_tokens_q(wt, 1, n_layers, H, Hq, Hkv, D, I, V, mats, kc, vc, slots, &row, &at, &at,
+                                  rope_cos, rope_sin, &id, embed, eps, logits);
+        if (rc != 0) return rc;
+        int best = 0;
+        for (int v = 1; v < V; v++) if (logits[v] > logits[best]) best = v;
+        const float top = logits[best];
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) sum += exp((double)(logits[v] - top));
+        id = best;
+        out_tok[i] = best;
+        out_lp[i] = (float)(-log(sum));  /* logits[best] - logsumexp = -log(sum of exp(logit - top)) */
+        for (int s = 0; s < n_stop; s++)
+            if (stop_ids[s] == best) return i + 1;
+    }
+    return n;
+}

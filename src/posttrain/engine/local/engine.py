@@ -12,7 +12,8 @@ cross-request prefix cache (engine/local/prefix_cache.py); chunked prefill under
 per-step token budget; sampling with temperature, top-k, top-p, min-p, stop
 strings and token ids, per-request seeds, and behaviour logprobs of the
 processed distribution; optional sliding window with attention sinks; exact
-speculative decoding (engine/local/spec_decode.py); serving at a reduced
+speculative decoding (engine/local/spec_decode.py); a lone greedy sequence's
+decode in runs of tokens inside the C kernel (`_decode_greedy_run`); serving at a reduced
 precision (bf16 or int8 weights, engine/local/precision.py); `generate` and `stream` on top,
 and `agenerate` through a worker thread (engine/local/worker.py) that every
 concurrent caller shares; the context limit (a request asking for more tokens
@@ -56,6 +57,10 @@ from posttrain.models.tokenizer import Tokenizer
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 log = logging.getLogger(__name__)
+
+# a lone greedy sequence decodes up to this many tokens per C call (`_decode_greedy_run`): Python's per-token
+# cost goes, and a request submitted meanwhile waits at most this many tokens to be admitted
+GREEDY_RUN = 16
 
 
 class WeightsMismatchError(UserError, KeyError):
@@ -544,7 +549,38 @@ class LocalEngine:
         finished = [s for s, t, lp in zip(seqs, toks.tolist(), lps.tolist()) if self._emit(s, t, lp, deltas)]
         self._retire(finished)
 
+    def _decode_greedy_run(self, deltas: list[CompletionDelta]) -> bool:
+        """A lone greedy sequence decodes up to `GREEDY_RUN` tokens in one C call (`FusedDecoder.decode_greedy`):
+        the same forwards, argmax and logprobs as that many `_decode` steps, without the Python between
+        tokens (~0.3 ms a token, 15% of a 10M model's). Only when nothing waits to be admitted or prefilled (a
+        run delays admission by at most `GREEDY_RUN` tokens), without speculation or a shared prompt, with no
+        filtering (temperature 0, no top-k/top-p/min-p) and no stop strings (text is checked per token, and a
+        run past a stop would waste forwards). -> whether it ran."""
+        if len(self.running) != 1 or self.waiting or self.prefilling or self.fused is None or self.spec is not None:
+            return False
+        s = self.running[0]
+        req, params = s.request, s.request.params
+        plain = params.temperature == 0 and params.top_k == 0 and params.top_p >= 1.0 and params.min_p == 0.0
+        n = min(GREEDY_RUN, req.max_tokens - len(s.out))
+        if not plain or params.stop or s.base or n < 2:
+            return False
+        got = self.fused.decode_greedy(s.all[-1], s.n_cached - s.base, self.kv, n, req.stop_ids)
+        if got is None:
+            return False
+        toks, lps = got
+        s.n_cached += len(toks)
+        self.stats["decode_forwards"] += len(toks)
+        self.stats["decode_row_steps"] += len(toks)
+        self.stats["decode_tokens"] += len(toks)
+        for t, lp in zip(toks, lps):  # the run ends at a stop id or at max_tokens: so does the last _emit
+            if self._emit(s, t, lp, deltas):
+                self._retire([s])
+                break
+        return True
+
     def _decode(self, deltas: list[CompletionDelta]) -> None:
+        if self._decode_greedy_run(deltas):
+            return
         seqs = self.running
         b = len(seqs)
         start = [s.n_cached - s.base for s in seqs]

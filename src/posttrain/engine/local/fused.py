@@ -343,6 +343,33 @@ class FusedDecoder:
             raise MemoryError("native decode kernel could not allocate its scratch buffer")
         return logits
 
+    def decode_greedy(self, first: int, start: int, cache: SlotCache, n: int,
+                      stop_ids: frozenset[int] | set[int] = frozenset()) -> tuple[list[int], list[float]] | None:
+        """Up to n greedy tokens of cache row 0 in one C call (`pt_decode_greedy`): token `first` goes to slot
+        `start`, each chosen token to the next slot; stops after a token in `stop_ids`. -> (tokens, their
+        logprobs under the unscaled distribution), exactly what n `forward_tokens` steps with argmax and
+        log_softmax give (up to the logsumexp's rounding), or None when the kernel is unavailable."""
+        if self.kernel is None or not cache.k[0].is_contiguous():
+            return None
+        if start + n > cache.slots - 1:
+            raise ValueError(f"KV cache row overflow: {start + n} tokens > {cache.slots - 1} slots")
+        self.ensure(self._native_layout)
+        cfg = self.model.config
+        cos, sin = self._rope_tables(start + n)
+        kc, vc = self._cache_pointers(cache)
+        stops = (ctypes.c_int64 * max(1, len(stop_ids)))(*stop_ids)
+        toks, lps = (ctypes.c_int64 * n)(), (ctypes.c_float * n)()
+        wt = 0 if self.precision == "fp32" else _WTYPE[self.precision]
+        got = self.kernel.pt_decode_greedy(
+            wt, n, cfg.num_hidden_layers, self.hidden, self.hq, self.hkv, self.d, self.inter, cfg.vocab_size,
+            self._native[2], kc, vc, cache.slots, 0, start, cos.data_ptr(), sin.data_ptr(), first,
+            self.model.model.embed_tokens.weight.data_ptr(), cfg.rms_norm_eps, stops, len(stop_ids),
+            self._logits_buf.data_ptr(), toks, lps,
+        )  # fmt: skip
+        if got < 0:
+            raise MemoryError("native decode kernel could not allocate its scratch buffer")
+        return list(toks[:got]), list(lps[:got])
+
     def native_step(self, ids: Tensor, starts: list[int], cache: SlotCache) -> Tensor | None:
         """One new token per row through the C kernel, `NATIVE_MAX_TOKENS` rows per call: [b, V] or None."""
         b = ids.shape[0]

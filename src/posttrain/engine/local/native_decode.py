@@ -2,7 +2,9 @@
 
 Covers: building and loading the C kernel `pt_forward_tokens` (and
 `pt_forward_tokens_q`, the same forward on int8 or bf16 weight panels with
-per-column scales, dequantised in registers: engine/local/precision.py)
+per-column scales, dequantised in registers: engine/local/precision.py, and
+`pt_decode_greedy`, a loop of one-token forwards with the argmax and its
+logprob in C: a lone greedy sequence's decode with no Python between tokens)
 (`decode_kernel.c`, shipped beside this module as package data and read when
 the kernel is built) for the forward of a few new tokens
 per row of the native Llama/Qwen2 model in float32 over the engine's plain
@@ -118,4 +120,7 @@ def load_kernel() -> ctypes.CDLL | None:
     fq = dll.pt_forward_tokens_q  # the same forward on int8 / bf16 panels: a leading weight-type code
     fq.argtypes = [i32] * 9 + [p, p, p, i64, p, p, p, p, p, p, p, ctypes.c_float, p]
     fq.restype = i32
+    fg = dll.pt_decode_greedy  # a whole greedy decode of one row: forward, argmax and logprob per step, in C
+    fg.argtypes = [i32] * 9 + [p, p, p, i64, i64, i64, p, p, i64, p, ctypes.c_float, p, i32, p, p, p]
+    fg.restype = i32
     return dll
