@@ -242,6 +242,10 @@ class RLConfig(_Section):
     """grpo: (r - mean) / (std + eps), per group; grpo_batch: the group's mean, the batch's std (TRL's
     scale_rewards = "batch"; small within-group differences, such as a process score's, stay small);
     dr_grpo: r - mean (no std normalisation)."""
+    std_floor: float = Field(0.0, ge=0.0)
+    """grpo only: the group std divided by is at least this. Groups whose rewards differ only by a process
+    score keep advantages of their differences / the floor instead of unit size; groups whose outcome varies
+    (std above the floor) are plain GRPO. 0: plain GRPO."""
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
     clip_low: float = Field(0.2, ge=0.0)
     clip_high: float = Field(0.28, ge=0.0)

@@ -79,3 +79,15 @@ def test_grpo_batch_centres_per_group_and_scales_by_the_batch_std():
     valid = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0])
     assert adv[0, 2] == 0.0 and torch.isfinite(adv).all()
     assert adv[0, 0].item() == pytest.approx(0.5 / valid.std().item(), rel=1e-5)
+
+
+def test_a_std_floor_keeps_small_shaping_differences_small_and_leaves_outcome_groups_as_grpo():
+    # one group told apart only by a process score (std 0.044), one whose outcome varies (std 0.52)
+    r = torch.tensor([[0.25, 0.25, 0.25, 0.125], [1.0, 0.0, 1.0, 0.0]])
+    v = torch.ones_like(r, dtype=torch.bool)
+    plain = grpo_advantages(r, v, eps=0.0)
+    floored = grpo_advantages(r, v, eps=0.0, std_floor=0.2)
+    assert plain[0].abs().max() > 1.4  # plain GRPO scales the 0.125 difference up to unit size
+    torch.testing.assert_close(floored[0], (r[0] - r[0].mean()) / 0.2)  # here: the difference / the floor
+    torch.testing.assert_close(floored[1], plain[1])  # std above the floor: plain GRPO
+    torch.testing.assert_close(group_relative_advantages(r, v, "grpo", 0.2), grpo_advantages(r, v, std_floor=0.2))

@@ -1,6 +1,7 @@
 """Group-relative advantages (GRPO family) as pure tensor functions.
 
-Covers: GRPO's (r - mean) / (std + eps), Dr.GRPO's unnormalised r - mean, and
+Covers: GRPO's (r - mean) / (std + eps) (optionally with a floor under the
+std), Dr.GRPO's unnormalised r - mean, and
 the group mean with the batch's std (`grpo_batch`: TRL's `scale_rewards="batch"`,
 Lite PPO), computed over the valid (non-errored) samples only; errored
 samples get advantage 0 and are also masked out of the loss by the caller.
@@ -26,10 +27,12 @@ def _group_stats(rewards: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor
     return mean, var.sqrt(), count
 
 
-def grpo_advantages(rewards: Tensor, valid: Tensor, eps: float = 1e-4) -> Tensor:
-    """[G, n] -> [G, n]: (r - mean_g) / (std_g + eps) over valid samples; 0 where invalid."""
+def grpo_advantages(rewards: Tensor, valid: Tensor, eps: float = 1e-4, std_floor: float = 0.0) -> Tensor:
+    """[G, n] -> [G, n]: (r - mean_g) / (max(std_g, std_floor) + eps) over valid samples; 0 where invalid.
+    `std_floor` > 0 keeps a group whose rewards differ only a little (a shaping term) from being scaled up to
+    unit-size advantages, and leaves groups whose outcome varies (std above the floor) as plain GRPO."""
     mean, std, count = _group_stats(rewards, valid)
-    adv = (rewards - mean) / (std + eps)
+    adv = (rewards - mean) / (std.clamp(min=std_floor) + eps)
     return torch.where(valid & (count > 1), adv, torch.zeros_like(adv))
 
 
@@ -51,9 +54,9 @@ def grpo_batch_advantages(rewards: Tensor, valid: Tensor, eps: float = 1e-4) -> 
     return torch.where(valid & (count > 1), adv, torch.zeros_like(adv))
 
 
-def group_relative_advantages(rewards: Tensor, valid: Tensor, kind: str = "grpo") -> Tensor:
+def group_relative_advantages(rewards: Tensor, valid: Tensor, kind: str = "grpo", std_floor: float = 0.0) -> Tensor:
     if kind == "grpo":
-        return grpo_advantages(rewards, valid)
+        return grpo_advantages(rewards, valid, std_floor=std_floor)
     if kind == "dr_grpo":
         return dr_grpo_advantages(rewards, valid)
     if kind == "grpo_batch":

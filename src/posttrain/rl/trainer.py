@@ -259,7 +259,7 @@ class Trainer:
         if kept:
             rewards = torch.tensor([g.rewards for g in kept])
             valid = torch.tensor([g.valid for g in kept])
-            adv = group_relative_advantages(rewards, valid, self.cfg.rl.advantage)
+            adv = group_relative_advantages(rewards, valid, self.cfg.rl.advantage, self.cfg.rl.std_floor)
             batch = pack_groups(kept, adv, valid, self.tokenizer.pad_id)
             metrics.update(self.learner.update(batch))
         self.engine.load_weights(self.learner.policy_state(), version=self.step)
