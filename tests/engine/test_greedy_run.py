@@ -46,6 +46,18 @@ def _generate(model, params, run: int, monkeypatch, precision="fp32", prompt=PRO
     return LocalEngine(model, char_tokenizer(), precision=precision).generate([prompt], params)[0][0]
 
 
+def _model_argmax(model, ids, n):
+    """n greedy tokens from the model's own full forward, no cache: the reference the runs must equal."""
+    ids = list(ids)
+    out = []
+    with torch.no_grad():
+        for _ in range(n):
+            t = int(model(torch.tensor([ids]))[0, -1].argmax())
+            ids.append(t)
+            out.append(t)
+    return out
+
+
 @pytest.mark.parametrize("precision", ["fp32", "int8", "bf16"])
 @pytest.mark.parametrize("max_tokens", [3, 17, 40])
 def test_a_greedy_run_equals_decoding_one_step_at_a_time(model, monkeypatch, runs, precision, max_tokens):
@@ -68,18 +80,7 @@ def test_greedy_run_logprobs_are_the_learners(model, monkeypatch, runs):
     with torch.no_grad():
         lp = token_logprobs(model(ids)[:, :-1], ids[:, 1:])[0, len(tok.encode(PROMPT)) - 1 :]
     torch.testing.assert_close(lp, torch.tensor(out.logprobs), atol=1e-5, rtol=1e-5)
-    assert out.token_ids == model_argmax(model, tok.encode(PROMPT), 30)
-
-
-def model_argmax(model, ids, n):
-    ids = list(ids)
-    out = []
-    with torch.no_grad():
-        for _ in range(n):
-            t = int(model(torch.tensor([ids]))[0, -1].argmax())
-            ids.append(t)
-            out.append(t)
-    return out
+    assert out.token_ids == _model_argmax(model, tok.encode(PROMPT), 30)
 
 
 def test_a_run_stops_at_a_stop_token_inside_it(model, monkeypatch, runs):
