@@ -100,3 +100,11 @@ def test_a_base_and_tasks_that_write_answers_differently_are_one_line_errors():
         load_config(None, ["model.base.worked=true"])
     # a checkpoint of the user's own is not the built-in base: nothing to compare
     load_config(None, ["tasks.source='arith:mul'", "model.path='/x'", "tasks.options.worked=false"])
+
+
+def test_std_floor_is_for_per_group_grpo_only():
+    assert load_config(None, ["rl.std_floor=0.15"]).rl.std_floor == 0.15
+    for kind in ("grpo_batch", "dr_grpo"):
+        with pytest.raises(ConfigError) as err:
+            load_config(None, [f"rl.advantage={kind}", "rl.std_floor=0.15"])
+        assert "rl.std_floor applies to advantage = 'grpo' only" in _one_line(err.value)

@@ -314,6 +314,13 @@ class RLConfig(_Section):
                              "aggregations count rows, and a packed row holds several sequences")
         return self
 
+    @model_validator(mode="after")
+    def _std_floor(self) -> "RLConfig":
+        if self.std_floor > 0 and self.advantage != "grpo":
+            raise ValueError(f"rl.std_floor applies to advantage = 'grpo' only (got {self.advantage!r}): "
+                             "grpo_batch divides by the batch's std and dr_grpo by none")
+        return self
+
 
 class EngineConfig(_Section):
     """The engine that samples rollouts (and the trainer's held-out evaluations)."""
