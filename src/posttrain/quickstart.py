@@ -58,7 +58,8 @@ AGENT_OVERRIDES = [
     "tasks.source=agent:lookup", "tasks.digits=3", "tasks.options.process_weight=0.25", "model.base.family=lookup",
     "sampling.n=8", "sampling.temperature=0.5", "sampling.max_tokens=80", "train.steps=50",
     "train.prompts_per_step=4", "train.signal_from=reward", "train.eval_every=25", "train.eval_size=200",
-    "train.checkpoint_every=50", "rl.lr=5e-4", "rl.loss_agg=seq_mean_token_mean", "rl.advantage=grpo_batch",
+    "train.checkpoint_every=50", "rl.lr=5e-4", "rl.loss_agg=seq_mean_token_mean", "rl.advantage=grpo",
+    "rl.std_floor=0.15", "rl.warmup_steps=8",
 ]
 
 
