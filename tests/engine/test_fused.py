@@ -176,6 +176,30 @@ def test_kernel_is_disabled_by_the_environment(monkeypatch):
         native_decode.load_kernel.cache_clear()
 
 
+@pytest.mark.parametrize(
+    ("value", "vendor", "expected"),
+    [("1", "GenuineIntel", True), ("0", "AuthenticAMD", False), ("auto", "AuthenticAMD", True),
+     (None, "AuthenticAMD", True), (None, "GenuineIntel", False), (None, "", False), ("yes", "GenuineIntel", False)],
+)
+def test_non_temporal_prefetches_are_chosen_per_cpu_or_by_the_environment(monkeypatch, caplog, value, vendor, expected):
+    if value is None:
+        monkeypatch.delenv("POSTTRAIN_STREAM_PREFETCH", raising=False)
+    else:
+        monkeypatch.setenv("POSTTRAIN_STREAM_PREFETCH", value)
+    monkeypatch.setattr(native_decode, "cpu_vendor", lambda: vendor)
+    with caplog.at_level(logging.WARNING):
+        assert native_decode.stream_prefetch_default() is expected
+    assert ("is not 1, 0 or auto" in caplog.text) == (value == "yes")
+
+
+def test_the_read_probe_sums_what_it_reads():
+    """pt_stream_read (the benchmark's read-bandwidth probe) really reads every element, tail included."""
+    assert KERNEL is not None, NO_KERNEL
+    x = torch.arange(1, 1000 * 37 + 6, dtype=torch.float32) / 1000
+    for nt in (0, 1):
+        assert KERNEL.pt_stream_read(x.data_ptr(), x.numel(), nt) == pytest.approx(float(x.double().sum()), rel=1e-6)
+
+
 def test_no_compiler_falls_back_with_a_warning(monkeypatch, caplog):
     monkeypatch.setattr(native_decode, "_compiler", lambda: None)
     native_decode.load_kernel.cache_clear()

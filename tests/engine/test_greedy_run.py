@@ -141,3 +141,22 @@ def test_without_the_kernel_the_engine_decodes_step_by_step(model, monkeypatch, 
     eng.fused.kernel = None
     out = eng.generate([PROMPT], params)[0][0]
     assert runs == [0] * 18 and out.token_ids == slow.token_ids
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8", "bf16"])
+def test_non_temporal_prefetches_change_nothing_but_speed(model, monkeypatch, runs, precision):
+    """The loader picks prefetchnta per CPU (native_decode.stream_prefetch_default): both choices decode the
+    same tokens with bitwise-equal logprobs, through the runs (batch 1) and the plain kernel step alike."""
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    before = native_decode.stream_prefetch_default()
+    outs = []
+    try:
+        for on in (True, False):
+            native_decode.set_stream_prefetch(on)
+            outs.append(_generate(model, params, 16, monkeypatch, precision))
+            outs.append(_generate(model, params, 1, monkeypatch, precision))
+    finally:
+        native_decode.set_stream_prefetch(before)
+    assert sum(runs) == 2 * 23
+    for on, off in ((outs[0], outs[2]), (outs[1], outs[3])):  # runs with runs, steps with steps
+        assert on.token_ids == off.token_ids == outs[0].token_ids and on.logprobs == off.logprobs

@@ -89,11 +89,18 @@ static inline void axpy(float a, const float *x, float *y, int n) {
  * never faults, past a panel's end included. */
 #define PREFETCH_BYTES 4096
 
-/* A weight prefetch: NT = 1 (a forward of up to 4 rows, which reads each panel once) asks for a non-temporal
- * line (prefetchnta), so a pass over weights larger than the caches does not evict what the step reuses. In an
- * engine A/B on the same model (AMD EPYC Zen 4, one thread, greedy batch-1 decode, notes in RESULTS.md): 50M
- * 7.89 -> 7.40 ms a token, faster in 6 of 6 rounds; 10M within noise (1.61 -> 1.56, and 1.35 -> 1.43 in
- * another run). Wider forwards read each panel once per 4 rows and keep it in cache between passes (NT = 0). */
+/* A weight prefetch: NT = 1 (a forward of up to 4 rows, which reads each panel once, with non-temporal
+ * prefetches switched on by pt_set_stream_prefetch) asks for a non-temporal line (prefetchnta), so a pass over
+ * weights larger than the caches does not evict what the step reuses. Whether that pays is the CPU's business,
+ * so the loader chooses (engine/local/native_decode.py): on the AMD EPYC Zen 4 of the A/B (one thread, greedy
+ * batch-1 decode, notes in RESULTS.md) 50M went 7.89 -> 7.40 ms a token, faster in 6 of 6 rounds, and 10M stayed
+ * within noise; on an Intel Xeon (AVX-512, large shared L3) the same prefetches made batch-1 decode 3.7-4.6x
+ * slower (1M 0.20 -> 0.75 ms, 10M 1.47 -> 6.75, 50M 9.3 -> 38). Wider forwards read each panel once per 4 rows
+ * and keep it in cache between passes (NT = 0 always). */
+static int stream_nt = 0;
+
+void pt_set_stream_prefetch(int on) { stream_nt = on != 0; }
+
 #define WPREFETCH(addr, NT) ((NT) ? __builtin_prefetch((addr), 0, 0) : __builtin_prefetch((addr)))
 
 static inline __attribute__((always_inline)) void panel_tile(const int R, const int S, const int NT, int K, const float *restrict x,
@@ -143,7 +150,7 @@ static void gemm_acc(int b, int K, int N, const float *restrict x, const float *
             for (int r = 0; r < R; r++)
                 for (int c = 0; c < 16; c++) acc[r * 16 + c] = c < w ? y[(size_t)(r0 + r) * N + n0 + c] : 0.f;
             const float *xr = x + (size_t)r0 * K;
-            if (b <= 4) {  /* the panel's only pass: streamed past the caches */
+            if (b <= 4 && stream_nt) {  /* the panel's only pass: streamed past the caches */
                 switch (R) {
                     case 4: panel_tile(4, 1, 1, K, xr, K, P, acc); break;
                     case 3: panel_tile(3, 2, 1, K, xr, K, P, acc); break;
@@ -238,7 +245,7 @@ static inline __attribute__((always_inline)) void gemm_acc_q(const int wt, int b
         for (int r0 = 0; r0 < b; r0 += 4) {
             const int R = b - r0 < 4 ? b - r0 : 4;
             const float *xr = x + (size_t)r0 * K;
-            if (b <= 4) {  /* the panel's only pass: streamed past the caches */
+            if (b <= 4 && stream_nt) {  /* the panel's only pass: streamed past the caches */
                 switch (R) {
                     case 4: panel_tile_q(wt, 4, 1, 1, K, xr, K, P, acc); break;
                     case 3: panel_tile_q(wt, 3, 2, 1, K, xr, K, P, acc); break;
@@ -486,4 +493,25 @@ int pt_decode_greedy(int wt, int n, int n_layers, int H, int Hq, int Hkv, int D,
             if (stop_ids[s] == best) return i + 1;
     }
     return n;
+}
+
+/* A read-bandwidth probe, not part of any forward: the sum of x[0:n], read as the weight panels are (eight-lane
+ * loads, four independent accumulators, one prefetch per 64-byte line PREFETCH_BYTES ahead, non-temporal when
+ * nt). benchmarks/engine.py times it beside torch's sum to find the fastest one thread streams a buffer here. */
+double pt_stream_read(const float *restrict x, int64_t n, int nt) {
+    v8 a0 = vsplat(0.f), a1 = vsplat(0.f), a2 = vsplat(0.f), a3 = vsplat(0.f);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        WPREFETCH(x + i + PREFETCH_BYTES / 4, nt);
+        WPREFETCH(x + i + 16 + PREFETCH_BYTES / 4, nt);
+        a0 += *(const v8u *)(x + i);
+        a1 += *(const v8u *)(x + i + 8);
+        a2 += *(const v8u *)(x + i + 16);
+        a3 += *(const v8u *)(x + i + 24);
+    }
+    v8 a = (a0 + a1) + (a2 + a3);
+    double s = 0.0;
+    for (int j = 0; j < 8; j++) s += a[j];
+    for (; i < n; i++) s += x[i];
+    return s;
 }

@@ -28,6 +28,10 @@ contraction; the vector exp is within 2 ulp of libm's), so logits agree with
 the reference forward to ~1e-6; tests check it against `CausalLM.forward` and
 the learner's logprobs.
 
+Non-temporal weight prefetches for forwards that read each panel once are
+chosen per CPU (`stream_prefetch_default`): they help an AMD Zen 4 a little
+and slow an Intel Xeon with a large shared L3 down 4x.
+
 Falls back (returns None from `load_kernel`, and the engine uses the PyTorch
 path) when there is no C compiler, the build fails, or
 `POSTTRAIN_NATIVE_KERNELS=0`; the reason is logged once.
@@ -123,4 +127,43 @@ def load_kernel() -> ctypes.CDLL | None:
     fg = dll.pt_decode_greedy  # a whole greedy decode of one row: forward, argmax and logprob per step, in C
     fg.argtypes = [i32] * 9 + [p, p, p, i64, i64, i64, p, p, i64, p, ctypes.c_float, p, i32, p, p, p]
     fg.restype = i32
+    dll.pt_set_stream_prefetch.argtypes = [i32]
+    dll.pt_set_stream_prefetch.restype = None
+    dll.pt_stream_read.argtypes = [p, i64, i32]
+    dll.pt_stream_read.restype = ctypes.c_double
+    dll.pt_set_stream_prefetch(int(stream_prefetch_default()))
     return dll
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor id from /proc/cpuinfo (`AuthenticAMD`, `GenuineIntel`), or "" where there is none."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def stream_prefetch_default() -> bool:
+    """Whether forwards of up to 4 rows prefetch their weights non-temporally (prefetchnta).
+
+    `POSTTRAIN_STREAM_PREFETCH=1` or `0` decides; unset (or `auto`), only AMD CPUs do: on the Zen 4 of the A/B it
+    made 50M batch-1 decode 6% faster, on an Intel Xeon with a large shared L3 3.7-4.6x slower (the kernel's
+    comment has the figures), and an untried CPU gets the plain prefetches that were never slower. A hint only:
+    the numbers are the same either way (tested)."""
+    value = os.environ.get("POSTTRAIN_STREAM_PREFETCH", "auto").strip().lower()
+    if value in ("1", "0"):
+        return value == "1"
+    if value != "auto":
+        log.warning("POSTTRAIN_STREAM_PREFETCH=%r is not 1, 0 or auto: using auto", value)
+    return cpu_vendor() == "AuthenticAMD"
+
+
+def set_stream_prefetch(on: bool) -> None:
+    """Switch the loaded kernel's non-temporal weight prefetches (tests and benchmarks' A/B); no-op without it."""
+    dll = load_kernel()
+    if dll is not None:
+        dll.pt_set_stream_prefetch(int(on))
