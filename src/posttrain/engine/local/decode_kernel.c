@@ -269,11 +269,39 @@ static inline __attribute__((always_inline)) void gemm_acc_q(const int wt, int b
 static void gemm_int8(int b, int K, int N, const float *x, const void *W, const float *s, float *y) { gemm_acc_q(1, b, K, N, x, W, s, y); }
 static void gemm_bf16(int b, int K, int N, const float *x, const void *W, const float *s, float *y) { gemm_acc_q(2, b, K, N, x, W, s, y); }
 
-/* o = softmax(q . K[t] for t < n) @ V for one query head (the 1/sqrt(D) scale is in q); sc: n floats of scratch */
+#ifdef __AVX__
+/* hsum of each of eight accumulators, as eight lanes: s[j] = hsum(a[j]), summed in hsum's own order (each
+ * register's halves first, then pairs), so scores are bitwise those of the key-at-a-time loop */
+static inline v8 hsum8(const v8 *a) {
+    __m256 p[4];
+    for (int j = 0; j < 4; j++) {
+        const __m256 x = (__m256)a[j], y = (__m256)a[j + 4];
+        p[j] = _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+    }
+    const __m256 q0 = _mm256_hadd_ps(p[0], p[1]), q1 = _mm256_hadd_ps(p[2], p[3]);
+    const __m256 r = _mm256_hadd_ps(q0, q1);  /* keys 0-3 in the low half, 4-7 in the high half, in order */
+    return (v8)r;
+}
+#endif
+
+/* o = softmax(q . K[t] for t < n) @ V for one query head (the 1/sqrt(D) scale is in q); sc: n floats of scratch.
+ * Scores eight keys at a time (eight independent accumulators, one transposing reduction: at a 10M model's 128
+ * positions attention was 5% of a batch-1 step, 30% at 1,024), the output in two interleaved chains of keys. */
 static void attend(const float *q, const float *K, const float *V, int64_t n, int D, float *sc, float *o) {
     float mx = -INFINITY;
     if (D % 8 == 0) {
         int64_t t = 0;
+#ifdef __AVX__
+        for (; t + 8 <= n; t += 8) {
+            const float *kt = K + t * D;
+            v8 a[8] = {{0}};
+            for (int i = 0; i < D; i += 8) {
+                const v8 qv = *(const v8u *)(q + i);
+                for (int j = 0; j < 8; j++) a[j] += qv * *(const v8u *)(kt + j * D + i);
+            }
+            *(v8u *)(sc + t) = hsum8(a);
+        }
+#endif
         for (; t + 4 <= n; t += 4) {  /* four keys at a time: independent accumulators, q loaded once */
             const float *k0 = K + t * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
             v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
@@ -290,12 +318,31 @@ static void attend(const float *q, const float *K, const float *V, int64_t n, in
     } else {
         for (int64_t t = 0; t < n; t++) sc[t] = dot(q, K + t * D, D);
     }
-    for (int64_t t = 0; t < n; t++) if (sc[t] > mx) mx = sc[t];
+    {
+        int64_t t = 0;
+        v8 m8 = vsplat(-INFINITY);
+        for (; t + 8 <= n; t += 8) { const v8 v = *(const v8u *)(sc + t); m8 = vselect(v > m8, v, m8); }
+        for (int j = 0; j < 8; j++) if (m8[j] > mx) mx = m8[j];
+        for (; t < n; t++) if (sc[t] > mx) mx = sc[t];
+    }
     const float inv = 1.0f / exp_shift_sum(sc, n, mx);
     if (D % 32 == 0) {  /* the output in registers, 32 columns at a time: no store/reload per key */
         for (int c = 0; c < D; c += 32) {
-            v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            for (int64_t t = 0; t < n; t++) {
+            v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+            int64_t t = 0;
+            for (; t + 2 <= n; t += 2) {  /* even and odd keys in separate chains: twice the FMAs in flight */
+                const float *vt = V + t * D + c, *vu = vt + D;
+                const float p = sc[t], r = sc[t + 1];
+                a0 += p * *(const v8u *)(vt);
+                a1 += p * *(const v8u *)(vt + 8);
+                a2 += p * *(const v8u *)(vt + 16);
+                a3 += p * *(const v8u *)(vt + 24);
+                b0 += r * *(const v8u *)(vu);
+                b1 += r * *(const v8u *)(vu + 8);
+                b2 += r * *(const v8u *)(vu + 16);
+                b3 += r * *(const v8u *)(vu + 24);
+            }
+            if (t < n) {
                 const float *vt = V + t * D + c;
                 const float p = sc[t];
                 a0 += p * *(const v8u *)(vt);
@@ -303,8 +350,8 @@ static void attend(const float *q, const float *K, const float *V, int64_t n, in
                 a2 += p * *(const v8u *)(vt + 16);
                 a3 += p * *(const v8u *)(vt + 24);
             }
-            *(v8u *)(o + c) = a0 * inv; *(v8u *)(o + c + 8) = a1 * inv;
-            *(v8u *)(o + c + 16) = a2 * inv; *(v8u *)(o + c + 24) = a3 * inv;
+            *(v8u *)(o + c) = (a0 + b0) * inv; *(v8u *)(o + c + 8) = (a1 + b1) * inv;
+            *(v8u *)(o + c + 16) = (a2 + b2) * inv; *(v8u *)(o + c + 24) = (a3 + b3) * inv;
         }
     } else {
         for (int i = 0; i < D; i++) o[i] = 0.f;
