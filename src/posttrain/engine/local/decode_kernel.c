@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __AVX2__
+#ifdef __AVX__  /* hsum8 (AVX), the int8 widening loads (AVX2) */
 #include <immintrin.h>
 #endif
 
