@@ -1,6 +1,8 @@
 """The packed decode step (engine/local/fused.py) and its C kernel (engine/local/native_decode.py) against the model's forward."""
 
 import logging
+import platform
+import subprocess
 
 import pytest
 import torch
@@ -198,6 +200,21 @@ def test_the_read_probe_sums_what_it_reads():
     x = torch.arange(1, 1000 * 37 + 6, dtype=torch.float32) / 1000
     for nt in (0, 1):
         assert KERNEL.pt_stream_read(x.data_ptr(), x.numel(), nt) == pytest.approx(float(x.double().sum()), rel=1e-6)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the ISA flags below are x86 ones")
+@pytest.mark.parametrize("isa", [("-mavx", "-mno-avx2", "-mno-fma"), ("-mno-avx",)], ids=["avx-no-avx2", "sse-only"])
+def test_the_kernel_builds_on_older_x86_cpus(tmp_path, isa):
+    """`-march=native` picks the code paths: a CPU without AVX2 (or without AVX) must still build the kernel,
+    not fall back to PyTorch. Only the build is checked; this machine cannot run what a smaller ISA would."""
+    cc = native_decode._compiler()
+    assert cc is not None, NO_KERNEL
+    src = tmp_path / "decode.c"
+    src.write_text(native_decode.kernel_source())
+    flags = [f for f in native_decode.CFLAGS if f != "-march=native"]
+    proc = subprocess.run([cc, *flags, *isa, "-Wno-psabi", "-o", str(tmp_path / "k.so"), str(src), "-lm"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_no_compiler_falls_back_with_a_warning(monkeypatch, caplog):
