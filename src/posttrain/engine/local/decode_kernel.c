@@ -284,80 +284,103 @@ static inline v8 hsum8(const v8 *a) {
 }
 #endif
 
-/* o = softmax(q . K[t] for t < n) @ V for one query head (the 1/sqrt(D) scale is in q); sc: n floats of scratch.
- * Scores eight keys at a time (eight independent accumulators, one transposing reduction: at a 10M model's 128
- * positions attention was 5% of a batch-1 step, 30% at 1,024), the output in two interleaved chains of keys. */
-static void attend(const float *q, const float *K, const float *V, int64_t n, int D, float *sc, float *o) {
-    float mx = -INFINITY;
-    if (D % 8 == 0) {
-        int64_t t = 0;
-#ifdef __AVX__
-        for (; t + 8 <= n; t += 8) {
-            const float *kt = K + t * D;
-            v8 a[8] = {{0}};
-            for (int i = 0; i < D; i += 8) {
-                const v8 qv = *(const v8u *)(q + i);
-                for (int j = 0; j < 8; j++) a[j] += qv * *(const v8u *)(kt + j * D + i);
-            }
-            *(v8u *)(sc + t) = hsum8(a);
-        }
-#endif
-        for (; t + 4 <= n; t += 4) {  /* four keys at a time: independent accumulators, q loaded once */
-            const float *k0 = K + t * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
-            v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            for (int i = 0; i < D; i += 8) {
-                const v8 qv = *(const v8u *)(q + i);
-                a0 += qv * *(const v8u *)(k0 + i);
-                a1 += qv * *(const v8u *)(k1 + i);
-                a2 += qv * *(const v8u *)(k2 + i);
-                a3 += qv * *(const v8u *)(k3 + i);
-            }
-            sc[t] = hsum(a0); sc[t + 1] = hsum(a1); sc[t + 2] = hsum(a2); sc[t + 3] = hsum(a3);
-        }
-        for (; t < n; t++) sc[t] = dot(q, K + t * D, D);
-    } else {
+/* sc[t] = q . K[t] for t < n (one query head; K rows of D floats). Eight keys at a time (eight independent
+ * accumulators, one transposing reduction: at a 10M model's 128 positions attention was 5% of a batch-1 step,
+ * 30% at 1,024), then four, then one; every score summed in hsum's order whichever loop computes it. */
+static void scores(const float *q, const float *K, int64_t n, int D, float *sc) {
+    if (D % 8 != 0) {
         for (int64_t t = 0; t < n; t++) sc[t] = dot(q, K + t * D, D);
+        return;
     }
-    {
-        int64_t t = 0;
-        v8 m8 = vsplat(-INFINITY);
-        for (; t + 8 <= n; t += 8) { const v8 v = *(const v8u *)(sc + t); m8 = vselect(v > m8, v, m8); }
-        for (int j = 0; j < 8; j++) if (m8[j] > mx) mx = m8[j];
-        for (; t < n; t++) if (sc[t] > mx) mx = sc[t];
-    }
-    const float inv = 1.0f / exp_shift_sum(sc, n, mx);
-    if (D % 32 == 0) {  /* the output in registers, 32 columns at a time: no store/reload per key */
-        for (int c = 0; c < D; c += 32) {
-            v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
-            int64_t t = 0;
-            for (; t + 2 <= n; t += 2) {  /* even and odd keys in separate chains: twice the FMAs in flight */
-                const float *vt = V + t * D + c, *vu = vt + D;
-                const float p = sc[t], r = sc[t + 1];
-                a0 += p * *(const v8u *)(vt);
-                a1 += p * *(const v8u *)(vt + 8);
-                a2 += p * *(const v8u *)(vt + 16);
-                a3 += p * *(const v8u *)(vt + 24);
-                b0 += r * *(const v8u *)(vu);
-                b1 += r * *(const v8u *)(vu + 8);
-                b2 += r * *(const v8u *)(vu + 16);
-                b3 += r * *(const v8u *)(vu + 24);
-            }
-            if (t < n) {
-                const float *vt = V + t * D + c;
-                const float p = sc[t];
-                a0 += p * *(const v8u *)(vt);
-                a1 += p * *(const v8u *)(vt + 8);
-                a2 += p * *(const v8u *)(vt + 16);
-                a3 += p * *(const v8u *)(vt + 24);
-            }
-            *(v8u *)(o + c) = (a0 + b0) * inv; *(v8u *)(o + c + 8) = (a1 + b1) * inv;
-            *(v8u *)(o + c + 16) = (a2 + b2) * inv; *(v8u *)(o + c + 24) = (a3 + b3) * inv;
+    int64_t t = 0;
+#ifdef __AVX__
+    for (; t + 8 <= n; t += 8) {
+        const float *kt = K + t * D;
+        v8 a[8] = {{0}};
+        for (int i = 0; i < D; i += 8) {
+            const v8 qv = *(const v8u *)(q + i);
+            for (int j = 0; j < 8; j++) a[j] += qv * *(const v8u *)(kt + j * D + i);
         }
-    } else {
-        for (int i = 0; i < D; i++) o[i] = 0.f;
-        for (int64_t t = 0; t < n; t++) axpy(sc[t], V + t * D, o, D);
-        for (int i = 0; i < D; i++) o[i] *= inv;
+        *(v8u *)(sc + t) = hsum8(a);
     }
+#endif
+    for (; t + 4 <= n; t += 4) {  /* four keys at a time: independent accumulators, q loaded once */
+        const float *k0 = K + t * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
+        v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int i = 0; i < D; i += 8) {
+            const v8 qv = *(const v8u *)(q + i);
+            a0 += qv * *(const v8u *)(k0 + i);
+            a1 += qv * *(const v8u *)(k1 + i);
+            a2 += qv * *(const v8u *)(k2 + i);
+            a3 += qv * *(const v8u *)(k3 + i);
+        }
+        sc[t] = hsum(a0); sc[t + 1] = hsum(a1); sc[t + 2] = hsum(a2); sc[t + 3] = hsum(a3);
+    }
+    for (; t < n; t++) sc[t] = dot(q, K + t * D, D);
+}
+
+static float max_of(const float *x, int64_t n) {
+    float mx = -INFINITY;
+    int64_t t = 0;
+    v8 m8 = vsplat(-INFINITY);
+    for (; t + 8 <= n; t += 8) { const v8 v = *(const v8u *)(x + t); m8 = vselect(v > m8, v, m8); }
+    for (int j = 0; j < 8; j++) if (m8[j] > mx) mx = m8[j];
+    for (; t < n; t++) if (x[t] > mx) mx = x[t];
+    return mx;
+}
+
+/* o[0:D] += sum_t p[t] * V[t] for t < n: 32 columns at a time in registers, even and odd keys in separate
+ * chains (twice the FMAs in flight), added into o once per block */
+static void weighted_sum(const float *p, const float *V, int64_t n, int D, float *o) {
+    if (D % 32 != 0) {
+        for (int64_t t = 0; t < n; t++) axpy(p[t], V + t * D, o, D);
+        return;
+    }
+    for (int c = 0; c < D; c += 32) {
+        v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+        int64_t t = 0;
+        for (; t + 2 <= n; t += 2) {
+            const float *vt = V + t * D + c, *vu = vt + D;
+            const float x = p[t], y = p[t + 1];
+            a0 += x * *(const v8u *)(vt);
+            a1 += x * *(const v8u *)(vt + 8);
+            a2 += x * *(const v8u *)(vt + 16);
+            a3 += x * *(const v8u *)(vt + 24);
+            b0 += y * *(const v8u *)(vu);
+            b1 += y * *(const v8u *)(vu + 8);
+            b2 += y * *(const v8u *)(vu + 16);
+            b3 += y * *(const v8u *)(vu + 24);
+        }
+        if (t < n) {
+            const float *vt = V + t * D + c;
+            const float x = p[t];
+            a0 += x * *(const v8u *)(vt);
+            a1 += x * *(const v8u *)(vt + 8);
+            a2 += x * *(const v8u *)(vt + 16);
+            a3 += x * *(const v8u *)(vt + 24);
+        }
+        *(v8u *)(o + c) += a0 + b0; *(v8u *)(o + c + 8) += a1 + b1;
+        *(v8u *)(o + c + 16) += a2 + b2; *(v8u *)(o + c + 24) += a3 + b3;
+    }
+}
+
+/* o = softmax(q . K1[t] for t < n1, then q . K2[t] for t < n2) @ (V1 then V2) for one query head (q already
+ * scaled): plain attention over the two key ranges as one sequence. n2 = 0 is attention over one range.
+ * sc: n1 + n2 floats of scratch. */
+static void attend2(const float *q, const float *K1, const float *V1, int64_t n1, const float *K2, const float *V2,
+                    int64_t n2, int D, float *sc, float *o) {
+    scores(q, K1, n1, D, sc);
+    if (n2 > 0) scores(q, K2, n2, D, sc + n1);
+    const float inv = 1.0f / exp_shift_sum(sc, n1 + n2, max_of(sc, n1 + n2));
+    for (int i = 0; i < D; i++) o[i] = 0.f;
+    weighted_sum(sc, V1, n1, D, o);
+    if (n2 > 0) weighted_sum(sc + n1, V2, n2, D, o);
+    for (int i = 0; i < D; i++) o[i] *= inv;
+}
+
+/* o = softmax(q . K[t] for t < n) @ V for one query head (the 1/sqrt(D) scale is in q); sc: n floats of scratch */
+static void attend(const float *q, const float *K, const float *V, int64_t n, int D, float *sc, float *o) {
+    attend2(q, K, V, n, NULL, NULL, 0, D, sc, o);
 }
 
 /* out[r, :] = h[r, :] * rsqrt(mean(h[r, :]^2) + eps)  (the norm's weight is folded into the next matrix) */
@@ -561,4 +584,33 @@ double pt_stream_read(const float *restrict x, int64_t n, int nt) {
     for (int j = 0; j < 8; j++) s += a[j];
     for (; i < n; i++) s += x[i];
     return s;
+}
+
+/* Cascade attention for one new token per row, the rows [r0, r1) of a decode step whose rows share prompts:
+ * row i attends to its group's prompt (group[i]'s slots [0, plen[i]) of the prompt cache kp/vp) and then to its
+ * own slots [0, rlen[i]) of cache row row[i] of kr/vr, as one softmax: plain attention over prompt + row.
+ * q: [b, Hq, D] unscaled (scale multiplies it first, as the PyTorch path does); out: [b, Hq, D]. Caches are
+ * laid out [row, Hkv, slot, D] with the strides given (in floats). Query head h reads kv head h / (Hq / Hkv).
+ * -> 0, or -1 when the scratch buffer cannot be allocated. */
+int pt_cascade_attend(int r0, int r1, int Hq, int Hkv, int D, const float *q, float scale,
+                      const float *kp, const float *vp, int64_t p_row, int64_t p_head, const int64_t *group,
+                      const int64_t *plen, const float *kr, const float *vr, int64_t r_row, int64_t r_head,
+                      const int64_t *row, const int64_t *rlen, float *out) {
+    int64_t most = 1;
+    for (int i = r0; i < r1; i++) if (plen[i] + rlen[i] > most) most = plen[i] + rlen[i];
+    float *sc = (float *)malloc(sizeof(float) * (size_t)(most + D));
+    if (!sc) return -1;
+    float *qs = sc + most;
+    const int rep = Hq / Hkv;
+    for (int i = r0; i < r1; i++) {
+        for (int h = 0; h < Hq; h++) {
+            const float *qh = q + ((size_t)i * Hq + h) * D;
+            for (int d = 0; d < D; d++) qs[d] = qh[d] * scale;
+            const int g = h / rep;
+            const int64_t po = group[i] * p_row + g * p_head, ro = row[i] * r_row + g * r_head;
+            attend2(qs, kp + po, vp + po, plen[i], kr + ro, vr + ro, rlen[i], D, sc, out + ((size_t)i * Hq + h) * D);
+        }
+    }
+    free(sc);
+    return 0;
 }

@@ -8,6 +8,9 @@ growth, and an optional sliding window with attention sinks: positions past
 the sinks live in a ring of `window + chunk` slots, so memory stays bounded
 for any input length while a chunk never overwrites a key a query of the same
 chunk still needs.
+Cascade attention (a group's samples read their shared prompt's KV from another cache) runs
+in C for decode steps (`pt_cascade_attend` of engine/local/native_decode.py), split across
+torch's intra-op thread count, and in PyTorch matmuls otherwise.
 Does not cover: paging or block tables (a row is contiguous, so the running
 batch reads the cache as a view, never a gather), scheduling (engine/local/engine.py).
 
@@ -18,12 +21,31 @@ rows and offsets the next forward addresses, then passes the cache as
 
 from __future__ import annotations
 
+import ctypes
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from posttrain.engine.local.native_decode import load_kernel
 from posttrain.models.config import ModelConfig
+
+# native cascade attention splits a step's rows across torch's intra-op thread count, at least this many rows a part
+_ROWS_PER_THREAD = 16
+_POOL: tuple[ThreadPoolExecutor, int] | None = None  # (pool, its worker count)
+_POOL_LOCK = threading.Lock()
+
+
+def _attend_pool(workers: int) -> ThreadPoolExecutor:
+    """The threads that run parts of `pt_cascade_attend` beside the caller (C only: no OpenMP team is ever
+    started on them, so idle they cost nothing, unlike a thread that ran torch ops)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[1] < workers:
+            _POOL = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="posttrain-attend"), workers)
+        return _POOL[0]
 
 
 @dataclass(slots=True)
@@ -79,6 +101,7 @@ class SlotCache:
         self.slot_pos = torch.full((rows, slots), -1, dtype=torch.long) if window is not None else None
         self._bound: tuple | None = None
         self.shared: SharedPrefix | None = None
+        self._native_rows: tuple | None = None  # one decode step's per-row arguments of pt_cascade_attend
 
     # -- geometry -------------------------------------------------------------------------
     @property
@@ -132,6 +155,7 @@ class SlotCache:
         """
         self._bound = (rows, start, n_valid, t)
         self.shared = shared
+        self._native_rows = None
         return self
 
     def prepare(self, input_ids: Tensor, position_ids: Tensor | None, attention_mask: Tensor | None):
@@ -176,8 +200,7 @@ class SlotCache:
             return torch.arange(rows.start, rows.start + b)
         return rows
 
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        rows = self._bound[0]
+    def _store(self, layer: int, k: Tensor, v: Tensor) -> None:
         kc, vc = self.k[layer], self.v[layer]
         if len(self._write) == 3:  # every row writes the same slot range: plain slice assignment
             r, s0, t = self._write
@@ -187,6 +210,11 @@ class SlotCache:
             row_idx, slot = self._write
             kc[row_idx, :, slot] = k.transpose(1, 2)
             vc[row_idx, :, slot] = v.transpose(1, 2)
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        rows = self._bound[0]
+        kc, vc = self.k[layer], self.v[layer]
+        self._store(layer, k, v)
         u = self._used
         if isinstance(rows, slice):
             return kc[rows, :, :u], vc[rows, :, :u]
@@ -205,8 +233,15 @@ class SlotCache:
         The prompt's keys are read once per group, not once per sample: the
         scores of a group's queries against them come from one matmul, and one
         softmax runs over prompt and row scores together, so the result is
-        plain attention over the concatenated sequence.
+        plain attention over the concatenated sequence. One new token per row (a decode step) runs in C when
+        the kernel is built (`pt_cascade_attend`: each row's scores over its group's prompt and its own slots,
+        no gather of the rows' keys, no scatter into group-shaped buffers); the same maths, to float rounding.
         """
+        if q.shape[2] == 1 and self.window is None and q.dtype == self.dtype == torch.float32:
+            kernel = load_kernel()
+            if kernel is not None:
+                self._store(layer, k, v)
+                return self._attend_native(kernel, layer, q)
         ks, vs = self.update(layer, k, v)  # [b, Hkv, S, D]
         sh = self.shared
         b, hq, t, d = q.shape
@@ -229,6 +264,33 @@ class SlotCache:
         op = torch.matmul(pg.view(sh.groups, hkv, sh.per_group * m, sh.width), vp)
         out = out + op.view(sh.groups, hkv, sh.per_group, m, d)[sh.group, :, sh.member]
         return out.view(b, hq, t, d)
+
+    def _attend_native(self, kernel, layer: int, q: Tensor) -> Tensor:
+        """`attend` for one token per row through `pt_cascade_attend`: q [b, Hq, 1, D] -> [b, Hq, 1, D]."""
+        sh = self.shared
+        b, hq, _, d = q.shape
+        if self._native_rows is None:  # the same for every layer of this step
+            rows = self._row_index(self._bound[0], b).to(torch.int64).contiguous()
+            own = (torch.tensor(self._bound[1], dtype=torch.int64) + 1).contiguous()  # slots 0..start, this one included
+            self._native_rows = (rows, own, sh.group.to(torch.int64).contiguous(),
+                                 sh.row_offset.to(torch.int64).contiguous())
+        rows, own, group, plen = self._native_rows
+        q3 = q.reshape(b, hq, d).contiguous()
+        out = torch.empty_like(q3)
+        kp, vp, kr, vr = sh.cache.k[layer], sh.cache.v[layer], self.k[layer], self.v[layer]
+        args = (hq, kr.shape[1], d, q3.data_ptr(), ctypes.c_float(d**-0.5),
+                kp.data_ptr(), vp.data_ptr(), kp.stride(0), kp.stride(1), group.data_ptr(), plen.data_ptr(),
+                kr.data_ptr(), vr.data_ptr(), kr.stride(0), kr.stride(1), rows.data_ptr(), own.data_ptr(),
+                out.data_ptr())  # fmt: skip
+        parts = min(torch.get_num_threads(), b // _ROWS_PER_THREAD) if b >= 2 * _ROWS_PER_THREAD else 1
+        bounds = [b * i // parts for i in range(parts + 1)]
+        # ctypes lets go of the GIL: the other parts run on pool threads while this one runs here
+        pending = [_attend_pool(parts - 1).submit(kernel.pt_cascade_attend, bounds[i], bounds[i + 1], *args)
+                   for i in range(1, parts)]
+        rcs = [kernel.pt_cascade_attend(bounds[0], bounds[1], *args)] + [f.result() for f in pending]
+        if any(rc != 0 for rc in rcs):
+            raise MemoryError("native cascade attention could not allocate its scratch buffer")
+        return out.view(b, hq, 1, d)
 
     # -- row copies -----------------------------------------------------------------------
     def copy_rows(self, dst: "SlotCache", src_rows: list[int], dst_rows: list[int], n_slots: int) -> None:

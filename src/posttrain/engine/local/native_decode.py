@@ -129,6 +129,8 @@ def load_kernel() -> ctypes.CDLL | None:
     fg.restype = i32
     dll.pt_set_stream_prefetch.argtypes = [i32]
     dll.pt_set_stream_prefetch.restype = None
+    dll.pt_cascade_attend.argtypes = [i32] * 5 + [p, ctypes.c_float, p, p, i64, i64, p, p, p, p, i64, i64, p, p, p]
+    dll.pt_cascade_attend.restype = i32
     dll.pt_stream_read.argtypes = [p, i64, i32]
     dll.pt_stream_read.restype = ctypes.c_double
     dll.pt_set_stream_prefetch(int(stream_prefetch_default()))
