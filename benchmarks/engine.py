@@ -31,8 +31,9 @@ medians of `--rounds` >= 3):
   Exactness itself is proven by tests/engine/test_spec_decode.py.
 
 GRPO ablations (same run, same rounds): `grpo_no_preamble` (192-token prompts that share nothing, so
-HF recomputes nothing it could have shared) and `grpo_no_prefix_cache` (the local engine without its
-prefix cache). Utilisation against this machine's own ceilings measured in the same run (`roofline`):
+HF recomputes nothing it could have shared), `grpo_no_prefix_cache` (the local engine without its
+prefix cache) and `grpo_torch_attention` (decode steps' cascade attention in PyTorch matmuls, not C).
+Utilisation against this machine's own ceilings measured in the same run (`roofline`):
 `grpo_gemm_frac` (decode FLOP/s / one thread's 1024^3 GEMM FLOP/s) and `batch1_bandwidth_frac` (weight
 bytes read per second by the decode steps / the fastest one thread reads a buffer as large as the weights,
 by any of three readers on 4 KiB or huge pages, measured beside each batch-1 round; the median of the rounds'
@@ -65,6 +66,7 @@ from spec_draft import measure as measure_drafts
 from spec_trained import spec_trained  # benchmarks/: the script's own directory is on sys.path
 
 from posttrain.engine import LocalEngine, SpecConfig
+from posttrain.engine.local import kv as kv_module
 from posttrain.engine.local.hugepages import hugepage_empty
 from posttrain.engine.local.native_decode import load_kernel
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer, load_model, save_model
@@ -102,10 +104,11 @@ def timed(fn) -> float:
 
 
 def grpo(native, tok, hf, n_prompts: int, rounds: int, preamble_len: int = 128, prefix_cache: bool = True,
-         tag: str = "grpo") -> dict:
+         tag: str = "grpo", native_attention: bool = True) -> dict:
     """`preamble_len` tokens shared by every prompt (0: prompts of the same length that share nothing, the
     workload where HF's recomputation costs it nothing extra); `prefix_cache=False`: the local engine
-    without its prefix cache (n samples of one prompt still share that prompt's prefill)."""
+    without its prefix cache (n samples of one prompt still share that prompt's prefill);
+    `native_attention=False`: decode steps' cascade attention in PyTorch matmuls instead of the C kernel."""
     rng = random.Random(1)
     preamble = [rng.randrange(3, 100) for _ in range(preamble_len)]
     prompts = [preamble + [rng.randrange(3, 100) for _ in range(192 - preamble_len)] for _ in range(n_prompts)]
@@ -125,7 +128,13 @@ def grpo(native, tok, hf, n_prompts: int, rounds: int, preamble_len: int = 128, 
 
     def run_local():
         eng = LocalEngine(native, tok, prefix_cache_tokens=32768 if prefix_cache else 0)
-        groups = eng.generate(prompts, params)
+        kernel = kv_module.load_kernel
+        if not native_attention:  # the ablation only: SlotCache.attend then finds no kernel
+            kv_module.load_kernel = lambda: None
+        try:
+            groups = eng.generate(prompts, params)
+        finally:
+            kv_module.load_kernel = kernel
         assert sum(len(c.token_ids) for g in groups for c in g) == n_prompts * n * new
         stats.update(eng.metrics())
 
@@ -456,7 +465,8 @@ def measure(size: str, args, skip: set[str]) -> dict:
         if "ablations" not in skip:  # the shared preamble and the prefix cache, one at a time
             out.update(grpo(native, tok, hf, args.prompts, args.rounds, preamble_len=0, tag="grpo_no_preamble"))
             out.update(grpo(native, tok, hf, args.prompts, args.rounds, prefix_cache=False, tag="grpo_no_prefix_cache"))
-            print({k: v for k, v in out.items() if k.startswith("grpo_no")}, flush=True)
+            out.update(grpo(native, tok, hf, args.prompts, args.rounds, native_attention=False, tag="grpo_torch_attention"))
+            print({k: v for k, v in out.items() if k.startswith(("grpo_no", "grpo_torch"))}, flush=True)
         out.update(utilisation(out, native, args.ceiling))
     return out
 
