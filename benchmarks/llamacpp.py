@@ -45,7 +45,9 @@ before the first difference), not asserted.
 
 Run: ``nice -n 5 python benchmarks/llamacpp.py [--rounds 5] [--sizes 10m,50m]``
 (needs ``pip install 'posttrain[llamacpp]'``, which builds llama.cpp from
-source). The last line is one JSON object with batch1_vs_llamacpp_10m and
+source; on an AMX-capable Intel Xeon, llama.cpp's AMX backend crashed q8_0 decode with a segmentation
+fault, llama.cpp issue #20824: build it without AMX, as benchmarks/RESULTS.md of 2026-12-05 shows).
+The last line is one JSON object with batch1_vs_llamacpp_10m and
 _50m (posttrain tokens/s ÷ llama.cpp's, the lower of the fp32/f32 and
 int8/q8_0 pairs), the ms/token of every variant, and load_avg_start /
 load_avg_end.
