@@ -95,3 +95,26 @@ def test_a_wide_step_is_split_across_threads_with_the_same_result(monkeypatch):
         assert [c.token_ids for c in g1] == [c.token_ids for c in g2]  # around it may round by thread count)
         torch.testing.assert_close(torch.tensor([c.logprobs for c in g1]), torch.tensor([c.logprobs for c in g2]),
                                    atol=1e-5, rtol=1e-5)
+
+
+def test_a_forked_child_gets_its_own_attention_threads():
+    """The pool's threads are not inherited by fork, yet a copied executor would believe they are and queue work
+    forever: the child forgets the pool and starts its own. (The child runs no torch op: an OpenMP runtime that
+    ran threads before a fork is not usable in the child, with or without this pool.)"""
+    import os
+
+    assert kv_mod._attend_pool(1).submit(lambda: 7).result(timeout=10) == 7  # the parent's pool has run work
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fresh = kv_mod._POOL is None
+            got = kv_mod._attend_pool(1).submit(lambda: 7).result(timeout=10)
+            os.write(w, b"ok" if fresh and got == 7 else b"bad")
+        except BaseException:
+            os.write(w, b"bad")
+        finally:
+            os._exit(0)
+    os.close(w)
+    status = os.waitpid(pid, 0)[1]
+    assert os.read(r, 16) == b"ok" and status == 0

@@ -22,6 +22,7 @@ rows and offsets the next forward addresses, then passes the cache as
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +37,16 @@ from posttrain.models.config import ModelConfig
 _ROWS_PER_THREAD = 16
 _POOL: tuple[ThreadPoolExecutor, int] | None = None  # (pool, its worker count)
 _POOL_LOCK = threading.Lock()
+
+
+def _forget_pool() -> None:
+    """In a forked child the pool's threads do not exist, yet the executor believes they do (and would queue
+    work forever): the child starts its own on first use."""
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _attend_pool(workers: int) -> ThreadPoolExecutor:
