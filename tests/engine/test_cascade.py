@@ -43,9 +43,19 @@ def _generate(model, native: bool, monkeypatch, calls: list):
     return engine.generate(PROMPTS, params)
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: the C path is taken at every width (kv.native_attention_pays)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize(("hidden", "heads", "kv_heads"), [(128, 4, 2), (64, 4, 4), (40, 4, 1)],
                          ids=["gqa-d32", "mha-d16", "mqa-d10"])
-def test_native_cascade_decode_equals_the_pytorch_path_and_the_learner(monkeypatch, hidden, heads, kv_heads):
+def test_native_cascade_decode_equals_the_pytorch_path_and_the_learner(monkeypatch, one_thread, hidden, heads,
+                                                                       kv_heads):
     model = _model(hidden, heads, kv_heads)
     calls: list = []
     fast = _generate(model, True, monkeypatch, calls)
@@ -65,7 +75,7 @@ def test_native_cascade_decode_equals_the_pytorch_path_and_the_learner(monkeypat
 
 def test_a_wide_step_is_split_across_threads_with_the_same_result(monkeypatch):
     """With 2 intra-op threads a step of 48 rows runs as two C calls of 24 rows, one on a pool thread."""
-    model = _model(128, 4, 2)
+    model = _model(256, 8, 4)  # hidden 256: wide enough for the C path on 2 threads (kv.native_attention_pays)
     before = torch.get_num_threads()
     seen: list = []
     real = native_decode.load_kernel()
@@ -118,3 +128,9 @@ def test_a_forked_child_gets_its_own_attention_threads():
     os.close(w)
     status = os.waitpid(pid, 0)[1]
     assert os.read(r, 16) == b"ok" and status == 0
+
+
+def test_the_c_path_is_taken_where_it_was_measured_faster():
+    assert kv_mod.native_attention_pays(1, 128) and kv_mod.native_attention_pays(1, 640)
+    assert kv_mod.native_attention_pays(2, 384) and kv_mod.native_attention_pays(4, 256)
+    assert not kv_mod.native_attention_pays(2, 128)  # two threads, a small model: PyTorch's matmuls win

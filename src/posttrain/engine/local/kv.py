@@ -39,6 +39,15 @@ _POOL: tuple[ThreadPoolExecutor, int] | None = None  # (pool, its worker count)
 _POOL_LOCK = threading.Lock()
 
 
+def native_attention_pays(threads: int, hidden: int) -> bool:
+    """Whether decode steps' cascade attention goes to C (`pt_cascade_attend`) rather than PyTorch's matmuls.
+    Measured with benchmarks/cascade_attention.py (GRPO shape, 64 prompts x 16; Intel Xeon, 2026-12-05): on one
+    thread C was 1.26x faster at hidden 128 (1M) and 1.21x at 384 (10M); on two, PyTorch's matmuls use both
+    cores, and C split over a thread pool was 1.13x faster at 384 but 0.89x at 128 (0.87x unsplit), where the
+    attention calls are short and share the cores with OpenMP's spinning workers."""
+    return threads <= 1 or hidden >= 256
+
+
 def _forget_pool() -> None:
     """In a forked child the pool's threads do not exist, yet the executor believes they do (and would queue
     work forever): the child starts its own on first use."""
@@ -248,7 +257,8 @@ class SlotCache:
         the kernel is built (`pt_cascade_attend`: each row's scores over its group's prompt and its own slots,
         no gather of the rows' keys, no scatter into group-shaped buffers); the same maths, to float rounding.
         """
-        if q.shape[2] == 1 and self.window is None and q.dtype == self.dtype == torch.float32:
+        if (q.shape[2] == 1 and self.window is None and q.dtype == self.dtype == torch.float32
+                and native_attention_pays(torch.get_num_threads(), q.shape[1] * q.shape[3])):
             kernel = load_kernel()
             if kernel is not None:
                 self._store(layer, k, v)
