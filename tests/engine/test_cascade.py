@@ -43,15 +43,6 @@ def _generate(model, native: bool, monkeypatch, calls: list):
     return engine.generate(PROMPTS, params)
 
 
-@pytest.fixture
-def one_thread():
-    """One intra-op thread: the C path is taken at every width (kv.native_attention_pays)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize(("hidden", "heads", "kv_heads"), [(128, 4, 2), (64, 4, 4), (40, 4, 1)],
                          ids=["gqa-d32", "mha-d16", "mqa-d10"])
 def test_native_cascade_decode_equals_the_pytorch_path_and_the_learner(monkeypatch, one_thread, hidden, heads,

@@ -186,15 +186,6 @@ def test_speculative_engine_with_carry_matches_plain_sampling_in_distribution(pa
 # -- greedy identity over many tokens ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def one_thread():
-    """Batch-1 steps are bound by per-op overhead; on an oversubscribed machine a second OpenMP thread only spins."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _random_lm(seed: int, std: float = 0.2) -> CausalLM:
     """A random char-level model whose greedy output wanders before it loops (the default init repeats one
     character at once, which every proposal matches): lookup and draft proposals are partly accepted."""
