@@ -41,6 +41,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    if args.rounds < 3:
+        raise SystemExit("--rounds must be >= 3 (medians of at least three runs)")
     kernel = load_kernel()
     if kernel is None:
         raise SystemExit("the native decode kernel did not build (a C compiler is needed): nothing to compare")
@@ -60,7 +62,6 @@ def main() -> None:
 
     def run(variant: str) -> float:
         kv_module.load_kernel = (lambda: kernel) if variant == "c" else (lambda: None)
-        kv_module.native_attention_pays = lambda threads, hidden: True  # both paths measured, whatever the rule
         engine = LocalEngine(model, tok)
         t = time.perf_counter()
         groups = engine.generate(prompts, params)
@@ -68,6 +69,7 @@ def main() -> None:
         outputs[variant] = [[c.token_ids for c in g] for g in groups]
         return elapsed
 
+    kv_module.native_attention_pays = lambda threads, hidden: True  # both paths measured, whatever the rule
     try:
         for variant in ("torch", "c"):
             run(variant)  # untimed: allocation, first packing

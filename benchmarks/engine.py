@@ -192,8 +192,8 @@ class ReadCeiling:
         for name, buf in (("4k", self.small), ("huge", self.huge)):
             for reader, fn in self.readers(buf).items():
                 fn()
-                best = statistics.median(timed(fn) for _ in range(repeats))
-                out[f"read_gb_s_{name}_{reader}"] = round(buf.numel() * 4 / best / 1e9, 2)
+                seconds = statistics.median(timed(fn) for _ in range(repeats))
+                out[f"read_gb_s_{name}_{reader}"] = round(buf.numel() * 4 / seconds / 1e9, 2)
         out["read_gb_s"] = max(out.values())
         return out
 

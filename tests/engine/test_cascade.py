@@ -24,19 +24,25 @@ def _model(hidden: int, heads: int, kv_heads: int) -> CausalLM:
     return m.eval()
 
 
-def _generate(model, native: bool, monkeypatch, calls: list):
+def _spy_kernel(seen: list):
+    """The real kernel, with each `pt_cascade_attend` call's row range (r0, r1) appended to `seen`."""
     real = native_decode.load_kernel()
     assert real is not None, NO_KERNEL
 
-    class Spy:  # counts the C calls, forwards everything else to the real kernel
+    class Spy:
         def __getattr__(self, name):
             return getattr(real, name)
 
-        def pt_cascade_attend(self, *args):
-            calls.append(args[1] - args[0])
-            return real.pt_cascade_attend(*args)
+        def pt_cascade_attend(self, r0, r1, *rest):
+            seen.append((r0, r1))
+            return real.pt_cascade_attend(r0, r1, *rest)
 
-    monkeypatch.setattr(kv_mod, "load_kernel", (lambda: Spy()) if native else (lambda: None))
+    return Spy()
+
+
+def _generate(model, native: bool, monkeypatch, calls: list):
+    spy = _spy_kernel(calls)
+    monkeypatch.setattr(kv_mod, "load_kernel", (lambda: spy) if native else (lambda: None))
     # fused_decode off: the plain model forward, the one every shared-prompt decode step runs
     engine = LocalEngine(model, char_tokenizer(), fused_decode=False)
     params = SamplingParams(n=4, max_tokens=24, temperature=1.0, seed=11, ignore_eos=True)
@@ -50,7 +56,7 @@ def test_native_cascade_decode_equals_the_pytorch_path_and_the_learner(monkeypat
     model = _model(hidden, heads, kv_heads)
     calls: list = []
     fast = _generate(model, True, monkeypatch, calls)
-    assert calls and max(calls) == 12  # every decode step's 3 prompts x 4 samples in one call
+    assert calls and max(r1 - r0 for r0, r1 in calls) == 12  # every decode step's 3 prompts x 4 samples in one call
     slow = _generate(model, False, monkeypatch, [])
     tok = char_tokenizer()
     for prompt, gf, gs in zip(PROMPTS, fast, slow):
@@ -69,18 +75,8 @@ def test_a_wide_step_is_split_across_threads_with_the_same_result(monkeypatch):
     model = _model(256, 8, 4)  # hidden 256: wide enough for the C path on 2 threads (kv.native_attention_pays)
     before = torch.get_num_threads()
     seen: list = []
-    real = native_decode.load_kernel()
-    assert real is not None, NO_KERNEL
-
-    class Spy:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        def pt_cascade_attend(self, r0, r1, *rest):
-            seen.append((r0, r1))
-            return real.pt_cascade_attend(r0, r1, *rest)
-
-    monkeypatch.setattr(kv_mod, "load_kernel", lambda: Spy())
+    spy = _spy_kernel(seen)
+    monkeypatch.setattr(kv_mod, "load_kernel", lambda: spy)
     params = SamplingParams(n=16, max_tokens=6, temperature=1.0, seed=2, ignore_eos=True)
     outs = []
     try:
