@@ -69,12 +69,13 @@ def main() -> None:
             rec = RecordingEngine(trainer.engine)
             trainer.rollouter.model = rec  # training episodes only: evaluation keeps the plain engine
             run = trainer.rollouter.run
+            rewrites = trainer.rollouter.spec.policy.rewrites_history  # if not: one segment per episode, asserted
 
             async def checked_run(tasks, n):
                 groups = await run(tasks, n)
                 for g in groups:
                     for ep in g.episodes:
-                        why = tito_mismatch(ep, rec.calls)
+                        why = tito_mismatch(ep, rec.calls, rewrites)
                         tito["checked"] += 1
                         if why is not None:
                             tito["bad"] += 1

@@ -17,7 +17,7 @@ from posttrain.agent.env import AgentTask, SessionEnv, ToolEnv
 from posttrain.agent.lookup import SPEC, LookupSource, oracle_calls
 from posttrain.agent.rollouter import AgentRollouter, masked_groups
 from posttrain.agent.scripted import call
-from posttrain.agent.tito import RecordingEngine, tito_mismatch
+from posttrain.agent.tito import Call, RecordingEngine, tito_mismatch
 from posttrain.engine.mock import MockEngine
 from posttrain.models import char_tokenizer
 from posttrain.models.tokenizer import CHARSET, Tokenizer
@@ -70,6 +70,35 @@ def test_no_turn_is_ever_retokenised(sandbox):
         assert sampled != tok.encode(tok.decode(sampled), add_bos=False)  # the canonical encoding merges them
         assert b.context_ids == a.context_ids + sampled + a.observation_ids  # ...but the context kept them as sampled
     assert tito_mismatch(ep, recorded.calls) is None
+
+
+def test_a_silent_retokenisation_is_caught(sandbox):
+    """Planted: turn 1's context re-encodes turn 0's sampled text canonically (merged ids), as a runtime that
+    rebuilt contexts from text would, and the engine really was given those ids; no rewrite is announced."""
+    tok = merging_tokenizer()
+    task = LookupSource(hops=2).take(1, "train", seed=0)[0]
+    script = iter([fmt.render_call(c) for c, _ in oracle_calls(task)])
+    recorded = RecordingEngine(CharSampler(lambda prompt: next(script), tokenizer=tok, max_concurrency=1))
+    from posttrain.agent.lookup import agent_task_of
+
+    ep = asyncio.run(run_agent_task(recorded, agent_task_of(task), None, 8, sandbox=sandbox, system=SPEC.system,
+                                    tool_listing=SPEC.tool_listing))
+    assert tito_mismatch(ep, recorded.calls) is None and tito_mismatch(ep, recorded.calls, rewrites=False) is None
+    t0, t1, t2 = ep.turns
+    merged = tok.encode(tok.decode(t0.completion.token_ids), add_bos=False)
+    assert len(merged) < len(t0.completion.token_ids)  # the plant really merges ids
+    t1.context_ids = t0.context_ids + merged + t0.observation_ids
+    t2.context_ids = t1.context_ids + t1.completion.token_ids + t1.observation_ids
+    for t in (t1, t2):  # the engine's own record agrees: it was given the re-tokenised contexts
+        old = recorded.calls[id(t.completion)]
+        recorded.calls[id(t.completion)] = Call(tuple(t.context_ids), old.sampled, old.logprobs)
+    why = tito_mismatch(ep, recorded.calls)
+    assert why is not None and "turn 1" in why and "no rewrite was announced" in why
+    t1.rewrote = True  # the same break, announced (compaction would), is a legitimate new segment
+    assert tito_mismatch(ep, recorded.calls) is None
+    # ...but not where the context policy never rewrites (the benchmark's linear policy): one segment expected
+    assert "never rewrites" in tito_mismatch(ep, recorded.calls, rewrites=False)
+    assert not SPEC.policy.rewrites_history and ContextPolicy.preset("compact").rewrites_history
 
 
 def lookup_rollouter(model, sandbox, policy: ContextPolicy, n_steps=6, **kw) -> AgentRollouter:

@@ -115,6 +115,11 @@ class ContextPolicy:
         if self.mask_keep is not None and (self.mask_keep < 0 or self.mask_every < 1):
             raise ValueError("ContextPolicy: need mask_keep >= 0 and mask_every >= 1")
 
+    @property
+    def rewrites_history(self) -> bool:
+        """Whether an episode under this policy can ever leave the append-only chain (masking, compaction)."""
+        return self.compact_at is not None or self.mask_keep is not None
+
     @classmethod
     def preset(cls, name: str, budget_tokens: int | None = None) -> "ContextPolicy":
         """`linear`, `mask` (keep the last 4 observations) or `compact` (summarise at 75% of the budget)."""

@@ -6,7 +6,10 @@ agent runtime's own bookkeeping), and `tito_mismatch(episode, log)`: None when t
 view of the episode (`Episode.to_trajectory().segments()`: ids, sampled-token mask, behaviour
 logprobs) is exactly the engine's record (every turn's context is the ids the engine saw; every
 sampled token is masked in and every other token masked out; each segment is the last context of its
-turns plus the last sampled ids), else a one-line reason. `benchmarks/agent_rl.py` counts mismatches
+turns plus the last sampled ids) and every segment break sits on a turn that announced a rewrite
+(`AgentTurn.rewrote`: compaction, observation masking), else a one-line reason. The last rule is
+what catches silent re-tokenisation: a context that re-encodes earlier sampled text breaks the
+append-only chain without announcing it. `benchmarks/agent_rl.py` counts mismatches
 over training episodes and the tests use it on every episode they run.
 Does not cover: producing episodes; remote chat endpoints (they return no ids: nothing to check).
 """
@@ -65,11 +68,15 @@ class RecordingEngine:
         self.engine.load_weights(state, version)
 
 
-def tito_mismatch(episode: Episode, calls: Mapping[int, Call]) -> str | None:
-    """Why the learner's view of `episode` differs from what the engine saw and sampled (None: it does not)."""
+def tito_mismatch(episode: Episode, calls: Mapping[int, Call], rewrites: bool = True) -> str | None:
+    """Why the learner's view of `episode` differs from what the engine saw and sampled (None: it does not).
+
+    `rewrites=False` (a context policy that never rewrites history): the episode must be one segment."""
     turns = episode.turns
     if not turns:
         return None
+    if not rewrites and any(t.rewrote for t in turns):
+        return "a turn announced a history rewrite under a context policy that never rewrites"
     for i, turn in enumerate(turns):
         rec = calls.get(id(turn.completion))
         if rec is None:
@@ -78,6 +85,12 @@ def tito_mismatch(episode: Episode, calls: Mapping[int, Call]) -> str | None:
             return f"turn {i}: the context differs from the ids the engine was given"
         if tuple(turn.completion.token_ids) != rec.sampled or tuple(turn.completion.logprobs) != rec.logprobs:
             return f"turn {i}: the sampled ids or logprobs differ from what the engine returned"
+    for i in range(1, len(turns)):
+        prev, rec = calls[id(turns[i - 1].completion)], calls[id(turns[i].completion)]
+        before = prev.prompt + prev.sampled
+        if not turns[i].rewrote and rec.prompt[: len(before)] != before:
+            return (f"turn {i}: the context does not extend turn {i - 1}'s context and sampled ids, "
+                    "and no rewrite was announced (re-tokenised history?)")
     views = episode.to_trajectory().segments()
     # rebuild each segment from the engine's record alone: a new segment where a prompt does not extend the last
     expected: list[tuple[list[int], list[bool], list[float]]] = []
@@ -95,6 +108,8 @@ def tito_mismatch(episode: Episode, calls: Mapping[int, Call]) -> str | None:
         mask = mask + [False] * grow + [True] * len(rec.sampled)
         logp = logp + [0.0] * grow + list(rec.logprobs)
     expected.append((ids, mask, logp))
+    if not rewrites and len(views) != 1:
+        return f"{len(views)} training segments under a context policy that never rewrites (one expected)"
     if len(views) != len(expected):
         return f"{len(views)} training segments where the engine's record has {len(expected)}"
     for k, (view, (e_ids, e_mask, e_logp)) in enumerate(zip(views, expected)):
