@@ -3,16 +3,20 @@ weight publication, and a producer killed mid-run.
 
 1. The code domain (examples/code.toml: unit tests in the sandbox), synchronous vs asynchronous
    (`rollout.mode = "async"`, `max_staleness` 2, `--producers` processes, 1 by default), same seed, same steps, held-out
-   greedy pass rate every `--eval-every` steps. `async_time_ratio`: training wall time (evaluations
-   excluded, both sides alike) until the asynchronous run first reaches the synchronous run's final gain,
-   divided by the synchronous run's; median over `--repeats`. The ideal overlap bound comes from the
+   greedy pass rate every `--eval-every` steps (one grid for both). `async_time_ratio`: training wall time
+   (evaluations excluded, both sides alike) until the asynchronous run first reaches the target gain,
+   divided by the same for the synchronous run: the target is the synchronous run's final gain, and each
+   side's time is its first evaluation on the grid at or above it (the synchronous run is not charged
+   its steps after it first got there); median over `--repeats`. The ideal overlap bound comes from the
    synchronous run's own phases (median step time / its larger phase, rollout+verification or learning),
    `overlap_efficiency` = larger phase / asynchronous median step time (1.0: the overlap is perfect).
 2. `ray_overhead_ratio`: steps/s with two Ray rollout workers on a local cluster / steps/s with two
    in-process producer processes (examples/addition.toml, max_staleness 2, warm-up steps excluded).
 3. `weight_publish_ms`: publishing a 10M-parameter state once (shared memory, median of 10);
    `weight_publish_ray_ms`: its `ray.put`.
-4. `worker_fault_lost_groups`: a producer process killed at step 2 of 6; groups lost or used twice.
+4. `worker_fault_lost_groups`: a producer process killed at step 2 of 6; groups lost (a request still held by a
+   producer when the buffer closed) or used twice; the run asserts the kill was detected and the killed
+   producer's request sampled again.
 
     nice -n 5 python benchmarks/async.py [--steps 30] [--repeats 1] [--skip-code]
 
@@ -143,11 +147,18 @@ def fault_lost(runs: str) -> dict[str, int]:
 
     trainer.on_step = kill
     trainer.run(stop_at=6)
-    assert trainer.async_loop is not None
-    failures = len(trainer.async_loop.failures())
+    loop = trainer.async_loop
+    assert loop is not None
+    failures = loop.failures()
     trainer.close()
-    ledger = trainer.async_loop.buffer.ledger()
-    return {**ledger, "failures": failures}
+    ledger = loop.buffer.ledger()
+    # the kill must have been seen: producer 0 failed on a request, which was sampled again and reached an end
+    # other than lost (taken, or dropped unconsumed at the end of the run)
+    killed = [f for f in failures if f.producer == 0]
+    assert killed, "the killed producer's failure was never detected"
+    ends = {f.request: loop.buffer.state_of(f.request).value for f in killed}
+    assert ledger["requeued"] >= len(killed) and "lost" not in ends.values(), (ends, ledger)
+    return {**ledger, "failures": len(failures), "killed_request_ends": ends}
 
 
 def main() -> None:
@@ -199,19 +210,24 @@ def code(out: dict, args: argparse.Namespace, runs: str) -> None:
                         args.max_staleness)
         asyn = code_run("async", args.steps, args.eval_every, args.eval_size, args.cache, runs, seed,
                         args.max_staleness, args.producers)
-        reach = time_to_gain(asyn["curve"], sync["final_gain"])
-        ratio = (reach if reach is not None else asyn["wall_s"]) / sync["wall_s"]
+        target = sync["final_gain"]
+        reach = time_to_gain(asyn["curve"], target)
+        sync_reach = time_to_gain(sync["curve"], target)  # <= its wall time: the same rule for both sides
+        assert sync_reach is not None  # its last evaluation is the target itself
+        ratio = (reach if reach is not None else asyn["wall_s"]) / sync_reach
         bound = max(sync["rollout_s"], sync["learn_s"]) / sync["step_s"]
         eff = max(sync["rollout_s"], sync["learn_s"]) / asyn["step_s"]
         ratios.append(ratio)
         effs.append(eff)
         bounds.append(bound)
-        rows.append({"seed": seed, "reached": reach is not None, "sync": sync, "async": asyn})
+        rows.append({"seed": seed, "reached": reach is not None, "sync_reach_s": sync_reach, "async_reach_s": reach,
+                     "sync": sync, "async": asyn})
         print(f"seed {seed}: sync {sync['wall_s']:.0f}s gain {sync['final_gain']:+.1f} pts "
               f"(step {sync['step_s']:.2f}s = rollout {sync['rollout_s']:.2f} + learn {sync['learn_s']:.2f}); "
               f"async {asyn['wall_s']:.0f}s gain {asyn['final_gain']:+.1f} pts (step {asyn['step_s']:.2f}s, "
               f"staleness max {asyn['staleness_max']:.0f}, learner idle {asyn['learner_idle']:.0%}, "
-              f"producer idle {asyn['producer_idle']:.0%}); reached sync's gain: {reach is not None}; "
+              f"producer idle {asyn['producer_idle']:.0%}); reached sync's gain: {reach is not None} "
+              f"(sync first at {sync_reach:.0f}s); "
               f"time ratio {ratio:.3f}, ideal bound {bound:.3f}, overlap efficiency {eff:.3f}", flush=True)
         print("  sync curve (train s, step, gain pts): "
               + ", ".join(f"({t:.0f}, {s}, {g:+.1f})" for t, s, g in sync["curve"]), flush=True)

@@ -130,6 +130,51 @@ def test_buffer_backpressure_cancel_and_drop_all():
     assert buf.drop_all() == 3 and buf.dropped_pending == 3 and buf.occupancy() == 0
 
 
+def test_every_request_ends_in_one_state_and_a_planted_loss_shows():
+    from posttrain.rl.buffer import RequestState
+
+    buf = GroupBuffer(capacity=16)
+    tasks = [Task(f"t{i}", "p", "a") for i in range(3)]
+    taken, cancelled, dying, dropped = (buf.submit(tasks, 1, k, 0) for k in range(4))
+    assert None not in (taken, cancelled, dying, dropped)
+    got = buf.next_request(timeout=1)
+    assert got is taken
+    buf.finish(FinishedRollout(got, [_group(t.id, [0]) for t in tasks], 0, 0.1, 0))
+    buf.take(got, 0, 1)
+    buf.finish(FinishedRollout(got, [_group(t.id, [0]) for t in tasks], 0, 0.1, 1))  # a second result: never delivered
+    held = buf.next_request(timeout=1)
+    assert held is cancelled and buf.cancel(held.id)  # cancelled while running: its result is discarded later
+    buf.finish(FinishedRollout(held, [_group(t.id, [0]) for t in tasks], 0, 0.1, 0))
+    assert buf.next_request(timeout=1) is dying  # planted: a producer takes it and dies without handing it back
+    before_close = buf.ledger()
+    assert before_close["lost"] == 0 and before_close["pending"] == 6  # still running, and the last one queued
+    assert buf.drop_all() == 3  # the queued one; the running one is not the learner's to drop
+    buf.close()
+    ledger = buf.ledger()
+    assert ledger == {"submitted": 12, "taken": 3, "cancelled": 3, "dropped_pending": 3, "pending": 0, "lost": 3,
+                      "taken_twice": 0, "requeued": 0, "late_results": 1}
+    assert [buf.state_of(r.id) for r in (taken, cancelled, dying, dropped)] == [
+        RequestState.TAKEN, RequestState.CANCELLED, RequestState.LOST, RequestState.DROPPED]
+    assert not buf.cancel(taken.id)  # an ended request stays in its one state
+
+
+def test_a_request_handed_back_after_drop_all_is_dropped_and_a_requeue_is_counted():
+    buf = GroupBuffer(capacity=16)
+    tasks = [Task("t0", "p", "a")]
+    a, b = buf.submit(tasks, 1, 0, 0), buf.submit(tasks, 1, 1, 0)
+    ra = buf.next_request(timeout=1)
+    buf.requeue(ra)  # a producer failed: sampled again, not lost
+    assert buf.next_request(timeout=1) is a and a.requeues == 1
+    rb = buf.next_request(timeout=1)
+    assert rb is b
+    buf.drop_all()
+    buf.finish(FinishedRollout(a, [_group("t0", [0])], 0, 0.1, 0))  # handed back after the end: dropped
+    buf.requeue(rb)  # ...and so is one that failed after it
+    buf.close()
+    ledger = buf.ledger()
+    assert ledger["dropped_pending"] == 2 and ledger["lost"] == 0 and ledger["requeued"] == 1 and ledger["taken"] == 0
+
+
 def test_truncated_importance_weights_and_decoupled_clip_by_hand():
     learner_old = torch.tensor([[math.log(0.5), math.log(0.2), math.log(0.9)]])
     behaviour = torch.tensor([[math.log(0.25), math.log(0.4), math.log(0.3)]])

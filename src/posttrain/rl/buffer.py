@@ -7,9 +7,11 @@ policy version on it may start), the producers' side (`next_request`,
 consumed: a look-ahead submission that does not fit is refused, which is the
 backpressure), the staleness of a group (learner version minus the oldest
 policy version that sampled any of its tokens, `group_version`), and the
-accounting of what never reaches the learner: groups older than
-`max_staleness` at `take` time are dropped and counted, never returned;
-`drop_all` (a resume, the end of a run) counts what was pending.
+accounting of every request: each ends in exactly one terminal state (`RequestState`: taken,
+cancelled, dropped unconsumed, or lost: still running when the buffer closed, which is what a
+producer that died holding it without handing it back leaves), and `ledger()` counts states, not
+differences of counters, so a loss can show; groups older than `max_staleness` at `take` time
+are dropped and counted, never returned.
 Thread-safe (one condition variable); process producers reach it through
 proxy threads (`rl/async_loop.py`).
 Does not cover: running rollouts, weights (`rl/async_loop.py`).
@@ -17,6 +19,7 @@ Does not cover: running rollouts, weights (`rl/async_loop.py`).
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +31,21 @@ def group_version(group: Group) -> int:
     """The oldest policy version that sampled any token of the group (every turn of every attempt)."""
     versions = [turn.completion.policy_version for t in group.trajectories for turn in t.turns]
     return min(versions) if versions else 0
+
+
+class RequestState(enum.Enum):
+    """Where a request is. QUEUED, RUNNING and DONE are open; the other four are terminal."""
+
+    QUEUED = "queued"
+    RUNNING = "running"  # a producer holds it
+    DONE = "done"  # finished, waiting for the learner
+    TAKEN = "taken"
+    CANCELLED = "cancelled"
+    DROPPED = "dropped"  # dropped unconsumed (`drop_all`: a resume, the end of a run)
+    LOST = "lost"  # still held by a producer when the buffer closed
+
+
+_OPEN = (RequestState.QUEUED, RequestState.RUNNING, RequestState.DONE)
 
 
 @dataclass
@@ -85,17 +103,37 @@ class GroupBuffer:
         self._queue: list[RolloutRequest] = []
         self._running: dict[int, RolloutRequest] = {}
         self._done: dict[int, FinishedRollout] = {}
-        self._cancelled: set[int] = set()
         self._next_id = 0
         self._closed = False
+        self._drop_running = False  # after drop_all: a running request handed back is dropped, not queued again
         self.dropped_stale = 0  # groups dropped at take for staleness, whole run
-        self.dropped_pending = 0  # groups dropped unconsumed (drop_all), whole run
+        self.dropped_pending = 0  # groups dropped unconsumed (drop_all, and running ones when they end), whole run
         self.requeued = 0  # requests sampled again (on_new_weights = requeue, a dead producer)
         self.finished_durations: list[float] = []  # every finished rollout's measured duration (the scheduler hook)
         self.submitted_groups = 0
-        self.cancelled_groups = 0
+        self._state: dict[int, RequestState] = {}  # every request id ever submitted
         self._taken: dict[int, int] = {}  # request id -> times taken (more than once would be a group used twice)
         self._sizes: dict[int, int] = {}
+        self.late_results = 0  # results handed in for a request no producer held (finished twice, or unknown)
+
+    def _end(self, request_id: int, state: RequestState) -> None:
+        """Move an open request to a terminal state (a terminal one keeps its first)."""
+        if self._state.get(request_id) in _OPEN:
+            self._state[request_id] = state
+            if state is RequestState.DROPPED:
+                self.dropped_pending += self._sizes[request_id]
+
+    def state_of(self, request_id: int) -> RequestState:
+        with self._cond:
+            return self._state[request_id]
+
+    @property
+    def cancelled_groups(self) -> int:
+        with self._cond:
+            return self._groups_in(RequestState.CANCELLED)
+
+    def _groups_in(self, state: RequestState) -> int:
+        return sum(self._sizes[r] for r, s in self._state.items() if s is state)
 
     # learner side
     def occupancy(self) -> int:
@@ -116,28 +154,23 @@ class GroupBuffer:
             self._next_id += 1
             self.submitted_groups += len(tasks)
             self._sizes[request.id] = len(tasks)
+            self._state[request.id] = RequestState.QUEUED
             self._queue.append(request)
             self._cond.notify_all()
             return request
 
     def cancel(self, request_id: int) -> bool:
-        """Withdraw a request: removed if still queued, its result discarded if running or done. False if unknown."""
+        """Withdraw a request: removed if still queued, its result discarded if running or done. False if it is
+        unknown or already ended."""
         with self._cond:
-            found = False
-            for i, r in enumerate(self._queue):
-                if r.id == request_id:
-                    del self._queue[i]
-                    found = True
-                    break
-            if not found and request_id in self._done:
-                del self._done[request_id]
-                found = True
-            if not found and request_id in self._running:
-                self._cancelled.add(request_id)
-                found = True
-            if found:
-                self.cancelled_groups += self._sizes.get(request_id, 0)
-            return found
+            state = self._state.get(request_id)
+            if state not in _OPEN:
+                return False
+            self._queue = [r for r in self._queue if r.id != request_id]
+            self._done.pop(request_id, None)
+            self._end(request_id, RequestState.CANCELLED)  # a running one: its result is discarded at finish
+            self._cond.notify_all()
+            return True
 
     def take(self, request: RolloutRequest, version: int, max_staleness: int, timeout: float | None = None) -> Taken:
         """Block until `request` is finished; its groups with staleness (`version` - group_version) at most
@@ -151,6 +184,7 @@ class GroupBuffer:
                     raise TimeoutError(f"rollout request {request.id} not finished after {timeout} s")
             finished = self._done.pop(request.id)
             self._taken[request.id] = self._taken.get(request.id, 0) + 1
+            self._state[request.id] = RequestState.TAKEN
             self._cond.notify_all()
         waited = time.perf_counter() - t0
         kept, staleness, dropped = [], [], 0
@@ -166,20 +200,30 @@ class GroupBuffer:
         return Taken(kept, staleness, dropped, finished.duration_s, waited)
 
     def drop_all(self) -> int:
-        """Drop every queued and finished request (counted); running ones are discarded when they finish."""
+        """Drop every queued and finished request (counted); running ones are dropped when their producer hands
+        them back (finish or requeue), and lost if it never does before `close`. Returns the groups dropped now."""
         with self._cond:
-            n = self._pending_groups()
-            self._cancelled.update(self._running)
+            ids = [r.id for r in self._queue] + list(self._done)
+            n = sum(self._sizes[i] for i in ids)
+            for i in ids:
+                self._end(i, RequestState.DROPPED)
+            self._drop_running = True
             self._queue.clear()
             self._done.clear()
-            self.dropped_pending += n
             self._cond.notify_all()
             return n
 
     def close(self) -> None:
+        """No more work; a request a producer still holds now can no longer be accounted for, and is lost."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    def _settle(self) -> None:
+        """After close: every running request not handed back is lost."""
+        if self._closed:
+            for r in self._running:
+                self._end(r, RequestState.LOST)
 
     # producer side
     def next_request(self, timeout: float | None = None) -> RolloutRequest | None:
@@ -195,41 +239,52 @@ class GroupBuffer:
                 self._cond.wait(left)
             request = self._queue.pop(0)
             self._running[request.id] = request
+            self._state[request.id] = RequestState.RUNNING
             return request
 
     def finish(self, done: FinishedRollout) -> None:
         with self._cond:
             rid = done.request.id
-            self._running.pop(rid, None)
+            held = self._running.pop(rid, None) is not None
             self.finished_durations.append(done.duration_s)
-            if rid in self._cancelled:
-                self._cancelled.discard(rid)
-            else:
-                self._done[rid] = done
+            state = self._state.get(rid)
+            if state is RequestState.RUNNING and held:
+                if self._drop_running:
+                    self._end(rid, RequestState.DROPPED)
+                else:
+                    self._state[rid] = RequestState.DONE
+                    self._done[rid] = done
+            elif state not in (RequestState.CANCELLED, RequestState.DROPPED):
+                self.late_results += 1  # nobody held it: never delivered twice
             self._cond.notify_all()
 
     def requeue(self, request: RolloutRequest) -> None:
         """Put a running request back at the head of the queue (its partial results discarded)."""
         with self._cond:
-            self._running.pop(request.id, None)
-            if request.id in self._cancelled:
-                self._cancelled.discard(request.id)
+            held = self._running.pop(request.id, None) is not None
+            if not held or self._state.get(request.id) is not RequestState.RUNNING:
+                return  # cancelled or dropped while it ran (or not held): nothing to sample again
+            if self._drop_running:
+                self._end(request.id, RequestState.DROPPED)
                 return
             request.requeues += 1
             self.requeued += 1
+            self._state[request.id] = RequestState.QUEUED
             self._queue.insert(0, request)
             self._cond.notify_all()
 
     def ledger(self) -> dict[str, int]:
-        """Where every submitted group went: taken by the learner, cancelled, dropped unconsumed, or lost
-        (none of those; a producer fault must leave this 0), and groups taken more than once (must be 0)."""
+        """Groups by the state their request is in: taken by the learner, cancelled, dropped unconsumed, pending
+        (still open), lost (held by a producer when the buffer closed: must be 0), and groups taken more than
+        once (must be 0). Every submitted request is in exactly one state, so the parts sum to `submitted`."""
         with self._cond:
-            taken = sum(self._sizes[r] for r in self._taken)
+            self._settle()
+            by = {state: self._groups_in(state) for state in RequestState}
             twice = sum(self._sizes[r] * (c - 1) for r, c in self._taken.items())
-            pending = self._pending_groups()
-            lost = self.submitted_groups - taken - self.cancelled_groups - self.dropped_pending - pending
-            return {"submitted": self.submitted_groups, "taken": taken, "cancelled": self.cancelled_groups,
-                    "dropped_pending": self.dropped_pending, "pending": pending, "lost": lost, "taken_twice": twice}
+            return {"submitted": self.submitted_groups, "taken": by[RequestState.TAKEN],
+                    "cancelled": by[RequestState.CANCELLED], "dropped_pending": by[RequestState.DROPPED],
+                    "pending": sum(by[s] for s in _OPEN), "lost": by[RequestState.LOST], "taken_twice": twice,
+                    "requeued": self.requeued, "late_results": self.late_results}
 
     @property
     def closed(self) -> bool:
