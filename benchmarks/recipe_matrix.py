@@ -10,7 +10,10 @@ sees; plus the selection-half curve every `--eval-every` steps from the run stor
     python benchmarks/recipe_matrix.py --families add sub --seeds 0 --steps 100 --eval-size 200
 
 Prints one line per cell and, last, one JSON object: `worst_gain`, `mean_gain` (greedy, as fractions),
-`worst_pass1_gain`, `cells`, `regressions` (cells whose reported model is below its base), the settings,
+`worst_pass1_gain`, `cells`, `regressions` (cells whose reported model, `best/`, is below its base: `best/` is
+chosen among checkpoints that include the step-0 base, so this can only count a selection-half/reporting-half
+disagreement), `final_regressions` (cells whose final weights are below the base: a run that only hurt shows
+here, never in `regressions`) with `worst_final_gain`, the settings,
 the machine's load average at start and end, and every cell.
 """
 
@@ -125,6 +128,7 @@ def main() -> None:
 def summary(cells: list[dict]) -> dict:
     """The matrix's figures over its cells (failed cells counted apart, never as gains)."""
     done = [c for c in cells if not c.get("failed")]
+    finals = [c for c in done if c.get("greedy_final") is not None]
     gains = [c["gain"] for c in done]
     return {
         "worst_gain": min(gains) if gains else None,
@@ -133,6 +137,8 @@ def summary(cells: list[dict]) -> dict:
         "cells": len(done),
         "failed_cells": len(cells) - len(done),
         "regressions": sum(c["greedy_after"] < c["greedy_before"] for c in done),
+        "final_regressions": sum(c["greedy_final"] < c["greedy_before"] for c in finals),
+        "worst_final_gain": min((c["greedy_final"] - c["greedy_before"] for c in finals), default=None),
         "bases_out_of_band": sum(not c["base_in_band"] for c in done),
     }
 

@@ -49,6 +49,28 @@ def test_training_raises_reward_and_held_out_accuracy(tiny_model_dir, tmp_path):
     assert after > before + 0.5, (before, after)
 
 
+def test_training_learns_an_answer_that_depends_on_the_prompt(tiny_model_dir, tmp_path):
+    """The answer is "7" for an odd number and "3" for an even one: a model that ignores its prompt scores
+    at most one class, so both classes' held-out greedy accuracy must rise (the sevens task cannot show this)."""
+    path = tmp_path / "parity.jsonl"
+    path.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"{i}=", "answer": "7" if i % 2 else "3"}) + "\n"
+                            for i in range(400)))
+    cfg = _cfg(tiny_model_dir, tmp_path, "parity", "train.steps=40", "train.eval_every=40", "rl.lr=1e-2",
+               f"tasks.source='{path}'")
+    trainer = Trainer(cfg)
+    trainer.evaluate()
+    trainer.run()
+    trainer.close()
+    with RunStore(cfg.path / "run.sqlite") as store:
+        rows = store.db.execute("SELECT task_id, passed FROM eval_samples WHERE name = 'held_out' AND step = 40").fetchall()
+    by_class: dict[int, list[int]] = {0: [], 1: []}
+    for task_id, passed in rows:
+        by_class[int(task_id[1:]) % 2].append(passed)
+    acc = {k: sum(v) / len(v) for k, v in by_class.items()}
+    assert min(len(v) for v in by_class.values()) >= 5, by_class
+    assert min(acc.values()) > 0.7, acc  # both classes: the prompt decides the answer
+
+
 def test_two_family_run_raises_held_out_accuracy_of_both(tiny_model_dir, tmp_path):
     """Two domains in one run (each its own JSONL family, one right answer per family): every family's
     held-out greedy accuracy must rise by a margin, not only the mixture's mean."""
