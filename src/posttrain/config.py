@@ -113,6 +113,12 @@ class ModelSection(_Section):
     path: str | None = None
     """An HF-format checkpoint directory (config.json, model.safetensors, tokenizer.json); None = the built-in base."""
     base: BaseModelConfig = BaseModelConfig()
+    prompt_format: Literal["auto", "raw", "chat"] = "auto"
+    """How a task becomes the model's prompt, in training, evaluation, agents and `posttrain serve` alike. auto:
+    the checkpoint's chat template when it ships one (`tokenizer_config.json` / `chat_template.jinja`), else the
+    raw prompt (the built-in model); raw: the task's prompt text as it is; chat: the template (an error without one)."""
+    system_prompt: str | None = None
+    """A system message put before every task's conversation that has none (raw format: a line before the prompt)."""
 
 
 class TasksConfig(_Section):

@@ -63,6 +63,7 @@ class Components:
     sandbox: InstalledSandbox | None = None  # `rollout.sandbox_backend = "ray"`: the Ray sandbox workers
     dp: Any = None  # under torchrun: this rank (`distributed.data_parallel.DataParallel`); None in one process
     whole_model: CausalLM | None = None  # the policy with every weight in place: `model`, or FSDP's engine copy
+    renderer: PromptRenderer = field(default_factory=PromptRenderer)  # how tasks are prompted: rollouts and evaluations
 
 
 def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, Any]:
@@ -182,8 +183,19 @@ def sampling_params(cfg: RunConfig, domains: list[Domain]) -> SamplingParams:
                           max_tokens=max_tokens_for(cfg, domains), stop=stops)
 
 
+def build_prompt_renderer(cfg: RunConfig, tokenizer: Tokenizer | None) -> PromptRenderer:
+    """`model.prompt_format` and `model.system_prompt` over the initial checkpoint: the one renderer of the run's
+    rollouts and evaluations (`engine/prompt_format.py`; the built-in base has no template: raw)."""
+    from posttrain.engine.prompt_format import build_renderer
+    from posttrain.resolve import locate_model
+
+    m = cfg.model
+    checkpoint = locate_model(m.path).path if m.path is not None else None
+    return build_renderer(checkpoint, tokenizer, m.prompt_format, m.system_prompt)
+
+
 def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], params: SamplingParams,
-                    inline: bool | None = None) -> Rollouter:
+                    inline: bool | None = None, renderer: PromptRenderer | None = None) -> Rollouter:
     """`inline` (default: in the synchronous mode) samples with the engine's blocking `generate`; an async
     producer that owns its engine passes True. An agent domain (`rollouter == "agent"`) gets the
     `AgentRollouter` over its `AgentSpec` (one agent domain per run; it cannot be mixed with single-turn ones),
@@ -201,7 +213,8 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
         assert spec is not None  # an agent domain
         return AgentRollouter(engine, session_sandbox(), spec, params, seed=cfg.seed)
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
-    return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers,
+    renderer = renderer or build_prompt_renderer(cfg, engine.tokenizer)  # type: ignore[arg-type]
+    return SingleTurnRollouter(engine, params, domains[0].verifier, renderer, cfg.reward.timeout_s, verifiers,
                                inline=cfg.rollout.mode == "sync" if inline is None else inline)
 
 
@@ -337,6 +350,7 @@ def build(cfg: RunConfig, store: bool = True, dp: Any = None) -> Components:
     seed = cfg.seed + (RANK_SEED_STRIDE * dp.rank if dp is not None else 0)
     engine, shares = build_engine_for(cfg.engine, whole, tokenizer, seed)
     params = sampling_params(cfg, domains)
+    renderer = build_prompt_renderer(cfg, tokenizer)
     selection, reporting = build_held_out(cfg, domains)
     return Components(
         cfg=cfg,
@@ -347,7 +361,7 @@ def build(cfg: RunConfig, store: bool = True, dp: Any = None) -> Components:
         shares_weights=shares,
         domains=domains,
         params=params,
-        rollouter=build_rollouter(cfg, engine, domains, params),
+        rollouter=build_rollouter(cfg, engine, domains, params, renderer=renderer),
         curriculum=build_curriculum(domains, cfg.seed, cfg.train.curriculum, cfg.train.signal_from),
         learner=build_learner(cfg, model, params.max_tokens, shares, dp),
         held_out=selection,
@@ -358,4 +372,5 @@ def build(cfg: RunConfig, store: bool = True, dp: Any = None) -> Components:
         sandbox=sandbox,
         dp=dp,
         whole_model=whole,
+        renderer=renderer,
     )
