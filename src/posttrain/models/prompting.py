@@ -23,11 +23,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from posttrain.types import SamplingParams, Task
-
-MESSAGES_KEY = "messages"
-"""`Task.meta[MESSAGES_KEY]`: a conversational task's messages (`[{"role", "content"}]`, ending with a user turn);
-its `prompt` is then their plain rendering."""
+from posttrain.types import MESSAGES_KEY, SamplingParams, Task
 
 
 class MessageTemplate(Protocol):
