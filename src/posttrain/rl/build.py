@@ -31,6 +31,7 @@ from posttrain.models.tokenizer import Tokenizer
 from posttrain.rewards import build_verifier as verifier_from_spec
 from posttrain.rewards.base import Verifier
 from posttrain.rl.learner import Learner
+from posttrain.rl.preflight import check_answer_room, domain_rooms
 from posttrain.rl.rollout import Rollouter, SingleTurnRollouter
 from posttrain.scheduler.curriculum import Curriculum, DomainMixture, PassRateCurriculum, UniformCurriculum
 from posttrain.store.run_store import RunStore
@@ -350,6 +351,7 @@ def build(cfg: RunConfig, store: bool = True, dp: Any = None) -> Components:
     seed = cfg.seed + (RANK_SEED_STRIDE * dp.rank if dp is not None else 0)
     engine, shares = build_engine_for(cfg.engine, whole, tokenizer, seed)
     params = sampling_params(cfg, domains)
+    check_answer_room(domain_rooms(domains, [params.max_tokens] * len(domains), tokenizer, cfg.seed))
     renderer = build_prompt_renderer(cfg, tokenizer)
     selection, reporting = build_held_out(cfg, domains)
     return Components(
