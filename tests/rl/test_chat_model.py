@@ -105,3 +105,25 @@ def test_the_run_evaluates_on_its_own_terms_and_its_checkpoints_keep_the_templat
     assert res.exit_code == 0, res.output
     got = json.loads(res.stdout.strip().splitlines()[-1])
     assert got["split"] == "reporting" and "numeric" in got["verifier"] and got["prompt_format"] == "chat"
+
+
+def test_an_agent_prefix_opens_with_the_system_prompt_and_a_chat_template_is_refused_for_agents(trained, tiny_model_dir):
+    from posttrain.agent.models import EngineModel
+    from posttrain.config import ConfigError
+    from posttrain.engine.mock import MockEngine
+    from posttrain.models.io import load_model
+    from posttrain.rl.build import build_domains, build_rollouter, sampling_params
+
+    _, ckpt = trained
+    cfg = load_config(None, [f"model.path='{tiny_model_dir}'", "tasks.source='agent:lookup'", "tasks.digits=2",
+                             "model.system_prompt='Be careful.'", "sampling.max_tokens=80"])
+    domains = build_domains(cfg)
+    _, tok = load_model(tiny_model_dir)
+    engine = MockEngine(["x"], tokenizer=tok)
+    rollouter = build_rollouter(cfg, engine, domains, sampling_params(cfg, domains))
+    prefix = EngineModel(engine).prefix([], rollouter.spec.system)
+    assert prefix.content.startswith("<system>\nBe careful.\nFind the answer") and rollouter.spec is domains[0].agent
+    chat = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(ckpt)})})
+    _, chat_tok = load_model(ckpt)
+    with pytest.raises(ConfigError, match="prompt_format = \"raw\" for an agent domain"):
+        build_rollouter(chat, MockEngine(["x"], tokenizer=chat_tok), build_domains(chat), sampling_params(chat, domains))

@@ -26,7 +26,7 @@ from posttrain.config import ConfigError, DomainConfig, EngineConfig, RewardConf
 from posttrain.engine.base import Engine
 from posttrain.engine.build import build_engine
 from posttrain.models.llama import CausalLM
-from posttrain.models.prompting import PromptRenderer
+from posttrain.models.prompting import PromptRenderer, plain_text
 from posttrain.models.tokenizer import Tokenizer
 from posttrain.rewards import build_verifier as verifier_from_spec
 from posttrain.rewards.base import Verifier
@@ -114,7 +114,18 @@ def build_domain(dc: DomainConfig, reward: RewardConfig) -> Domain:
 
 
 def build_domains(cfg: RunConfig) -> list[Domain]:
-    return [build_domain(dc, cfg.reward) for dc in cfg.domain_configs()]
+    domains = [build_domain(dc, cfg.reward) for dc in cfg.domain_configs()]
+    if cfg.model.system_prompt:  # an agent's prefix opens with the system prompt too (training and its evaluations)
+        import dataclasses
+
+        from posttrain.agent.spec import spec_of
+
+        for d in domains:
+            spec = spec_of(d)
+            if spec is not None:
+                d.agent = dataclasses.replace(spec, system=plain_text([{"content": cfg.model.system_prompt},
+                                                                       {"content": spec.system}]))
+    return domains
 
 
 # The optional back end that runs code verification and agent sessions on Ray sandbox actors (extra `ray`), loaded by name:
@@ -212,6 +223,10 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
 
         spec = spec_of(agents[0])
         assert spec is not None  # an agent domain
+        renderer = renderer or build_prompt_renderer(cfg, engine.tokenizer)  # type: ignore[arg-type]
+        if renderer.mode == "chat":
+            raise ConfigError("config: agent episodes are written in the built-in text call format, not through a chat "
+                              "template yet: set model.prompt_format = \"raw\" for an agent domain")
         return AgentRollouter(engine, session_sandbox(), spec, params, seed=cfg.seed)
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
     renderer = renderer or build_prompt_renderer(cfg, engine.tokenizer)  # type: ignore[arg-type]
