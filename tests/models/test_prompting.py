@@ -74,7 +74,8 @@ def test_raw_prompts_are_the_tasks_own_text_and_auto_is_raw_without_a_template(t
     assert renderer.sampling(SamplingParams()) == SamplingParams()  # nothing added to the built-in model's sampling
     # raw with a system prompt: the documented plain rendering, one line before the prompt
     assert build_renderer(None, None, "raw", "Be brief.").render(task) == "Be brief.\n12+34="
-    convo = Task("c", "sys\n1+1=", "2", {MESSAGES_KEY: [{"role": "system", "content": "sys"}, {"role": "user", "content": "1+1="}]})
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "1+1="}]
+    convo = Task("c", "sys\n1+1=", "2", {MESSAGES_KEY: messages})
     assert build_renderer(None, None, "raw", "Be brief.").render(convo) == "sys\n1+1="  # it has its own system message
 
 

@@ -103,7 +103,8 @@ def eval_cmd(
         1, "--repeat", min=1, help="Run the eval R times with the same seeds; reports each task's flip rate."
     ),
     batch: Optional[int] = typer.Option(
-        None, "--batch", min=1, help="Tasks per engine call (default 32; a run's own evaluation: a suite per call, as in training)."
+        None, "--batch", min=1,
+        help="Tasks per engine call (default 32; a run's own evaluation: a suite per call, as in training)."
     ),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the suite's first N tasks."),
     suite_opt: Optional[list[str]] = typer.Option(
