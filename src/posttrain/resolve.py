@@ -145,7 +145,10 @@ def resolve_model(spec: str, seed: int = 0, engine_options: dict[str, Any] | Non
 
 
 def run_config(spec: str) -> Any:
-    """The `RunConfig` a training run directory (`RUN` or `RUN@STEP`) was trained with; None for anything else."""
+    """The `RunConfig` a training run directory (`RUN` or `RUN@STEP`) was trained with; None for anything else.
+    A stored config that no longer validates (a run from before a new check) is a one-line `ModelSpecError`."""
+    from pydantic import ValidationError
+
     from posttrain.config import RunConfig
     from posttrain.store.run_store import RunStore
 
@@ -154,7 +157,15 @@ def run_config(spec: str) -> Any:
         return None
     with RunStore(root / "run.sqlite") as store:
         raw = store.info().get("config")
-    return RunConfig.model_validate(raw) if raw else None
+    if not raw:
+        return None
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ModelSpecError(f"{root}: its stored config does not validate today ({where}: {first['msg']}); "
+                             "evaluate it with --suite") from None
 
 
 def renderer_for(spec: str, checkpoint: Path, tokenizer: Any) -> Any:
@@ -162,7 +173,10 @@ def renderer_for(spec: str, checkpoint: Path, tokenizer: Any) -> Any:
     trained on), else the checkpoint's template when it ships one (`prompt_format = "auto"`)."""
     from posttrain.engine.prompt_format import build_renderer
 
-    cfg = run_config(spec)
+    try:
+        cfg = run_config(spec)
+    except ModelSpecError:  # an old run's config: its checkpoint is still prompted by what it ships
+        cfg = None
     if cfg is None:
         return build_renderer(checkpoint, tokenizer)
     return build_renderer(checkpoint, tokenizer, cfg.model.prompt_format, cfg.model.system_prompt)

@@ -86,3 +86,12 @@ def test_bad_split_and_split_without_a_run_are_one_line_errors(trained, tmp_path
                           (["--model", "builtin", "--suite", str(tasks), "--split", "train"], "--split applies to")):
         res = runner.invoke(app, ["eval", *args, "--out", str(tmp_path / "e")])
         assert res.exit_code == 2 and message in res.output and res.output.count("error:") == 1, res.output
+
+
+def test_a_run_whose_stored_config_no_longer_validates_is_one_line(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    with RunStore(old / "run.sqlite") as store:
+        store.set_info(config={"sampling": {"n": 1}})  # trained before `sampling.n = 1` was refused
+    res = runner.invoke(app, ["eval", "--model", str(old)])
+    assert res.exit_code == 2 and "does not validate today" in res.output and res.output.count("error:") == 1, res.output

@@ -156,16 +156,25 @@ def eval_cmd(
                 emit(run.summary, as_json, f"{run.meta.get('suite')} (re-graded)", {"changed": changed})
                 return
             if model is not None and responses is None:
-                from posttrain.resolve import run_config
+                from posttrain.resolve import ModelSpecError, run_config
 
-                cfg = run_config(model)
+                try:
+                    cfg = run_config(model)
+                except ModelSpecError:
+                    if suite is None:  # only its own terms were asked for: say why they cannot be had
+                        raise
+                    cfg = None  # an old run's stored config: evaluate it on the named suite all the same
                 sources = [dc.source for dc in cfg.domain_configs()] if cfg is not None else []
                 if cfg is not None and (suite is None or suite in sources) and not episodes:
                     # a run, on its own domains: what it trained on, graded as it was rewarded, on its held-out split
                     from posttrain.cli.eval_run import eval_own
 
-                    eval_own(model, cfg, split, verifier, suite, samples, k_values, temperature, top_p, seed, max_tokens,
-                             repeat, batch, out, table, verify_timeout, label, as_json)
+                    def own_out(used_split: str) -> Path:
+                        return out or Path("evals") / f"{slug(model)}-{used_split}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+                    for r in eval_own(model, cfg, split, verifier, suite, samples, k_values, temperature, top_p, seed,
+                                      max_tokens, repeat, batch, own_out, table, verify_timeout, label):
+                        emit(r.summary, as_json, r.title, r.extra)
                     return
             if suite is None:
                 raise UserError("eval: --suite is required (or --model RUN, a training run: its own domains)")

@@ -10,7 +10,9 @@ Does not cover: evaluating a model on a named suite (`cli/eval.py`) or the harne
 
 from __future__ import annotations
 
-import time
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,12 +21,21 @@ from rich.markup import escape
 from posttrain.cli.common import err
 
 
+@dataclass
+class OwnResult:
+    """One domain's evaluation, for the caller to print: a title, the summary, and what it used."""
+
+    title: str
+    summary: Any  # an `EvalSummary`
+    extra: dict[str, Any]  # out, model, split, verifier, verifier_source, prompt_format, domain
+
+
 def eval_own(model: str, cfg: Any, split: Optional[str], verifier: Optional[str], source: Optional[str], samples: int,
              ks: tuple[int, ...], temperature: float, top_p: float, seed: int, max_tokens: Optional[int], repeat: int,
-             batch: Optional[int], out: Optional[Path], table: Any, verify_timeout: Optional[float], label: Optional[str],
-             as_json: bool) -> None:
-    """Evaluate the run `model` (RUN or RUN@STEP; `cfg` its `RunConfig`) on its own domains."""
-    from posttrain.cli.eval import emit, slug
+             batch: Optional[int], out: Callable[[str], Path], table: Any, verify_timeout: Optional[float],
+             label: Optional[str]) -> list[OwnResult]:
+    """Evaluate the run `model` (RUN or RUN@STEP; `cfg` its `RunConfig`) on its own domains; `out(split)`: the
+    results directory (one subdirectory per domain when there are several)."""
     from posttrain.eval.harness import EvalSpec, evaluate
     from posttrain.pricing import price_of
     from posttrain.resolve import resolve_model
@@ -34,7 +45,8 @@ def eval_own(model: str, cfg: Any, split: Optional[str], verifier: Optional[str]
     resolved = resolve_model(model, seed=seed, engine_options=cfg.engine.model_dump())
     if resolved.info.get("note"):  # a run's best/ (or its newest checkpoint) was chosen: say which
         err.print(escape(resolved.info["note"]), highlight=False, soft_wrap=True)
-    root = out or Path("evals") / f"{slug(model)}-{own.split}-{time.strftime('%Y%m%d-%H%M%S')}"
+    root = out(own.split)
+    results = []
     for suite in own.suites:
         # in-training evaluation samples a suite in one engine call: the same chunking by default, for the same figures
         spec = EvalSpec(model=model, suite=f"{model}#{own.split}:{suite.name}", n=samples, ks=ks, temperature=temperature,
@@ -46,9 +58,10 @@ def eval_own(model: str, cfg: Any, split: Optional[str], verifier: Optional[str]
                   f"{used['verifier']} ({'the run' + chr(39) + 's own' if own.verifier_source == 'run' else '--verifier'})",
                   highlight=False)
         extra = {"model_info": resolved.info, "prices": table, **used}
-        where = root / slug(suite.name) if len(own.suites) > 1 else root
+        where = root / re.sub(r"[^A-Za-z0-9_.-]+", "_", suite.name) if len(own.suites) > 1 else root
         run = evaluate(resolved.engine, suite, spec, where, price_of({**spec.meta(), **extra}), extra_meta=extra,
                        renderer=resolved.renderer)
         err.print(f"results in {where}")
-        emit(run.summary, as_json, f"{suite.name} ({own.split} split, verifier {used['verifier']}): {model}",
-             {"out": str(where), "model": model, **used})
+        results.append(OwnResult(f"{suite.name} ({own.split} split, verifier {used['verifier']}): {model}", run.summary,
+                                 {"out": str(where), "model": model, **used}))
+    return results
