@@ -263,6 +263,10 @@ def _eval_episodes(domain: Any, loaded: Any, model: str, samples: int, ks: tuple
         raise UserError(f"eval --episodes: {loaded.name} is not an agent suite (agent:lookup, terminal, terminal:DIR)")
     tasks = loaded.tasks[:limit] if limit else loaded.tasks
     resolved = resolve_model(model, seed=seed)
+    if resolved.renderer is not None:  # a run's system prompt opens its agent prefix, as in training
+        from posttrain.agent.spec import with_system_prompt
+
+        spec = with_system_prompt(spec, resolved.renderer.system_prompt)
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens or spec.max_tokens)
     out = out or Path("evals") / f"{slug(loaded.name)}-episodes-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"
     store = EvalDir(out)

@@ -26,7 +26,7 @@ from posttrain.config import ConfigError, DomainConfig, EngineConfig, RewardConf
 from posttrain.engine.base import Engine
 from posttrain.engine.build import build_engine
 from posttrain.models.llama import CausalLM
-from posttrain.models.prompting import PromptRenderer, plain_text
+from posttrain.models.prompting import PromptRenderer
 from posttrain.models.tokenizer import Tokenizer
 from posttrain.rewards import build_verifier as verifier_from_spec
 from posttrain.rewards.base import Verifier
@@ -116,15 +116,12 @@ def build_domain(dc: DomainConfig, reward: RewardConfig) -> Domain:
 def build_domains(cfg: RunConfig) -> list[Domain]:
     domains = [build_domain(dc, cfg.reward) for dc in cfg.domain_configs()]
     if cfg.model.system_prompt:  # an agent's prefix opens with the system prompt too (training and its evaluations)
-        import dataclasses
-
-        from posttrain.agent.spec import spec_of
+        from posttrain.agent.spec import spec_of, with_system_prompt
 
         for d in domains:
             spec = spec_of(d)
             if spec is not None:
-                d.agent = dataclasses.replace(spec, system=plain_text([{"content": cfg.model.system_prompt},
-                                                                       {"content": spec.system}]))
+                d.agent = with_system_prompt(spec, cfg.model.system_prompt)
     return domains
 
 
