@@ -42,6 +42,11 @@ def test_quickstart_json_contract(tmp_path):
         figures = store.evals("quickstart")[0][2]
         assert figures["greedy_after"] == out["greedy_after"]
         assert store.info()["config"]["seed"] == 3
+    # `posttrain eval --model RUN` on the run's own terms (reporting half, its verifier) gives the quickstart's figure
+    ev = CliRunner().invoke(app, ["eval", "--model", out["run_dir"], "--json", "--out", str(tmp_path / "own")])
+    assert ev.exit_code == 0, ev.output
+    own = json.loads(ev.stdout.strip().splitlines()[-1])
+    assert own["split"] == "reporting" and own["n_tasks"] == out["n_held_out"] and own["pass@1"] == out["greedy_after"]
     # the base model is now cached: a second run reuses it
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and json.loads(again.stdout.strip().splitlines()[-1])["base_cached"] is True

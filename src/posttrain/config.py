@@ -113,6 +113,12 @@ class ModelSection(_Section):
     path: str | None = None
     """An HF-format checkpoint directory (config.json, model.safetensors, tokenizer.json); None = the built-in base."""
     base: BaseModelConfig = BaseModelConfig()
+    prompt_format: Literal["auto", "raw", "chat"] = "auto"
+    """How a task becomes the model's prompt, in training, evaluation, agents and `posttrain serve` alike. auto:
+    the checkpoint's chat template when it ships one (`tokenizer_config.json` / `chat_template.jinja`), else the
+    raw prompt (the built-in model); raw: the task's prompt text as it is; chat: the template (an error without one)."""
+    system_prompt: str | None = None
+    """A system message put before every task's conversation that has none (raw format: a line before the prompt)."""
 
 
 class TasksConfig(_Section):
@@ -485,6 +491,7 @@ class RunConfig(_Section):
             if len(set(labels)) != len(labels):
                 raise ValueError(f"[[domains]] names must be distinct, got {labels} (set `name` to tell them apart)")
         _check_worked_format(self)
+        _check_learnable(self)
         if self.engine.kind == "local" and self.engine.device != self.rl.device:
             raise ValueError(f"engine.device ({self.engine.device!r}) must equal rl.device ({self.rl.device!r}) for the "
                              "local engine: it samples with the learner's own module")
@@ -508,6 +515,21 @@ class RunConfig(_Section):
     @property
     def path(self) -> Path:
         return Path(self.run_dir) / self.name
+
+
+def _check_learnable(cfg: "RunConfig") -> None:
+    """Settings under which no step can learn anything: every advantage here is group-relative (a completion is
+    compared with the others of its task's group), so a group of one, or n copies of one greedy answer, has zero
+    advantage everywhere. (A `max_tokens` too short for any gold answer needs the tasks: `rl/preflight.py`.)"""
+    s = cfg.sampling
+    if s.n == 1:
+        raise ValueError(f"sampling.n = 1 with rl.advantage = {cfg.rl.advantage!r}: each completion is compared with "
+                         "the others of its group, so a group of one has zero advantage and nothing is learnt; set "
+                         "sampling.n >= 2 (8-16 is usual)")
+    if s.temperature == 0:
+        raise ValueError("sampling.temperature = 0 samples the same greedy completion n times: every group has zero "
+                         "reward variance and nothing is learnt; train at a temperature > 0 (1.0 is usual; evaluation "
+                         "is greedy anyway)")
 
 
 def _check_worked_format(cfg: "RunConfig") -> None:

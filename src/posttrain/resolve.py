@@ -42,6 +42,7 @@ class ResolvedModel:
     engine: Any  # a `posttrain.engine.Engine`
     label: str  # what results are filed under: the spec as given
     info: dict[str, Any] = field(default_factory=dict)  # where the weights came from (path, step, url)
+    renderer: Any = None  # the `PromptRenderer` it is prompted through (None: raw; a server applies its own template)
 
 
 def _run_checkpoint(run_dir: Path, step: str | None) -> ModelLocation:
@@ -138,7 +139,47 @@ def resolve_model(spec: str, seed: int = 0, engine_options: dict[str, Any] | Non
     if where.note:
         info["note"] = where.note
     engine_cfg = EngineConfig(**(engine_options or {}))
-    return ResolvedModel(build_engine(engine_cfg, model, tokenizer, seed), spec, info)
+    renderer = renderer_for(spec, where.path, tokenizer)
+    info["prompt_format"] = renderer.mode
+    return ResolvedModel(build_engine(engine_cfg, model, tokenizer, seed), spec, info, renderer)
+
+
+def run_config(spec: str) -> Any:
+    """The `RunConfig` a training run directory (`RUN` or `RUN@STEP`) was trained with; None for anything else.
+    A stored config that no longer validates (a run from before a new check) is a one-line `ModelSpecError`."""
+    from pydantic import ValidationError
+
+    from posttrain.config import RunConfig
+    from posttrain.store.run_store import RunStore
+
+    root = Path(spec.rpartition("@")[0] if "@" in spec else spec)
+    if not (root / "run.sqlite").exists():
+        return None
+    with RunStore(root / "run.sqlite") as store:
+        raw = store.info().get("config")
+    if not raw:
+        return None
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ModelSpecError(f"{root}: its stored config does not validate today ({where}: {first['msg']}); "
+                             "evaluate it with --suite") from None
+
+
+def renderer_for(spec: str, checkpoint: Path, tokenizer: Any) -> Any:
+    """The `PromptRenderer` of the weights `spec` names: a run's own prompt format and system prompt (what it was
+    trained on), else the checkpoint's template when it ships one (`prompt_format = "auto"`)."""
+    from posttrain.engine.prompt_format import build_renderer
+
+    try:
+        cfg = run_config(spec)
+    except ModelSpecError:  # an old run's config: its checkpoint is still prompted by what it ships
+        cfg = None
+    if cfg is None:
+        return build_renderer(checkpoint, tokenizer)
+    return build_renderer(checkpoint, tokenizer, cfg.model.prompt_format, cfg.model.system_prompt)
 
 
 @dataclass
@@ -149,6 +190,7 @@ class ServedModel:
     template: Any  # a `posttrain.engine.chat.ChatTemplate`
     name: str
     note: str = ""
+    renderer: Any = None  # the `PromptRenderer` (system prompt, end-of-turn stops) training and evaluation use
 
 
 def load_served_model(model: str, seed: int = 0, fast: bool = False, draft: str | None = None) -> ServedModel:
@@ -173,4 +215,7 @@ def load_served_model(model: str, seed: int = 0, fast: bool = False, draft: str 
                             f"({net.config.vocab_size}); a draft must share the served model's tokenizer")
         spec = SpecConfig("draft", draft_model=drafter)
     engine = build_engine(EngineConfig(precision="int8") if fast else None, net, tokenizer, seed, spec)
-    return ServedModel(engine, ChatTemplate.from_checkpoint(where.path), name, where.note)
+    renderer = renderer_for(model, where.path, tokenizer)
+    # a raw-format model is served through the plain template: messages joined as its raw prompts were
+    template = renderer.template if renderer.mode == "chat" else ChatTemplate.plain()
+    return ServedModel(engine, template, name, where.note, renderer)

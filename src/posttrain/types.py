@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DOMAIN_KEY = "domain"  # Task.meta key naming the task's domain in a run over several domains
+MESSAGES_KEY = "messages"  # Task.meta key of a conversational task's messages ([{"role", "content"}], a user turn last)
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,3 +77,34 @@ def test_unknown_source_spec_is_a_clear_error():
         load_domain("mystery")
     with pytest.raises(TaskFileError, match="unknown arithmetic family 'div'"):
         load_domain("arith:div")
+
+
+def test_conversational_tasks_as_messages_or_an_hf_prompt_list(tmp_path):
+    p = _write(tmp_path, '{"id": "m", "messages": [{"role": "system", "content": "Be brief."}, '
+                         '{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}, '
+                         '{"role": "user", "content": "2+2?"}], "answer": "4"}\n'
+                         '{"id": "h", "prompt": [{"role": "user", "content": "3+3?"}], "answer": 6}\n')
+    m, h = load_jsonl(p)
+    assert m.meta["messages"][0] == {"role": "system", "content": "Be brief."} and len(m.meta["messages"]) == 4
+    assert m.prompt == "Be brief.\n1+1?\n2\n2+2?"  # the plain rendering: what a raw-format model is prompted with
+    assert h.meta == {"messages": [{"role": "user", "content": "3+3?"}]} and h.prompt == "3+3?" and h.answer == "6"
+
+
+@pytest.mark.parametrize("line, reason", [
+    ('{"messages": []}', "non-empty list"),
+    ('{"messages": "hi"}', "non-empty list"),
+    ('{"messages": [{"role": "robot", "content": "x"}]}', "messages[0].role = 'robot'"),
+    ('{"messages": [{"role": "user", "content": 3}]}', "messages[0].content must be a string"),
+    ('{"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}, '
+     '{"role": "user", "content": "c"}]}', "messages[1]: a system message may only come first"),
+    ('{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}', "ends with the user"),
+    ('{"messages": [{"role": "user", "content": "a", "name": "x"}]}', "unknown key(s) name"),
+    ('{"messages": ["hi"]}', "messages[0] must be an object"),
+    ('{"prompt": "q", "messages": [{"role": "user", "content": "a"}]}', "not both"),
+    ('{"prompt": [{"role": "user", "content": "a"}], "messages": [{"role": "user", "content": "a"}]}', "not both"),
+])
+def test_a_malformed_conversation_is_one_line_with_its_line_number(tmp_path, line, reason):
+    p = _write(tmp_path, '{"prompt": "ok"}\n' + line + "\n")
+    with pytest.raises(TaskFileError) as err:
+        load_jsonl(p)
+    assert str(err.value).startswith(f"{p}:2: ") and reason in str(err.value) and "\n" not in str(err.value)

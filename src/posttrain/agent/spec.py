@@ -12,6 +12,7 @@ Does not cover: running episodes (`runtime.py`, `rollouter.py`, `evaluate.py`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,14 @@ class AgentSpec:
             raise ValueError(f"AgentSpec.process_weight must be in [0, 1], got {self.process_weight}")
         if self.process_weight > 0 and self.process is None:
             raise ValueError("AgentSpec.process_weight > 0 needs a process score function")
+
+
+def with_system_prompt(spec: AgentSpec, system_prompt: str | None) -> AgentSpec:
+    """`spec` with a model's system prompt (`model.system_prompt`) opening its prefix's system text, on the line
+    before it (the plain rendering of a system message, `models/prompting.py`)."""
+    if not system_prompt:
+        return spec
+    return dataclasses.replace(spec, system=f"{system_prompt}\n{spec.system}")
 
 
 def well_formed(episode: Any, task: Task | None = None) -> float:

@@ -102,7 +102,10 @@ def eval_cmd(
     repeat: int = typer.Option(
         1, "--repeat", min=1, help="Run the eval R times with the same seeds; reports each task's flip rate."
     ),
-    batch: int = typer.Option(32, "--batch", min=1, help="Tasks per engine call."),
+    batch: Optional[int] = typer.Option(
+        None, "--batch", min=1,
+        help="Tasks per engine call (default 32; a run's own evaluation: a suite per call, as in training)."
+    ),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the suite's first N tasks."),
     suite_opt: Optional[list[str]] = typer.Option(
         None, "--suite-opt", help="A suite option KEY=VALUE, e.g. --suite-opt size=50 (repeatable)."
@@ -121,6 +124,12 @@ def eval_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (metrics and per-task results under 'tasks')."),
     episodes: bool = typer.Option(False, "--episodes", help="Run each task of an agent suite (agent:lookup, terminal) as "
                                   "agent episodes in the sandbox: pass@k over episodes (-n episodes per task)."),
+    split: Optional[str] = typer.Option(
+        None, "--split", help="With --model RUN: which of the run's own tasks: selection, reporting (default), held_out, "
+        "train or all."),
+    verifier: Optional[str] = typer.Option(
+        None, "--verifier", help="Grade with this verifier (a kind such as numeric, or a TOML table) instead of the "
+        "run's training verifier or the suite's own."),
 ) -> None:
     """Evaluate a model on a suite (pass@k with intervals, cost, latency), or grade given responses."""
     with friendly():
@@ -146,9 +155,37 @@ def eval_cmd(
                 err.print(f"re-graded {len(run.records)} responses in {rescore_dir}: {changed} verdicts changed")
                 emit(run.summary, as_json, f"{run.meta.get('suite')} (re-graded)", {"changed": changed})
                 return
+            if model is not None and responses is None:
+                from posttrain.resolve import ModelSpecError, run_config
+
+                try:
+                    cfg = run_config(model)
+                except ModelSpecError:
+                    if suite is None:  # only its own terms were asked for: say why they cannot be had
+                        raise
+                    cfg = None  # an old run's stored config: evaluate it on the named suite all the same
+                sources = [dc.source for dc in cfg.domain_configs()] if cfg is not None else []
+                if cfg is not None and (suite is None or suite in sources) and not episodes:
+                    # a run, on its own domains: what it trained on, graded as it was rewarded, on its held-out split
+                    from posttrain.cli.eval_run import eval_own
+
+                    def own_out(used_split: str) -> Path:
+                        return out or Path("evals") / f"{slug(model)}-{used_split}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+                    for r in eval_own(model, cfg, split, verifier, suite, samples, k_values, temperature, top_p, seed,
+                                      max_tokens, repeat, batch, own_out, table, verify_timeout, label):
+                        emit(r.summary, as_json, r.title, r.extra)
+                    return
             if suite is None:
-                raise UserError("eval: --suite is required")
+                raise UserError("eval: --suite is required (or --model RUN, a training run: its own domains)")
+            if split is not None:
+                raise UserError("eval: --split applies to a training run's own domains (--model RUN, without another --suite)")
             domain = load_domain(suite, **options)
+            if verifier is not None:
+                from posttrain.config import RewardConfig, parse_literal
+                from posttrain.rl.build import build_verifier
+
+                domain = domain.with_verifier(build_verifier(parse_literal(verifier), RewardConfig()))
             loaded = domain.suite()
             if isinstance(loaded.verifier, Prewarmable):
                 loaded.verifier.prewarm()  # start the verifier's sandbox while the responses load
@@ -180,7 +217,7 @@ def eval_cmd(
             # the domain's default is the one training samples with: an arithmetic answer needs 8 tokens, not 256
             cap = max_tokens if max_tokens is not None else domain.sampling.max_tokens
             spec = EvalSpec(model=model, suite=suite, n=samples, ks=k_values, temperature=temperature, top_p=top_p,
-                            max_tokens=cap, seed=seed, repeat=repeat, batch=batch, suite_options=options,
+                            max_tokens=cap, seed=seed, repeat=repeat, batch=batch or 32, suite_options=options,
                             verify_timeout_s=verify_timeout, label=label)
             resolved = resolve_model(model, seed=seed)
             if resolved.info.get("note"):  # a run's best/ (or its newest checkpoint) was chosen: say which
@@ -193,7 +230,7 @@ def eval_cmd(
                     bar = progress.add_task(f"eval {loaded.name}", total=None)
                     run = evaluate(resolved.engine, loaded, spec, out, price_obj,
                                    on_progress=lambda done, total: progress.update(bar, completed=done, total=total),
-                                   extra_meta=extra)
+                                   extra_meta=extra, renderer=resolved.renderer)
             except KeyboardInterrupt:
                 err.print(f"[yellow]interrupted[/]: finished samples are kept in {out}; rerun the same command to resume")
                 raise typer.Exit(INTERRUPTED_EXIT) from None
@@ -226,6 +263,10 @@ def _eval_episodes(domain: Any, loaded: Any, model: str, samples: int, ks: tuple
         raise UserError(f"eval --episodes: {loaded.name} is not an agent suite (agent:lookup, terminal, terminal:DIR)")
     tasks = loaded.tasks[:limit] if limit else loaded.tasks
     resolved = resolve_model(model, seed=seed)
+    if resolved.renderer is not None:  # a run's system prompt opens its agent prefix, as in training
+        from posttrain.agent.spec import with_system_prompt
+
+        spec = with_system_prompt(spec, resolved.renderer.system_prompt)
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens or spec.max_tokens)
     out = out or Path("evals") / f"{slug(loaded.name)}-episodes-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"
     store = EvalDir(out)

@@ -60,7 +60,7 @@ def serve(
             err.print(escape(served.note), highlight=False, soft_wrap=True)
         model_name = name or served.name
         config = ServeConfig(model_name=model_name, max_concurrency=max_concurrency, default_max_tokens=max_tokens)
-        app = create_app(served.engine, config, served.template)
+        app = create_app(served.engine, config, served.template, served.renderer)
         kind = "plain" if served.template.is_plain else "the checkpoint's"
         mode = ", high-speed mode: int8 + speculation" if fast else ""
         mode += f", speculation with the draft {draft}" if draft else ""

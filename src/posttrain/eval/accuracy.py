@@ -13,6 +13,7 @@ held-out evaluation does, through `eval.training`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from posttrain.engine.base import Engine
 from posttrain.eval.harness import EvalSpec, evaluate
@@ -38,6 +39,7 @@ def evaluate_accuracy(
     temperature: float = 0.0,
     samples: int = 1,
     seed: int = 0,
+    renderer: Any = None,
 ) -> AccuracyResult:
     """Greedy accuracy with temperature 0; sampled pass@1 (mean over `samples` draws) otherwise.
 
@@ -49,7 +51,7 @@ def evaluate_accuracy(
     n = 1 if temperature == 0 else samples
     spec = EvalSpec(model="in-process", suite="held-out", n=n, temperature=temperature, max_tokens=max_tokens,
                     seed=seed, batch=len(tasks))
-    run = evaluate(engine, Suite("held-out", list(tasks), verifier), spec)
+    run = evaluate(engine, Suite("held-out", list(tasks), verifier), spec, renderer=renderer)
     per_task: dict[str, list[bool]] = {}
     errors = 0
     for r in run.records:

@@ -1,7 +1,8 @@
 """Running an evaluation: sample a suite with an engine, grade with the suite's verifier, record everything.
 
 Covers: `EvalSpec` (what to sample: n, temperature, seed, max tokens, repeats,
-tasks per engine call); `evaluate` (fixed chunks of tasks in suite order, one
+tasks per engine call); `evaluate` (each task prompted through the model's
+`PromptRenderer`, the one training rollouts use; fixed chunks of tasks in suite order, one
 `engine.generate` call per chunk and repeat, seeded per chunk so a result
 does not depend on which chunks ran in this process; graded through
 `rewards.score`, the same guarded call training uses; records appended to
@@ -28,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.aio import run_sync
-from posttrain.engine.base import Engine
+from posttrain.engine.base import Engine, Prompt
 from posttrain.eval.metrics import Price
 from posttrain.eval.records import EvalDir, EvalDirError, EvalRun, SampleRecord
 from posttrain.eval.summary import summarize
+from posttrain.models.prompting import PromptRenderer
 from posttrain.rewards.base import score_sync, verifier_id
 from posttrain.types import Completion, SamplingParams, Task, Verdict
 
@@ -85,7 +87,7 @@ def _tokens_in(engine: Engine, prompt: str) -> int | None:
         return None
 
 
-def _generate(engine: Engine, prompts: list[str], params: SamplingParams) -> tuple[list[list[Completion]], list[float]]:
+def _generate(engine: Engine, prompts: list[Prompt], params: SamplingParams) -> tuple[list[list[Completion]], list[float]]:
     """Completions per prompt and each prompt's own latency (the engine's per-request timing when it keeps
     one, as remote engines do; else the call's time shared out)."""
     t0 = time.perf_counter()
@@ -114,10 +116,12 @@ def _record(task: Task, repeat: int, j: int, c: Completion, v: Verdict, tokens_i
 
 
 def _sample_chunk(engine: Engine, verifier: Any, todo: list[Task], repeat: int, params: SamplingParams,
-                  timeout: float | None) -> list[SampleRecord]:
+                  timeout: float | None, renderer: PromptRenderer) -> list[SampleRecord]:
     """One engine call for `todo`, graded in one batch: a record per (task, sample)."""
     before = _usage(engine)
-    groups, latencies = _generate(engine, [t.prompt for t in todo], params)
+    texts = renderer.render_all(todo)
+    ids = None if renderer.adds_bos else renderer.token_ids(texts, engine)  # a raw prompt goes as text, as it always did
+    groups, latencies = _generate(engine, list(ids) if ids is not None else texts, renderer.sampling(params))
     after = _usage(engine)
     flat_tasks = [t for t, g in zip(todo, groups) for _ in g]
     verdicts = score_sync(verifier, flat_tasks, [c.text for g in groups for c in g], timeout)
@@ -125,8 +129,8 @@ def _sample_chunk(engine: Engine, verifier: Any, todo: list[Task], repeat: int, 
     used_in = (after[0] - before[0]) / len(todo) if before and after else None
     used_out = (after[1] - before[1]) / max(len(flat_tasks), 1) if before and after else None
     out, offset = [], 0
-    for task, group, latency in zip(todo, groups, latencies):
-        t_in = _tokens_in(engine, task.prompt) if used_in is None else used_in
+    for task, text, group, latency in zip(todo, texts, groups, latencies):
+        t_in = _tokens_in(engine, text) if used_in is None else used_in
         for j, c in enumerate(group):
             t_out = len(c.token_ids) if c.token_ids else used_out
             out.append(_record(task, repeat, j, c, verdicts[offset], None if t_in is None else t_in / len(group),
@@ -152,8 +156,10 @@ def evaluate(
     price: Price | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     extra_meta: dict[str, Any] | None = None,
+    renderer: PromptRenderer | None = None,
 ) -> EvalRun:
     """Sample and grade every (task, repeat, sample) not already recorded in `out`; return the whole run.
+    `renderer`: how tasks become prompts (default: the raw prompt), the training run's own for a trained model.
 
     The summary is `run.summary` (and `out/summary.json`).
     """
@@ -179,8 +185,8 @@ def evaluate(
             if todo:
                 params = SamplingParams(n=spec.n, temperature=spec.temperature, top_p=spec.top_p,
                                         max_tokens=spec.max_tokens, seed=chunk_seed(spec.seed, index))
-                new = [r for r in _sample_chunk(engine, suite.verifier, todo, repeat, params, spec.verify_timeout_s)
-                       if r.key not in done]
+                new = [r for r in _sample_chunk(engine, suite.verifier, todo, repeat, params, spec.verify_timeout_s,
+                                                renderer or PromptRenderer()) if r.key not in done]
                 done.update((r.key, r) for r in new)
                 if store is not None:
                     store.append(new)

@@ -23,13 +23,14 @@ from posttrain.store.run_store import EvalSampleRow, RunStore
 PASS = 0.5  # a task "passes" at an evaluation when at least half its samples do (greedy: the one sample)
 
 
-def evaluate_in_training(engine: Any, suite: Any, name: str, store: RunStore, step: int, max_tokens: int) -> dict[str, float]:
+def evaluate_in_training(engine: Any, suite: Any, name: str, store: RunStore, step: int, max_tokens: int,
+                         renderer: Any = None) -> dict[str, float]:
     """Greedy pass@1 of `suite` at `step`, stored under eval `name` (metrics, per-task rates, every response);
     returns the stored metrics (`pass@1`, `mean_score`, `n_tasks`, `n_errors`, `regressed_tasks`, ...).
     Agent suites run episodes instead (`agent.evaluate.evaluate_agent_in_training`), stored by the same
     `record_evaluation`."""
     spec = EvalSpec(model=f"step {step}", suite=name, n=1, temperature=0.0, max_tokens=max_tokens, batch=len(suite.tasks))
-    run = evaluate(engine, suite, spec)
+    run = evaluate(engine, suite, spec, renderer=renderer)  # the rollouts' renderer: prompted as in training
     assert run.summary is not None  # evaluate always summarizes
     return record_evaluation(store, name, step, run.records, run.summary)
 

@@ -4,7 +4,10 @@ Covers: encoding and decoding with explicit BOS/EOS/PAD ids, built on the
 `tokenizers` library, saved and loaded as `tokenizer.json` (+
 `tokenizer_config.json` naming the special tokens) so transformers can load
 what posttrain writes.
-Does not cover: chat templates (the agent package adds those).
+A checkpoint's chat template (`chat_template` in `tokenizer_config.json`, or
+`chat_template.jinja`) travels with the tokenizer unread, so every checkpoint a
+run writes keeps the template its base shipped.
+Does not cover: rendering chat templates (`engine/chat.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import string
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
@@ -37,6 +41,8 @@ class Tokenizer:
         pad_id = backend.token_to_id(pad) if pad else None
         # Padding never reaches attention (it is masked), so any id will do when a model has none.
         self.pad_id = pad_id if pad_id is not None else (self.eos_id if self.eos_id is not None else 0)
+        self.chat_template: Any = None  # tokenizer_config.json's `chat_template` as loaded (a string or named list)
+        self.chat_template_jinja: str | None = None  # a `chat_template.jinja` file's text
 
     @property
     def vocab_size(self) -> int:
@@ -60,7 +66,11 @@ class Tokenizer:
             "unk_token": UNK if self.backend.token_to_id(UNK) is not None else None,
             "clean_up_tokenization_spaces": False,
         }
+        if self.chat_template is not None:
+            config["chat_template"] = self.chat_template
         (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+        if self.chat_template_jinja is not None:
+            (directory / "chat_template.jinja").write_text(self.chat_template_jinja)
 
     @classmethod
     def load(cls, directory: str | Path, model_config: dict | None = None) -> "Tokenizer":
@@ -72,6 +82,7 @@ class Tokenizer:
         backend = HFTokenizer.from_file(str(path))
         specials: dict[str, str | None] = {}
         tc_path = directory / "tokenizer_config.json"
+        tc: dict[str, Any] = {}
         if tc_path.exists():
             tc = json.loads(tc_path.read_text())
             for key in ("bos_token", "eos_token", "pad_token"):
@@ -84,7 +95,11 @@ class Tokenizer:
                     tid = tid[0] if tid else None
                 if specials.get(f"{key}_token") is None and tid is not None:
                     specials[f"{key}_token"] = backend.id_to_token(tid)
-        return cls(backend, specials.get("bos_token"), specials.get("eos_token"), specials.get("pad_token"))
+        tokenizer = cls(backend, specials.get("bos_token"), specials.get("eos_token"), specials.get("pad_token"))
+        tokenizer.chat_template = tc.get("chat_template")
+        jinja = directory / "chat_template.jinja"
+        tokenizer.chat_template_jinja = jinja.read_text() if jinja.exists() else None
+        return tokenizer
 
 
 def char_tokenizer() -> Tokenizer:

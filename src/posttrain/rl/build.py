@@ -31,6 +31,7 @@ from posttrain.models.tokenizer import Tokenizer
 from posttrain.rewards import build_verifier as verifier_from_spec
 from posttrain.rewards.base import Verifier
 from posttrain.rl.learner import Learner
+from posttrain.rl.preflight import check_answer_room, domain_rooms
 from posttrain.rl.rollout import Rollouter, SingleTurnRollouter
 from posttrain.scheduler.curriculum import Curriculum, DomainMixture, PassRateCurriculum, UniformCurriculum
 from posttrain.store.run_store import RunStore
@@ -63,6 +64,7 @@ class Components:
     sandbox: InstalledSandbox | None = None  # `rollout.sandbox_backend = "ray"`: the Ray sandbox workers
     dp: Any = None  # under torchrun: this rank (`distributed.data_parallel.DataParallel`); None in one process
     whole_model: CausalLM | None = None  # the policy with every weight in place: `model`, or FSDP's engine copy
+    renderer: PromptRenderer = field(default_factory=PromptRenderer)  # how tasks are prompted: rollouts and evaluations
 
 
 def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, Any]:
@@ -112,7 +114,15 @@ def build_domain(dc: DomainConfig, reward: RewardConfig) -> Domain:
 
 
 def build_domains(cfg: RunConfig) -> list[Domain]:
-    return [build_domain(dc, cfg.reward) for dc in cfg.domain_configs()]
+    domains = [build_domain(dc, cfg.reward) for dc in cfg.domain_configs()]
+    if cfg.model.system_prompt:  # an agent's prefix opens with the system prompt too (training and its evaluations)
+        from posttrain.agent.spec import spec_of, with_system_prompt
+
+        for d in domains:
+            spec = spec_of(d)
+            if spec is not None:
+                d.agent = with_system_prompt(spec, cfg.model.system_prompt)
+    return domains
 
 
 # The optional back end that runs code verification and agent sessions on Ray sandbox actors (extra `ray`), loaded by name:
@@ -182,8 +192,19 @@ def sampling_params(cfg: RunConfig, domains: list[Domain]) -> SamplingParams:
                           max_tokens=max_tokens_for(cfg, domains), stop=stops)
 
 
+def build_prompt_renderer(cfg: RunConfig, tokenizer: Tokenizer | None) -> PromptRenderer:
+    """`model.prompt_format` and `model.system_prompt` over the initial checkpoint: the one renderer of the run's
+    rollouts and evaluations (`engine/prompt_format.py`; the built-in base has no template: raw)."""
+    from posttrain.engine.prompt_format import build_renderer
+    from posttrain.resolve import locate_model
+
+    m = cfg.model
+    checkpoint = locate_model(m.path).path if m.path is not None else None
+    return build_renderer(checkpoint, tokenizer, m.prompt_format, m.system_prompt)
+
+
 def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], params: SamplingParams,
-                    inline: bool | None = None) -> Rollouter:
+                    inline: bool | None = None, renderer: PromptRenderer | None = None) -> Rollouter:
     """`inline` (default: in the synchronous mode) samples with the engine's blocking `generate`; an async
     producer that owns its engine passes True. An agent domain (`rollouter == "agent"`) gets the
     `AgentRollouter` over its `AgentSpec` (one agent domain per run; it cannot be mixed with single-turn ones),
@@ -199,9 +220,14 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
 
         spec = spec_of(agents[0])
         assert spec is not None  # an agent domain
+        renderer = renderer or build_prompt_renderer(cfg, engine.tokenizer)  # type: ignore[arg-type]
+        if renderer.mode == "chat":
+            raise ConfigError("config: agent episodes are written in the built-in text call format, not through a chat "
+                              "template yet: set model.prompt_format = \"raw\" for an agent domain")
         return AgentRollouter(engine, session_sandbox(), spec, params, seed=cfg.seed)
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
-    return SingleTurnRollouter(engine, params, domains[0].verifier, PromptRenderer(), cfg.reward.timeout_s, verifiers,
+    renderer = renderer or build_prompt_renderer(cfg, engine.tokenizer)  # type: ignore[arg-type]
+    return SingleTurnRollouter(engine, params, domains[0].verifier, renderer, cfg.reward.timeout_s, verifiers,
                                inline=cfg.rollout.mode == "sync" if inline is None else inline)
 
 
@@ -337,6 +363,8 @@ def build(cfg: RunConfig, store: bool = True, dp: Any = None) -> Components:
     seed = cfg.seed + (RANK_SEED_STRIDE * dp.rank if dp is not None else 0)
     engine, shares = build_engine_for(cfg.engine, whole, tokenizer, seed)
     params = sampling_params(cfg, domains)
+    check_answer_room(domain_rooms(domains, [params.max_tokens] * len(domains), tokenizer, cfg.seed))
+    renderer = build_prompt_renderer(cfg, tokenizer)
     selection, reporting = build_held_out(cfg, domains)
     return Components(
         cfg=cfg,
@@ -347,7 +375,7 @@ def build(cfg: RunConfig, store: bool = True, dp: Any = None) -> Components:
         shares_weights=shares,
         domains=domains,
         params=params,
-        rollouter=build_rollouter(cfg, engine, domains, params),
+        rollouter=build_rollouter(cfg, engine, domains, params, renderer=renderer),
         curriculum=build_curriculum(domains, cfg.seed, cfg.train.curriculum, cfg.train.signal_from),
         learner=build_learner(cfg, model, params.max_tokens, shares, dp),
         held_out=selection,
@@ -358,4 +386,5 @@ def build(cfg: RunConfig, store: bool = True, dp: Any = None) -> Components:
         sandbox=sandbox,
         dp=dp,
         whole_model=whole,
+        renderer=renderer,
     )

@@ -3,7 +3,8 @@
 Covers: the contract every producer of training data implements,
 `async run(tasks, n) -> list[Group]` (n trajectories per task, each with
 its verdict), and `SingleTurnRollouter`: render each task's prompt (one
-`PromptRenderer`, shared with evaluation and serving), encode it once, one
+`PromptRenderer`, shared with evaluation and serving; its end-of-turn ids
+stop each completion), encode it once, one
 `agenerate` call for all tasks (the engine shares each group's prefix),
 then one guarded `score` call for all completions with a per-item deadline,
 so a failing or hanging verifier is data. Tasks of several domains are
@@ -65,9 +66,10 @@ class SingleTurnRollouter:
         if not tasks:
             return []
         texts = self.renderer.render_all(tasks)
-        ids = self.engine.encode(texts)
+        ids = self.renderer.token_ids(texts, self.engine)
         prompts: list[Prompt] = list(ids) if ids is not None else list(texts)
         params = dataclasses.replace(self.params, n=n) if n != self.params.n else self.params
+        params = self.renderer.sampling(params)  # the end-of-turn token stops a chat model's reply
         if self.inline:
             completions = self.engine.generate(prompts, params)
         else:

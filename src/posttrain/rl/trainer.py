@@ -414,7 +414,7 @@ class Trainer:
             from posttrain.agent.evaluate import evaluate_agent_in_training
 
             return evaluate_agent_in_training(self.engine, suite, name, self.store, self.step, max_tokens)
-        return evaluate_in_training(self.engine, suite, name, self.store, self.step, max_tokens)
+        return evaluate_in_training(self.engine, suite, name, self.store, self.step, max_tokens, self.parts.renderer)
 
     def _track_best(self, metrics: dict[str, float]) -> None:
         """Keep best/ (the best held-out metric so far, ties to the later step) and warn on a sustained drop."""

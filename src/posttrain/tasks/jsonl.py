@@ -5,7 +5,14 @@ are ignored):
 
     {"id": "q1", "prompt": "2+2=", "answer": "4", "meta": {"tolerance": 0.01}}
 
-`prompt` (string) is required. `id` (string or int) defaults to
+`prompt` (string) is required, or a conversation instead: `messages`, a list of
+`{"role": "system" | "user" | "assistant", "content": "..."}` (a system message
+only first, a user message last), as TRL's conversational datasets and verl's
+prompts hold them; HF's `{"prompt": [{"role": ..., "content": ...}]}` is read
+the same way. A conversation goes to a chat model through its template
+(`models/prompting.py`); the task's `prompt` is its plain rendering (the
+contents joined by newlines), what a raw-format model is prompted with.
+`id` (string or int) defaults to
 `<file stem>:<line number>` and must be unique. `answer` (string or number)
 is the gold answer; `meta` (object) is passed through to verifiers and the
 curriculum. Any other top-level key is kept in `meta` too.
@@ -35,7 +42,7 @@ from typing import Literal
 
 from posttrain.errors import UserError
 from posttrain.tasks.base import Split, split_of
-from posttrain.types import Task
+from posttrain.types import MESSAGES_KEY, Task
 
 
 class TaskFileError(UserError, ValueError):
@@ -64,8 +71,8 @@ def load_jsonl(path: str | Path, on_error: Literal["fail", "skip"] = "fail") -> 
                 continue
             seen[task.id] = lineno
             tasks.append(task)
-    if errors and on_error == "fail":
-        raise TaskFileError(f"{len(errors)} malformed line(s):\n" + "\n".join(errors))
+    if errors and on_error == "fail":  # one bad line is one line: `file:line: reason`
+        raise TaskFileError(errors[0] if len(errors) == 1 else f"{len(errors)} malformed lines:\n" + "\n".join(errors))
     for err in errors:
         warnings.warn(f"skipped {err}", stacklevel=2)
     if not tasks:
@@ -81,8 +88,18 @@ def _parse_line(text: str, default_id: str) -> Task:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     prompt = obj.pop("prompt", None)
+    messages = obj.pop(MESSAGES_KEY, None)
+    if isinstance(prompt, list):  # HF's conversational prompt
+        if messages is not None:
+            raise ValueError("give the conversation once: 'messages', or 'prompt' as a list of messages, not both")
+        prompt, messages = None, prompt
+    if messages is not None:
+        if prompt is not None:
+            raise ValueError("give either 'prompt' (a string) or 'messages' (a conversation), not both")
+        obj[MESSAGES_KEY] = conversation = _conversation(messages)
+        prompt = "\n".join(m["content"] for m in conversation)  # the plain rendering (models/prompting.py)
     if not isinstance(prompt, str) or not prompt:
-        raise ValueError("'prompt' is required and must be a non-empty string")
+        raise ValueError("'prompt' is required and must be a non-empty string (or give 'messages', a conversation)")
     task_id = obj.pop("id", default_id)
     if not isinstance(task_id, (str, int)) or isinstance(task_id, bool):
         raise ValueError(f"'id' must be a string or integer, got {task_id!r}")
@@ -94,6 +111,37 @@ def _parse_line(text: str, default_id: str) -> Task:
         raise ValueError(f"'meta' must be an object, got {type(meta).__name__}")
     meta = {**obj, **meta}
     return Task(id=str(task_id), prompt=prompt, answer=None if answer is None else str(answer), meta=meta)
+
+
+_ROLES = ("system", "user", "assistant")
+
+
+def _conversation(messages: object) -> list[dict[str, str]]:
+    """A task's conversation, checked: roles system/user/assistant, string contents, a system message only first,
+    a user message last (the model answers it). Raises ValueError naming the message at fault."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list of {\"role\", \"content\"} objects")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise ValueError(f"messages[{i}] must be an object with 'role' and 'content', got {type(m).__name__}")
+        role, content = m.get("role"), m.get("content")
+        if role not in _ROLES:
+            raise ValueError(f"messages[{i}].role = {role!r}: expected one of {', '.join(_ROLES)}")
+        if not isinstance(content, str):
+            raise ValueError(f"messages[{i}].content must be a string, got {type(content).__name__}")
+        if role == "system" and i > 0:
+            raise ValueError(f"messages[{i}]: a system message may only come first")
+        extra = sorted(set(m) - {"role", "content"})
+        if extra:
+            raise ValueError(f"messages[{i}]: unknown key(s) {', '.join(extra)} (a task message has role and content)")
+        out.append({"role": role, "content": content})
+    if out[-1]["role"] != "user":
+        raise ValueError(f"messages[{len(out) - 1}].role = {out[-1]['role']!r}: a task's conversation ends with the "
+                         "user message the model answers")
+    if not any(m["content"] for m in out if m["role"] == "user"):
+        raise ValueError("'messages' holds no user text")
+    return out
 
 
 def _with_test_file(task: Task, base: Path) -> Task:

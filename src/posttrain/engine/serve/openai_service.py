@@ -37,6 +37,7 @@ from posttrain.engine.serve.openai_protocol import (
     bad_request,
 )
 from posttrain.engine.serve.openai_tools import NO_TOOLS, HeldStream, ToolPlan, chat_prompt, tool_message
+from posttrain.models.prompting import PromptRenderer
 from posttrain.types import Completion, SamplingParams
 
 log = logging.getLogger("posttrain.serve")
@@ -89,11 +90,14 @@ def token_str(tokenizer, tid: int) -> str:
 class Service:
     """Turns validated requests into engine jobs and engine results into OpenAI bodies."""
 
-    def __init__(self, engine: Any, config: ServeConfig, chat_template: ChatTemplate | None = None) -> None:
+    def __init__(self, engine: Any, config: ServeConfig, chat_template: ChatTemplate | None = None,
+                 renderer: PromptRenderer | None = None) -> None:
         self.engine = engine
         self.tokenizer = engine.tokenizer
         self.config = config
         self.chat_template = chat_template or ChatTemplate.plain()
+        # the model's renderer (training's): its system prompt opens a conversation without one, its end-of-turn stops
+        self.renderer = renderer or PromptRenderer()
         self.max_context: int | None = config.max_context or engine.max_context
         self._clamp_noted = False
         self.created = int(time.time())
@@ -116,7 +120,7 @@ class Service:
 
     def chat_prompt(self, req: ChatCompletionRequest) -> tuple[list[int], ToolPlan]:
         """The chat request's prompt ids (tools included) and how its completions are read."""
-        messages = [m.model_dump() for m in req.messages]
+        messages = self.renderer.conversation([m.model_dump() for m in req.messages])
         try:
             return chat_prompt(messages, req.tools, req.choice, self.chat_template, self.tokenizer)
         except ChatTemplateError as exc:
@@ -163,6 +167,8 @@ class Service:
             )
         except ValueError as exc:
             raise bad_request(str(exc)) from None
+        if isinstance(req, ChatCompletionRequest):  # a reply ends at the end-of-turn token, as in training
+            params = self.renderer.sampling(params)
         return Prepared(prompts, params, top_k_logprobs)
 
     def _budget(

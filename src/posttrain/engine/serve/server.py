@@ -54,7 +54,7 @@ async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
     yield "data: [DONE]\n\n"
 
 
-def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | None = None):
+def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | None = None, renderer: Any = None):
     """A FastAPI app serving `engine` (an `Engine` with a `tokenizer`; a `LocalEngine` streams live)."""
     require_serve_extra()
     from contextlib import asynccontextmanager
@@ -64,7 +64,7 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
     from fastapi.responses import JSONResponse, Response, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    service = Service(engine, config, chat_template)
+    service = Service(engine, config, chat_template, renderer)  # renderer: the model's `PromptRenderer` (training's)
 
     @asynccontextmanager
     async def lifespan(app):
