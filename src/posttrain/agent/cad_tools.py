@@ -1,0 +1,93 @@
+"""The `render` tool: look at the workspace's current CAD model (or SVG drawing), as a picture and as text.
+
+Covers: `render_tool(target, settings, pass_iou)`, a `Tool` that renders `model.scad` (any `.scad` file of
+the workspace: OpenSCAD exports its mesh, `_cad_render.py` draws four shaded orthographic views to a PNG,
+all inside the episode's sandbox session) or an `.svg` file (rasterised by resvg there), and returns the
+PNG as an image beside a compact text rendering: size and bounding box, whether it is a closed solid, the
+IoU with the task's target (computed here, on the host: the target never enters the sandbox) and coarse
+ASCII silhouettes. A multimodal chat endpoint gets the image as an image part (`openai_chat.py`); a
+text-only model reads the text. The same tool serves training and run time; and `cad_agent_task`, a
+generated CAD task as an `AgentTask` (write, render, correct, submit the program; judged by `cad`).
+Does not cover: the CAD verifier (`rewards/cad.py`), drawing (`rewards/_cad_render.py`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Awaitable, Callable
+
+from posttrain.agent.env import AgentTask
+from posttrain.agent.tools import Tool, ToolContext, ToolOutput, read_file, submit, tool, write_file
+from posttrain.rewards.cad import OPENSCAD, RenderSettings, unsafe_reason
+from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh
+from posttrain.rewards.cad_render import describe, parse_render, render_program
+from posttrain.sandbox.result import ExecStatus
+from posttrain.types import Task
+
+TargetFn = Callable[[], Awaitable["Solid | None"]]
+CAD_AGENT_NOTE = ("Write your OpenSCAD program to model.scad with write_file, call render to see it (a picture "
+                  "and, in words, its size and IoU with the target), correct it, then call submit with the "
+                  "final program as the answer.")
+
+
+def render_tool(target: TargetFn | None = None, settings: RenderSettings | None = None, pass_iou: float | None = None,
+                openscad_timeout_s: float = 20.0) -> Tool:
+    """A `render` tool; `target` (when given) yields the task's target solid for the IoU line."""
+    look = settings or RenderSettings()
+
+    @tool(name="render", timeout_s=openscad_timeout_s + 30.0, max_output_chars=4000)
+    async def render(ctx: ToolContext, path: str = "model.scad") -> ToolOutput:
+        """Render a model (.scad) or drawing (.svg) of the workspace; returns a picture of it and, in words, its size, its
+        IoU with the target and coarse silhouettes.
+
+        Args:
+            path: the file to render, relative to the workspace
+        """
+        if path.startswith("/") or ".." in path.split("/"):
+            return ToolOutput("render: give a path inside the workspace", ok=False)
+        if path.lower().endswith(".svg"):
+            code, nonce = render_program(path, look, kind="svg")
+            res = await ctx.exec(code=code)
+            r = parse_render(res.stdout, nonce)
+            if not r.ok:
+                return ToolOutput(f"render failed: {r.error}", ok=False)
+            return ToolOutput(f"rendered {path} to a {look.size}x{look.size} PNG", images=[r.png])
+        program = await ctx.read(path)
+        why = unsafe_reason(program)
+        if why is not None:
+            return ToolOutput(f"render refused: {why}", ok=False)
+        code, nonce = render_program("/tmp/render.stl", look)
+        cmd = (f"rm -f /tmp/render.stl; timeout -s KILL {openscad_timeout_s:g} {OPENSCAD} -o /tmp/render.stl "
+               f"--export-format binstl {shlex.quote(path)} >/tmp/render.log 2>&1 </dev/null "
+               f"|| {{ echo 'OpenSCAD failed:'; grep -E 'ERROR|WARNING' /tmp/render.log | head -5; exit 1; }}; "
+               f"python3 -c {shlex.quote(code)}")
+        res = await ctx.exec(cmd)
+        if res.status is ExecStatus.TIMEOUT:
+            return ToolOutput(f"render timed out after {ctx.timeout_s:g}s", ok=False)
+        r = parse_render(res.stdout, nonce)
+        if not r.ok:
+            shown = res.stdout.strip() if "OpenSCAD failed" in res.stdout else r.error
+            return ToolOutput(f"render failed: {shown[-600:]}", ok=False)
+        solid = comparison = None
+        try:
+            solid = load_mesh(r.mesh, "stl")
+            goal = await target() if target is not None else None
+            comparison = compare(solid, goal) if goal is not None else None
+        except MeshError as exc:
+            return ToolOutput(f"rendered, but the mesh is unusable: {exc}", ok=False, images=[r.png])
+        return ToolOutput(f"rendered {path}:\n" + describe(r, solid, comparison, pass_iou), images=[r.png])
+
+    return render
+
+
+def cad_agent_task(task: Task, verifier: object, settings: RenderSettings | None = None) -> AgentTask:
+    """A CAD task as a generate-observe-correct episode: write_file, read_file, render, submit; the submitted
+    program is judged by `verifier` (a `CadVerifier`, whose target the render tool's IoU line uses too)."""
+
+    async def target() -> Solid | None:
+        return await verifier.target(task)  # type: ignore[attr-defined]
+
+    tools = (write_file, read_file, render_tool(target, settings or getattr(verifier, "render", None),
+                                                task.meta.get("pass_iou")), submit)
+    return AgentTask(task.id, f"{task.prompt}\n{CAD_AGENT_NOTE}", answer=task.answer or "", answer_verifier=verifier,
+                     meta=dict(task.meta), tools=tools, timeout_s=300.0)
