@@ -2,12 +2,13 @@
 
 Covers: rendering the context window as chat messages (system: the stable system text; user: the
 task; assistant: its text and `tool_calls`; tool: each result, answering its `tool_call_id`;
-summaries and format errors as user messages; images a tool returned, such as `render`'s PNG, as
-`image_url` data-URL parts of a user message after the tool messages, unless `images=False`), one POST to `/chat/completions` per turn with the
-tools' schemas, retries with backoff on 408/429/5xx and transport errors, token usage and cost
-from the server's `usage`. A reply whose `tool_calls` cannot be read (arguments that are not a
-JSON object) is a format error for the runtime, like a malformed text call; an answer that is not
-a chat completion at all is a `ChatEndpointError` (the episode ends as env_error, one clear line).
+summaries and format errors as user messages; images a tool returned, such as `render`'s PNG,
+as `image_url` data-URL parts of a user message after the tool messages, unless `images=False`),
+one POST to `/chat/completions` per turn with the tools' schemas, retries with backoff on 408/429/5xx
+and transport errors, token usage and cost from the server's `usage`. A reply whose `tool_calls`
+cannot be read (arguments that are not a JSON object) is a format error for the runtime, like a
+malformed text call; an answer that is not a chat completion at all is a `ChatEndpointError` (the
+episode ends as env_error, one clear line).
 Token counts for the context policy are estimated (characters / 4): the endpoint's tokenizer is
 not ours, so these episodes are evaluated and replayed, not trained on.
 Does not cover: streaming, the text call format (`models.EngineModel` with a tokenizer).
@@ -149,8 +150,8 @@ class ChatEndpointModel:
         self._clients.clear()
 
     async def sample(self, window: ContextWindow, tools: list[Tool], params: SamplingParams) -> Sampled:
-        body: dict[str, Any] = {"model": self.model, "messages": messages_of(window, self.images), "max_tokens": params.max_tokens,
-                                "temperature": params.temperature, "top_p": params.top_p}
+        body: dict[str, Any] = {"model": self.model, "messages": messages_of(window, self.images),
+                                "max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p}
         if tools:
             body["tools"] = [t.schema() for t in tools]
             body["tool_choice"] = "auto"

@@ -59,7 +59,8 @@ def _level1(rng: random.Random) -> tuple[list[Feature], list[str]]:
     words = [f"a rectangular block {w} x {d} x {h} (x, y, z) with one corner at the origin, filling +x, +y, +z"]
     if rng.random() < 0.5:
         r = rng.randint(1, max(1, min(w, d) // 4))
-        cx, cy = rng.randint(r + 2, w - r - 2) if w > 2 * r + 4 else w // 2, rng.randint(r + 2, d - r - 2) if d > 2 * r + 4 else d // 2
+        cx = rng.randint(r + 2, w - r - 2) if w > 2 * r + 4 else w // 2
+        cy = rng.randint(r + 2, d - r - 2) if d > 2 * r + 4 else d // 2
         feats.append(_hole(cx, cy, -1, r, h + 2))
         words.append(f"a vertical through-hole of radius {r} centred at x={cx}, y={cy}")
     return feats, words
@@ -73,7 +74,8 @@ def _level2(rng: random.Random, extra: int) -> tuple[list[Feature], list[str]]:
         pts = _grid(rng, n, w, d, r + 3)
         feats = [_box(0, 0, 0, w, d, t)] + [_hole(x, y, -1, r, t + 2) for x, y in pts]
         words = [f"a plate {w} x {d} x {t} (x, y, z) with one corner at the origin",
-                 f"{_count(len(pts), 'vertical through-hole')} of radius {r} centred at " + ", ".join(f"({x}, {y})" for x, y in pts)]
+                 f"{_count(len(pts), 'vertical through-hole')} of radius {r} centred at "
+                 + ", ".join(f"({x}, {y})" for x, y in pts)]
         return feats, words
     w, d, h = rng.randint(20, 40), rng.randint(20, 40), rng.randint(3, 10)  # a block with a boss on top
     r, bh = rng.randint(3, max(3, min(w, d) // 2 - 2)), rng.randint(3, 12)
@@ -142,7 +144,8 @@ def drawing_svg(part: Part, view_px: int = 180) -> str:
             style = 'fill="none" stroke="black"' + ('' if f.op == "add" else ' stroke-dasharray="3,2"')
             px, py = ox + (x0 - lo[a]) * s, oy - (y1 - lo[b]) * s
             if f.shape == "cyl" and "xyz"[3 - a - b] == f.axis:  # seen end-on: a circle
-                out.append(f'<circle cx="{px + (x1 - x0) * s / 2:.2f}" cy="{py + (y1 - y0) * s / 2:.2f}" r="{f.r * s:.2f}" {style}/>')
+                cx, cy = px + (x1 - x0) * s / 2, py + (y1 - y0) * s / 2
+                out.append(f'<circle cx="{cx:.2f}" cy="{cy:.2f}" r="{f.r * s:.2f}" {style}/>')
             else:
                 out.append(f'<rect x="{px:.2f}" y="{py:.2f}" width="{(x1 - x0) * s:.2f}" height="{(y1 - y0) * s:.2f}" {style}/>')
     for k, f in enumerate(feats):
