@@ -87,6 +87,29 @@ def describe(r: Render, solid: Solid | None, comparison: Comparison | None, pass
     return "\n".join(lines)
 
 
+async def render_batch(sandbox: Any, files: list[tuple[str, bytes | str]], settings: RenderSettings,
+                       timeout_s: float = 120.0) -> list[Render] | None:
+    """Many renders in one sandbox execution: each `(kind, data)` is a model's STL bytes ("model") or SVG text
+    ("svg"); None when the execution did not finish in `timeout_s` (a render hung: the caller renders those alone)."""
+    from posttrain.sandbox import ExecStatus, Limits
+
+    calls, nonces, inputs = [], [], {}
+    for k, (kind, data) in enumerate(files):
+        name = f"in{k}.{'svg' if kind == 'svg' else 'stl'}"
+        inputs[name] = data
+        code, nonce = render_program(name, settings, kind)
+        calls.append(code[len(_script_source()):])
+        nonces.append(nonce)
+    res = await sandbox.arun(code=_script_source() + "".join(calls), files=inputs, prefork=False,
+                             limits=Limits(wall_s=timeout_s, cpu_s=timeout_s, memory_mb=1024, output_bytes=64 << 20,
+                                           disk_mb=256))
+    if res.status is ExecStatus.SANDBOX_ERROR:
+        raise RuntimeError(f"sandbox failed: {res.error}")
+    if res.status is not ExecStatus.OK:
+        return None
+    return [parse_render(res.stdout, n) for n in nonces]
+
+
 async def render_stl(sandbox: Any, stl: bytes, settings: RenderSettings, timeout_s: float = 20.0) -> Render:
     """One-shot render of mesh bytes in the sandbox (the same program the render tool runs in a workspace)."""
     from posttrain.sandbox import ExecStatus, Limits
