@@ -170,3 +170,13 @@ def test_render_settings_and_tolerance_enter_the_version_hash():
     assert verifier_version(CadVerifier()) == base
     assert verifier_version(CadVerifier(render=RenderSettings(size=512))) != base
     assert verifier_version(CadVerifier(pass_iou=0.9)) != base
+
+
+def test_the_target_cache_keeps_the_newest_only(monkeypatch):
+    import posttrain.rewards.cad as cad
+
+    monkeypatch.setattr(cad, "TARGET_CACHE", 2)
+    v = CadVerifier()
+    tasks = [Task(f"t{k}", "", None, {"target_scad": f"cube({k + 1});"}) for k in range(3)]
+    verdicts = score_sync(v, tasks, ["cube(1);"] * 3)
+    assert verdicts[0].passed and not verdicts[2].passed and len(v._targets) == 2

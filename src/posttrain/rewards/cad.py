@@ -48,6 +48,7 @@ _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _INCLUDE = re.compile(r"\b(?:include|use)\s*<([^>]*)>")
 _FILE_CALL = re.compile(r"\b(import|surface|dxf_linear_extrude|dxf_rotate_extrude|dxf_dim|dxf_cross)\s*\(")
 _FIRST_STRING = re.compile(r"\s*(?:file\s*=\s*)?\"([^\"\\]*)\"")
+TARGET_CACHE = 4096  # target solids kept per verifier
 
 
 class RunStatus(str, enum.Enum):
@@ -232,32 +233,38 @@ class CadVerifier:
             out += part
         return out
 
+    def _remember(self, key: str, solid: Solid) -> Solid:
+        self._targets[key] = solid
+        while len(self._targets) > TARGET_CACHE:  # generated tasks never repeat: keep the newest only
+            self._targets.pop(next(iter(self._targets)))
+        return solid
+
     async def target(self, task: Task) -> Solid:
         """The task's target solid (cached); MeshError when it has none or it is unusable."""
         meta = task.meta
         if meta.get("target_part") is not None:
             key = "part:" + repr(meta["target_part"])
-            if key not in self._targets:
-                self._targets[key] = cad_parts.part_solid(cad_parts.part_from_dict(meta["target_part"]))
-            return self._targets[key]
+            got = self._targets.get(key)
+            return got if got is not None else self._remember(
+                key, cad_parts.part_solid(cad_parts.part_from_dict(meta["target_part"])))
         own = mesh_from_task_meta(meta, Path(meta["base_dir"]) if isinstance(meta.get("base_dir"), str) else None)
         if own is not None:
             data, fmt = own
             key = f"mesh:{fmt}:" + hashlib.sha256(data).hexdigest()
-            if key not in self._targets:
-                self._targets[key] = load_mesh(data, fmt)
-            return self._targets[key]
+            got = self._targets.get(key)
+            return got if got is not None else self._remember(key, load_mesh(data, fmt))
         program = meta.get("target_scad") if isinstance(meta.get("target_scad"), str) else task.answer
         if not program:
             raise MeshError(f"task {task.id!r}: no target (meta target_part / target_mesh / target_scad, or an answer)")
         program = extract_program(program)
         key = "scad:" + hashlib.sha256(program.encode()).hexdigest()
-        if key not in self._targets:
-            (run,) = await self._runs([program])
-            if run.status is not RunStatus.OK:
-                raise MeshError(f"task {task.id!r}: the target program did not render ({run.status.value}): {run.log[-200:]}")
-            self._targets[key] = load_mesh(run.mesh, "stl")
-        return self._targets[key]
+        got = self._targets.get(key)
+        if got is not None:
+            return got
+        (run,) = await self._runs([program])
+        if run.status is not RunStatus.OK:
+            raise MeshError(f"task {task.id!r}: the target program did not render ({run.status.value}): {run.log[-200:]}")
+        return self._remember(key, load_mesh(run.mesh, "stl"))
 
     def _judge(self, task: Task, target: Solid, run: ScadRun) -> Verdict:
         if run.status is not RunStatus.OK:
