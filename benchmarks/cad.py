@@ -307,6 +307,13 @@ def render_trust(n_svg: int, n_cad: int) -> dict:
     renders, hung = asyncio.run(_render_all(sb, items, settings, chunk=100, chunk_s=240.0, alone_s=20.0))
     silent = sum(1 for r in renders if r is not None and r.ok and _blank(r.png))
     ok = sum(1 for r in renders if r is not None and r.ok)
+    reasons: dict[str, int] = {}
+    for r in renders:
+        if r is not None and not r.ok:
+            key = r.error.split(":")[0][:60]
+            reasons[key] = reasons.get(key, 0) + 1
+    print("render refusals by reason: " + "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:6]),
+          flush=True)
     print(f"render fuzz: {len(svgs)} SVG + {len(meshes)} meshes (of {len(programs)} fuzzed programs), {ok} rendered, "
           f"{len(items) - ok - hung} refused with a reason, {hung} hung, {silent} silently blank, "
           f"{time.perf_counter() - t0:.0f}s", flush=True)

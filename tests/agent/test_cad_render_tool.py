@@ -15,7 +15,7 @@ from posttrain.agent.episode import ToolCall
 from posttrain.agent.openai_chat import ChatEndpointModel
 from posttrain.agent.tools import ToolContext
 from posttrain.rewards.cad import CadVerifier, RenderSettings, extract_program, run_openscad
-from posttrain.rewards.cad_render import render_stl
+from posttrain.rewards.cad_render import render_one
 from posttrain.tasks.cad import PartsSource
 
 TASK = PartsSource(level=1).take(1, "held_out", seed=3)[0]
@@ -74,7 +74,7 @@ def test_generate_observe_correct_with_images_reaching_the_endpoint(sandbox):
     assert server.images[-1] == tool_images[-1] and server.images[0] == tool_images[0]
     (gold_run,) = asyncio.run(run_openscad(sandbox, [GOLD]))
     gold_mesh = gold_run.mesh
-    again = asyncio.run(render_stl(sandbox, gold_mesh, RenderSettings()))
+    again = asyncio.run(render_one(sandbox, "model", gold_mesh, RenderSettings()))
     assert again.ok and again.png == tool_images[-1] and again.png != tool_images[0]
     # image parts come after the tool messages they belong to, never between an assistant call and its answer
     roles = [m["role"] for m in server.requests[2]["messages"]]

@@ -4,7 +4,7 @@ Covers: `render_program` (the sandboxed Python program: `_cad_render.py`'s sourc
 a file already in the sandbox), `parse_render` (its nonce-tagged reply as a `Render`: PNG bytes, the
 mesh, bounding box, ASCII silhouettes, or the error), `describe` (the compact text a text-only model
 reads instead of the picture: size, bounding box, closedness, IoU with the target, silhouettes) and
-`render_stl` (a one-shot sandbox render of mesh bytes, for benchmarks and checks).
+`render_batch` / `render_one` (one-shot sandbox renders of mesh bytes or SVG text, for benchmarks and checks).
 Does not cover: running OpenSCAD (`cad.py`), the agent tool (`agent/cad_tools.py`).
 """
 
@@ -90,7 +90,7 @@ def describe(r: Render, solid: Solid | None, comparison: Comparison | None, pass
 async def render_batch(sandbox: Any, files: list[tuple[str, bytes | str]], settings: RenderSettings,
                        timeout_s: float = 120.0) -> list[Render] | None:
     """Many renders in one sandbox execution: each `(kind, data)` is a model's STL bytes ("model") or SVG text
-    ("svg"); None when the execution did not finish in `timeout_s` (a render hung: the caller renders those alone)."""
+    ("svg"); None when the execution ran out of time (a render hung: the caller renders those alone)."""
     from posttrain.sandbox import ExecStatus, Limits
 
     calls, nonces, inputs = [], [], {}
@@ -105,36 +105,15 @@ async def render_batch(sandbox: Any, files: list[tuple[str, bytes | str]], setti
                                            disk_mb=256))
     if res.status is ExecStatus.SANDBOX_ERROR:
         raise RuntimeError(f"sandbox failed: {res.error}")
-    if res.status is not ExecStatus.OK:
+    if res.status in (ExecStatus.TIMEOUT, ExecStatus.CPU_LIMIT):
         return None
-    return [parse_render(res.stdout, n) for n in nonces]
+    out = [parse_render(res.stdout, n) for n in nonces]
+    why = f" (the renderer ended: {res.status.value}: {res.stderr.strip()[-200:]})" if not res.ok else ""
+    return [r if r.ok or not why else Render(False, r.error + why) for r in out]
 
 
-async def render_stl(sandbox: Any, stl: bytes, settings: RenderSettings, timeout_s: float = 20.0) -> Render:
-    """One-shot render of mesh bytes in the sandbox (the same program the render tool runs in a workspace)."""
-    from posttrain.sandbox import ExecStatus, Limits
-
-    code, nonce = render_program("m.stl", settings)
-    res = await sandbox.arun(code=code, files={"m.stl": stl}, prefork=False,
-                             limits=Limits(wall_s=timeout_s, cpu_s=timeout_s, memory_mb=1024, output_bytes=16 << 20))
-    if res.status is ExecStatus.SANDBOX_ERROR:
-        raise RuntimeError(f"sandbox failed: {res.error}")
-    if res.status is ExecStatus.TIMEOUT:
-        return Render(False, f"render ran past {timeout_s:g} s")
-    r = parse_render(res.stdout, nonce)
-    return r if r.ok or res.ok else Render(False, f"{r.error} ({res.status.value}: {res.stderr.strip()[-200:]})")
-
-
-async def render_svg_text(sandbox: Any, svg: str, settings: RenderSettings, timeout_s: float = 20.0) -> Render:
-    """One-shot render of SVG text in the sandbox."""
-    from posttrain.sandbox import ExecStatus, Limits
-
-    code, nonce = render_program("d.svg", settings, kind="svg")
-    res = await sandbox.arun(code=code, files={"d.svg": svg}, prefork=False,
-                             limits=Limits(wall_s=timeout_s, cpu_s=timeout_s, memory_mb=1024, output_bytes=16 << 20))
-    if res.status is ExecStatus.SANDBOX_ERROR:
-        raise RuntimeError(f"sandbox failed: {res.error}")
-    if res.status is ExecStatus.TIMEOUT:
-        return Render(False, f"render ran past {timeout_s:g} s")
-    r = parse_render(res.stdout, nonce)
-    return r if r.ok or res.ok else Render(False, f"{r.error} ({res.status.value})")
+async def render_one(sandbox: Any, kind: str, data: bytes | str, settings: RenderSettings,
+                     timeout_s: float = 20.0) -> Render:
+    """One render in the sandbox (`kind` "model": STL bytes; "svg": SVG text), the program the render tool runs."""
+    got = await render_batch(sandbox, [(kind, data)], settings, timeout_s)
+    return got[0] if got is not None else Render(False, f"render ran past {timeout_s:g} s")
