@@ -1,7 +1,9 @@
 """CAD verifier and render figures: gold/null over three levels, planted hacks, throughput, render trust.
 
 - gold / null: every generated task's gold program must pass (`cad_gold_frac` = 1.0) and the trivial
-  program `cube(1);` must not (`cad_null_passed` = 0), over --tasks per level at levels 1-3 (held-out split).
+  program `cube(1);` must not (`cad_null_passed` = 0), over --tasks per level at levels 1-3 (held-out split);
+  and the tolerance's blind spot: the share of tasks whose gold program without its last cut (a forgotten hole
+  or pocket) still passes (`cad_missing_cut_passed_l<level>`).
 - hacks: --hack-variants variants each of 7 kinds (read the target, include host files, a mesh in place of a
   program, a fake printed result, prose claiming success, a hollow shell, a program that never ends);
   `cad_hacks_credited` counts those given any reward or a pass (0 is the goal).
@@ -58,7 +60,34 @@ def gold_null(n: int) -> dict:
         print(f"level {level}: {len(tasks)} tasks, gold passed {g}, null passed {p}, "
               f"{time.perf_counter() - t0:.1f}s", flush=True)
         gold_ok, total, null_passed = gold_ok + g, total + len(tasks), null_passed + p
-    return {"cad_tasks": total, "cad_gold_frac": gold_ok / total, "cad_null_passed": null_passed, "cad_gold_errors": errors}
+    return {"cad_tasks": total, "cad_gold_frac": gold_ok / total, "cad_null_passed": null_passed, "cad_gold_errors": errors,
+            **missing_feature(n)}
+
+
+def missing_feature(n: int) -> dict:
+    """How often the gold program with its last cut left out (a hole or pocket forgotten) still passes: the
+    tolerance's blind spot (IoU weighs a feature by its volume)."""
+    from posttrain.rewards.base import score_sync
+    from posttrain.rewards.cad import CadVerifier
+    from posttrain.rewards.cad_parts import Part, part_from_dict, part_scad
+    from posttrain.tasks.cad import PartsSource
+
+    v = CadVerifier()
+    out = {}
+    for level in (1, 2, 3):
+        tasks = [t for t in PartsSource(level=level).take(n, "held_out", seed=11)
+                 if any(f["op"] == "sub" for f in t.meta["target_part"]["features"])]
+        programs = []
+        for t in tasks:
+            feats = list(part_from_dict(t.meta["target_part"]).features)
+            last = max(i for i, f in enumerate(feats) if f.op == "sub")
+            programs.append(part_scad(Part(tuple(feats[:last] + feats[last + 1:]))))
+        verdicts = score_sync(v, tasks, programs)
+        passed = sum(x.passed for x in verdicts)
+        print(f"level {level}: gold without its last cut passes {passed}/{len(tasks)} "
+              f"(pass_iou {tasks[0].meta['pass_iou'] if tasks else '-'})", flush=True)
+        out[f"cad_missing_cut_passed_l{level}"] = passed / max(1, len(tasks))
+    return out
 
 
 # ------------------------------------------------------------------ hacks

@@ -39,16 +39,32 @@ def test_gold_scores_full_marks_and_a_missing_hole_gets_partial_credit(verifier)
     gold, no_hole, shifted, tiny = judge(verifier, TASK, TASK.answer, "cube([20, 10, 5]);",
                                          GOLD.replace("translate([10, 5, -1])", "translate([4, 5, -1])"), "cube(1);")
     assert gold.ok and gold.passed and gold.score == 1.0 and gold.breakdown["iou"] > 0.9999
-    assert set(gold.breakdown) == {"iou", "volume", "bbox", "watertight"} and gold.breakdown["watertight"] == 1.0
-    # a block without its hole: IoU = (block - hole) / block, judged but not passed at 0.95
+    assert set(gold.breakdown) == {"iou", "volume", "bbox", "watertight", "features"}
+    assert gold.breakdown["watertight"] == 1.0 and gold.breakdown["features"] > 0.9999
+    # a block without its hole: IoU = (block - hole) / block; around the hole (an 8 x 8 box) (64 - 4 pi) / 64
     expect = part_solid(part_from_dict(PART)).volume / 1000.0
-    assert not no_hole.passed and no_hole.score == pytest.approx(expect, abs=1e-6) and no_hole.breakdown["bbox"] == 1.0
-    assert not shifted.passed and 0.8 < shifted.score < 1.0
+    assert not no_hole.passed and no_hole.breakdown["iou"] == pytest.approx(expect, abs=1e-6)
+    assert no_hole.breakdown["features"] == pytest.approx(1 - 0.25 * 3.1214 / 4, abs=1e-3)  # the 32-gon's area
+    assert no_hole.score == no_hole.breakdown["features"] and no_hole.breakdown["bbox"] == 1.0
+    assert not shifted.passed and 0.3 < shifted.score < 1.0 and shifted.info["feature_ious"][1] == shifted.score
     assert not tiny.passed and tiny.score < 0.01 and tiny.info["run"] == "ok"
     # a looser tolerance passes the block without its hole
-    loose = Task("loose", "", None, {**TASK.meta, "pass_iou": 0.9})
+    loose = Task("loose", "", None, {**TASK.meta, "pass_iou": 0.8})
     (v,) = judge(verifier, loose, "cube([20, 10, 5]);")
     assert v.passed and v.score == 1.0
+
+
+def test_a_forgotten_small_hole_fails_although_the_global_iou_passes(verifier):
+    """IoU weighs a feature by its volume: a 1 mm hole in a 60 x 40 plate is 0.13 % of it. The feature's own box
+    catches it; a mesh target (no features known) is judged by the global IoU alone."""
+    part = {"features": [{"op": "add", "shape": "box", "at": [0, 0, 0], "size": [60, 40, 3]},
+                         {"op": "sub", "shape": "cyl", "at": [30, 20, -1], "r": 1, "h": 5, "axis": "z", "fn": 32}]}
+    task = Task("small", "", None, {"target_part": part, "pass_iou": 0.99})
+    gold, forgot = judge(verifier, task, part_scad(part_from_dict(part)), "cube([60, 40, 3]);")
+    assert gold.passed and forgot.breakdown["iou"] > 0.998 and not forgot.passed and forgot.score < 0.85
+    as_mesh = Task("small-mesh", "", None, {"target_scad": part_scad(part_from_dict(part)), "pass_iou": 0.99})
+    (v,) = judge(verifier, as_mesh, "cube([60, 40, 3]);")
+    assert v.passed and v.breakdown["features"] == v.breakdown["iou"]
 
 
 def test_an_open_mesh_is_not_a_solid_and_scores_zero(verifier):
@@ -94,7 +110,9 @@ def test_extract_program_and_refusals():
     assert extract_program("text\n```scad\ncube(1);\n```\nmore ```openscad\ncube(2);\n```") == "cube(2);\n"
     assert extract_program("cube(3);") == "cube(3);"
     for bad in ('import("target.stl");', "include </etc/passwd>", "use <../x.scad>", 'surface(file="/t.dat");',
-                'f = "/t.stl"; import(f);', 'linear_extrude(file="a.dxf", height=1);', "include <MCAD/units.scad>"):
+                'f = "/t.stl"; import(f);', 'linear_extrude(file="a.dxf", height=1);', "include <MCAD/units.scad>",
+                'import /* x */ ("/t.stl");',
+                'import\n("/t.stl");', "include\t</etc/passwd>"):
         assert unsafe_reason(bad) is not None, bad
     assert unsafe_reason('import("part.stl");', allowed=("part.stl",)) is None
     assert unsafe_reason('import("../part.stl");', allowed=("../part.stl",)) is not None

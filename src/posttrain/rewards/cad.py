@@ -5,9 +5,12 @@ text), `unsafe_reason` (refuses file references: `include`/`use`/`import`/`surfa
 workspace files a task allows, absolute or `..` paths, the deprecated `file=` arguments), `run_openscad`
 (a batch of programs in one sandbox execution, each in its own directory under its own time and
 address-space cap, each mesh exported by OpenSCAD itself as binary STL and read back base64 on lines
-tagged with a per-run nonce), and `CadVerifier`: reward = 1.0 when the solid passes (closed 2-manifold
-and IoU >= the task's `pass_iou`), else the IoU as partial credit; `Verdict.breakdown` has iou, volume,
-bbox and watertight (`cad_geometry.compare`), `Verdict.info` the run status and OpenSCAD's last log lines.
+tagged with a per-run nonce), and `CadVerifier`: reward = 1.0 when the solid passes (a closed 2-manifold
+whose IoU with the target >= the task's `pass_iou`, and, for a feature-list target, whose IoU inside the box
+around every feature too: IoU alone weighs a feature by its volume, and a forgotten small hole would pass),
+else the smaller of the IoU and the worst feature's as partial credit; `Verdict.breakdown` has iou, volume,
+bbox, watertight (`cad_geometry.compare`) and features (the worst local IoU), `Verdict.info` the run status,
+OpenSCAD's last log lines and each feature's IoU.
 
 The target (never inside the sandbox, so a program cannot read it): `meta["target_part"]` (a feature list,
 built exactly in manifold3d: `cad_parts.py`), `meta["target_mesh"]` / `target_mesh_text` / `target_mesh_b64`
@@ -37,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.rewards import cad_parts
-from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, mesh_from_task_meta, require_cad
+from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, local_ious, mesh_from_task_meta, require_cad
 from posttrain.rewards.code import one_shot_executor
 from posttrain.rewards.dedup import distinct
 from posttrain.rewards.registry import register_verifier
@@ -46,9 +49,12 @@ from posttrain.types import Task, Verdict, VerdictStatus
 OPENSCAD = "openscad"
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _INCLUDE = re.compile(r"\b(?:include|use)\s*<([^>]*)>")
-_FILE_CALL = re.compile(r"\b(import|surface|dxf_linear_extrude|dxf_rotate_extrude|dxf_dim|dxf_cross)\s*\(")
-_FIRST_STRING = re.compile(r"\s*(?:file\s*=\s*)?\"([^\"\\]*)\"")
+# the keyword anywhere (a comment between it and its bracket must not hide it); it may only name an allowed file,
+# literally: `import("part.stl")`
+_FILE_CALL = re.compile(r"\b(import|surface|dxf_linear_extrude|dxf_rotate_extrude|dxf_dim|dxf_cross)\b")
+_FIRST_STRING = re.compile(r"\s*\(\s*(?:file\s*=\s*)?\"([^\"\\]*)\"")
 TARGET_CACHE = 4096  # target solids kept per verifier
+PARTS = ("iou", "volume", "bbox", "watertight", "features")  # `Verdict.breakdown`
 
 
 class RunStatus(str, enum.Enum):
@@ -206,6 +212,7 @@ class CadVerifier:
         if self.timeout_s <= 0:
             raise ValueError(f"cad: timeout_s must be > 0, got {self.timeout_s}")
         self._targets: dict[str, Solid] = {}
+        self._regions: dict[str, list[Any]] = {}
 
     def version_key(self) -> str:
         here = Path(__file__).parent
@@ -266,27 +273,44 @@ class CadVerifier:
             raise MeshError(f"task {task.id!r}: the target program did not render ({run.status.value}): {run.log[-200:]}")
         return self._remember(key, load_mesh(run.mesh, "stl"))
 
+    def regions(self, task: Task) -> list[Any]:
+        """The boxes around a `target_part`'s features (cached), where the solid must match locally too; none for
+        other targets (a mesh has no features to name)."""
+        part = task.meta.get("target_part")
+        if part is None:
+            return []
+        key = repr(part)
+        got = self._regions.get(key)
+        if got is None:
+            got = self._regions[key] = cad_parts.feature_regions(cad_parts.part_from_dict(part))
+            while len(self._regions) > TARGET_CACHE:
+                self._regions.pop(next(iter(self._regions)))
+        return got
+
     def _judge(self, task: Task, target: Solid, run: ScadRun) -> Verdict:
         if run.status is not RunStatus.OK:
             why = {RunStatus.TIMEOUT: f"OpenSCAD ran past {self.timeout_s:g} s", RunStatus.REFUSED: run.log,
                    RunStatus.TOO_BIG: "the mesh is over the size cap"}.get(run.status, "OpenSCAD failed")
             log = "" if run.status is RunStatus.REFUSED else f": {_info(run)['log'][-200:]}"
-            return Verdict(0.0, False, details=f"{why}{log}", info=_info(run), breakdown=dict.fromkeys(
-                ("iou", "volume", "bbox", "watertight"), 0.0))
+            return Verdict(0.0, False, details=f"{why}{log}", info=_info(run), breakdown=dict.fromkeys(PARTS, 0.0))
         try:
             solid = load_mesh(run.mesh, "stl")
         except MeshError as exc:
             return Verdict(0.0, False, details=str(exc), info=_info(run, {"mesh": str(exc)}),
-                           breakdown=dict.fromkeys(("iou", "volume", "bbox", "watertight"), 0.0))
+                           breakdown=dict.fromkeys(PARTS, 0.0))
         c = compare(solid, target)
+        local = local_ious(solid, target, self.regions(task))
+        worst = min(local, default=c.iou)
         need = float(task.meta.get("pass_iou", self.pass_iou))
-        ok = c.watertight == 1.0 and c.iou >= need
+        ok = c.watertight == 1.0 and c.iou >= need and worst >= need
         size = "x".join(f"{s:g}" for s in (round(x, 3) for x in solid.size))
         details = f"IoU {c.iou:.4f} (pass {need:g}); volume {c.got_volume:.4g} vs {c.target_volume:.4g}; size {size}" \
+            + (f"; worst feature IoU {worst:.4f} (feature {local.index(worst) + 1})" if local else "") \
             + ("" if solid.watertight else f"; {solid.why}")
-        info = _info(run, {"iou": c.iou, "size": list(solid.size), "bbox": list(solid.bbox),
+        info = _info(run, {"iou": c.iou, "feature_ious": local, "size": list(solid.size), "bbox": list(solid.bbox),
                            "volume": c.got_volume, "target_volume": c.target_volume, "watertight": solid.watertight})
-        return Verdict(1.0 if ok else c.iou, ok, details=details, breakdown=c.breakdown(), info=info)
+        return Verdict(1.0 if ok else min(c.iou, worst), ok, details=details, breakdown={**c.breakdown(), "features": worst},
+                       info=info)
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
         out: list[Verdict | None] = [None] * len(tasks)

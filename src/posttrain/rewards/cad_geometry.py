@@ -4,8 +4,8 @@ Covers: `load_mesh(data, fmt)` (STL binary or ASCII, OBJ, OFF bytes -> a `Solid`
 `Manifold` when the mesh is a closed 2-manifold, with its volume and bounding box),
 `compare(got, target)` -> `Comparison` (volumetric IoU = vol(A and B) / vol(A or B) computed with
 manifold3d's exact mesh booleans, not voxels or samples; the volume ratio; the bounding-box
-agreement; watertightness), and `mesh_from_task_meta` (a JSONL task's own target: a path or
-inline text/base64).
+agreement; watertightness), `local_ious` (the same IoU inside given regions), and
+`mesh_from_task_meta` (a JSONL task's own target: a path or inline text/base64).
 Does not cover: running CAD programs (`cad.py`), drawing meshes (`_cad_render.py`).
 """
 
@@ -129,6 +129,21 @@ def compare(got: Solid, target: Solid) -> Comparison:
     union = vg + vt - inter
     iou = min(1.0, max(0.0, inter / union)) if union > 0 else 0.0
     return Comparison(iou, vol, box, 1.0, vg, vt)
+
+
+def local_ious(got: Solid, target: Solid, regions: list[Any]) -> list[float]:
+    """IoU of the two solids inside each region (a manifold3d box); 1.0 where neither has material there. A
+    response that is not a closed solid has 0 everywhere."""
+    if got.manifold is None or target.manifold is None:
+        return [0.0] * len(regions)
+    out = []
+    for box in regions:
+        a, b = got.manifold ^ box, target.manifold ^ box
+        va, vb = float(a.volume()), float(b.volume())
+        inter = float((a ^ b).volume()) if va > 0 and vb > 0 else 0.0
+        union = va + vb - inter
+        out.append(min(1.0, max(0.0, inter / union)) if union > 1e-12 else 1.0)
+    return out
 
 
 def mesh_from_task_meta(meta: dict[str, Any], base: Path | None = None) -> tuple[bytes, str] | None:

@@ -5,7 +5,7 @@ or y) and `Part` (features applied in order: adds are unions, subs differences),
 (`Part.to_dict` / `part_from_dict`, what a task stores in `meta["target_part"]`), `part_solid` (the
 exact solid, built with manifold3d primitives and never through OpenSCAD, so a gold program
 passing is evidence that it and the specification agree), and `part_scad` (the canonical
-OpenSCAD program for a part: the gold answer).
+OpenSCAD program for a part: the gold answer), `feature_regions` (the box around each feature, for local IoU).
 Does not cover: drawing parts (`tasks/cad.py`), judging programs (`cad.py`).
 """
 
@@ -112,6 +112,34 @@ def part_solid(part: Part) -> Solid:
         raise MeshError("target_part is empty (its subtractions remove everything)")
     b = acc.bounding_box()
     return Solid(verts, faces, acc, float(acc.volume()), tuple(float(x) for x in b))  # type: ignore[arg-type]
+
+
+def feature_regions(part: Part) -> list[Any]:
+    """Per feature, the box around it (its bounding box grown by its radius, or by a quarter of a box's smallest
+    side, at least 1) as a manifold3d solid: where `cad.py` compares the response with the target locally, so a
+    small hole counts as much as the plate it is cut from."""
+    import manifold3d
+
+    out = []
+    for f in part.features:
+        lo, hi = feature_extent(f)
+        grow = f.r if f.shape == "cyl" else max(1.0, min(f.size) / 4)
+        lo3 = [v - grow for v in lo]
+        out.append(manifold3d.Manifold.cube([h - lo_ + 2 * grow for lo_, h in zip(lo, hi)]).translate(lo3))
+    return out
+
+
+def feature_extent(f: Feature) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """The feature's axis-aligned bounding box (min corner, max corner)."""
+    x, y, z = f.at
+    if f.shape == "box":
+        return (x, y, z), (x + f.size[0], y + f.size[1], z + f.size[2])
+    r, h = f.r, f.h
+    if f.axis == "z":
+        return (x - r, y - r, z), (x + r, y + r, z + h)
+    if f.axis == "x":
+        return (x, y - r, z - r), (x + h, y + r, z + r)
+    return (x - r, y, z - r), (x + r, y + h, z + r)
 
 
 def _num(x: float) -> str:

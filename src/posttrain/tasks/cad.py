@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from posttrain.rewards.cad_parts import Feature, Part, part_scad
+from posttrain.rewards.cad_parts import Feature, Part, feature_extent, part_scad
 from posttrain.tasks.base import GeneratedSource, Split, split_of
 from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain, reject_unknown
 from posttrain.types import Task
@@ -128,8 +128,8 @@ def drawing_svg(part: Part, view_px: int = 180) -> str:
     """Top (x right, y up), front (x right, z up) and right (y right, z up) orthographic views with a feature
     table: material solid, removed features dashed, every dimension in the table."""
     feats = part.features
-    lo = [min(_extent(f)[0][k] for f in feats) for k in range(3)]
-    hi = [max(_extent(f)[1][k] for f in feats) for k in range(3)]
+    lo = [min(feature_extent(f)[0][k] for f in feats) for k in range(3)]
+    hi = [max(feature_extent(f)[1][k] for f in feats) for k in range(3)]
     span = max(max(h - lo_ for lo_, h in zip(lo, hi)), 1.0)
     s = view_px / span
     views = [("top", 0, 1), ("front", 0, 2), ("right", 1, 2)]
@@ -139,7 +139,7 @@ def drawing_svg(part: Part, view_px: int = 180) -> str:
         ox, oy = 20 + v * (view_px + 40), 20 + view_px
         out.append(f'<text x="{ox}" y="14">{name}</text>')
         for f in feats:
-            lo3, hi3 = _extent(f)
+            lo3, hi3 = feature_extent(f)
             x0, x1, y0, y1 = lo3[a], hi3[a], lo3[b], hi3[b]
             style = 'fill="none" stroke="black"' + ('' if f.op == "add" else ' stroke-dasharray="3,2"')
             px, py = ox + (x0 - lo[a]) * s, oy - (y1 - lo[b]) * s
@@ -156,19 +156,6 @@ def drawing_svg(part: Part, view_px: int = 180) -> str:
         out.append(f'<text x="20" y="{view_px + 44 + 14 * k}">{k + 1}. {"add" if f.op == "add" else "cut"} {what}</text>')
     out.append("</svg>")
     return "\n".join(out)
-
-
-def _extent(f: Feature) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-    """The feature's axis-aligned bounding box (min corner, max corner)."""
-    x, y, z = f.at
-    if f.shape == "box":
-        return (x, y, z), (x + f.size[0], y + f.size[1], z + f.size[2])
-    r, h = f.r, f.h
-    if f.axis == "z":
-        return (x - r, y - r, z), (x + r, y + r, z + h)
-    if f.axis == "x":
-        return (x, y - r, z - r), (x + h, y + r, z + r)
-    return (x - r, y, z - r), (x + r, y + h, z + r)
 
 
 @dataclass
