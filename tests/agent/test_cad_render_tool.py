@@ -68,6 +68,7 @@ def test_generate_observe_correct_with_images_reaching_the_endpoint(sandbox):
     first, second = ep.turns[1].results[0], ep.turns[3].results[0]
     assert "IoU with the target" in first.output and "(needs" in first.output and "(passes)" in second.output
     assert f"size {W:g} x {D:g} x {2 * H:g}" in first.output and "top view" in first.output and "#" in first.output
+    assert "IoU around each feature" in first.output
     # the endpoint got each render's PNG intact: the same bytes as an independent render of the same mesh
     assert len(server.images) >= 2
     tool_images = [r.images[0] for t in ep.turns for r in t.results if r.images]

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from posttrain.agent.env import AgentTask
 from posttrain.agent.tools import Tool, ToolContext, ToolOutput, read_file, submit, tool, write_file
 from posttrain.rewards.cad import OPENSCAD, RenderSettings, unsafe_reason
-from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh
+from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, local_ious
 from posttrain.rewards.cad_render import describe, parse_render, render_program
 from posttrain.sandbox.result import ExecStatus
 from posttrain.types import Task
@@ -31,8 +32,9 @@ CAD_AGENT_NOTE = ("Write your OpenSCAD program to model.scad with write_file, ca
 
 
 def render_tool(target: TargetFn | None = None, settings: RenderSettings | None = None, pass_iou: float | None = None,
-                openscad_timeout_s: float = 20.0) -> Tool:
-    """A `render` tool; `target` (when given) yields the task's target solid for the IoU line."""
+                openscad_timeout_s: float = 20.0, regions: Callable[[], list[Any]] | None = None) -> Tool:
+    """A `render` tool; `target` (when given) yields the task's target solid for the IoU line, `regions` the boxes
+    around its features (`CadVerifier.regions`) for the per-feature line."""
     look = settings or RenderSettings()
 
     @tool(name="render", timeout_s=openscad_timeout_s + 30.0, max_output_chars=4000)
@@ -69,13 +71,16 @@ def render_tool(target: TargetFn | None = None, settings: RenderSettings | None 
             shown = res.stdout.strip() if "OpenSCAD failed" in res.stdout else r.error
             return ToolOutput(f"render failed: {shown[-600:]}", ok=False)
         solid = comparison = None
+        local: list[float] = []
         try:
             solid = load_mesh(r.mesh, "stl")
             goal = await target() if target is not None else None
             comparison = compare(solid, goal) if goal is not None else None
+            if goal is not None and regions is not None:
+                local = local_ious(solid, goal, regions())
         except MeshError as exc:
             return ToolOutput(f"rendered, but the mesh is unusable: {exc}", ok=False, images=[r.png])
-        return ToolOutput(f"rendered {path}:\n" + describe(r, solid, comparison, pass_iou), images=[r.png])
+        return ToolOutput(f"rendered {path}:\n" + describe(r, solid, comparison, pass_iou, local), images=[r.png])
 
     return render
 
@@ -87,7 +92,9 @@ def cad_agent_task(task: Task, verifier: object, settings: RenderSettings | None
     async def target() -> Solid | None:
         return await verifier.target(task)  # type: ignore[attr-defined]
 
-    tools = (write_file, read_file, render_tool(target, settings or getattr(verifier, "render", None),
-                                                task.meta.get("pass_iou")), submit)
+    regions = getattr(verifier, "regions", None)
+    look = render_tool(target, settings or getattr(verifier, "render", None), task.meta.get("pass_iou"),
+                       regions=(lambda: regions(task)) if regions is not None else None)
+    tools = (write_file, read_file, look, submit)
     return AgentTask(task.id, f"{task.prompt}\n{CAD_AGENT_NOTE}", answer=task.answer or "", answer_verifier=verifier,
                      meta=dict(task.meta), tools=tools, timeout_s=300.0)

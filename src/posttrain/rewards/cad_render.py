@@ -68,7 +68,8 @@ def _g(x: float) -> str:
     return f"{round(x, 3):g}"
 
 
-def describe(r: Render, solid: Solid | None, comparison: Comparison | None, pass_iou: float | None) -> str:
+def describe(r: Render, solid: Solid | None, comparison: Comparison | None, pass_iou: float | None,
+             feature_ious: list[float] | None = None) -> str:
     """What a text-only model reads in place of the picture."""
     if not r.ok:
         return f"render failed: {r.error}"
@@ -81,6 +82,9 @@ def describe(r: Render, solid: Solid | None, comparison: Comparison | None, pass
         verdict = "" if pass_iou is None else (" (passes)" if comparison.iou >= pass_iou else f" (needs {pass_iou:g})")
         lines.append(f"IoU with the target {comparison.iou:.3f}{verdict}; volume {comparison.got_volume:.4g} vs target "
                      f"{comparison.target_volume:.4g}; bbox overlap {comparison.bbox:.3f}")
+    if feature_ious:
+        shown = ", ".join(f"{k + 1}: {v:.3f}" for k, v in enumerate(feature_ious))
+        lines.append(f"IoU around each feature of the target: {shown}")
     for view, axes in (("top", "x right, y up"), ("front", "x right, z up")):
         if r.silhouettes.get(view):
             lines.append(f"{view} view ({axes}):\n{r.silhouettes[view]}")
