@@ -198,3 +198,18 @@ def test_the_target_cache_keeps_the_newest_only(monkeypatch):
     tasks = [Task(f"t{k}", "", None, {"target_scad": f"cube({k + 1});"}) for k in range(3)]
     verdicts = score_sync(v, tasks, ["cube(1);"] * 3)
     assert verdicts[0].passed and not verdicts[2].passed and len(v._targets) == 2
+
+
+def test_a_missing_extra_names_it(monkeypatch):
+    import sys
+
+    from posttrain.engine.extras import MissingExtraError
+    from posttrain.rewards import cad_geometry
+
+    monkeypatch.setitem(sys.modules, "manifold3d", None)
+    cad_geometry.require_cad.cache_clear()
+    try:
+        with pytest.raises(MissingExtraError, match=r"posttrain\[cad\]"):
+            CadVerifier()
+    finally:
+        cad_geometry.require_cad.cache_clear()

@@ -99,3 +99,15 @@ def test_a_jsonl_task_brings_its_own_target_mesh(tmp_path):
     good, bad = score_sync(domain.verifier, [task, task], ["cube([4, 3, 2]);", NULL_PROGRAM])
     assert good.passed and not bad.passed and bad.score == pytest.approx(1 / 24, abs=1e-6)
     assert extract_program(task.answer) == "cube([4, 3, 2]);"
+
+
+def test_posttrain_tasks_validate_cad_parts():
+    from typer.testing import CliRunner
+
+    from posttrain.cli import app
+
+    res = CliRunner().invoke(app, ["tasks", "validate", "cad:parts", "-o", "level=2", "--limit", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["ok"] and out["passed"] == out["total"] == 2 and out["verifier"].startswith("cad@")
+    assert all(r["ok"] and r["null_status"] == "ok" for r in out["rows"])

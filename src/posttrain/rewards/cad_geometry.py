@@ -22,7 +22,6 @@ import numpy as np
 
 from posttrain.errors import UserError
 
-CAD_EXTRA = "CAD verification needs manifold3d and trimesh: pip install 'posttrain[cad]'"
 MESH_FORMATS = ("stl", "obj", "off")
 
 
@@ -32,11 +31,11 @@ class MeshError(UserError, ValueError):
 
 @functools.cache
 def require_cad() -> None:
-    try:
-        import manifold3d  # noqa: F401
-        import trimesh  # noqa: F401
-    except ImportError:
-        raise ImportError(CAD_EXTRA) from None
+    """manifold3d and trimesh, or `MissingExtraError` naming the `cad` extra."""
+    from posttrain.engine.extras import require
+
+    require("manifold3d", "cad", "CAD verification")
+    require("trimesh", "cad", "CAD verification")
 
 
 @dataclass(frozen=True)
