@@ -114,3 +114,25 @@ def test_render_reports_failures_and_refusals(sandbox):
     assert svg.ok and svg.images and svg.images[0][:8] == b"\x89PNG\r\n\x1a\n"
     assert not blank.ok and "blank" in blank.output
     assert not missing.ok and not outside.ok
+
+
+def test_the_agent_view_of_cad_parts_runs_write_render_submit_episodes(sandbox):
+    from posttrain.agent.scripted import ScriptedAgent, call
+    from posttrain.agent.spec import spec_of
+    from posttrain.tasks.domains import load_domain
+
+    domain = load_domain("cad:parts", agent=True, turns=2)
+    spec = spec_of(domain)
+    assert domain.rollouter == "agent" and spec is not None and spec.max_steps == 5
+    task = domain.suite(limit=1).tasks[0]
+    env_task = spec.load(task)
+    assert [t.name for t in env_task.tools] == ["write_file", "read_file", "render", "submit"]
+    gold = extract_program(task.answer)
+    solved = ScriptedAgent([call("write_file", path="model.scad", content="cube(1);"), call("render"),
+                            call("write_file", path="model.scad", content=gold), call("render"),
+                            call("submit", answer=gold)])
+    ep = asyncio.run(run_agent_task(solved, env_task, sandbox=sandbox, max_steps=spec.max_steps))
+    assert ep.status is EpisodeStatus.SOLVED and "IoU with the target" in ep.turns[1].observation
+    lazy = ScriptedAgent([call("submit", answer="cube(1);")])
+    ep = asyncio.run(run_agent_task(lazy, spec.load(task), sandbox=sandbox))
+    assert ep.status is EpisodeStatus.FAILED and ep.verdict.ok and ep.verdict.score < 0.5

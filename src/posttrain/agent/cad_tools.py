@@ -7,7 +7,8 @@ PNG as an image beside a compact text rendering: size and bounding box, whether 
 IoU with the task's target (computed here, on the host: the target never enters the sandbox) and coarse
 ASCII silhouettes. A multimodal chat endpoint gets the image as an image part (`openai_chat.py`); a
 text-only model reads the text. The same tool serves training and run time; and `cad_agent_task`, a
-generated CAD task as an `AgentTask` (write, render, correct, submit the program; judged by `cad`).
+generated CAD task as an `AgentTask` (write, render, correct, submit the program; judged by `cad`), and
+`cad_agent_spec`, the `AgentSpec` that runs `cad:parts -o agent=true` that way in training and evaluation.
 Does not cover: the CAD verifier (`rewards/cad.py`), drawing (`rewards/_cad_render.py`).
 """
 
@@ -83,6 +84,14 @@ def render_tool(target: TargetFn | None = None, settings: RenderSettings | None 
         return ToolOutput(f"rendered {path}:\n" + describe(r, solid, comparison, pass_iou, local), images=[r.png])
 
     return render
+
+
+def cad_agent_spec(verifier: object, turns: int = 3) -> Any:
+    """The `AgentSpec` of `cad:parts` with `agent = true`: each task an episode of `cad_agent_task`, room for `turns`
+    rounds of write_file + render and a submit."""
+    from posttrain.agent.spec import AgentSpec
+
+    return AgentSpec(load=lambda task: cad_agent_task(task, verifier), max_steps=2 * turns + 1, max_tokens=512)
 
 
 def cad_agent_task(task: Task, verifier: object, settings: RenderSettings | None = None) -> AgentTask:
