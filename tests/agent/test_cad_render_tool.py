@@ -8,6 +8,7 @@ import base64
 import json
 
 import httpx
+import pytest
 
 from posttrain.agent import EpisodeStatus, run_agent_task
 from posttrain.agent.cad_tools import cad_agent_task, render_tool
@@ -16,6 +17,7 @@ from posttrain.agent.openai_chat import ChatEndpointModel
 from posttrain.agent.tools import ToolContext
 from posttrain.rewards.cad import CadVerifier, RenderSettings, extract_program, run_openscad
 from posttrain.rewards.cad_render import render_one
+from posttrain.tasks import TaskFileError
 from posttrain.tasks.cad import PartsSource
 
 TASK = PartsSource(level=1).take(1, "held_out", seed=3)[0]
@@ -121,7 +123,7 @@ def test_the_agent_view_of_cad_parts_runs_write_render_submit_episodes(sandbox):
     from posttrain.agent.spec import spec_of
     from posttrain.tasks.domains import load_domain
 
-    domain = load_domain("cad:parts", agent=True, turns=2)
+    domain = load_domain("cad_agent:parts", turns=2)
     spec = spec_of(domain)
     assert domain.rollouter == "agent" and spec is not None and spec.max_steps == 5
     task = domain.suite(limit=1).tasks[0]
@@ -136,3 +138,5 @@ def test_the_agent_view_of_cad_parts_runs_write_render_submit_episodes(sandbox):
     lazy = ScriptedAgent([call("submit", answer="cube(1);")])
     ep = asyncio.run(run_agent_task(lazy, spec.load(task), sandbox=sandbox))
     assert ep.status is EpisodeStatus.FAILED and ep.verdict.ok and ep.verdict.score < 0.5
+    with pytest.raises(TaskFileError, match="turns"):
+        load_domain("cad_agent:parts", turns=9)

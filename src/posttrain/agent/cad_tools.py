@@ -8,22 +8,28 @@ IoU with the task's target (computed here, on the host: the target never enters 
 ASCII silhouettes. A multimodal chat endpoint gets the image as an image part (`openai_chat.py`); a
 text-only model reads the text. The same tool serves training and run time; and `cad_agent_task`, a
 generated CAD task as an `AgentTask` (write, render, correct, submit the program; judged by `cad`), and
-`cad_agent_spec`, the `AgentSpec` that runs `cad:parts -o agent=true` that way in training and evaluation.
+`cad_agent_spec` with the `cad_agent:` registry family (`cad_agent:parts`: the same tasks and verifier as
+`cad:parts`, run that way in training and evaluation; option `turns`, the write-and-render rounds, 1-5).
 Does not cover: the CAD verifier (`rewards/cad.py`), drawing (`rewards/_cad_render.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from posttrain.agent.env import AgentTask
+from posttrain.agent.spec import AgentSpec
 from posttrain.agent.tools import Tool, ToolContext, ToolOutput, read_file, submit, tool, write_file
 from posttrain.rewards.cad import OPENSCAD, RenderSettings, unsafe_reason
 from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, local_ious
 from posttrain.rewards.cad_render import describe, parse_render, render_program
 from posttrain.sandbox.result import ExecStatus
+from posttrain.tasks.cad import parts_domain
+from posttrain.tasks.domains import Domain, register_domain
+from posttrain.tasks.jsonl import TaskFileError
 from posttrain.types import Task
 
 TargetFn = Callable[[], Awaitable["Solid | None"]]
@@ -86,12 +92,22 @@ def render_tool(target: TargetFn | None = None, settings: RenderSettings | None 
     return render
 
 
-def cad_agent_spec(verifier: object, turns: int = 3) -> Any:
-    """The `AgentSpec` of `cad:parts` with `agent = true`: each task an episode of `cad_agent_task`, room for `turns`
-    rounds of write_file + render and a submit."""
-    from posttrain.agent.spec import AgentSpec
-
+def cad_agent_spec(verifier: object, turns: int = 3) -> AgentSpec:
+    """The `AgentSpec` of `cad_agent:parts`: each task an episode of `cad_agent_task`, room for `turns` rounds of
+    write_file + render and a submit."""
     return AgentSpec(load=lambda task: cad_agent_task(task, verifier), max_steps=2 * turns + 1, max_tokens=512)
+
+
+@register_domain("cad_agent:", "CAD parts (parts) as generate-observe-correct episodes: write, render, correct, submit")
+def _cad_agent_domain(family: str, turns: int = 3, **options: Any) -> Domain:
+    """`cad:<family>`'s tasks and verifier, run as agent episodes of at most `turns` write-and-render rounds."""
+    if not isinstance(turns, int) or isinstance(turns, bool) or not 1 <= turns <= 5:
+        raise TaskFileError(f"cad_agent:{family}: turns must be an integer in 1..5, got {turns!r}")
+    d = parts_domain(family, **options)
+    meta = {k: v for k, v in d.meta.items() if k != "null_response"}  # an episode that never submits fails anyway
+    return dataclasses.replace(d, name=f"cad_agent:{family}", rollouter="agent", agent=cad_agent_spec(d.verifier, turns),
+                               description=d.description + f", as episodes of up to {turns} render rounds",
+                               meta={**meta, "turns": turns})
 
 
 def cad_agent_task(task: Task, verifier: object, settings: RenderSettings | None = None) -> AgentTask:

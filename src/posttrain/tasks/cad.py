@@ -7,8 +7,8 @@ with holes through both flanges, pockets and patterns), each a `cad_parts.Part` 
 orthographic views with a feature table, as SVG text), with its canonical
 OpenSCAD program as the gold `answer`; knobs: `level`, `features` (extra holes at levels 2-3),
 `pass_iou` (the tolerance), `derive` (the prompt gives no numbers: they must be read off the
-drawing, which the prompt then carries); and the `cad:` registry family (`cad:parts`; with `agent = true` its
-tasks run as generate-observe-correct episodes of at most `turns` write-and-render rounds, `agent/cad_tools.py`).
+drawing, which the prompt then carries); and the `cad:` registry family (`cad:parts`; its agent view,
+`cad_agent:parts`, is registered by `agent/cad_tools.py`).
 Does not cover: judging (`rewards/cad.py`), rendering (`rewards/cad_render.py`). A JSONL task brings its
 own part with `meta.verifier = "cad"` and `target_mesh` (see docs/rewards.md).
 """
@@ -214,11 +214,12 @@ class PartsSource(GeneratedSource):
         return split_of(task.meta["split_key"], self.held_out_fraction)
 
 
-_OPTIONS = ("level", "features", "pass_iou", "derive", "held_out_fraction", "limit", "seed", "agent", "turns")
+_OPTIONS = ("level", "features", "pass_iou", "derive", "held_out_fraction", "limit", "seed")
 
 
 @register_domain("cad:", "CAD parts (parts) to model in OpenSCAD, judged by volumetric IoU with the target solid")
-def _cad_domain(family: str, **options: Any) -> Domain:
+def parts_domain(family: str, **options: Any) -> Domain:
+    """`cad:<family>` (family: parts) with its options checked; every problem is a one-line `TaskFileError`."""
     from posttrain.rewards.cad import CadVerifier
     from posttrain.tasks.jsonl import TaskFileError
 
@@ -232,27 +233,15 @@ def _cad_domain(family: str, **options: Any) -> Domain:
     except ValueError as exc:
         raise TaskFileError(f"cad:{family}: {exc}") from None
     limit, seed = options.get("limit", 200), options.get("seed", 0)
-    agent, turns = options.get("agent", False), options.get("turns", 3)
-    if not isinstance(agent, bool) or not isinstance(turns, int) or not 1 <= turns <= 5:
-        raise TaskFileError(f"cad:{family}: agent must be true or false and turns an integer in 1..5, got {agent!r}, {turns!r}")
-    verifier = CadVerifier()
-    spec = None
-    if agent:  # generate-observe-correct episodes: write_file, render, correct, submit (agent/cad_tools.py)
-        from posttrain.agent.cad_tools import cad_agent_spec
-
-        spec = cad_agent_spec(verifier, turns)
     return Domain(
         f"cad:{family}",
         source,
-        verifier,
+        CadVerifier(),
         evaluation=lambda n, s: source.take(200 if n is None else n, "held_out", seed=s),
         sampling=SamplingDefaults(max_tokens=384 * source.level),
-        rollouter="agent" if agent else "single_turn",
-        agent=spec,
         description=f"held-out level-{source.level} CAD parts (OpenSCAD, IoU >= {source.pass_iou or PASS_IOU[source.level]})",
         meta={"family": family, "level": source.level, "features": source.features, "derive": source.derive,
-              "limit": limit, "seed": seed, "agent": agent, "turns": turns,
-              **({} if agent else {"null_response": NULL_PROGRAM})},
+              "limit": limit, "seed": seed, "null_response": NULL_PROGRAM},
         eval_limit=limit,
         eval_seed=seed,
     )
