@@ -213,3 +213,8 @@ def test_a_missing_extra_names_it(monkeypatch):
             CadVerifier()
     finally:
         cad_geometry.require_cad.cache_clear()
+
+
+def test_openscad_missing_is_an_error_verdict_never_a_zero():
+    (v,) = judge(CadVerifier(binary="openscad-not-installed"), TASK, GOLD)
+    assert v.status is VerdictStatus.ERROR and "system-deps" in v.details

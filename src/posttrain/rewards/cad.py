@@ -65,6 +65,7 @@ class RunStatus(str, enum.Enum):
     TIMEOUT = "timeout"  # killed at the per-program limit
     REFUSED = "refused"  # refused before running (a file reference, too long)
     TOO_BIG = "too_big"  # the mesh was over the size cap
+    UNAVAILABLE = "unavailable"  # OpenSCAD is not installed where the sandbox runs: the verifier's failure, never a 0
 
 
 @dataclass(frozen=True)
@@ -101,14 +102,14 @@ def unsafe_reason(program: str, allowed: Sequence[str] = ()) -> str | None:
     return None
 
 
-def _batch_script(n: int, nonce: str, timeout_s: float, mem_kb: int, max_mesh_bytes: int) -> str:
+def _batch_script(n: int, nonce: str, timeout_s: float, mem_kb: int, max_mesh_bytes: int, binary: str = OPENSCAD) -> str:
     """The shell program of one sandbox execution: each item's program in its own directory, the mesh exported
     by OpenSCAD, then a tagged line per item (nonce, index, exit code, base64 mesh, base64 log tail)."""
     return f"""
 for i in $(seq 0 {n - 1}); do
   cd /work/i$i || exit 3
   rm -f /tmp/o.stl /tmp/e.txt
-  ( ulimit -v {mem_kb}; exec timeout -s KILL {timeout_s:g} {OPENSCAD} -o /tmp/o.stl --export-format binstl model.scad ) \\
+  ( ulimit -v {mem_kb}; exec timeout -s KILL {timeout_s:g} {binary} -o /tmp/o.stl --export-format binstl model.scad ) \\
     >/tmp/e.txt 2>&1 </dev/null
   rc=$?
   size=$(stat -c %s /tmp/o.stl 2>/dev/null || echo 0)
@@ -133,7 +134,9 @@ def _parse_batch(stdout: str, nonce: str, n: int) -> dict[int, ScadRun]:
             body = b"" if mesh in ("-", "BIG") else base64.b64decode(mesh)
         except ValueError:
             continue
-        if rc in ("137", "124"):
+        if rc in ("126", "127"):
+            out[i] = ScadRun(RunStatus.UNAVAILABLE, log=text)
+        elif rc in ("137", "124"):
             out[i] = ScadRun(RunStatus.TIMEOUT, log=text)
         elif mesh == "BIG":
             out[i] = ScadRun(RunStatus.TOO_BIG, log=text)
@@ -145,7 +148,7 @@ def _parse_batch(stdout: str, nonce: str, n: int) -> dict[int, ScadRun]:
 
 
 async def run_openscad(sandbox: Any, programs: Sequence[str], *, timeout_s: float = 10.0, memory_mb: int = 1024,
-                       max_mesh_bytes: int = 8 << 20) -> list[ScadRun | None]:
+                       max_mesh_bytes: int = 8 << 20, binary: str = OPENSCAD) -> list[ScadRun | None]:
     """Each program's run, in one sandbox execution; None for items the execution did not report (it was killed:
     the caller re-runs those alone). Refusals are the caller's job (`unsafe_reason`)."""
     from posttrain.sandbox import Limits
@@ -156,7 +159,7 @@ async def run_openscad(sandbox: Any, programs: Sequence[str], *, timeout_s: floa
     budget = n * (timeout_s + 2.0) + 5.0
     limits = Limits(wall_s=budget, cpu_s=budget, memory_mb=memory_mb + 256, pids=32,
                     output_bytes=max(1 << 20, n * (max_mesh_bytes * 4 // 3 + 4096)), disk_mb=max(64, 2 * max_mesh_bytes >> 20))
-    script = _batch_script(n, nonce, timeout_s, memory_mb * 1024, max_mesh_bytes)
+    script = _batch_script(n, nonce, timeout_s, memory_mb * 1024, max_mesh_bytes, binary)
     res = await sandbox.arun(["/bin/sh", "-c", script], files=files, limits=limits, prefork=False)
     from posttrain.sandbox import ExecStatus
 
@@ -203,6 +206,7 @@ class CadVerifier:
     batch_size: int = 16  # programs per sandbox execution
     max_concurrency: int = 2  # sandbox executions at once
     render: RenderSettings = field(default_factory=RenderSettings)
+    binary: str = OPENSCAD  # the OpenSCAD executable, on the sandbox's PATH
     name: str = "cad"
 
     def __post_init__(self) -> None:
@@ -228,7 +232,7 @@ class CadVerifier:
         async def chunk(lo: int, hi: int) -> list[ScadRun]:
             async with sem:
                 got = await run_openscad(sandbox, programs[lo:hi], timeout_s=self.timeout_s, memory_mb=self.memory_mb,
-                                         max_mesh_bytes=self.max_mesh_bytes)
+                                         max_mesh_bytes=self.max_mesh_bytes, binary=self.binary)
             if hi - lo > 1 and any(g is None for g in got):
                 return [g if g is not None else (await chunk(lo + k, lo + k + 1))[0] for k, g in enumerate(got)]
             return [g if g is not None else ScadRun(RunStatus.ERROR, log="the run was killed (memory or time)")
@@ -288,6 +292,9 @@ class CadVerifier:
         return got
 
     def _judge(self, task: Task, target: Solid, run: ScadRun) -> Verdict:
+        if run.status is RunStatus.UNAVAILABLE:
+            return Verdict(0.0, False, VerdictStatus.ERROR, details="could not run OpenSCAD (install it: "
+                           f"scripts/system-deps.sh): {run.log.strip()[-200:]}", info=_info(run))
         if run.status is not RunStatus.OK:
             why = {RunStatus.TIMEOUT: f"OpenSCAD ran past {self.timeout_s:g} s", RunStatus.REFUSED: run.log,
                    RunStatus.TOO_BIG: "the mesh is over the size cap"}.get(run.status, "OpenSCAD failed")
