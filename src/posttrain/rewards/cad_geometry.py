@@ -85,7 +85,7 @@ def load_mesh(data: bytes, fmt: str = "stl", max_faces: int = 500_000) -> Solid:
     status = man.status()
     if status != manifold3d.Error.NoError or man.is_empty():
         why = "empty" if status == manifold3d.Error.NoError else str(status).split(".")[-1]
-        return Solid(verts, faces, None, abs(float(tm.volume)), bbox, f"not a closed solid ({why})")
+        return Solid(verts, faces, None, abs(float(getattr(tm, "volume", 0.0))), bbox, f"not a closed solid ({why})")
     return Solid(verts, faces, man, float(man.volume()), bbox)
 
 

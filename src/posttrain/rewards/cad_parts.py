@@ -78,7 +78,7 @@ def part_from_dict(d: Any) -> Part:
             if not all(isinstance(v, (int, float)) and v > 0 for v in (r, h)) or axis not in AXIS_ROTATION \
                     or not isinstance(fn, int) or not 3 <= fn <= 256:
                 raise MeshError(f"target_part feature {i}: a cylinder needs r > 0, h > 0, axis z|x|y, fn 3..256")
-            out.append(Feature(f["op"], "cyl", at, r=float(r), h=float(h), axis=axis, fn=fn))
+            out.append(Feature(f["op"], "cyl", at, r=float(f["r"]), h=float(f["h"]), axis=axis, fn=fn))
     if out[0].op != "add":
         raise MeshError("target_part: the first feature must add material")
     return Part(tuple(out))
@@ -154,7 +154,8 @@ def feature_scad(f: Feature) -> str:
     """One feature as an OpenSCAD statement."""
     if f.shape == "box":
         return f"translate({_vec(f.at)}) cube({_vec(f.size)});"
-    rot = "" if f.axis == "z" else f"rotate({_vec(AXIS_ROTATION[f.axis])}) "  # type: ignore[arg-type]
+    rx, ry, rz = AXIS_ROTATION[f.axis]
+    rot = "" if f.axis == "z" else f"rotate({_vec((float(rx), float(ry), float(rz)))}) "
     return f"translate({_vec(f.at)}) {rot}cylinder(h={_num(f.h)}, r={_num(f.r)}, $fn={f.fn});"
 
 
