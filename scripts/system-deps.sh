@@ -6,6 +6,7 @@ set -euo pipefail
 missing=()
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+command -v openscad >/dev/null 2>&1 || missing+=(openscad)  # the CAD verifier (rewards/cad.py)
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
 fi

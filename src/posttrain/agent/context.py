@@ -51,6 +51,7 @@ class Entry:
     call_id: str = ""  # the native tool_call id an observation answers
     calls: list = field(default_factory=list)  # the ToolCalls of an assistant entry (native chat)
     masked: bool = False
+    images: list[bytes] = field(default_factory=list)  # PNGs of an observation (`render`); only chat endpoints see them
 
 
 class Codec(Protocol):

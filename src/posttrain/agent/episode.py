@@ -42,6 +42,7 @@ class ToolResult:
     elided_chars: int = 0  # cut from the middle of the output by the tool's cap
     ends_episode: bool = False  # `submit`
     env_error: bool = False  # the sandbox itself failed: the episode's environment is not trustworthy
+    images: list[bytes] = field(default_factory=list)  # PNGs beside the output (`render`): image parts for a chat endpoint
 
 
 class EpisodeStatus(str, enum.Enum):

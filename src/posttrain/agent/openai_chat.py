@@ -2,11 +2,13 @@
 
 Covers: rendering the context window as chat messages (system: the stable system text; user: the
 task; assistant: its text and `tool_calls`; tool: each result, answering its `tool_call_id`;
-summaries and format errors as user messages), one POST to `/chat/completions` per turn with the
-tools' schemas, retries with backoff on 408/429/5xx and transport errors, token usage and cost
-from the server's `usage`. A reply whose `tool_calls` cannot be read (arguments that are not a
-JSON object) is a format error for the runtime, like a malformed text call; an answer that is not
-a chat completion at all is a `ChatEndpointError` (the episode ends as env_error, one clear line).
+summaries and format errors as user messages; images a tool returned, such as `render`'s PNG,
+as `image_url` data-URL parts of a user message after the tool messages, unless `images=False`),
+one POST to `/chat/completions` per turn with the tools' schemas, retries with backoff on 408/429/5xx
+and transport errors, token usage and cost from the server's `usage`. A reply whose `tool_calls`
+cannot be read (arguments that are not a JSON object) is a format error for the runtime, like a
+malformed text call; an answer that is not a chat completion at all is a `ChatEndpointError` (the
+episode ends as env_error, one clear line).
 Token counts for the context policy are estimated (characters / 4): the endpoint's tokenizer is
 not ours, so these episodes are evaluated and replayed, not trained on.
 Does not cover: streaming, the text call format (`models.EngineModel` with a tokenizer).
@@ -15,6 +17,7 @@ Does not cover: streaming, the text call format (`models.EngineModel` with a tok
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 from typing import Any
@@ -64,8 +67,30 @@ def _message(e: Entry) -> dict[str, Any]:
     return {"role": "user", "content": label + e.content}
 
 
-def messages_of(w: ContextWindow) -> list[dict[str, Any]]:
-    return [_message(e) for e in w.entries]
+def image_message(images: list[tuple[str, bytes]]) -> dict[str, Any]:
+    """A user message carrying tools' PNGs as image content parts (a tool message holds text only)."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": "Images from " + ", ".join(sorted({n for n, _ in images})) + ":"}]
+    parts += [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}
+              for _, png in images]
+    return {"role": "user", "content": parts}
+
+
+def messages_of(w: ContextWindow, images: bool = True) -> list[dict[str, Any]]:
+    """The window as chat messages; with `images`, observations' PNGs follow the run of tool messages they
+    belong to, as one user message of image parts (every tool_call must be answered before another role speaks)."""
+    out: list[dict[str, Any]] = []
+    pending: list[tuple[str, bytes]] = []
+    for e in w.entries:
+        m = _message(e)
+        if pending and m["role"] != "tool":
+            out.append(image_message(pending))
+            pending = []
+        out.append(m)
+        if images and e.images:
+            pending += [(e.name or "a tool", png) for png in e.images]
+    if pending:
+        out.append(image_message(pending))
+    return out
 
 
 def parse_tool_calls(raw: Any) -> list[ToolCall] | str:
@@ -96,13 +121,14 @@ class ChatEndpointModel:
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120.0,
                  max_retries: int = 3, price: Price | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 system: str = NATIVE_SYSTEM) -> None:
+                 system: str = NATIVE_SYSTEM, images: bool = True) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.codec = ChatCodec()
         self.price = price
         self.max_retries = max_retries
         self.system = system
+        self.images = images  # send tools' images (`render`) as image parts; False for a text-only endpoint
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client_args: dict[str, Any] = {"timeout": timeout_s, "headers": headers, "transport": transport}
         self._clients: dict[int, httpx.AsyncClient] = {}
@@ -124,8 +150,8 @@ class ChatEndpointModel:
         self._clients.clear()
 
     async def sample(self, window: ContextWindow, tools: list[Tool], params: SamplingParams) -> Sampled:
-        body: dict[str, Any] = {"model": self.model, "messages": messages_of(window), "max_tokens": params.max_tokens,
-                                "temperature": params.temperature, "top_p": params.top_p}
+        body: dict[str, Any] = {"model": self.model, "messages": messages_of(window, self.images),
+                                "max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p}
         if tools:
             body["tools"] = [t.schema() for t in tools]
             body["tool_choice"] = "auto"

@@ -234,6 +234,7 @@ class _Loop:
         self.memory.add(f"step {step}: {call.name}", json.dumps(call.arguments)[:2000] + "\n" + result.output)
         text, _ = self.policy.observation(result.output)
         observations.append(self.codec.entry("observation", text, step, call.name, call.id))
+        observations[-1].images = list(result.images)
         if result.env_error:
             self.ep.error = f"{call.name}: {result.output}"
             return EpisodeStatus.ENV_ERROR

@@ -58,6 +58,7 @@ class ToolOutput:
     ok: bool = True
     ends_episode: bool = False
     env_error: bool = False
+    images: list[bytes] = field(default_factory=list)  # PNGs shown to a multimodal model beside the text (`render`)
 
 
 @dataclass
@@ -191,7 +192,8 @@ class Tool:
         if isinstance(out, str):
             out = ToolOutput(out)
         text, elided = cap_output(out.text, self.max_output_chars)
-        return ToolResult(call, text, out.ok, time.perf_counter() - t0, elided, out.ends_episode, out.env_error)
+        return ToolResult(call, text, out.ok, time.perf_counter() - t0, elided, out.ends_episode, out.env_error,
+                          list(out.images))
 
 
 def _signature(t: Tool) -> str:

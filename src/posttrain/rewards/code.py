@@ -190,6 +190,13 @@ def _sandbox_or_error(n: int) -> tuple[Any, list[Verdict] | None]:
         return None, [Verdict(0.0, False, VerdictStatus.ERROR, details=v) for _ in range(n)]
 
 
+def one_shot_executor() -> Any:
+    """Where one-shot verifier executions run: the installed executor (`install_executor`), else the shared
+    sandbox (raises when this machine has none)."""
+    executor = _EXECUTOR
+    return executor if executor is not None else shared_sandbox()
+
+
 def _infra_error(msg: str) -> Verdict:
     return Verdict(0.0, False, VerdictStatus.ERROR, details=msg, info={"error": msg})
 

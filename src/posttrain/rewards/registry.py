@@ -27,7 +27,7 @@ _FACTORIES: dict[str, Callable[..., Verifier]] = {}
 _PLUGINS: list[str] = [
     "posttrain.rewards.verifiers", "posttrain.rewards.rubric", "posttrain.rewards.answers", "posttrain.rewards.format",
     "posttrain.rewards.constraints", "posttrain.rewards.render", "posttrain.rewards.judge", "posttrain.rewards.code",
-    "posttrain.rewards.dedup", "posttrain.rewards.reasoning_gym",
+    "posttrain.rewards.dedup", "posttrain.rewards.reasoning_gym", "posttrain.rewards.cad",
 ]
 _plugins_loaded = False
 

@@ -1,0 +1,364 @@
+"""The CAD verifier (`cad`): run the response's OpenSCAD program in the sandbox, compare its solid with the target.
+
+Covers: `extract_program` (the last ```openscad / ```scad block, else the first fenced block, else the
+text), `unsafe_reason` (refuses file references: `include`/`use`/`import`/`surface` of anything but the
+workspace files a task allows, absolute or `..` paths, the deprecated `file=` arguments), `run_openscad`
+(a batch of programs in one sandbox execution, each in its own directory under its own time and
+address-space cap, each mesh exported by OpenSCAD itself as binary STL and read back base64 on lines
+tagged with a per-run nonce), and `CadVerifier`: reward = 1.0 when the solid passes (a closed 2-manifold
+whose IoU with the target >= the task's `pass_iou`, and, for a feature-list target, whose IoU inside the box
+around every feature too: IoU alone weighs a feature by its volume, and a forgotten small hole would pass),
+else the smaller of the IoU and the worst feature's as partial credit; `Verdict.breakdown` has iou, volume,
+bbox, watertight (`cad_geometry.compare`) and features (the worst local IoU), `Verdict.info` the run status,
+OpenSCAD's last log lines and each feature's IoU.
+
+The target (never inside the sandbox, so a program cannot read it): `meta["target_part"]` (a feature list,
+built exactly in manifold3d: `cad_parts.py`), `meta["target_mesh"]` / `target_mesh_text` / `target_mesh_b64`
+(a user's STL/OBJ/OFF), `meta["target_scad"]`, or else the gold `answer` as an OpenSCAD program (both run
+through the same sandboxed path). Why a hack earns nothing: the mesh is always exported by the verifier's
+own OpenSCAD invocation from the program text (a mesh written by the response, or text it prints, is never
+read: OpenSCAD programs cannot write files or stdout); file references are refused before running, and the
+sandbox shows the program no host files anyway; a program over its time is killed and scores 0.
+A sandbox failure is an ERROR verdict, never 0. Render settings are fields, so they enter the version hash.
+
+Does not cover: CadQuery/build123d programs, drawing a mesh (`_cad_render.py`, `cad_render.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import enum
+import functools
+import hashlib
+import re
+import secrets
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from posttrain.rewards import cad_parts
+from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, local_ious, mesh_from_task_meta, require_cad
+from posttrain.rewards.code import one_shot_executor
+from posttrain.rewards.dedup import distinct
+from posttrain.rewards.registry import register_verifier
+from posttrain.types import Task, Verdict, VerdictStatus
+
+OPENSCAD = "openscad"
+_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+_INCLUDE = re.compile(r"\b(?:include|use)\s*<([^>]*)>")
+# the keyword anywhere (a comment between it and its bracket must not hide it); it may only name an allowed file,
+# literally: `import("part.stl")`
+_FILE_CALL = re.compile(r"\b(import|surface|dxf_linear_extrude|dxf_rotate_extrude|dxf_dim|dxf_cross)\b")
+_FIRST_STRING = re.compile(r"\s*\(\s*(?:file\s*=\s*)?\"([^\"\\]*)\"")
+TARGET_CACHE = 4096  # target solids kept per verifier
+PARTS = ("iou", "volume", "bbox", "watertight", "features")  # `Verdict.breakdown`
+
+
+class RunStatus(str, enum.Enum):
+    """How one OpenSCAD run ended."""
+
+    OK = "ok"  # a mesh came back
+    ERROR = "error"  # OpenSCAD failed (syntax, CGAL), or made no mesh
+    TIMEOUT = "timeout"  # killed at the per-program limit
+    REFUSED = "refused"  # refused before running (a file reference, too long)
+    TOO_BIG = "too_big"  # the mesh was over the size cap
+    UNAVAILABLE = "unavailable"  # OpenSCAD is not installed where the sandbox runs: the verifier's failure, never a 0
+
+
+@dataclass(frozen=True)
+class ScadRun:
+    status: RunStatus
+    mesh: bytes = b""  # binary STL
+    log: str = ""  # OpenSCAD's last output lines, or why it was refused
+
+
+def extract_program(response: str) -> str:
+    """The last ```openscad / ```scad block, else the first fenced block, else the whole response."""
+    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(response)]
+    tagged = [body for lang, body in blocks if lang in ("openscad", "scad")]
+    if tagged:
+        return tagged[-1]
+    return blocks[0][1] if blocks else response
+
+
+def _allowed_path(name: str, allowed: Sequence[str]) -> bool:
+    return name in allowed and not name.startswith(("/", "~")) and ".." not in name.replace("\\", "/").split("/")
+
+
+def unsafe_reason(program: str, allowed: Sequence[str] = ()) -> str | None:
+    """Why this program must not run (it names a file that is not one of the workspace's `allowed` files), or None."""
+    for m in _INCLUDE.finditer(program):
+        if not _allowed_path(m.group(1).strip(), allowed):
+            return f"file reference refused: {m.group(0)[:80]} (only the workspace's own files may be included)"
+    for m in _FILE_CALL.finditer(program):
+        arg = _FIRST_STRING.match(program, m.end())
+        if arg is None or not _allowed_path(arg.group(1), allowed):
+            return f"file reference refused: {m.group(1)}(...) may read only the workspace's own files, named literally"
+    if re.search(r"\bfile\s*=", program):
+        return "file reference refused: file= arguments are not allowed"
+    return None
+
+
+def _batch_script(n: int, nonce: str, timeout_s: float, mem_kb: int, max_mesh_bytes: int, binary: str = OPENSCAD) -> str:
+    """The shell program of one sandbox execution: each item's program in its own directory, the mesh exported
+    by OpenSCAD, then a tagged line per item (nonce, index, exit code, base64 mesh, base64 log tail)."""
+    return f"""
+for i in $(seq 0 {n - 1}); do
+  cd /work/i$i || exit 3
+  rm -f /tmp/o.stl /tmp/e.txt
+  ( ulimit -v {mem_kb}; exec timeout -s KILL {timeout_s:g} {binary} -o /tmp/o.stl --export-format binstl model.scad ) \\
+    >/tmp/e.txt 2>&1 </dev/null
+  rc=$?
+  size=$(stat -c %s /tmp/o.stl 2>/dev/null || echo 0)
+  printf '{nonce} %s %s ' "$i" "$rc"
+  if [ "$size" -gt {max_mesh_bytes} ]; then printf 'BIG'; elif [ "$size" -gt 0 ]; then base64 -w0 /tmp/o.stl; else printf '-'; fi
+  printf ' '
+  tail -c 600 /tmp/e.txt | base64 -w0
+  printf '\\n'
+done
+"""
+
+
+def _parse_batch(stdout: str, nonce: str, n: int) -> dict[int, ScadRun]:
+    out: dict[int, ScadRun] = {}
+    for line in stdout.splitlines():
+        parts = line.split(" ")
+        if len(parts) != 5 or parts[0] != nonce or not parts[1].isdigit() or not 0 <= int(parts[1]) < n:
+            continue
+        i, rc, mesh, log = int(parts[1]), parts[2], parts[3], parts[4]
+        try:
+            text = base64.b64decode(log).decode(errors="replace")
+            body = b"" if mesh in ("-", "BIG") else base64.b64decode(mesh)
+        except ValueError:
+            continue
+        if rc in ("126", "127"):
+            out[i] = ScadRun(RunStatus.UNAVAILABLE, log=text)
+        elif rc in ("137", "124"):
+            out[i] = ScadRun(RunStatus.TIMEOUT, log=text)
+        elif mesh == "BIG":
+            out[i] = ScadRun(RunStatus.TOO_BIG, log=text)
+        elif rc != "0" or not body:
+            out[i] = ScadRun(RunStatus.ERROR, log=text)
+        else:
+            out[i] = ScadRun(RunStatus.OK, body, text)
+    return out
+
+
+async def run_openscad(sandbox: Any, programs: Sequence[str], *, timeout_s: float = 10.0, memory_mb: int = 1024,
+                       max_mesh_bytes: int = 8 << 20, binary: str = OPENSCAD) -> list[ScadRun | None]:
+    """Each program's run, in one sandbox execution; None for items the execution did not report (it was killed:
+    the caller re-runs those alone). Refusals are the caller's job (`unsafe_reason`)."""
+    from posttrain.sandbox import Limits
+
+    n = len(programs)
+    nonce = secrets.token_hex(12)
+    files = {f"i{k}/model.scad": p for k, p in enumerate(programs)}
+    budget = n * (timeout_s + 2.0) + 5.0
+    limits = Limits(wall_s=budget, cpu_s=budget, memory_mb=memory_mb + 256, pids=32,
+                    output_bytes=max(1 << 20, n * (max_mesh_bytes * 4 // 3 + 4096)), disk_mb=max(64, 2 * max_mesh_bytes >> 20))
+    script = _batch_script(n, nonce, timeout_s, memory_mb * 1024, max_mesh_bytes, binary)
+    res = await sandbox.arun(["/bin/sh", "-c", script], files=files, limits=limits, prefork=False)
+    from posttrain.sandbox import ExecStatus
+
+    if res.status is ExecStatus.SANDBOX_ERROR:
+        raise RuntimeError(f"sandbox failed: {res.error}")
+    got = _parse_batch(res.stdout, nonce, n)
+    return [got.get(k) for k in range(n)]
+
+
+@functools.cache
+def openscad_version() -> str:
+    """`openscad --version` (part of the verifier's version hash: another OpenSCAD may tessellate differently)."""
+    try:
+        r = subprocess.run([OPENSCAD, "--version"], capture_output=True, text=True, timeout=30)
+        return (r.stdout + r.stderr).strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "missing"
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """How `render` draws a model (`cad_render.py`); a field of the verifier so that it enters its version hash."""
+
+    size: int = 256  # PNG width and height, pixels
+    views: tuple[str, ...] = ("iso", "top", "front", "right")
+    ascii_cols: int = 40  # the text-only silhouette
+    ascii_rows: int = 16
+
+
+def _info(run: ScadRun, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    tail = "\n".join(line for line in run.log.splitlines() if line.strip())[-400:]
+    return {"run": run.status.value, "log": tail, **(extra or {})}
+
+
+@dataclass
+class CadVerifier:
+    """IoU of the response's OpenSCAD solid with the task's target; passes at `meta["pass_iou"]` (default `pass_iou`)."""
+
+    pass_iou: float = 0.95
+    timeout_s: float = 10.0  # per program
+    memory_mb: int = 1024  # address space of one OpenSCAD run
+    max_program_chars: int = 50_000
+    max_mesh_bytes: int = 8 << 20
+    batch_size: int = 16  # programs per sandbox execution
+    max_concurrency: int = 2  # sandbox executions at once
+    render: RenderSettings = field(default_factory=RenderSettings)
+    binary: str = OPENSCAD  # the OpenSCAD executable, on the sandbox's PATH
+    name: str = "cad"
+
+    def __post_init__(self) -> None:
+        require_cad()
+        if not 0.0 < self.pass_iou <= 1.0:
+            raise ValueError(f"cad: pass_iou must be in (0, 1], got {self.pass_iou}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"cad: timeout_s must be > 0, got {self.timeout_s}")
+        self._targets: dict[str, Solid] = {}
+        self._regions: dict[str, list[Any]] = {}
+
+    def version_key(self) -> str:
+        here = Path(__file__).parent
+        src = b"".join((here / f).read_bytes() for f in ("cad.py", "cad_geometry.py", "cad_parts.py"))
+        return hashlib.sha256(src + openscad_version().encode()).hexdigest()[:12]
+
+    async def _runs(self, programs: list[str]) -> list[ScadRun]:
+        """Each program's run: batched over `max_concurrency` executions; an item a batch lost runs alone."""
+        sandbox = one_shot_executor()
+        sem = asyncio.Semaphore(self.max_concurrency)
+        size = max(1, min(self.batch_size, -(-len(programs) // self.max_concurrency)))
+
+        async def chunk(lo: int, hi: int) -> list[ScadRun]:
+            async with sem:
+                got = await run_openscad(sandbox, programs[lo:hi], timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                                         max_mesh_bytes=self.max_mesh_bytes, binary=self.binary)
+            if hi - lo > 1 and any(g is None for g in got):
+                return [g if g is not None else (await chunk(lo + k, lo + k + 1))[0] for k, g in enumerate(got)]
+            return [g if g is not None else ScadRun(RunStatus.ERROR, log="the run was killed (memory or time)")
+                    for g in got]
+
+        spans = [(k, min(k + size, len(programs))) for k in range(0, len(programs), size)]
+        out: list[ScadRun] = []
+        for part in await asyncio.gather(*(chunk(lo, hi) for lo, hi in spans)):
+            out += part
+        return out
+
+    def _remember(self, key: str, solid: Solid) -> Solid:
+        self._targets[key] = solid
+        while len(self._targets) > TARGET_CACHE:  # generated tasks never repeat: keep the newest only
+            self._targets.pop(next(iter(self._targets)))
+        return solid
+
+    async def target(self, task: Task) -> Solid:
+        """The task's target solid (cached); MeshError when it has none or it is unusable."""
+        meta = task.meta
+        if meta.get("target_part") is not None:
+            key = "part:" + repr(meta["target_part"])
+            got = self._targets.get(key)
+            return got if got is not None else self._remember(
+                key, cad_parts.part_solid(cad_parts.part_from_dict(meta["target_part"])))
+        own = mesh_from_task_meta(meta, Path(meta["base_dir"]) if isinstance(meta.get("base_dir"), str) else None)
+        if own is not None:
+            data, fmt = own
+            key = f"mesh:{fmt}:" + hashlib.sha256(data).hexdigest()
+            got = self._targets.get(key)
+            return got if got is not None else self._remember(key, load_mesh(data, fmt))
+        program = meta.get("target_scad") if isinstance(meta.get("target_scad"), str) else task.answer
+        if not program:
+            raise MeshError(f"task {task.id!r}: no target (meta target_part / target_mesh / target_scad, or an answer)")
+        program = extract_program(program)
+        key = "scad:" + hashlib.sha256(program.encode()).hexdigest()
+        got = self._targets.get(key)
+        if got is not None:
+            return got
+        (run,) = await self._runs([program])
+        if run.status is not RunStatus.OK:
+            raise MeshError(f"task {task.id!r}: the target program did not render ({run.status.value}): {run.log[-200:]}")
+        return self._remember(key, load_mesh(run.mesh, "stl"))
+
+    def regions(self, task: Task) -> list[Any]:
+        """The boxes around a `target_part`'s features (cached), where the solid must match locally too; none for
+        other targets (a mesh has no features to name)."""
+        part = task.meta.get("target_part")
+        if part is None:
+            return []
+        key = repr(part)
+        got = self._regions.get(key)
+        if got is None:
+            got = self._regions[key] = cad_parts.feature_regions(cad_parts.part_from_dict(part))
+            while len(self._regions) > TARGET_CACHE:
+                self._regions.pop(next(iter(self._regions)))
+        return got
+
+    def _judge(self, task: Task, target: Solid, run: ScadRun) -> Verdict:
+        if run.status is RunStatus.UNAVAILABLE:
+            return Verdict(0.0, False, VerdictStatus.ERROR, details="could not run OpenSCAD (install it: "
+                           f"scripts/system-deps.sh): {run.log.strip()[-200:]}", info=_info(run))
+        if run.status is not RunStatus.OK:
+            why = {RunStatus.TIMEOUT: f"OpenSCAD ran past {self.timeout_s:g} s", RunStatus.REFUSED: run.log,
+                   RunStatus.TOO_BIG: "the mesh is over the size cap"}.get(run.status, "OpenSCAD failed")
+            log = "" if run.status is RunStatus.REFUSED else f": {_info(run)['log'][-200:]}"
+            return Verdict(0.0, False, details=f"{why}{log}", info=_info(run), breakdown=dict.fromkeys(PARTS, 0.0))
+        try:
+            solid = load_mesh(run.mesh, "stl")
+        except MeshError as exc:
+            return Verdict(0.0, False, details=str(exc), info=_info(run, {"mesh": str(exc)}),
+                           breakdown=dict.fromkeys(PARTS, 0.0))
+        c = compare(solid, target)
+        local = local_ious(solid, target, self.regions(task))
+        worst = min(local, default=c.iou)
+        need = float(task.meta.get("pass_iou", self.pass_iou))
+        ok = c.watertight == 1.0 and c.iou >= need and worst >= need
+        size = "x".join(f"{s:g}" for s in (round(x, 3) for x in solid.size))
+        details = f"IoU {c.iou:.4f} (pass {need:g}); volume {c.got_volume:.4g} vs {c.target_volume:.4g}; size {size}" \
+            + (f"; worst feature IoU {worst:.4f} (feature {local.index(worst) + 1})" if local else "") \
+            + ("" if solid.watertight else f"; {solid.why}")
+        info = _info(run, {"iou": c.iou, "feature_ious": local, "size": list(solid.size), "bbox": list(solid.bbox),
+                           "volume": c.got_volume, "target_volume": c.target_volume, "watertight": solid.watertight})
+        return Verdict(1.0 if ok else min(c.iou, worst), ok, details=details, breakdown={**c.breakdown(), "features": worst},
+                       info=info)
+
+    async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
+        out: list[Verdict | None] = [None] * len(tasks)
+        targets: list[Solid | None] = [None] * len(tasks)
+        todo: list[tuple[int, str]] = []
+        for i, (task, response) in enumerate(zip(tasks, responses)):
+            try:
+                targets[i] = await self.target(task)
+            except MeshError as exc:
+                out[i] = Verdict(0.0, False, VerdictStatus.ERROR, details=str(exc))
+                continue
+            except RuntimeError as exc:  # the sandbox failed
+                out[i] = Verdict(0.0, False, VerdictStatus.ERROR, details=str(exc))
+                continue
+            program = extract_program(response)
+            allowed = tuple(task.meta.get("workspace_files", ()))
+            why = (f"the program is {len(program)} characters, over the {self.max_program_chars} cap"
+                   if len(program) > self.max_program_chars else unsafe_reason(program, allowed))
+            if why is not None:
+                out[i] = self._judge(task, targets[i], ScadRun(RunStatus.REFUSED, log=why))  # type: ignore[arg-type]
+                continue
+            todo.append((i, program))
+        if todo:
+            # identical programs (common in a sampled group) run once
+            unique_at, slots = distinct([p for _, p in todo])
+            try:
+                ran = await self._runs([todo[k][1] for k in unique_at])
+                runs: list[ScadRun] | None = [ran[n] for n in slots]
+            except RuntimeError as exc:
+                runs = None
+                for i, _ in todo:
+                    out[i] = Verdict(0.0, False, VerdictStatus.ERROR, details=str(exc))
+            if runs is not None:
+                for (i, _), run in zip(todo, runs):
+                    out[i] = self._judge(tasks[i], targets[i], run)  # type: ignore[arg-type]
+        return [v if v is not None else Verdict(0.0, False, VerdictStatus.ERROR, details="no verdict") for v in out]
+
+
+@register_verifier("cad")
+def _cad(**params: Any) -> CadVerifier:
+    if isinstance(params.get("render"), dict):
+        params["render"] = RenderSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in params["render"].items()})
+    return CadVerifier(**params)
+

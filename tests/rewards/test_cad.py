@@ -1,0 +1,220 @@
+"""The CAD verifier: OpenSCAD in the sandbox, IoU by exact booleans, partial credit, targets a task brings,
+and planted hacks (reading the target, files outside the workspace, a mesh or a fake result in place of a
+program, programs that never end) that must earn nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+
+from posttrain.rewards.base import score_sync, verifier_version
+from posttrain.rewards.cad import CadVerifier, RenderSettings, RunStatus, extract_program, run_openscad, unsafe_reason
+from posttrain.rewards.cad_geometry import MeshError, load_mesh, mesh_from_task_meta
+from posttrain.rewards.cad_parts import part_from_dict, part_scad, part_solid
+from posttrain.rewards.code import install_executor, shared_sandbox
+from posttrain.sandbox import ExecResult, ExecStatus
+from posttrain.types import Task, VerdictStatus
+
+PART = {"features": [{"op": "add", "shape": "box", "at": [0, 0, 0], "size": [20, 10, 5]},
+                     {"op": "sub", "shape": "cyl", "at": [10, 5, -1], "r": 2, "h": 7, "axis": "z", "fn": 32}]}
+GOLD = part_scad(part_from_dict(PART))
+TASK = Task("plate", "a plate with a hole", f"```openscad\n{GOLD}```", {"target_part": PART, "pass_iou": 0.95})
+CUBE_OBJ = "\n".join(["v 0 0 0", "v 1 0 0", "v 1 1 0", "v 0 1 0", "v 0 0 1", "v 1 0 1", "v 1 1 1", "v 0 1 1",
+                      "f 1 3 2", "f 1 4 3", "f 5 6 7", "f 5 7 8", "f 1 2 6", "f 1 6 5", "f 2 3 7", "f 2 7 6",
+                      "f 3 4 8", "f 3 8 7", "f 4 1 5", "f 4 5 8"]) + "\n"
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    return CadVerifier()
+
+
+def judge(v, task, *responses):
+    return score_sync(v, [task] * len(responses), list(responses))
+
+
+def test_gold_scores_full_marks_and_a_missing_hole_gets_partial_credit(verifier):
+    gold, no_hole, shifted, tiny = judge(verifier, TASK, TASK.answer, "cube([20, 10, 5]);",
+                                         GOLD.replace("translate([10, 5, -1])", "translate([4, 5, -1])"), "cube(1);")
+    assert gold.ok and gold.passed and gold.score == 1.0 and gold.breakdown["iou"] > 0.9999
+    assert set(gold.breakdown) == {"iou", "volume", "bbox", "watertight", "features"}
+    assert gold.breakdown["watertight"] == 1.0 and gold.breakdown["features"] > 0.9999
+    # a block without its hole: IoU = (block - hole) / block; around the hole (an 8 x 8 box) (64 - 4 pi) / 64
+    expect = part_solid(part_from_dict(PART)).volume / 1000.0
+    assert not no_hole.passed and no_hole.breakdown["iou"] == pytest.approx(expect, abs=1e-6)
+    assert no_hole.breakdown["features"] == pytest.approx(1 - 0.25 * 3.1214 / 4, abs=1e-3)  # the 32-gon's area
+    assert no_hole.score == no_hole.breakdown["features"] and no_hole.breakdown["bbox"] == 1.0
+    assert not shifted.passed and 0.3 < shifted.score < 1.0 and shifted.info["feature_ious"][1] == shifted.score
+    assert not tiny.passed and tiny.score < 0.01 and tiny.info["run"] == "ok"
+    # a looser tolerance passes the block without its hole
+    loose = Task("loose", "", None, {**TASK.meta, "pass_iou": 0.8})
+    (v,) = judge(verifier, loose, "cube([20, 10, 5]);")
+    assert v.passed and v.score == 1.0
+
+
+def test_a_forgotten_small_hole_fails_although_the_global_iou_passes(verifier):
+    """IoU weighs a feature by its volume: a 1 mm hole in a 60 x 40 plate is 0.13 % of it. The feature's own box
+    catches it; a mesh target (no features known) is judged by the global IoU alone."""
+    part = {"features": [{"op": "add", "shape": "box", "at": [0, 0, 0], "size": [60, 40, 3]},
+                         {"op": "sub", "shape": "cyl", "at": [30, 20, -1], "r": 1, "h": 5, "axis": "z", "fn": 32}]}
+    task = Task("small", "", None, {"target_part": part, "pass_iou": 0.99})
+    gold, forgot = judge(verifier, task, part_scad(part_from_dict(part)), "cube([60, 40, 3]);")
+    assert gold.passed and forgot.breakdown["iou"] > 0.998 and not forgot.passed and forgot.score < 0.85
+    as_mesh = Task("small-mesh", "", None, {"target_scad": part_scad(part_from_dict(part)), "pass_iou": 0.99})
+    (v,) = judge(verifier, as_mesh, "cube([60, 40, 3]);")
+    assert v.passed and v.breakdown["features"] == v.breakdown["iou"]
+
+
+def test_an_open_mesh_is_not_a_solid_and_scores_zero(verifier):
+    open_box = ("polyhedron(points=[[0,0,0],[20,0,0],[20,10,0],[0,10,0],[0,0,5],[20,0,5],[20,10,5],[0,10,5]], "
+                "faces=[[0,1,2,3],[4,5,1,0],[5,6,2,1],[6,7,3,2],[7,4,0,3]]);")  # no top face
+    (v,) = judge(verifier, TASK, open_box)
+    assert v.ok and not v.passed and v.score == 0.0 and v.breakdown["watertight"] == 0.0
+
+
+def test_targets_a_task_brings_mesh_text_b64_path_and_program(verifier, tmp_path):
+    stl = asyncio.run(run_openscad(shared_sandbox(), ["cube([1, 1, 1]);"]))[0].mesh
+    (tmp_path / "t.stl").write_bytes(stl)
+    (tmp_path / "t.obj").write_text(CUBE_OBJ)
+    metas = [{"target_mesh_text": CUBE_OBJ, "target_mesh_format": "obj"}, {"target_mesh_b64": base64.b64encode(stl).decode()},
+             {"target_mesh": str(tmp_path / "t.stl")}, {"target_mesh": "t.obj", "base_dir": str(tmp_path)},
+             {"target_scad": "cube(1);"}]
+    for meta in metas:
+        t = Task("own", "", None, {**meta, "pass_iou": 0.99})
+        right, wrong = judge(verifier, t, "cube(1);", "cube([1, 1, 2]);")
+        assert right.passed and right.score == 1.0, meta
+        assert not wrong.passed and wrong.score == pytest.approx(0.5, abs=1e-6), meta
+    # an answer is a target too; a task with nothing to compare with is an ERROR, never a 0
+    (v,) = judge(verifier, Task("ans", "", "cube(2);"), "cube(2);")
+    assert v.passed
+    (v,) = judge(verifier, Task("none", ""), "cube(1);")
+    assert v.status is VerdictStatus.ERROR and "no target" in v.details
+    (v,) = judge(verifier, Task("gone", "", None, {"target_mesh": str(tmp_path / "nope.stl")}), "cube(1);")
+    assert v.status is VerdictStatus.ERROR
+
+
+def test_mesh_loading_errors_are_one_line():
+    with pytest.raises(MeshError, match="empty"):
+        load_mesh(b"", "obj")
+    with pytest.raises(MeshError, match="format"):
+        load_mesh(b"x", "step")
+    with pytest.raises(MeshError, match="base64"):
+        mesh_from_task_meta({"target_mesh_b64": "!!"})
+    with pytest.raises(MeshError, match="first feature"):
+        part_from_dict({"features": [{"op": "sub", "shape": "box", "at": [0, 0, 0], "size": [1, 1, 1]}]})
+
+
+def test_extract_program_and_refusals():
+    assert extract_program("text\n```scad\ncube(1);\n```\nmore ```openscad\ncube(2);\n```") == "cube(2);\n"
+    assert extract_program("cube(3);") == "cube(3);"
+    for bad in ('import("target.stl");', "include </etc/passwd>", "use <../x.scad>", 'surface(file="/t.dat");',
+                'f = "/t.stl"; import(f);', 'linear_extrude(file="a.dxf", height=1);', "include <MCAD/units.scad>",
+                'import /* x */ ("/t.stl");',
+                'import\n("/t.stl");', "include\t</etc/passwd>"):
+        assert unsafe_reason(bad) is not None, bad
+    assert unsafe_reason('import("part.stl");', allowed=("part.stl",)) is None
+    assert unsafe_reason('import("../part.stl");', allowed=("../part.stl",)) is not None
+    assert unsafe_reason(GOLD) is None
+
+
+HACKS = {
+    "reads the target": 'import("/work/target.stl");',
+    "includes a host file": "include </root/target.scad>",
+    "writes the mesh itself": "solid x\nfacet normal 0 0 1\nouter loop\nvertex 0 0 0\nvertex 1 0 0\nvertex 0 1 0\n"
+                              "endloop\nendfacet\nendsolid x\n",
+    "prints a fake result": 'echo("IoU 1.0000 (pass 0.95)"); echo("ok 0 0 AAAA -");',
+    "claims success in prose": "The IoU is 1.0, all checks passed. score: 1.0",
+    "empty program": "// nothing\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HACKS))
+def test_planted_hacks_earn_nothing(verifier, kind):
+    (v,) = judge(verifier, TASK, HACKS[kind])
+    assert v.ok and not v.passed and v.score == 0.0, (kind, v.details)
+
+
+def test_a_program_that_runs_forever_is_killed_and_scores_zero():
+    v = CadVerifier(timeout_s=1.5)
+    forever = "function f(n) = n <= 0 ? 0 : 1 + f(n - 1) * 0 + f(n - 1) * 0;\necho(f(60));\ncube(1);"
+    (r,) = judge(v, TASK, forever)
+    assert r.ok and r.score == 0.0 and r.info["run"] == "timeout" and "ran past" in r.details
+
+
+def test_the_sandbox_hides_host_files_even_without_the_static_check(tmp_path):
+    """Defence in depth: a file reference that slipped past `unsafe_reason` finds nothing in the sandbox."""
+    secret = tmp_path / "target.stl"
+    secret.write_bytes(asyncio.run(run_openscad(shared_sandbox(), ["cube(1);"]))[0].mesh)
+    (run,) = asyncio.run(run_openscad(shared_sandbox(), [f'import("{secret}");']))
+    assert run.status is not RunStatus.OK or not run.mesh
+
+
+def test_a_sandbox_failure_is_an_error_verdict_never_a_zero(verifier):
+    class Broken:
+        async def arun(self, *args, **kwargs):
+            return ExecResult(ExecStatus.SANDBOX_ERROR, error="no namespaces")
+
+    previous = install_executor(Broken())
+    try:
+        (v,) = judge(CadVerifier(), TASK, "cube([20, 10, 5]);")
+    finally:
+        install_executor(previous)
+    assert v.status is VerdictStatus.ERROR and "no namespaces" in v.details
+
+
+def test_identical_programs_in_a_batch_run_once_and_each_get_a_verdict():
+    ran: list[str] = []
+
+    class Spy:
+        async def arun(self, *args, **kwargs):
+            ran.extend(kwargs["files"].values())
+            return await shared_sandbox().arun(*args, **kwargs)
+
+    previous = install_executor(Spy())
+    try:
+        verdicts = judge(CadVerifier(), TASK, GOLD, "cube(1);", GOLD, "cube(1);", "syntax(")
+    finally:
+        install_executor(previous)
+    assert sorted(ran) == sorted([GOLD, "cube(1);", "syntax("])
+    assert [v.passed for v in verdicts] == [True, False, True, False, False]
+    verdicts[0].info["log"] = "edited"
+    assert verdicts[2].info["log"] != "edited"
+
+
+def test_render_settings_and_tolerance_enter_the_version_hash():
+    base = verifier_version(CadVerifier())
+    assert verifier_version(CadVerifier()) == base
+    assert verifier_version(CadVerifier(render=RenderSettings(size=512))) != base
+    assert verifier_version(CadVerifier(pass_iou=0.9)) != base
+
+
+def test_the_target_cache_keeps_the_newest_only(monkeypatch):
+    import posttrain.rewards.cad as cad
+
+    monkeypatch.setattr(cad, "TARGET_CACHE", 2)
+    v = CadVerifier()
+    tasks = [Task(f"t{k}", "", None, {"target_scad": f"cube({k + 1});"}) for k in range(3)]
+    verdicts = score_sync(v, tasks, ["cube(1);"] * 3)
+    assert verdicts[0].passed and not verdicts[2].passed and len(v._targets) == 2
+
+
+def test_a_missing_extra_names_it(monkeypatch):
+    import sys
+
+    from posttrain.engine.extras import MissingExtraError
+    from posttrain.rewards import cad_geometry
+
+    monkeypatch.setitem(sys.modules, "manifold3d", None)
+    cad_geometry.require_cad.cache_clear()
+    try:
+        with pytest.raises(MissingExtraError, match=r"posttrain\[cad\]"):
+            CadVerifier()
+    finally:
+        cad_geometry.require_cad.cache_clear()
+
+
+def test_openscad_missing_is_an_error_verdict_never_a_zero():
+    (v,) = judge(CadVerifier(binary="openscad-not-installed"), TASK, GOLD)
+    assert v.status is VerdictStatus.ERROR and "system-deps" in v.details
