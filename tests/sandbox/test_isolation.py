@@ -81,15 +81,21 @@ def test_symlinks_cannot_redirect_writes_to_the_host(sandbox):
         assert "owned" not in f.read()
 
 
-def test_harbor_paths_link_into_the_tasks_own_workspace(sandbox):
-    """/app, /tests, /logs, /solution (sandbox.WORKSPACE_LINKS) resolve inside /work and cannot be re-pointed."""
+def test_harbor_paths_are_directories_of_the_tasks_own_workspace(sandbox):
+    """/app, /tests, /logs, /solution (sandbox.WORKSPACE_BINDS) are real directories bound from the task's own
+    /work; a symlink planted on the way binds nothing, and they cannot be replaced."""
     with sandbox.session() as s:
-        r = s.exec("readlink /app /tests /logs /solution; echo a > /app/f; mkdir -p .harbor/logs && echo b > /logs/g; "
-                   "cat /work/f /work/.harbor/logs/g; rm -f /tests 2>/dev/null || echo fixed; "
-                   "ln -s /etc /app/etc && ln -sfn / /logs 2>/dev/null || echo readonly")
-        assert r.stdout == "/work\n/work/.harbor/tests\n/work/.harbor/logs\n/work/.harbor/solution\na\nb\nfixed\nreadonly\n", r
-    r = sandbox.run("ls -A /app; test -e /logs || echo fresh")  # a one-shot run: a fresh, empty /work behind the links
-    assert r.stdout == "fresh\n", r
+        r = s.exec("cd /app && pwd -P; echo a > /app/f; mkdir -p .harbor/logs .harbor/tests && echo b > .harbor/logs/g && "
+                   "echo t > .harbor/tests/test_x.py; true")
+        assert r.stdout == "/app\n", r
+        r = s.exec("cat /work/f /logs/g; find /tests -name '*test*.py'; rm -rf /tests 2>/dev/null || echo fixed; "
+                   "ln -s /etc /app/etc && ln -sfn / /logs 2>/dev/null || echo readonly; "
+                   "rm -rf .harbor/solution && ln -s /etc .harbor/solution")
+        assert r.stdout == "a\nb\n/tests/test_x.py\nfixed\nreadonly\n", r
+        r = s.exec("ls -A /solution; test -d /tests && test ! -L /tests && test ! -L /app && echo dirs")
+        assert r.stdout == "dirs\n", r  # the planted .harbor/solution -> /etc was not bound
+    r = sandbox.run("ls -A /app /logs")  # a one-shot run: a fresh, empty /work behind them
+    assert r.stdout.split() == ["/app:", "/logs:"], r
 
 
 def test_mknod_mount_and_chroot_are_refused(sandbox):

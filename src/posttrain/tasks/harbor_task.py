@@ -8,7 +8,10 @@ or a Terminal-Bench 1 one (`task.yaml`, `run-tests.sh`, `tests/`, `solution.sh`;
 `tasks/data/terminal/`, or a directory of task directories, with per-task load errors collected so
 the other tasks still run). A bad directory is a one-line `TaskFileError` naming the file.
 What differs from Docker-based Harbor is said per task in `TerminalTask.notes`: a Dockerfile is not
-built (the files beside it are copied into the workspace), non-regular files are skipped.
+built as an image; the workspace it describes (`COPY`/`ADD`, `WORKDIR`, `ENV`, file-shaping `RUN` steps) is
+planned by `tasks/dockerfile_plan.py` and applied in the sandbox, and each step it cannot apply (package
+installs, downloads, paths outside /app) is a note; non-regular files are skipped. Fields of `task.toml`
+that are not supported are notes too, never load errors.
 Does not cover: running a task (`tasks/harbor_workspace.py`), the `terminal` domain (`tasks/terminal.py`).
 """
 
@@ -22,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from posttrain.tasks.dockerfile_plan import DEFAULT_WORKDIR, BuildPlan, plan_workspace
 from posttrain.tasks.jsonl import TaskFileError
 
 BUILTIN_SUITES = ("terminal",)
@@ -63,6 +67,17 @@ class TerminalTask:
     format: Literal["harbor", "terminal-bench"] = "harbor"
     source: str = ""
     """The directory the task was loaded from."""
+    build: BuildPlan | None = None
+    """The workspace the task's Dockerfile describes (None without one: `environment` is copied into /app as is)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment of the agent's commands, the oracle and the tests: the Dockerfile's ENV, then `[environment.env]`."""
+    disk_mb: int = 256
+    """The workspace's disk quota (`[environment] storage_mb`, capped)."""
+
+    @property
+    def workdir(self) -> str:
+        """Where commands start: the Dockerfile's last WORKDIR (under /app), else /app."""
+        return self.build.workdir if self.build is not None else DEFAULT_WORKDIR
 
 
 @dataclass(frozen=True)
@@ -122,10 +137,47 @@ def _table(config: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return value
 
 
-def _dockerfile_notes(text: str, where: str) -> list[str]:
-    runs = len(re.findall(r"^\s*RUN\b", text, flags=re.MULTILINE | re.IGNORECASE))
-    note = f"{where} is not built: the other files beside it are copied into the workspace (/app)"
-    return [note + (f"; its {runs} RUN step(s) did not run" if runs else "")]
+def _plan(text: str, where: str, context: dict[str, bytes], executable: list[str], prefix: str,
+          dockerignore: str) -> tuple[BuildPlan, list[str]]:
+    """The Dockerfile's workspace plan, and its notes (the steps it does not apply)."""
+    execs = frozenset(p[len(prefix):] for p in executable if p.startswith(prefix))
+    try:
+        plan = plan_workspace(text, context, execs, name=where, dockerignore=dockerignore)
+    except Exception as exc:  # noqa: BLE001 - a parser's failure on a malformed file is the task's
+        raise TaskFileError(f"{where}: cannot be read: {exc}") from None
+    notes = [f"{where} is not built as an image: its workspace is applied in the sandbox ({len(plan.steps)} step(s))"]
+    return plan, notes + [f"not applied: {s}" for s in plan.skipped]
+
+
+# Fields of current Harbor task.toml tables that posttrain reads; others are notes, never load errors.
+_READ_FIELDS = {
+    "verifier": {"timeout_sec", "env"},
+    "agent": {"timeout_sec"},
+    "environment": {"cpus", "memory_mb", "memory", "allow_internet", "env", "workdir", "storage_mb", "storage",
+                    "build_timeout_sec", "gpus"},
+}
+
+
+def _unsupported(tables: dict[str, dict[str, Any]], config: dict[str, Any]) -> list[str]:
+    notes = []
+    for name, table in tables.items():
+        for key in sorted(set(table) - _READ_FIELDS.get(name, set())):
+            notes.append(f"task.toml [{name}] {key} = {table[key]!r}: not supported here, ignored")
+    env = tables.get("environment", {})
+    if env.get("gpus"):
+        notes.append(f"task.toml [environment] gpus = {env['gpus']!r}: the sandbox has no GPU")
+    if env.get("workdir") not in (None, DEFAULT_WORKDIR):
+        notes.append(f"task.toml [environment] workdir = {env['workdir']!r}: the workspace is /app here")
+    if "steps" in config and not isinstance(config["steps"], list):
+        notes.append("task.toml steps: expected [[steps]] tables, ignored")
+    return notes
+
+
+def _env_table(table: dict[str, Any], where: str) -> dict[str, str]:
+    value = table.get("env", {})
+    if not isinstance(value, dict):
+        raise TaskFileError(f"{where}: env must be a table of strings")
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def _check_size(task_id: str, *parts: dict[str, bytes]) -> None:
@@ -174,9 +226,17 @@ def _load_harbor(root: Path) -> TerminalTask:
         environment, ex, n = _read_tree(env_dir, "environment")
         notes += n
         executable += [f"environment/{p}" for p in ex]
+        if "Dockerfile" in environment:
+            dockerfile = environment["Dockerfile"].decode("utf-8", "replace")
+            ignore = environment.get(".dockerignore", b"").decode("utf-8", "replace")
+            plan, n = _plan(dockerfile, "environment/Dockerfile", environment, executable, "environment/", ignore)
+            notes += n
         for name in _DOCKER_FILES:
-            if name in environment:
-                notes += _dockerfile_notes(environment.pop(name).decode("utf-8", "replace"), f"environment/{name}")
+            if environment.pop(name, None) is not None and name != "Dockerfile":
+                notes.append(f"environment/{name}: not used (services of a compose file do not run here)")
+    else:
+        plan = None
+    notes += _unsupported({"verifier": verifier, "agent": agent, "environment": env}, config)
     tests, ex, n = _read_tree(tests_dir, "tests")
     notes += n
     executable += [f"tests/{p}" for p in ex]
@@ -199,12 +259,15 @@ def _load_harbor(root: Path) -> TerminalTask:
         cpus=_number(env, "cpus", 1.0, where),
         memory_mb=_memory_mb(env, where),
         allow_internet=bool(env.get("allow_internet", True)),
-        metadata={**metadata, **({"verifier_env": verifier["env"]} if isinstance(verifier.get("env"), dict) else {})},
+        metadata={**metadata, **({"verifier_env": _env_table(verifier, where)} if "env" in verifier else {})},
         notes=tuple(notes),
         solution_files=solution_files,
         executable=tuple(executable),
         format="harbor",
         source=str(root),
+        build=plan,
+        env={**(plan.env if plan else {}), **_env_table(env, where)},
+        disk_mb=min(int(_number(env, "storage_mb", 256, where)), 2048) if "storage_mb" in env else 256,
     )
 
 
@@ -236,9 +299,12 @@ def _load_terminal_bench(root: Path) -> TerminalTask:
     environment, ex, n = _read_tree(root, "", skip=_TB1_OWN | {"tests"})
     executable = [f"environment/{p}" for p in ex]
     notes += [x.lstrip("/") for x in n]
-    for name in _DOCKER_FILES:
-        if (root / name).is_file():
-            notes += _dockerfile_notes((root / name).read_text(encoding="utf-8", errors="replace"), name)
+    plan = None
+    if (root / "Dockerfile").is_file():
+        ignore = (root / ".dockerignore").read_text(errors="replace") if (root / ".dockerignore").is_file() else ""
+        plan, n = _plan((root / "Dockerfile").read_text(encoding="utf-8", errors="replace"), "Dockerfile", environment,
+                        executable, "environment/", ignore)
+        notes += n
     tests, ex, n = _read_tree(root / "tests", "tests")
     notes += n
     executable += [f"tests/{p}" for p in ex]
@@ -269,6 +335,8 @@ def _load_terminal_bench(root: Path) -> TerminalTask:
         executable=tuple(executable),
         format="terminal-bench",
         source=str(root),
+        build=plan,
+        env=dict(plan.env) if plan else {},
     )
 
 
