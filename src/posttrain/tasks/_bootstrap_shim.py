@@ -12,8 +12,9 @@ scripts start with `apt-get update; apt-get install -y curl`, `curl -LsSf https:
 - `uv venv` makes a virtual environment over the sandbox's Python (its packages visible), `uv init` a bare
   pyproject.toml; `uv add` / `uv pip install` / `pip install` / `uvx --with` check that each requirement is
   installed (a different version is used and said; a missing one fails, exit 1); `uv run CMD` / `uvx CMD` run the
-  local CMD (`python -m CMD` when CMD is a module, as pytest). With `POSTTRAIN_NETWORK=1` and a real `uv` on the
-  host, `uv` and `uvx` are that uv.
+  local CMD (`python -m CMD` when CMD is a module, as pytest). Only when a requirement is missing, with
+  `POSTTRAIN_NETWORK=1` and a real `uv` on the host, is the command handed to that uv (which may fetch it from
+  the package index): tools already present are never fetched.
 Every substitution is one line in `/work/.harbor/bootstrap.log`, which the verifier puts in the verdict.
 Does not cover: installing anything (nothing is fetched offline), `apt-get` with network (the root is read-only).
 """
@@ -119,7 +120,7 @@ def check(specs: list[str], what: str) -> int:
     if missing:
         log(f"{what} {' '.join(missing)}: not installed on the host, cannot be fetched offline")
         print(f"error: offline: {', '.join(missing)} not installed (posttrain sandbox)", file=sys.stderr)
-        return 1
+        return MISSING
     return 0
 
 
@@ -189,12 +190,27 @@ def _withs(args: list[str]) -> tuple[list[str], list[str]]:
     return withs, rest
 
 
+def online(argv: list[str]) -> int:
+    """A requirement is missing: hand `argv` (a uv command line) to the host's uv when the network is on."""
+    exe = real("uv")
+    if os.environ.get("POSTTRAIN_NETWORK") != "1" or exe is None:
+        return 1
+    log(f"{' '.join(argv)[:120]}: a requirement is missing; the host's uv fetches it (network on)")
+    os.execv(exe, argv)
+    return 126
+
+
 def uv(args: list[str], tool: bool) -> int:
-    if os.environ.get("POSTTRAIN_NETWORK") == "1" and real("uv"):
-        log(f"{'uvx' if tool else 'uv'} {' '.join(args)[:120]}: the host's uv, with network")
-        exe = real("uv")
-        assert exe is not None
-        os.execv(exe, ["uv", *(["tool", "run"] if tool else []), *args])
+    rc = _uv(args, tool)
+    if rc == MISSING:
+        return online(["uv", *(["tool", "run"] if tool else []), *args])
+    return rc
+
+
+MISSING = 200  # what `check` returns for a missing requirement (uv / pip then exit 1, or go online)
+
+
+def _uv(args: list[str], tool: bool) -> int:
     if tool:
         withs, rest = _withs(args)
         if rest:
@@ -234,7 +250,7 @@ def uv(args: list[str], tool: bool) -> int:
         log(f"uv run {' '.join(cmd)[:120]}: the local {cmd[0] if cmd else '?'}")
         return rc or run_local(cmd)
     if sub == "tool" and rest[:1] == ["run"]:
-        return uv(rest[1:], tool=True)
+        return _uv(rest[1:], tool=True)
     log(f"uv {' '.join(args)[:120]}: not supported here")
     print(f"uv {sub}: not supported in the posttrain sandbox", file=sys.stderr)
     return 2
@@ -242,7 +258,10 @@ def uv(args: list[str], tool: bool) -> int:
 
 def pip(args: list[str]) -> int:
     if args[:1] == ["install"]:
-        return check(_pip_specs(args[1:]), "pip install")
+        rc = check(_pip_specs(args[1:]), "pip install")
+        if rc == MISSING:
+            return online(["uv", "pip", "install", "--python", real("python3") or sys.executable, *args[1:]])
+        return rc
     return subprocess.call([real("python3") or sys.executable, "-m", "pip", *args])
 
 

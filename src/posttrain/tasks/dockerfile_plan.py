@@ -232,6 +232,8 @@ def plan_workspace(dockerfile: str, context: dict[str, bytes], executable: froze
         kind, value, line = ins["instruction"], ins["value"], ins["startline"] + 1
         where = f"{name}:{line}"
         variables = {**args, **env}
+        if kind == "COMMENT":
+            continue
         if kind == "FROM":
             stages += 1
             base = value.split()[0] if value.split() else ""
