@@ -309,12 +309,12 @@ def _copy(kind: str, value: str, workdir: str, context: dict[str, bytes], execut
         for rel, data in context.items():
             if src_norm == ".":
                 target = posixpath.join(dest_rel, rel)
-            elif fnmatch.fnmatchcase(rel, src_norm):  # a file named by the source
+            elif _match(rel, src_norm):  # a file named by the source
                 target = posixpath.join(dest_rel, posixpath.basename(rel)) if into_dir or _glob(src_norm) else dest_rel
             else:  # a file inside a directory the source names: the directory's contents go to dest
                 parts = rel.split("/")
-                top = next(("/".join(parts[:k]) for k in range(1, len(parts))
-                            if fnmatch.fnmatchcase("/".join(parts[:k]), src_norm)), None)
+                top = next(("/".join(parts[:k]) for k in range(1, len(parts)) if _match("/".join(parts[:k]), src_norm)),
+                           None)
                 if top is None:
                     continue
                 target = posixpath.join(dest_rel, rel[len(top) + 1:])
@@ -326,6 +326,12 @@ def _copy(kind: str, value: str, workdir: str, context: dict[str, bytes], execut
             skipped.append(f"{where}: {kind} {src}: no such file in the build context")
     dirs.append(dest_rel if into_dir or not files or dest_rel not in files else posixpath.dirname(dest_rel))
     return CopyStep(files, frozenset(execs), tuple(dirs), chown)
+
+
+def _match(path: str, pattern: str) -> bool:
+    """Docker's (Go's filepath.Match) globbing: `*` and `?` never cross a `/`."""
+    parts, pats = path.split("/"), pattern.split("/")
+    return len(parts) == len(pats) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pats))
 
 
 def _glob(pattern: str) -> bool:
