@@ -1,4 +1,4 @@
-"""Published Terminal-Bench 1 and Harbor tasks, run as published in posttrain's sandbox: the oracle must pass, doing nothing must fail.
+"""Published Terminal-Bench 1 and Harbor tasks run as published in posttrain's sandbox: oracles pass, doing nothing fails.
 
 For every task directory under DIR (Harbor `task.toml` or Terminal-Bench 1 `task.yaml`), in the default sandbox
 on this machine, offline unless `--network`: the oracle (`solve.sh` / `solution.sh`) then the tests, and the
@@ -10,8 +10,9 @@ The baseline of both figures is the ideal (1.0): a suite whose oracles all pass 
 fail; there is no slower or older path to compare against. The load average is printed at start and end.
 
 Getting the published tasks (never committed: they are others' data): `--export REPO_GIT_DIR:SUBDIR[:N[:GLOB]]`
-copies the first N task directories (sorted by name, numbers numerically; only names matching GLOB) under SUBDIR of a git checkout or bare mirror into DIR
-first, reading blobs with `git cat-file` (a task with an unreadable blob is skipped and named).
+copies the first N task directories (sorted by name, numbers numerically; only names matching GLOB) under
+SUBDIR of a git checkout or bare mirror into DIR first, reading blobs with `git cat-file` (a task with an
+unreadable blob is skipped and named).
 
 Run: `nice -n 10 python benchmarks/terminal_published.py DIR [--export ...] [--network] [--jobs 2]`.
 The last line is one JSON object. Goals (issue 44): oracle_pass_frac >= 0.9, noop_fail_frac = 1.0.
@@ -70,26 +71,16 @@ def first_lines(text: str, n: int = 3) -> str:
 
 
 async def judge(sandbox, task, script: str | None, network: bool):
-    """The verdict of `script` (the oracle when None) on a fresh workspace of `task`."""
-    from dataclasses import replace
-
-    from posttrain.tasks.harbor import open_workspace, run_solution, verify_workspace
+    """The verdict of `script` (the oracle when None) on a fresh workspace of `task` (`TerminalVerifier`'s path)."""
+    from posttrain.tasks.terminal import judge_script
     from posttrain.types import Verdict, VerdictStatus
 
+    if script is None and task.solution is None:
+        return Verdict(0.0, False, VerdictStatus.ERROR, details="the task has no oracle solution")
     try:
-        session = await sandbox.in_worker(lambda: open_workspace(sandbox, task, network=network))
+        return await judge_script(sandbox, task, task.solution if script is None else script, network=network)
     except Exception as exc:  # noqa: BLE001 - a workspace that cannot be built is this task's failure
         return Verdict(0.0, False, VerdictStatus.ERROR, details=f"workspace: {exc}")
-    try:
-        if script is None:
-            if task.solution is None:
-                return Verdict(0.0, False, VerdictStatus.ERROR, details="the task has no oracle solution")
-            await run_solution(session, task)
-        elif script.strip():
-            await run_solution(session, replace(task, solution=script, solution_files={}))
-        return await verify_workspace(session, task)
-    finally:
-        await sandbox.in_worker(session.close)
 
 
 async def run_all(tasks, network: bool, jobs: int) -> list[dict]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from posttrain.tasks.dockerfile_plan import DEFAULT_WORKDIR, BuildPlan, plan_workspace
+from posttrain.tasks.harbor_steps import TerminalStep, load_steps
 from posttrain.tasks.jsonl import TaskFileError
 
 BUILTIN_SUITES = ("terminal",)
@@ -73,6 +74,10 @@ class TerminalTask:
     """Environment of the agent's commands, the oracle and the tests: the Dockerfile's ENV, then `[environment.env]`."""
     disk_mb: int = 256
     """The workspace's disk quota (`[environment] storage_mb`, capped)."""
+    steps: tuple[TerminalStep, ...] = ()
+    """Harbor's multi-step tasks: the steps in order (then `instruction` joins theirs, `tests` are the last
+    step's, and `tasks/terminal.py` `judge_steps` runs them one by one)."""
+    step_strategy: str = "mean"
 
     @property
     def workdir(self) -> str:
@@ -170,6 +175,9 @@ def _unsupported(tables: dict[str, dict[str, Any]], config: dict[str, Any]) -> l
         notes.append(f"task.toml [environment] workdir = {env['workdir']!r}: the workspace is /app here")
     if "steps" in config and not isinstance(config["steps"], list):
         notes.append("task.toml steps: expected [[steps]] tables, ignored")
+    for key in sorted(set(config) - {"version", "schema_version", "task", "metadata", "verifier", "agent",
+                                     "environment", "steps", "multi_step_reward_strategy", "artifacts", "source"}):
+        notes.append(f"task.toml {key}: not supported here, ignored")
     return notes
 
 
@@ -203,20 +211,22 @@ def load_terminal_task(path: str | Path) -> TerminalTask:
 
 def _load_harbor(root: Path) -> TerminalTask:
     toml_path, instr_path = root / "task.toml", root / "instruction.md"
-    for p in (toml_path, instr_path):
-        if not p.is_file():
-            raise TaskFileError(f"{p}: missing")
+    if not toml_path.is_file():
+        raise TaskFileError(f"{toml_path}: missing")
     try:
         config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TaskFileError(f"{toml_path}: malformed TOML: {exc}") from None
+    multi = isinstance(config.get("steps"), list)
+    if not multi and not instr_path.is_file():
+        raise TaskFileError(f"{instr_path}: missing")
     where = str(toml_path)
     verifier, agent, env = (_table(config, k, where) for k in ("verifier", "agent", "environment"))
     metadata = _table(config, "metadata", where)
     if isinstance(config.get("task"), dict):  # schema 1.1 keeps name/description/keywords in [task]
         metadata = {**config["task"], **metadata}
     tests_dir = root / "tests"
-    if not (tests_dir / "test.sh").is_file():
+    if not multi and not (tests_dir / "test.sh").is_file():
         raise TaskFileError(f"{tests_dir / 'test.sh'}: missing (every Harbor task needs tests/test.sh)")
     notes: list[str] = []
     environment: dict[str, bytes] = {}
@@ -237,12 +247,26 @@ def _load_harbor(root: Path) -> TerminalTask:
     else:
         plan = None
     notes += _unsupported({"verifier": verifier, "agent": agent, "environment": env}, config)
-    tests, ex, n = _read_tree(tests_dir, "tests")
+    tests, ex, n = _read_tree(tests_dir, "tests") if tests_dir.is_dir() else ({}, [], [])
     notes += n
     executable += [f"tests/{p}" for p in ex]
     solution = None
     solution_files: dict[str, bytes] = {}
-    if (root / "solution" / "solve.sh").is_file():
+    agent_timeout, verifier_timeout = (_number(agent, "timeout_sec", 600.0, where),
+                                       _number(verifier, "timeout_sec", 600.0, where))
+    steps: tuple[TerminalStep, ...] = ()
+    instruction = instr_path.read_text(encoding="utf-8", errors="replace") if instr_path.is_file() else ""
+    if multi:
+        steps, n = load_steps(root, config, _read_tree, tests, (agent_timeout, verifier_timeout))
+        notes += n + [f"multi-step task ({len(steps)} steps): the oracle and the do-nothing agent run step by step; "
+                      "an agent episode sees every step's instruction at once and is judged by the last step's tests"]
+        instruction = "\n\n".join(f"## Step {i + 1}: {st.name}\n\n{st.instruction}" for i, st in enumerate(steps))
+        tests = dict(steps[-1].tests)
+        executable = [p for p in executable if not p.startswith("tests/")] + [
+            p for p in steps[-1].executable if p.startswith("tests/")]
+        if all(st.solution is not None for st in steps):
+            solution = "\n".join(st.solution or "" for st in steps)
+    elif (root / "solution" / "solve.sh").is_file():
         solution_files, ex, n = _read_tree(root / "solution", "solution")
         notes += n
         executable += [f"solution/{p}" for p in ex]
@@ -250,12 +274,12 @@ def _load_harbor(root: Path) -> TerminalTask:
     _check_size(root.name, environment, tests, solution_files)
     return TerminalTask(
         id=root.name,
-        instruction=instr_path.read_text(encoding="utf-8", errors="replace"),
+        instruction=instruction,
         environment=environment,
         tests=tests,
         solution=solution,
-        agent_timeout_s=_number(agent, "timeout_sec", 600.0, where),
-        verifier_timeout_s=_number(verifier, "timeout_sec", 600.0, where),
+        agent_timeout_s=agent_timeout,
+        verifier_timeout_s=verifier_timeout,
         cpus=_number(env, "cpus", 1.0, where),
         memory_mb=_memory_mb(env, where),
         allow_internet=bool(env.get("allow_internet", True)),
@@ -268,6 +292,8 @@ def _load_harbor(root: Path) -> TerminalTask:
         build=plan,
         env={**(plan.env if plan else {}), **_env_table(env, where)},
         disk_mb=min(int(_number(env, "storage_mb", 256, where)), 2048) if "storage_mb" in env else 256,
+        steps=steps,
+        step_strategy=str(config.get("multi_step_reward_strategy", "mean")),
     )
 
 

@@ -31,6 +31,7 @@ from posttrain.tasks.harbor import (
     run_solution,
     verify_workspace,
 )
+from posttrain.tasks.harbor_steps import TerminalStep, combine
 from posttrain.tasks.jsonl import ListSource, TaskFileError
 from posttrain.types import Task, Verdict, VerdictStatus
 
@@ -88,12 +89,15 @@ class TerminalVerifier:
         return list(await asyncio.gather(*(one(t, r) for t, r in zip(tasks, responses))))
 
 
-async def judge_script(sandbox: Any, tt: TerminalTask, script: str) -> Verdict:
-    """A fresh workspace, `script` run in it as the agent (under `agent_timeout_s`), then `verify_workspace`."""
+async def judge_script(sandbox: Any, tt: TerminalTask, script: str, *, network: bool | None = None) -> Verdict:
+    """A fresh workspace, `script` run in it as the agent (under `agent_timeout_s`), then `verify_workspace`;
+    a multi-step task goes step by step (`judge_steps`). `network` defaults to the task's `allow_internet`."""
     from dataclasses import replace
 
-    session = await sandbox.in_worker(lambda: open_workspace(sandbox, tt))
+    session = await sandbox.in_worker(lambda: open_workspace(sandbox, tt, network=network))
     try:
+        if tt.steps:
+            return await judge_steps(session, tt, script)
         acted = None
         if script.strip():
             own = tuple(p for p in tt.executable if not p.startswith("solution/"))
@@ -106,6 +110,67 @@ async def judge_script(sandbox: Any, tt: TerminalTask, script: str) -> Verdict:
         return verdict
     finally:
         await sandbox.in_worker(session.close)
+
+
+def step_task(tt: TerminalTask, step: TerminalStep) -> TerminalTask:
+    """The single-step task a step of `tt` is judged as: its tests, oracle, timeouts and verifier env."""
+    from dataclasses import replace
+
+    prefixed = tuple(p for p in step.executable if p.startswith(("tests/", "solution/")))
+    return replace(tt, tests=step.tests, solution=step.solution, solution_files=step.solution_files,
+                   executable=prefixed, agent_timeout_s=step.agent_timeout_s, verifier_timeout_s=step.verifier_timeout_s,
+                   metadata={**tt.metadata, "verifier_env": {**tt.metadata.get("verifier_env", {}), **step.verifier_env}},
+                   steps=())
+
+
+async def judge_steps(session: Any, tt: TerminalTask, script: str) -> Verdict:
+    """Harbor's multi-step run on one workspace: per step, its `workdir/` uploaded to WORKDIR (its `setup.sh` run
+    there), the agent's act (the oracle: the step's `solve.sh`; another script acts in the first step only), and
+    the step's tests; a step below its `min_reward` stops the task. The reward combines the steps'
+    (`harbor_steps.combine`); each step's is in the breakdown. A step that cannot be judged is an ERROR verdict."""
+    from dataclasses import replace
+
+    from posttrain.tasks.harbor_workspace import _chmod_x, task_prefix
+
+    oracle = script == tt.solution
+    rewards: list[float] = []
+    details = []
+    last: Verdict | None = None
+    for i, step in enumerate(tt.steps):
+        st = step_task(tt, step)
+        if step.workdir_files:
+            base = tt.workdir[len("/app"):].strip("/")
+            files = {f"{base}/{rel}".lstrip("/"): data for rel, data in step.workdir_files.items()}
+            execs = [f"/work/{base}/{p.split('/', 1)[1]}".replace("//", "/") for p in step.executable
+                     if p.startswith("workdir/")]
+            setup = "bash setup.sh" if "setup.sh" in step.workdir_files else "true"
+            # /logs is Harbor's, writable during a step (setup.sh may log there): made first, so it is bound
+            await session.aexec("mkdir -p /work/.harbor/logs")
+            r = await session.aexec(f"{_chmod_x(execs)}{task_prefix(tt)}{setup}", files=files)
+            if not r.ok:
+                return Verdict(0.0, False, VerdictStatus.ERROR, details=f"terminal:{tt.id}: step {step.name}: its "
+                               f"workdir/setup.sh failed: {r.status.value} {r.stderr[-300:]}")
+        if oracle and step.solution is not None:
+            await run_solution(session, st)
+        elif not oracle and i == 0 and script.strip():
+            await run_solution(session, replace(st, solution=script, solution_files={},
+                                                executable=tuple(p for p in st.executable if p.startswith("tests/"))))
+        last = await verify_workspace(session, st)
+        details.append(f"[{step.name}] {last.details.splitlines()[0] if last.details else ''}")
+        if last.status is not VerdictStatus.OK:
+            last.details = f"step {step.name}: {last.details}"
+            return last
+        rewards.append(last.score)
+        if step.min_reward is not None and last.score < step.min_reward:
+            details.append(f"[{step.name}] reward {last.score:g} < min_reward {step.min_reward:g}: the task stops")
+            break
+    assert last is not None
+    score = combine(rewards, len(tt.steps), tt.step_strategy)
+    verdict = Verdict(score, score >= 1.0 - 1e-9, VerdictStatus.OK, verifier=last.verifier,
+                      details=f"terminal:{tt.id}: reward {score:g} ({tt.step_strategy} of {len(tt.steps)} steps)\n"
+                      + "\n".join(details), info={**last.info, "steps_run": len(rewards)})
+    verdict.breakdown = {st.name: r for st, r in zip(tt.steps, rewards)}
+    return verdict
 
 
 _OPTIONS = ("limit", "held_out_fraction", "seed")
