@@ -354,6 +354,8 @@ def test_cli_validate_prints_the_table_and_fails_on_a_bad_task(tmp_path):
     assert "yes" in rows["good"] and "NO" in rows["wrong-oracle"] and "NO" in rows["always-passes"]
     assert "FAIL always-passes: the do-nothing response scored 1.000" in r.output
     assert "malformed TOML" in r.output  # the task that did not load is a failure too, and the others still ran
+    # what the sandbox does not apply of each task is said, never skipped silently
+    assert "NOTE good: not applied: environment/Dockerfile:4: RUN pip install nothing: not run" in r.output
     d = json.loads(CliRunner().invoke(app, ["tasks", "validate", f"terminal:{tmp_path}", "--json"]).output)
     assert d["ok"] is False and {x["task_id"] for x in d["rows"] if x["ok"]} == {"good"}
 

@@ -192,3 +192,48 @@ def test_a_failing_run_step_is_a_clear_build_error(tmp_path, sandbox):
     task = load_terminal_task(d)
     with pytest.raises(TaskFileError, match="line 3: RUN cat no-such-file"):
         open_workspace(sandbox, task, network=False)
+
+
+def multi_step_task(root):
+    """Harbor's multi-step layout: shared tests/helpers.sh, steps/<name>/{instruction.md,tests,solution,workdir}."""
+    d = root / "multi"
+    (d / "environment").mkdir(parents=True)
+    (d / "tests").mkdir()
+    (d / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\nWORKDIR /app\n")
+    (d / "tests" / "helpers.sh").write_text("pass() { echo 1 > /logs/verifier/reward.txt; exit 0; }\n"
+                                            "fail() { echo 0 > /logs/verifier/reward.txt; exit 0; }\n")
+    (d / "task.toml").write_text('schema_version = "1.1"\nartifacts = ["/app/out.txt"]\n[environment]\nallow_internet = false\n'
+                                 '[[steps]]\nname = "first"\nmin_reward = 1.0\n[steps.verifier]\ntimeout_sec = 30.0\n'
+                                 '[[steps]]\nname = "second"\n[steps.verifier.env]\nEXPECTED = "two"\n'
+                                 '[steps.healthcheck]\ncommand = "true"\n')
+    for name, solve, check in (("first", "echo one > /app/out.txt", '[ "$(cat /app/out.txt)" = one ] && pass; fail'),
+                               ("second", "cat config.txt > /app/out.txt",
+                                '[ "$(cat /app/out.txt)" = "$EXPECTED" ] && pass; fail')):
+        s = d / "steps" / name
+        (s / "tests").mkdir(parents=True)
+        (s / "solution").mkdir()
+        (s / "instruction.md").write_text(f"Step {name}\n")
+        (s / "tests" / "test.sh").write_text(f"source /tests/helpers.sh\n{check}\n")
+        (s / "solution" / "solve.sh").write_text(solve + "\n")
+    (d / "steps" / "second" / "workdir").mkdir()
+    (d / "steps" / "second" / "workdir" / "config.txt").write_text("two \n")
+    (d / "steps" / "second" / "workdir" / "setup.sh").write_text(
+        "set -e\nprintf '%s\\n' \"$(tr -d '[:space:]' < config.txt)\" > config.txt\nmkdir -p /logs/artifacts\nrm -- \"$0\"\n")
+    return d
+
+
+def test_a_multi_step_task_runs_step_by_step(tmp_path, sandbox):
+    from posttrain.tasks.terminal import judge_script
+
+    task = load_terminal_task(multi_step_task(tmp_path))
+    notes = "\n".join(task.notes)
+    assert "healthcheck: not supported here" in notes and "artifacts: not collected" in notes
+    assert [s.name for s in task.steps] == ["first", "second"] and "## Step 2: second" in task.instruction
+    gold = asyncio.run(judge_script(sandbox, task, task.solution, network=False))
+    assert gold.passed and gold.breakdown == {"first": 1.0, "second": 1.0}, gold.details
+    noop = asyncio.run(judge_script(sandbox, task, "", network=False))
+    # the first step fails its min_reward: the task stops, the second scores 0 unrun
+    assert noop.status is VerdictStatus.OK and noop.score == 0.0 and noop.breakdown == {"first": 0.0}, noop.details
+    assert noop.info["steps_run"] == 1
+    half = asyncio.run(judge_script(sandbox, task, "echo one > /app/out.txt", network=False))
+    assert (half.score, half.breakdown) == (0.5, {"first": 1.0, "second": 0.0}), half.details

@@ -49,9 +49,12 @@ def terminal_task_of(task: Task) -> TerminalTask:
 
 def as_task(tt: TerminalTask, suite: str) -> Task:
     """The registry's view of a terminal task: the instruction is the prompt, solve.sh the gold answer."""
+    # What this sandbox does not apply of the task (skipped Dockerfile steps, unsupported task.toml fields):
+    # `tasks validate` prints it per task
+    notes = [n for n in tt.notes if "is not built as an image" not in n]
     return Task(id=tt.id, prompt=tt.instruction, answer=tt.solution,
-                meta={TASK_KEY: tt, "suite": suite, "rollouter": "agent", **{k: v for k, v in tt.metadata.items()
-                                                                             if k in ("difficulty", "category")}})
+                meta={TASK_KEY: tt, "suite": suite, "rollouter": "agent", "notes": notes,
+                      **{k: v for k, v in tt.metadata.items() if k in ("difficulty", "category")}})
 
 
 def script_of(response: str) -> str:
