@@ -70,20 +70,26 @@ def first_lines(text: str, n: int = 3) -> str:
     return " | ".join(lines[:n])[:400]
 
 
-async def judge(sandbox, task, script: str | None, network: bool):
-    """The verdict of `script` (the oracle when None) on a fresh workspace of `task` (`TerminalVerifier`'s path)."""
+async def judge(sandbox, task, script: str | None, network: bool, runner=None):
+    """The verdict of `script` (the oracle when None) on a fresh workspace of `task` (`TerminalVerifier`'s path),
+    or in a container of the task's image when `runner` is a container engine."""
     from posttrain.tasks.terminal import judge_script
     from posttrain.types import Verdict, VerdictStatus
 
     if script is None and task.solution is None:
         return Verdict(0.0, False, VerdictStatus.ERROR, details="the task has no oracle solution")
+    script = task.solution if script is None else script
     try:
-        return await judge_script(sandbox, task, task.solution if script is None else script, network=network)
+        if runner is not None:
+            from posttrain.tasks.container import judge_in_container
+
+            return await judge_in_container(runner, task, script, network=network)
+        return await judge_script(sandbox, task, script, network=network)
     except Exception as exc:  # noqa: BLE001 - a workspace that cannot be built is this task's failure
         return Verdict(0.0, False, VerdictStatus.ERROR, details=f"workspace: {exc}")
 
 
-async def run_all(tasks, network: bool, jobs: int) -> list[dict]:
+async def run_all(tasks, network: bool, jobs: int, runner=None) -> list[dict]:
     from posttrain.sandbox import Sandbox
 
     gate = asyncio.Semaphore(jobs)
@@ -91,8 +97,8 @@ async def run_all(tasks, network: bool, jobs: int) -> list[dict]:
         async def one(task) -> dict:
             async with gate:
                 t0 = time.perf_counter()
-                oracle = await judge(sandbox, task, None, network)
-                noop = await judge(sandbox, task, "", network)
+                oracle = await judge(sandbox, task, None, network, runner)
+                noop = await judge(sandbox, task, "", network, runner)
                 return {"task": task.id, "oracle": oracle, "noop": noop, "seconds": time.perf_counter() - t0}
 
         return list(await asyncio.gather(*(one(t) for t in tasks)))
@@ -104,6 +110,10 @@ def main() -> None:
     ap.add_argument("--export", action="append", default=[], help="REPO_GIT_DIR:SUBDIR[:N[:GLOB]], copied into DIR first")
     ap.add_argument("--network", action="store_true", help="tasks get the host's network (default: offline)")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--environment", choices=("sandbox", "podman", "docker"), default="sandbox",
+                    help="where tasks run: posttrain's sandbox, or a container of the task's image")
+    ap.add_argument("--base", help="with a container engine: a local image replacing each Dockerfile's first FROM")
+    ap.add_argument("--only", help="only task directories whose name matches this glob")
     args = ap.parse_args()
     from posttrain.tasks.harbor import TaskLoadError, load_terminal_suite
     from posttrain.types import VerdictStatus
@@ -115,8 +125,16 @@ def main() -> None:
             print(f"export: {problem}", file=sys.stderr)
     errors: list[TaskLoadError] = []
     tasks = load_terminal_suite(args.dir, errors=errors)
+    if args.only:
+        tasks = [t for t in tasks if fnmatch.fnmatchcase(t.id, args.only)]
+        errors = [e for e in errors if fnmatch.fnmatchcase(Path(e.path).name, args.only)]
+    runner = None
+    if args.environment != "sandbox":
+        from posttrain.tasks.container import EngineRunner
+
+        runner = EngineRunner(args.environment, base=args.base)
     t0 = time.perf_counter()
-    rows = asyncio.run(run_all(tasks, args.network, args.jobs))
+    rows = asyncio.run(run_all(tasks, args.network, args.jobs, runner))
     failing: dict[str, str] = {Path(e.path).name: f"does not load: {e.message}" for e in errors}
     oracle_pass = noop_fail = 0
     for row in rows:
@@ -141,6 +159,7 @@ def main() -> None:
     print(f"load average at end: {os.getloadavg()}", file=sys.stderr)
     print(json.dumps({"tasks": total, "oracle_pass_frac": round(oracle_pass / max(total, 1), 4),
                       "noop_fail_frac": round(noop_fail / max(total, 1), 4), "network": args.network,
+                      "environment": args.environment,
                       "seconds": round(time.perf_counter() - t0, 1), "failing": failing}))
 
 

@@ -243,6 +243,18 @@ def _named_reward(obj: dict[str, Any], name: str) -> tuple[Any, dict[str, Any], 
     return sum(metrics.values()) / len(metrics), dict(metrics), f"{name} (mean of {', '.join(metrics)})"
 
 
+def task_reward(task: TerminalTask, found: dict[str, dict[str, str]], exit_code: int | None, stdout: str) -> Reward | str:
+    """`parse_reward`, and for a Terminal-Bench 1 task without a reward file its test script's outcome (exit 0:
+    1; a pytest summary: 0). The one rule for the sandbox and the container back end."""
+    reward = parse_reward(found)
+    if isinstance(reward, str) and task.format == "terminal-bench":
+        if exit_code == 0:
+            return Reward(1.0, {}, "exit status")
+        if _PYTEST_SUMMARY.search(stdout):
+            return Reward(0.0, {}, "pytest summary")
+    return reward
+
+
 _SOURCE_HASH: list[str] = []
 
 
@@ -319,14 +331,9 @@ async def verify_workspace(session: Workspace, task: TerminalTask) -> Verdict:
         found = json.loads(read.stdout)
     except ValueError:
         return verdict(0.0, VerdictStatus.ERROR, f"{name}: could not read the reward: {read.stdout[:200]!r}", **info)
-    reward = parse_reward(found)
+    reward = task_reward(task, found, run.exit_code, run.stdout)
     if "bootstrap" in found:
         info["bootstrap"] = substitutions(found["bootstrap"].get("text", ""))
-    if isinstance(reward, str) and task.format == "terminal-bench":
-        if run.exit_code == 0:
-            reward = Reward(1.0, {}, "exit status")
-        elif _PYTEST_SUMMARY.search(run.stdout):
-            reward = Reward(0.0, {}, "pytest summary")
     if isinstance(reward, str):
         return verdict(0.0, VerdictStatus.ERROR, f"{name}: {reward} ({task.test_script}: {run.status.value}, "
                        f"exit {run.exit_code})\n{output}", **info)

@@ -75,8 +75,23 @@ class TerminalVerifier:
 
     max_concurrency: int = 8  # workspaces at once (most of a task's time is spent waiting on its processes)
     name: str = "terminal"
+    environment: str = "sandbox"
+    """"sandbox" (the default), or "podman" / "docker": the task's Dockerfile built and run (`tasks/container.py`)."""
+    base_image: str | None = None
+    """With a container engine: a local image that replaces each Dockerfile's first FROM (no registry pull)."""
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
+        if self.environment != "sandbox":
+            from posttrain.tasks.container import EngineRunner, judge_in_container
+
+            runner = EngineRunner(self.environment, base=self.base_image)
+            gate = asyncio.Semaphore(self.max_concurrency)
+
+            async def in_container(task: Task, response: str) -> Verdict:
+                async with gate:
+                    return await judge_in_container(runner, terminal_task_of(task), script_of(response))
+
+            return list(await asyncio.gather(*(in_container(t, r) for t, r in zip(tasks, responses))))
         from posttrain.rewards.code import session_sandbox
 
         try:
@@ -176,7 +191,7 @@ async def judge_steps(session: Any, tt: TerminalTask, script: str) -> Verdict:
     return verdict
 
 
-_OPTIONS = ("limit", "held_out_fraction", "seed")
+_OPTIONS = ("limit", "held_out_fraction", "seed", "environment", "base_image")
 
 
 def terminal_domain(spec: str, tasks: list[TerminalTask], errors: list[TaskLoadError], options: dict[str, Any]) -> Domain:
@@ -188,7 +203,11 @@ def terminal_domain(spec: str, tasks: list[TerminalTask], errors: list[TaskLoadE
         raise TaskFileError(f"{spec}: no task loaded" + "".join(f"\n  {e.path}: {e.message}" for e in errors))
     limit = options.get("limit")
     source = ListSource(items, name=spec, held_out_fraction=options.get("held_out_fraction") or 0.0)
-    return Domain(spec, source, TerminalVerifier(),
+    environment = str(options.get("environment") or "sandbox")
+    if environment not in ("sandbox", "podman", "docker"):
+        raise TaskFileError(f"{spec}: environment must be sandbox, podman or docker, got {environment!r}")
+    verifier = TerminalVerifier(environment=environment, base_image=options.get("base_image"))
+    return Domain(spec, source, verifier,
                   evaluation=lambda n, _seed: items[:n], sampling=SamplingDefaults(max_tokens=1024),
                   rollouter="agent",  # the default AgentSpec (agent/spec.py) runs the TerminalTask it carries
                   description=f"{len(items[:limit])} terminal tasks (Harbor format)",
