@@ -14,11 +14,13 @@ from posttrain.tasks.container import EngineRunner, RunOutput, judge_in_containe
 from posttrain.tasks.harbor import load_terminal_task
 from posttrain.types import VerdictStatus
 
+PASSED = RunOutput(0, "ok")
+
 
 class FakeEngine:
     """Records every call; answers the test script and the reward read as told."""
 
-    def __init__(self, build_rc=0, test=RunOutput(0, "ok"), reward="reward.txt\0" + "1\n\0", fail_copy=False):
+    def __init__(self, build_rc=0, test=PASSED, reward="reward.txt\0" + "1\n\0", fail_copy=False):
         self.calls: list[tuple] = []
         self.build_rc, self.test, self.reward, self.fail_copy = build_rc, test, reward, fail_copy
         self.copied: dict[str, dict[str, bytes]] = {}

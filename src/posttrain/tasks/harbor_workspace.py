@@ -59,7 +59,7 @@ def _limits(task: TerminalTask, wall_s: float, disk_mb: int) -> Limits:
                   output_bytes=1 << 20, owners=True)
 
 
-def _chmod_x(paths: list[str]) -> str:
+def chmod_x(paths: list[str]) -> str:
     return f"chmod +x -- {' '.join(shlex.quote(p) for p in paths)} && " if paths else ""
 
 
@@ -90,7 +90,7 @@ def build_script(task: TerminalTask) -> tuple[str, dict[str, bytes]]:
             for rel, data in step.files.items():
                 files[f"{BUILD_DIR}/{i}/{rel}"] = data
             stage = f"/tmp/{BUILD_DIR}/{i}"
-            lines.append(_chmod_x([f"{stage}/{p}" for p in sorted(step.executable)]) + f"cp -a {stage}/. /app/ "
+            lines.append(chmod_x([f"{stage}/{p}" for p in sorted(step.executable)]) + f"cp -a {stage}/. /app/ "
                          f"|| fail {shlex.quote(where)} $?")
             if step.chown:
                 tops = sorted({rel.split("/")[0] for rel in step.files})
@@ -116,7 +116,7 @@ def open_workspace(sandbox: Workspaces, task: TerminalTask, *, network: bool | N
     try:
         if task.build is None:  # no Dockerfile: the environment's files are the workspace
             execs = [p.split("/", 1)[1] for p in task.executable if p.startswith("environment/")]
-            r = session.exec(_chmod_x(execs) + "true", files=dict(task.environment))
+            r = session.exec(chmod_x(execs) + "true", files=dict(task.environment))
             if not r.ok:
                 raise SandboxError(f"{task.id}: could not write the environment files: {r.error or r.stderr.strip()}")
         else:
@@ -148,7 +148,7 @@ async def run_solution(session: Workspace, task: TerminalTask) -> ExecResult:
     cleared = await session.aexec(f"cd /work && {_CLEAR} && mkdir -p {HARBOR_DIR}/solution")
     if not cleared.ok:
         return cleared
-    command = (f"{_chmod_x(execs)}{task_prefix(task)}bash /solution/solve.sh; rc=$?; rm -rf /work/{HARBOR_DIR}; "
+    command = (f"{chmod_x(execs)}{task_prefix(task)}bash /solution/solve.sh; rc=$?; rm -rf /work/{HARBOR_DIR}; "
                "exit $rc")
     return await session.aexec(command, files=files,
                                limits=_limits(task, task.agent_timeout_s, session.limits.disk_mb))
@@ -306,7 +306,7 @@ async def verify_workspace(session: Workspace, task: TerminalTask) -> Verdict:
     network = bool(getattr(session, "network", False))
     env = {"TEST_DIR": "/tests", **{str(k): str(v) for k, v in task.metadata.get("verifier_env", {}).items()},
            "POSTTRAIN_NETWORK": "1" if network else "0"}
-    command = (f"{_chmod_x(execs)}{task_prefix(task, env)}export PATH={BOOTSTRAP_PATH}:$PATH; "
+    command = (f"{chmod_x(execs)}{task_prefix(task, env)}export PATH={BOOTSTRAP_PATH}:$PATH; "
                f"exec bash /tests/{shlex.quote(task.test_script)}")
     run = await session.aexec(command, files=files,
                               limits=_limits(task, task.verifier_timeout_s, session.limits.disk_mb))

@@ -148,7 +148,7 @@ async def judge_steps(session: Any, tt: TerminalTask, script: str) -> Verdict:
     (`harbor_steps.combine`); each step's is in the breakdown. A step that cannot be judged is an ERROR verdict."""
     from dataclasses import replace
 
-    from posttrain.tasks.harbor_workspace import _chmod_x, task_prefix
+    from posttrain.tasks.harbor_workspace import chmod_x, task_prefix
 
     oracle = script == tt.solution
     rewards: list[float] = []
@@ -164,7 +164,7 @@ async def judge_steps(session: Any, tt: TerminalTask, script: str) -> Verdict:
             setup = "bash setup.sh" if "setup.sh" in step.workdir_files else "true"
             # /logs is Harbor's, writable during a step (setup.sh may log there): made first, so it is bound
             await session.aexec("mkdir -p /work/.harbor/logs")
-            r = await session.aexec(f"{_chmod_x(execs)}{task_prefix(tt)}{setup}", files=files)
+            r = await session.aexec(f"{chmod_x(execs)}{task_prefix(tt)}{setup}", files=files)
             if not r.ok:
                 return Verdict(0.0, False, VerdictStatus.ERROR, details=f"terminal:{tt.id}: step {step.name}: its "
                                f"workdir/setup.sh failed: {r.status.value} {r.stderr[-300:]}")
