@@ -131,3 +131,12 @@ def test_engine_command_lines(tmp_path, monkeypatch):
     assert seen[-1] == ["run", "-d", "--rm", "--network", "none", "--entrypoint", "sleep", "t", "infinity"]
     with pytest.raises(ValueError, match="environment must be one of podman, docker"):
         EngineRunner("lxc")
+
+
+def test_an_empty_build_context_builds(tmp_path):
+    d = task_dir(tmp_path)
+    (d / "environment" / "a.txt").unlink()
+    (d / "environment" / "Dockerfile").write_text("FROM python:3.13\nWORKDIR /app\n")
+    engine = FakeEngine()
+    v = asyncio.run(judge_in_container(engine, load_terminal_task(d), ""))
+    assert engine.calls[0][2] == ["Dockerfile"] and v.status is VerdictStatus.OK

@@ -130,6 +130,7 @@ def _context(task: TerminalTask, root: Path) -> Path:
     src = Path(task.source)
     dockerfile = src / "environment" / "Dockerfile" if task.format == "harbor" else src / "Dockerfile"
     execs = [p.split("/", 1)[1] for p in task.executable if p.startswith("environment/")]
+    root.mkdir(parents=True, exist_ok=True)  # an empty context is a context
     _write(root, task.environment, execs)
     shutil.copyfile(dockerfile, root / "Dockerfile")
     return root
