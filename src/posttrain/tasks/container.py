@@ -109,8 +109,8 @@ class EngineRunner:
 
     def remove(self, container: str, tag: str | None = None) -> None:
         self._run(["rm", "-f", container], 60)
-        if tag:
-            self._run(["rmi", "-f", tag], 60)
+        if tag:  # untag only: tasks with the same Dockerfile share one image, which a forced removal would take away
+            self._run(["rmi", tag], 60)
 
 
 def _write(root: Path, files: dict[str, bytes], executable: list[str]) -> Path:
