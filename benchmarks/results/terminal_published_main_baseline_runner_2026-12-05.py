@@ -1,9 +1,15 @@
-# The same 36 published tasks judged by the code of main (before issue 44): oracle and do-nothing, as the benchmark does.
-import asyncio, json, os, sys
+"""The same 36 published tasks judged by the code of main (before issue 44): oracle and do-nothing, as
+benchmarks/terminal_published.py does. Run with PYTHONPATH=/work/main/src; formatted for ruff after the run."""
+import asyncio
+import json
+import os
+import sys
+
 from posttrain.sandbox import Sandbox
 from posttrain.tasks.harbor import load_terminal_suite
 from posttrain.tasks.terminal import judge_script
 from posttrain.types import VerdictStatus
+
 errors = []
 tasks = load_terminal_suite(sys.argv[1], errors=errors)
 print("load average at start:", os.getloadavg(), file=sys.stderr)
@@ -26,4 +32,5 @@ for e in errors:
     print("LOAD ERROR", e.path, e.message[:200], file=sys.stderr)
 total = len(rows) + len(errors)
 print("load average at end:", os.getloadavg(), file=sys.stderr)
-print(json.dumps({"tasks": total, "oracle_pass_frac": round(op / total, 4), "noop_fail_frac": round(nf / total, 4), "code": "main"}))
+print(json.dumps({"tasks": total, "oracle_pass_frac": round(op / total, 4), "noop_fail_frac": round(nf / total, 4),
+                  "code": "main"}))
