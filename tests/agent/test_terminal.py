@@ -58,7 +58,8 @@ def test_a_scripted_agent_solves_a_terminal_task(sandbox):
                                                    call("write_file", path="hello.txt", content="hello world\n")]),
                                     t, sandbox=sandbox))
     assert ep.status is EpisodeStatus.SOLVED and ep.reward == 1.0
-    assert "/work" in ep.turns[0].observation and "test.sh" not in ep.turns[0].observation  # tests stay hidden
+    # the agent starts in the task's WORKDIR, /app, as in its container; the tests stay hidden
+    assert ep.turns[0].observation.startswith("[bash] /app\n") and "test.sh" not in ep.turns[0].observation
 
 
 def test_a_planted_reward_and_planted_tests_earn_nothing(sandbox):

@@ -49,6 +49,13 @@ class TerminalEnv(SessionEnv):
         self.bind(session, memory)
         return self.task.instruction
 
+    def bind(self, session: Workspace, memory: Memory | None) -> None:
+        """The session, with each shell command starting in the task's WORKDIR with its ENV (as in its container)."""
+        from posttrain.tasks.harbor import task_prefix
+
+        super().bind(session, memory)
+        self.ctx.command_prefix = task_prefix(self.task)
+
     async def open_template(self) -> Workspace:
         from posttrain.tasks.harbor import open_workspace
 
