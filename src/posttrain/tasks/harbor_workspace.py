@@ -7,7 +7,8 @@ oracle's solve.sh), `verify_workspace` (the task's tests, once the agent is done
 Paths inside the sandbox: the session's workspace `/work` is Harbor's `/app` (each execution binds `/work` on
 `/app`, and `/work/.harbor/{tests,logs,solution}` on `/tests`, `/logs`, `/solution` when they exist:
 `sandbox.WORKSPACE_BINDS`). The workspace is built as the task's Dockerfile describes (`BuildPlan`: COPY,
-WORKDIR, ENV, file-shaping RUN steps); the oracle and `test.sh` start in its WORKDIR with its ENV. `.harbor/`
+WORKDIR, ENV, file-shaping RUN steps); the agent's commands (`agent/terminal.py`), the oracle and `test.sh`
+start in its WORKDIR with its ENV (`task_prefix`). `.harbor/`
 exists only while the verifier or the oracle runs: a test script that lists `/app` sees it. Sessions keep
 owners (`Limits.owners`): tar as root restores uid 1000, as in a container. The tests run with the bootstrap
 stand-ins first on PATH (`harbor_bootstrap.py`: apt-get, curl, uv, uvx, pip), and the verdict's
