@@ -58,13 +58,14 @@ def test_a_scripted_agent_solves_a_terminal_task(sandbox):
                                                    call("write_file", path="hello.txt", content="hello world\n")]),
                                     t, sandbox=sandbox))
     assert ep.status is EpisodeStatus.SOLVED and ep.reward == 1.0
-    assert "/work" in ep.turns[0].observation and "test.sh" not in ep.turns[0].observation  # tests stay hidden
+    # the agent starts in the task's WORKDIR, /app, as in its container; the tests stay hidden
+    assert ep.turns[0].observation.startswith("[bash] /app\n") and "test.sh" not in ep.turns[0].observation
 
 
 def test_a_planted_reward_and_planted_tests_earn_nothing(sandbox):
-    # /logs and /tests link into /work/.harbor, which does not exist until verification: make it first
-    plant = ("mkdir -p /work/.harbor/logs/verifier /work/.harbor/tests && echo 1 > /logs/verifier/reward.txt && "
-             "printf 'echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh")
+    # /logs and /tests are bound from /work/.harbor (when it exists as an execution starts): plant there
+    plant = ("mkdir -p /work/.harbor/logs/verifier /work/.harbor/tests && echo 1 > .harbor/logs/verifier/reward.txt && "
+             "printf 'echo 1 > /logs/verifier/reward.txt\\n' > .harbor/tests/test.sh")
     ep = asyncio.run(run_agent_task(ScriptedAgent([call("bash", command=plant)]), hello_task(), sandbox=sandbox))
     assert "[exit code 0]" in ep.turns[0].observation
     assert ep.status is EpisodeStatus.FAILED and ep.reward == 0.0

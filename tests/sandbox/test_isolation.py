@@ -81,15 +81,21 @@ def test_symlinks_cannot_redirect_writes_to_the_host(sandbox):
         assert "owned" not in f.read()
 
 
-def test_harbor_paths_link_into_the_tasks_own_workspace(sandbox):
-    """/app, /tests, /logs, /solution (sandbox.WORKSPACE_LINKS) resolve inside /work and cannot be re-pointed."""
+def test_harbor_paths_are_directories_of_the_tasks_own_workspace(sandbox):
+    """/app, /tests, /logs, /solution (sandbox.WORKSPACE_BINDS) are real directories bound from the task's own
+    /work; a symlink planted on the way binds nothing, and they cannot be replaced."""
     with sandbox.session() as s:
-        r = s.exec("readlink /app /tests /logs /solution; echo a > /app/f; mkdir -p .harbor/logs && echo b > /logs/g; "
-                   "cat /work/f /work/.harbor/logs/g; rm -f /tests 2>/dev/null || echo fixed; "
-                   "ln -s /etc /app/etc && ln -sfn / /logs 2>/dev/null || echo readonly")
-        assert r.stdout == "/work\n/work/.harbor/tests\n/work/.harbor/logs\n/work/.harbor/solution\na\nb\nfixed\nreadonly\n", r
-    r = sandbox.run("ls -A /app; test -e /logs || echo fresh")  # a one-shot run: a fresh, empty /work behind the links
-    assert r.stdout == "fresh\n", r
+        r = s.exec("cd /app && pwd -P; echo a > /app/f; mkdir -p .harbor/logs .harbor/tests && echo b > .harbor/logs/g && "
+                   "echo t > .harbor/tests/test_x.py; true")
+        assert r.stdout == "/app\n", r
+        r = s.exec("cat /work/f /logs/g; find /tests -name '*test*.py'; rm -rf /tests 2>/dev/null || echo fixed; "
+                   "ln -s /etc /app/etc && ln -sfn / /logs 2>/dev/null || echo readonly; "
+                   "rm -rf .harbor/solution && ln -s /etc .harbor/solution")
+        assert r.stdout == "a\nb\n/tests/test_x.py\nfixed\nreadonly\n", r
+        r = s.exec("ls -A /solution; test -d /tests && test ! -L /tests && test ! -L /app && echo dirs")
+        assert r.stdout == "dirs\n", r  # the planted .harbor/solution -> /etc was not bound
+    r = sandbox.run("ls -A /app /logs")  # a one-shot run: a fresh, empty /work behind them
+    assert r.stdout.split() == ["/app:", "/logs:"], r
 
 
 def test_mknod_mount_and_chroot_are_refused(sandbox):
@@ -132,6 +138,30 @@ def test_tasks_run_as_nobody_on_the_host(sandbox):
 
     ok, uids = asyncio.run(scenario())
     assert ok and uids and all(u == ["65534"] * 4 for u in uids), uids
+
+
+def test_owners_keep_only_three_capabilities_and_only_over_the_namespaces_own_files(sandbox):
+    """Limits(owners=True) (terminal tasks): root of the namespace may chown to the ids tasks use and pass
+    permissions of files those ids own, nothing else: no other capability, the host's files (owned by ids the
+    namespace does not map) stay as they are, the read-only root stays read-only, and without it nothing is kept."""
+    owners = Limits(owners=True)
+    script = ("grep -E '^Cap(Eff|Bnd|Amb):' /proc/self/status; mkdir d && echo x > d/f && chmod 600 d/f && "
+              "chown -R 1000:1000 d && stat -c '%u:%g' d/f && cat d/f && "
+              "tar -C /tmp --owner=1000 --group=1000 -cf /tmp/a.tar /work/d 2>/dev/null; mkdir e && "
+              "tar -xf /tmp/a.tar -C e && stat -c '%u' e/work/d/f; "
+              "chown 0 /usr/bin/env 2>&1 | grep -c 'Read-only'; cat /etc/shadow 2>/dev/null | wc -c; "
+              "unshare -r true 2>/dev/null || echo no-userns; mount -t tmpfs x /tmp 2>/dev/null || echo no-mount")
+    r = sandbox.run(script, limits=owners)
+    assert r.stdout.split("\n")[:3] == ["CapEff:\t000000000000000b", "CapBnd:\t000000000000000b",
+                                        "CapAmb:\t000000000000000b"], r
+    assert r.stdout.split("\n")[3:] == ["1000:1000", "x", "1000", "1", "0", "no-userns", "no-mount", ""], r
+    # Without owners: nothing kept, and chown to another id is refused
+    r = sandbox.run("grep -E '^CapEff:' /proc/self/status; touch f; chown 1000 f 2>/dev/null || echo refused")
+    assert r.stdout == "CapEff:\t0000000000000000\nrefused\n", r
+    # A host directory of host root (unmapped in the namespace) is not the namespace's: DAC_OVERRIDE does not reach it
+    if os.path.isdir("/etc/ssl/private") and not os.stat("/etc/ssl/private").st_mode & 0o005:
+        r = sandbox.run("ls /etc/ssl/private >/dev/null 2>&1 && echo listed || echo denied", limits=owners)
+        assert r.stdout == "denied\n", r
 
 
 def test_ptrace_is_refused(sandbox):

@@ -47,7 +47,8 @@ def harbor_task(root, name="hello", test_sh=TEST_SH, toml=TASK_TOML, solve="echo
     (d / "solution").mkdir()
     (d / "instruction.md").write_text("Write hello to /app/out.txt\n")
     (d / "task.toml").write_text(toml)
-    (d / "environment" / "Dockerfile").write_text("FROM python:3.11\nWORKDIR /app\nRUN pip install nothing\n")
+    (d / "environment" / "Dockerfile").write_text("FROM python:3.11\nWORKDIR /app\nCOPY seed.txt run.sh ./\n"
+                                                 "RUN pip install nothing\n")
     (d / "environment" / "seed.txt").write_text("seed\n")
     (d / "environment" / "run.sh").write_text("#!/bin/sh\necho ran\n")
     (d / "environment" / "run.sh").chmod(0o755)
@@ -61,7 +62,7 @@ def tb1_task(root, name="tb1"):
     (d / "tests").mkdir(parents=True)
     (d / "task.yaml").write_text("instruction: |\n  Write hello to out.txt\ndifficulty: easy\n"
                                  "max_agent_timeout_sec: 50\nmax_test_timeout_sec: 15\nparser_name: pytest\n")
-    (d / "Dockerfile").write_text("FROM python:3.11\n")
+    (d / "Dockerfile").write_text("FROM python:3.11\nWORKDIR /app\nCOPY data.txt ./\n")
     (d / "data.txt").write_text("x\n")
     (d / "run-tests.sh").write_text("#!/bin/bash\npython3 $TEST_DIR/check.py\n")
     # A stand-in for pytest (not in the sandbox): its summary line and exit codes
@@ -94,7 +95,9 @@ def test_harbor_directory_loads(tmp_path):
     assert (t.agent_timeout_s, t.verifier_timeout_s, t.cpus, t.memory_mb, t.allow_internet) == (30.0, 20.0, 2.0, 512, False)
     assert t.metadata == {"difficulty": "easy"}
     assert "environment/run.sh" in t.executable
-    assert any("Dockerfile is not built" in n and "1 RUN step" in n for n in t.notes)
+    assert any("Dockerfile is not built as an image" in n for n in t.notes)
+    assert [n for n in t.notes if n.startswith("not applied")] == [
+        "not applied: environment/Dockerfile:4: RUN pip install nothing: not run (pip: installs or fetches software)"]
 
 
 def test_terminal_bench_1_directory_loads(tmp_path):
@@ -102,7 +105,7 @@ def test_terminal_bench_1_directory_loads(tmp_path):
     assert (t.format, t.test_script, t.agent_timeout_s, t.verifier_timeout_s) == ("terminal-bench", "run-tests.sh", 50.0, 15.0)
     assert t.instruction.strip() == "Write hello to out.txt" and t.solution.startswith("echo hello")
     assert set(t.environment) == {"data.txt"} and set(t.tests) == {"check.py", "run-tests.sh"}
-    assert t.metadata["difficulty"] == "easy" and any("Dockerfile is not built" in n for n in t.notes)
+    assert t.metadata["difficulty"] == "easy" and any("Dockerfile is not built as an image" in n for n in t.notes)
 
 
 def test_harbor_defaults_and_older_memory_spelling(tmp_path):
@@ -164,7 +167,13 @@ def test_parse_reward():
     assert "wrote no reward" in parse_reward({})
     assert "unreadable" in parse_reward({"reward.txt": {"text": "passed"}})
     assert "not a finite number" in parse_reward({"reward.json": {"text": '{"reward": NaN}'}})
-    assert "unreadable" in parse_reward({"reward.json": {"text": '{"score": 1}'}})
+    assert "unreadable" in parse_reward({"reward.json": {"text": '{"score": "high"}'}})  # no numeric metric
+    one = parse_reward({"reward.json": {"text": '{"score": 1}'}})  # one metric: that metric
+    assert (one.score, one.breakdown, one.source) == (1.0, {"score": 1.0}, "reward.json (score)")
+    # Harbor's multi-reward recipe: several metrics, none named reward -> their mean, each kept
+    multi = parse_reward({"reward.json": {"text": '{"correctness": 1, "performance": 0}'}})
+    assert (multi.score, multi.breakdown) == (0.5, {"correctness": 1.0, "performance": 0.0})
+    assert multi.source == "reward.json (mean of correctness, performance)"
     assert "not a regular file" in parse_reward({"reward.txt": {"error": "not a regular file"}})
 
 
@@ -193,9 +202,10 @@ def test_the_oracle_passes_and_doing_nothing_fails(tmp_path, sandbox):
 def test_the_agent_sees_neither_tests_nor_solution(tmp_path, sandbox):
     t = load_terminal_task(harbor_task(tmp_path))
     with open_workspace(sandbox, t) as s:
-        r = s.exec("ls -A /app; for p in /tests /solution /logs /work/.harbor; do test -e $p && echo $p; done; "
-                   "grep -rl 'echo hello' /work /tmp /dev/shm")
-    assert r.stdout.split() == ["run.sh", "seed.txt"]
+        # /tests, /solution, /logs are directories of the root, empty (read-only) while the agent acts
+        r = s.exec("ls -A /app /tests /solution /logs; test -e /work/.harbor && echo /work/.harbor; "
+                   "grep -rl 'echo hello' /work /tmp /dev/shm /tests /solution /logs")
+    assert r.stdout.split() == ["/app:", "run.sh", "seed.txt", "/logs:", "/solution:", "/tests:"], r
 
 
 def test_a_planted_reward_and_planted_tests_earn_nothing(tmp_path, sandbox):
@@ -274,7 +284,7 @@ def test_terminal_bench_1_rewards_from_the_pytest_outcome(tmp_path, sandbox):
 
 def test_terminal_bench_1_without_a_pytest_summary_is_an_error(tmp_path, sandbox):
     d = tb1_task(tmp_path)
-    (d / "run-tests.sh").write_text("#!/bin/bash\nuv run pytest\n")  # no uv here: nothing ran
+    (d / "run-tests.sh").write_text("#!/bin/bash\nno-such-runner pytest\n")  # nothing ran
     t = load_terminal_task(d)
     with open_workspace(sandbox, t) as s:
         v = run(verify_workspace(s, t))
@@ -344,6 +354,8 @@ def test_cli_validate_prints_the_table_and_fails_on_a_bad_task(tmp_path):
     assert "yes" in rows["good"] and "NO" in rows["wrong-oracle"] and "NO" in rows["always-passes"]
     assert "FAIL always-passes: the do-nothing response scored 1.000" in r.output
     assert "malformed TOML" in r.output  # the task that did not load is a failure too, and the others still ran
+    # what the sandbox does not apply of each task is said, never skipped silently
+    assert "NOTE good: not applied: environment/Dockerfile:4: RUN pip install nothing: not run" in r.output
     d = json.loads(CliRunner().invoke(app, ["tasks", "validate", f"terminal:{tmp_path}", "--json"]).output)
     assert d["ok"] is False and {x["task_id"] for x in d["rows"] if x["ok"]} == {"good"}
 

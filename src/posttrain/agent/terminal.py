@@ -1,8 +1,8 @@
 """`TerminalEnv`: a Harbor-format terminal task (`posttrain.tasks.harbor.TerminalTask`) as an agent `Env`.
 
-Covers: opening the task's workspace (`open_workspace`: the environment files, Harbor's `/app` as
-the working directory), the agent's tools over that session, and verification through
-`verify_workspace` (planted reward files deleted, the hidden `tests/` copied in only after the
+Covers: opening the task's workspace (`open_workspace`: the workspace its Dockerfile describes, Harbor's
+`/app`), the agent's tools over that session (each shell command starts in the task's WORKDIR with its
+ENV), and verification through `verify_workspace` (planted reward files deleted, the hidden `tests/` copied in only after the
 agent, `tests/test.sh` run, the reward read; a missing reward is an error verdict, not 0). The
 agent's wall-clock budget is the task's `[agent] timeout_sec`. `solution_tool(task)` is the tool an
 oracle agent calls to run the task's `solve.sh` (`run_solution`: with its `solution/` files, under the
@@ -48,6 +48,13 @@ class TerminalEnv(SessionEnv):
         session = await self.open_template()
         self.bind(session, memory)
         return self.task.instruction
+
+    def bind(self, session: Workspace, memory: Memory | None) -> None:
+        """The session, with each shell command starting in the task's WORKDIR with its ENV (as in its container)."""
+        from posttrain.tasks.harbor import task_prefix
+
+        super().bind(session, memory)
+        self.ctx.command_prefix = task_prefix(self.task)
 
     async def open_template(self) -> Workspace:
         from posttrain.tasks.harbor import open_workspace

@@ -84,6 +84,8 @@ class ToolContext:
     memory: Memory | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     staged: Staged = field(default_factory=Staged)  # shared by the copies `Tool.run` makes
+    command_prefix: str = ""
+    """Shell text each command starts with (a terminal task's `cd WORKDIR; export ENV`: as in its container)."""
 
     def exec_limits(self) -> Limits:
         return dataclasses.replace(self.limits, wall_s=self.timeout_s, cpu_s=max(self.limits.cpu_s, self.timeout_s))
@@ -96,6 +98,8 @@ class ToolContext:
     async def exec(self, command: str | None = None, *, code: str | None = None) -> ExecResult:
         s = self.need_session()
         files = self.staged.take()
+        if command is not None and self.command_prefix:
+            command = self.command_prefix + command
         r = await s.aexec(command, code=code, files=files or None, limits=self.exec_limits())
         if r.status is ExecStatus.SANDBOX_ERROR and files:
             self.staged.files = files  # not laid out: the next execution carries them

@@ -62,6 +62,9 @@ def validate_cmd(
     else:
         if report.rows:
             _print_rows(report)
+        for r in report.rows:
+            for note in r.notes:
+                typer.echo(f"NOTE {r.task_id}: {note}")
         for f in report.null_failures:
             typer.echo(f"FAIL {f.task_id}: the do-nothing response scored {f.score:.3f} [{f.status}] {f.details[:300]}")
         for f in report.failures:

@@ -75,6 +75,8 @@ if TYPE_CHECKING:
         """Those of ``ro_binds`` under ``/tmp``, which each task mounts fresh (``sandbox.REBOUND_MOUNTS``):
         bound again, read-only, inside each task's fresh ``/tmp`` (a virtual environment there)."""
         symlinks: dict[str, str]
+        workspace_binds: dict[str, str]
+        """Directory of the root -> path under /work bound on it in each task (``sandbox.WORKSPACE_BINDS``)."""
         preload: list[str]
         manager: str
         seccomp: bool
@@ -94,6 +96,8 @@ if TYPE_CHECKING:
         output_bytes: int
         disk_mb: int
         nofile: int
+        owners: NotRequired[bool]
+        """Keep ``_syscalls.OWNER_CAPS`` (``Limits.owners``)."""
         rlimit_as_bytes: NotRequired[int]
         rlimit_nproc: NotRequired[int]
 
@@ -184,6 +188,8 @@ def _build_root(config: ServerConfig) -> list[str]:
     for name, target in config["symlinks"].items():
         os.makedirs(os.path.dirname(root + name), exist_ok=True)
         os.symlink(target, root + name)
+    for name in config.get("workspace_binds", {}):
+        os.makedirs(root + name, exist_ok=True)
     os.makedirs(root + "/etc", exist_ok=True)
     with open(root + "/etc/passwd", "w") as f:
         f.write("root:x:0:0:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
@@ -220,7 +226,28 @@ def _build_root(config: ServerConfig) -> list[str]:
 # ----------------------------------------------------------------------------- one execution
 
 
-def _task_main(req: ExecRequest, fds: list[int], seccomp_program: bytes | None, rebinds: list[str]) -> None:
+def _bind_workspace_dirs(binds: dict[str, str]) -> None:
+    """Bind directories of the task's own /work on the root's empty directories (``sandbox.WORKSPACE_BINDS``):
+    "" is /work itself; another path only when every component is a plain directory (``O_NOFOLLOW``: a
+    symlink the task planted cannot point the bind elsewhere), else the directory stays empty."""
+    for dst, rel in binds.items():
+        fd = os.open("/work", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in [p for p in rel.split("/") if p]:
+                nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+        except OSError:
+            os.close(fd)
+            continue
+        try:
+            sc.mount(f"/proc/self/fd/{fd}", dst, None, sc.MS_BIND)
+        finally:
+            os.close(fd)
+
+
+def _task_main(req: ExecRequest, fds: list[int], seccomp_program: bytes | None, rebinds: list[str],
+               binds: dict[str, str]) -> None:
     """T, pid 2 of its PID namespace: joins the task's cgroups, builds the task's other
     namespaces and confinement, then becomes the task (execve of a command, or Python source
     run in this already-started interpreter). Never returns."""
@@ -269,11 +296,12 @@ def _task_main(req: ExecRequest, fds: list[int], seccomp_program: bytes | None, 
                 raise OSError(f"no open session {sid} in this fork-server (closed, or the server restarted)")
             sc.mount("overlay", "/work", "overlay", flags, _overlay_options(sid, store.chain(sid)))
         sc.umount2("/state", sc.MNT_DETACH)
+        _bind_workspace_dirs(binds)
         if not req["network"]:
             sc.loopback_up()
         _set_rlimits(limits)
         os.chdir(req.get("cwd") or "/work")
-        sc.drop_all_capabilities()
+        sc.drop_all_capabilities(sc.OWNER_CAPS if limits.get("owners") else ())
         sc.set_no_new_privs()
         for rel, content in req.get("files", {}).items():
             path = os.path.join("/work", rel)
@@ -545,7 +573,7 @@ class _Execution:
 
 
 def _start(req: ExecRequest, fds: list[int], program: bytes | None, pidns: int, inherited: list[int],
-           rebinds: list[str]) -> _Execution:
+           rebinds: list[str], binds: dict[str, str]) -> _Execution:
     """Start an execution: its init G and its task T, in a fresh PID namespace.
 
     G, pid 1, is ``clone_idle``: a process that shares the server's memory and descriptor
@@ -573,7 +601,7 @@ def _start(req: ExecRequest, fds: list[int], program: bytes | None, pidns: int, 
             try:
                 for fd in (*inherited, init_pidfd, status.detach()):  # control socket, others' fds
                     os.close(fd)
-                _task_main(req, fds, program, rebinds)
+                _task_main(req, fds, program, rebinds, binds)
             finally:
                 os._exit(EXIT_SETUP_FAILED)
     except BaseException:
@@ -621,7 +649,7 @@ def _serve(ctl: socket.socket, config: ServerConfig) -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     sc.prctl(sc.PR_SET_DUMPABLE, 0)
     warnings = _build_root(config)
-    sc.drop_bounding_set()
+    sc.drop_bounding_set(sc.OWNER_CAPS)  # each task drops these too, unless its limits ask for owners
     for mod in config.get("preload", []):
         try:
             __import__(mod)
@@ -635,6 +663,7 @@ def _serve(ctl: socket.socket, config: ServerConfig) -> None:
     if program is None:
         warnings.append(f"no seccomp filter for {os.uname().machine}: dangerous syscalls are not filtered")
     rebinds = [p for p in config.get("rebinds", []) if os.path.lexists(p)]  # those bound in our root
+    binds = dict(config.get("workspace_binds", {}))
     pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     running: dict[int, _Execution] = {}  # pidfd of T -> its execution
     dying: dict[int, tuple[int, ctypes.Array]] = {}  # pidfd of a killed G -> (pid, stack)
@@ -661,7 +690,7 @@ def _serve(ctl: socket.socket, config: ServerConfig) -> None:
             try:
                 inherited = [ctl.fileno(), pidns, *running, *dying,
                              *(x for ex in running.values() for x in (ex.init_pidfd, ex.status.fileno()))]
-                ex = _start(req, fds, program, pidns, inherited, rebinds)
+                ex = _start(req, fds, program, pidns, inherited, rebinds, binds)
                 try:
                     running[os.pidfd_open(ex.task)] = ex
                 except OSError:

@@ -57,6 +57,9 @@ CAP_SYS_ADMIN = 21
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_CAP_AMBIENT_RAISE = 2
+# What root of a task's namespace keeps with Limits(owners=True): CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER
+OWNER_CAPS = (0, 1, 3)
 
 # SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP | ..._LOCKED | KEEP_CAPS_LOCKED
 SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
@@ -155,26 +158,29 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def drop_bounding_set() -> None:
-    """Empty the capability bounding set (what an execve could ever grant). Inherited by
-    every child: the fork-server does it once, as it never executes anything itself, and
-    keeps its effective capabilities for the mounts it makes. One commit_creds per
-    capability made this ~0.7 ms of every execution when each task's init did it."""
+def drop_bounding_set(keep: tuple[int, ...] = ()) -> None:
+    """Empty the capability bounding set (what an execve could ever grant), but `keep`. Inherited by
+    every child: the fork-server does it once (keeping ``OWNER_CAPS``, which each task drops unless its
+    limits ask for owners), as it never executes anything itself, and keeps its effective capabilities
+    for the mounts it makes. One commit_creds per capability made this ~0.7 ms of every execution when
+    each task's init did it, so only capabilities still in the set are dropped."""
     for cap in range(_last_cap() + 1):
+        if cap in keep:
+            continue
         try:
-            prctl(PR_CAPBSET_DROP, cap)
+            if prctl(PR_CAPBSET_READ, cap):
+                prctl(PR_CAPBSET_DROP, cap)
         except OSError as e:
             if e.errno != errno.EINVAL:
                 raise
 
 
-def drop_all_capabilities() -> None:
-    """Empty the bounding, ambient, inheritable, permitted and effective sets, and lock
-    securebits so that a later execve (even as uid 0 in the namespace) regains nothing.
-    The bounding set is normally empty already (``drop_bounding_set`` in the fork-server);
-    it is checked, and emptied here if it is not."""
-    if any(prctl(PR_CAPBSET_READ, cap) for cap in (0, CAP_SYS_ADMIN, _LAST_CAP)):
-        drop_bounding_set()
+def drop_all_capabilities(keep: tuple[int, ...] = ()) -> None:
+    """Empty the bounding, ambient, inheritable, permitted and effective sets but `keep` (capabilities
+    below 32), and lock securebits so that a later execve (even as uid 0 in the namespace) regains
+    nothing; what is kept is raised into the ambient set, the one set an execve passes on. The bounding
+    set holds at most ``OWNER_CAPS`` here (``drop_bounding_set`` in the fork-server); the rest is dropped."""
+    drop_bounding_set(keep)
     try:
         prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     except OSError:
@@ -182,8 +188,12 @@ def drop_all_capabilities() -> None:
     prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN)
     header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
     data = (_CapData * 2)()
+    mask = sum(1 << cap for cap in keep)
+    data[0].effective = data[0].permitted = data[0].inheritable = mask
     nr = 126 if os.uname().machine == "x86_64" else 91
     _check(_libc.syscall(nr, ctypes.byref(header), ctypes.byref(data)), "capset")
+    for cap in keep:
+        prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap)
 
 
 def loopback_up() -> None:

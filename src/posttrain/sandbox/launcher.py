@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from posttrain.sandbox._server import MapAck, Request, ServerConfig
 
 SERVER_MODULE = "posttrain.sandbox._server"
+OWNER_ID_BASE = 0x70000000  # host ids 0x70000001.. stand for the sandbox's ids 1..65535 (no account uses them)
+OWNER_IDS = 65536
 
 
 class SandboxUnavailable(UserError, RuntimeError):
@@ -67,11 +69,12 @@ def _recv_timeout(sock: socket.socket, timeout_s: float) -> Any:
 class ServerHandle:
     def __init__(self, *, ro_binds: list[str], symlinks: dict[str, str], preload: list[str],
                  host_uid: int, host_gid: int, manager: str, rebinds: list[str] | None = None,
-                 seccomp: bool = True, start_timeout_s: float = 30.0):
+                 workspace_binds: dict[str, str] | None = None, seccomp: bool = True, start_timeout_s: float = 30.0):
         self._lock = threading.Lock()
         self.ctl, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config: ServerConfig = {"ctl_fd": child.fileno(), "ro_binds": ro_binds, "rebinds": rebinds or [],
-                                "symlinks": symlinks, "preload": preload, "manager": manager, "seccomp": seccomp}
+                                "symlinks": symlinks, "workspace_binds": workspace_binds or {}, "preload": preload,
+                                "manager": manager, "seccomp": seccomp}
         # A fixed hash seed makes the pre-forked interpreter as deterministic as the
         # PYTHONHASHSEED=0 given to commands; PYTHONPATH only makes this package importable.
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -107,10 +110,17 @@ class ServerHandle:
             host_uid, host_gid = os.geteuid(), os.getegid()
             with open(f"/proc/{pid}/setgroups", "w") as f:
                 f.write("deny")
+        # As root, ids 1..65535 of the sandbox (the owners tasks' files have: uid 1000, tar archives) map to a
+        # range of host ids no account uses (``OWNER_ID_BASE``); root stays `nobody`. Nothing on the host is
+        # owned by them, and the sandbox writes files only in its own mounts.
+        def ids(host: int) -> str:
+            clash = OWNER_ID_BASE <= host < OWNER_ID_BASE + OWNER_IDS
+            return f"0 {host} 1\n" + ("" if os.geteuid() != 0 or clash else f"1 {OWNER_ID_BASE + 1} {OWNER_IDS - 1}\n")
+
         with open(f"/proc/{pid}/uid_map", "w") as f:
-            f.write(f"0 {host_uid} 1\n")
+            f.write(ids(host_uid))
         with open(f"/proc/{pid}/gid_map", "w") as f:
-            f.write(f"0 {host_gid} 1\n")
+            f.write(ids(host_gid))
 
     @property
     def alive(self) -> bool:

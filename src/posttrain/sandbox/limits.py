@@ -27,8 +27,15 @@ class Limits:
     layer store for sessions, and RLIMIT_FSIZE."""
     nofile: int = 256
     """Open file descriptors per process (RLIMIT_NOFILE)."""
+    owners: bool = False
+    """Root of the sandbox's namespace may change owners and pass file permissions (CAP_CHOWN,
+    CAP_DAC_OVERRIDE, CAP_FOWNER, kept across execve), on the namespace's own files only: its uids
+    1-65535 map to unused host ids, host files are not among them. What `tar` as root restoring
+    uid 1000, or a task's `chown`, needs. Off: no capability at all."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.owners, bool):
+            raise ValueError(f"Limits.owners must be true or false, got {self.owners!r}")
         for name in ("wall_s", "cpu_s", "memory_mb", "pids", "output_bytes", "disk_mb", "nofile"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:

@@ -45,6 +45,7 @@ class ServerArgs(TypedDict):
     ro_binds: list[str]
     rebinds: list[str]
     symlinks: dict[str, str]
+    workspace_binds: dict[str, str]
     preload: list[str]
     host_uid: int
     host_gid: int
@@ -115,19 +116,19 @@ def rebinds_of(ro_binds: list[str]) -> list[str]:
     return [b for b in ro_binds if under_task_mount(b) in REBOUND_MOUNTS]
 
 
-# Harbor's paths (tasks/harbor.py), linked from the read-only root into the task's own /work: the workspace
-# is Harbor's /app; /tests, /logs and /solution exist only while a verifier or an oracle solution runs (their
-# targets are created then, and removed before the verifier). They point nowhere outside the task's mounts.
-WORKSPACE_LINKS = {"/app": "/work", "/tests": "/work/.harbor/tests", "/logs": "/work/.harbor/logs",
-                   "/solution": "/work/.harbor/solution"}
+# Harbor's paths (tasks/harbor.py): real directories of the read-only root, on which each task binds
+# directories of its own /work (``_server._bind_workspace_dirs``): /app is /work itself; /tests, /logs and
+# /solution are /work/.harbor/{tests,logs,solution} when those exist (as plain directories, no symlink on the
+# way) when the execution starts, which the verifier and the oracle arrange; otherwise they stay empty and
+# read-only. So `find /tests`, `pwd -P` and `cd /app/..` behave as in a container, and nothing outside the
+# task's own mounts is reachable through them.
+WORKSPACE_BINDS = {"/app": "", "/tests": ".harbor/tests", "/logs": ".harbor/logs", "/solution": ".harbor/solution"}
 
 
 def default_symlinks() -> dict[str, str]:
-    """Merged-/usr layouts (/bin -> usr/bin etc., bound as directories where they are real), and
-    ``WORKSPACE_LINKS``."""
-    merged = {f"/{d}": f"usr/{d}" for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-              if os.path.islink(f"/{d}") and os.path.exists(f"/usr/{d}")}
-    return {**merged, **WORKSPACE_LINKS}
+    """Merged-/usr layouts (/bin -> usr/bin etc., bound as directories where they are real)."""
+    return {f"/{d}": f"usr/{d}" for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+            if os.path.islink(f"/{d}") and os.path.exists(f"/usr/{d}")}
 
 
 def _validate_files(files: dict[str, bytes | str] | None) -> dict[str, str]:
@@ -178,6 +179,7 @@ class Sandbox:
         self._server: ServerHandle | None = None
         binds = ro_binds or default_ro_binds()
         self._server_args = ServerArgs(ro_binds=binds, rebinds=rebinds_of(binds), symlinks=default_symlinks(),
+                                       workspace_binds=dict(WORKSPACE_BINDS),
                                        preload=list(preload), host_uid=host_uid, host_gid=host_gid,
                                        manager=self.manager)
         self._server_lock = threading.Lock()
@@ -323,7 +325,7 @@ class Sandbox:
     def _task_limits(self, limits: Limits) -> TaskLimits:
         d: TaskLimits = {"wall_s": limits.wall_s, "cpu_s": limits.cpu_s, "memory_mb": limits.memory_mb,
                          "pids": limits.pids, "output_bytes": limits.output_bytes, "disk_mb": limits.disk_mb,
-                         "nofile": limits.nofile}
+                         "nofile": limits.nofile, "owners": limits.owners}
         if self._cg.memory is None:
             d["rlimit_as_bytes"] = max(limits.memory_mb << 20, 64 << 20) * 4  # virtual, so generous
         if self._cg.pids is None:

@@ -22,7 +22,14 @@ from posttrain.tasks.harbor_task import (
     load_terminal_suite,
     load_terminal_task,
 )
-from posttrain.tasks.harbor_workspace import Reward, open_workspace, parse_reward, run_solution, verify_workspace
+from posttrain.tasks.harbor_workspace import (
+    Reward,
+    open_workspace,
+    parse_reward,
+    run_solution,
+    task_prefix,
+    verify_workspace,
+)
 
 __all__ = [
     "BUILTIN_SUITES",
@@ -35,5 +42,6 @@ __all__ = [
     "open_workspace",
     "parse_reward",
     "run_solution",
+    "task_prefix",
     "verify_workspace",
 ]

@@ -8,7 +8,10 @@ or a Terminal-Bench 1 one (`task.yaml`, `run-tests.sh`, `tests/`, `solution.sh`;
 `tasks/data/terminal/`, or a directory of task directories, with per-task load errors collected so
 the other tasks still run). A bad directory is a one-line `TaskFileError` naming the file.
 What differs from Docker-based Harbor is said per task in `TerminalTask.notes`: a Dockerfile is not
-built (the files beside it are copied into the workspace), non-regular files are skipped.
+built as an image; the workspace it describes (`COPY`/`ADD`, `WORKDIR`, `ENV`, file-shaping `RUN` steps) is
+planned by `tasks/dockerfile_plan.py` and applied in the sandbox, and each step it cannot apply (package
+installs, downloads, paths outside /app) is a note; non-regular files are skipped. Fields of `task.toml`
+that are not supported are notes too, never load errors.
 Does not cover: running a task (`tasks/harbor_workspace.py`), the `terminal` domain (`tasks/terminal.py`).
 """
 
@@ -22,6 +25,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from posttrain.tasks.dockerfile_plan import DEFAULT_WORKDIR, BuildPlan, plan_workspace
+from posttrain.tasks.harbor_steps import TerminalStep, load_steps
 from posttrain.tasks.jsonl import TaskFileError
 
 BUILTIN_SUITES = ("terminal",)
@@ -63,6 +68,21 @@ class TerminalTask:
     format: Literal["harbor", "terminal-bench"] = "harbor"
     source: str = ""
     """The directory the task was loaded from."""
+    build: BuildPlan | None = None
+    """The workspace the task's Dockerfile describes (None without one: `environment` is copied into /app as is)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment of the agent's commands, the oracle and the tests: the Dockerfile's ENV, then `[environment.env]`."""
+    disk_mb: int = 256
+    """The workspace's disk quota (`[environment] storage_mb`, capped)."""
+    steps: tuple[TerminalStep, ...] = ()
+    """Harbor's multi-step tasks: the steps in order (then `instruction` joins theirs, `tests` are the last
+    step's, and `tasks/terminal.py` `judge_steps` runs them one by one)."""
+    step_strategy: str = "mean"
+
+    @property
+    def workdir(self) -> str:
+        """Where commands start: the Dockerfile's last WORKDIR (under /app), else /app."""
+        return self.build.workdir if self.build is not None else DEFAULT_WORKDIR
 
 
 @dataclass(frozen=True)
@@ -122,10 +142,50 @@ def _table(config: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return value
 
 
-def _dockerfile_notes(text: str, where: str) -> list[str]:
-    runs = len(re.findall(r"^\s*RUN\b", text, flags=re.MULTILINE | re.IGNORECASE))
-    note = f"{where} is not built: the other files beside it are copied into the workspace (/app)"
-    return [note + (f"; its {runs} RUN step(s) did not run" if runs else "")]
+def _plan(text: str, where: str, context: dict[str, bytes], executable: list[str], prefix: str,
+          dockerignore: str) -> tuple[BuildPlan, list[str]]:
+    """The Dockerfile's workspace plan, and its notes (the steps it does not apply)."""
+    execs = frozenset(p[len(prefix):] for p in executable if p.startswith(prefix))
+    try:
+        plan = plan_workspace(text, context, execs, name=where, dockerignore=dockerignore)
+    except Exception as exc:  # noqa: BLE001 - a parser's failure on a malformed file is the task's
+        raise TaskFileError(f"{where}: cannot be read: {exc}") from None
+    notes = [f"{where} is not built as an image: its workspace is applied in the sandbox ({len(plan.steps)} step(s))"]
+    return plan, notes + [f"not applied: {s}" for s in plan.skipped]
+
+
+# Fields of current Harbor task.toml tables that posttrain reads; others are notes, never load errors.
+_READ_FIELDS = {
+    "verifier": {"timeout_sec", "env"},
+    "agent": {"timeout_sec"},
+    "environment": {"cpus", "memory_mb", "memory", "allow_internet", "env", "workdir", "storage_mb", "storage",
+                    "build_timeout_sec", "gpus"},
+}
+
+
+def _unsupported(tables: dict[str, dict[str, Any]], config: dict[str, Any]) -> list[str]:
+    notes = []
+    for name, table in tables.items():
+        for key in sorted(set(table) - _READ_FIELDS.get(name, set())):
+            notes.append(f"task.toml [{name}] {key} = {table[key]!r}: not supported here, ignored")
+    env = tables.get("environment", {})
+    if env.get("gpus"):
+        notes.append(f"task.toml [environment] gpus = {env['gpus']!r}: the sandbox has no GPU")
+    if env.get("workdir") not in (None, DEFAULT_WORKDIR):
+        notes.append(f"task.toml [environment] workdir = {env['workdir']!r}: the workspace is /app here")
+    if "steps" in config and not isinstance(config["steps"], list):
+        notes.append("task.toml steps: expected [[steps]] tables, ignored")
+    for key in sorted(set(config) - {"version", "schema_version", "task", "metadata", "verifier", "agent",
+                                     "environment", "steps", "multi_step_reward_strategy", "artifacts", "source"}):
+        notes.append(f"task.toml {key}: not supported here, ignored")
+    return notes
+
+
+def _env_table(table: dict[str, Any], where: str) -> dict[str, str]:
+    value = table.get("env", {})
+    if not isinstance(value, dict):
+        raise TaskFileError(f"{where}: env must be a table of strings")
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def _check_size(task_id: str, *parts: dict[str, bytes]) -> None:
@@ -151,20 +211,22 @@ def load_terminal_task(path: str | Path) -> TerminalTask:
 
 def _load_harbor(root: Path) -> TerminalTask:
     toml_path, instr_path = root / "task.toml", root / "instruction.md"
-    for p in (toml_path, instr_path):
-        if not p.is_file():
-            raise TaskFileError(f"{p}: missing")
+    if not toml_path.is_file():
+        raise TaskFileError(f"{toml_path}: missing")
     try:
         config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TaskFileError(f"{toml_path}: malformed TOML: {exc}") from None
+    multi = isinstance(config.get("steps"), list)
+    if not multi and not instr_path.is_file():
+        raise TaskFileError(f"{instr_path}: missing")
     where = str(toml_path)
     verifier, agent, env = (_table(config, k, where) for k in ("verifier", "agent", "environment"))
     metadata = _table(config, "metadata", where)
     if isinstance(config.get("task"), dict):  # schema 1.1 keeps name/description/keywords in [task]
         metadata = {**config["task"], **metadata}
     tests_dir = root / "tests"
-    if not (tests_dir / "test.sh").is_file():
+    if not multi and not (tests_dir / "test.sh").is_file():
         raise TaskFileError(f"{tests_dir / 'test.sh'}: missing (every Harbor task needs tests/test.sh)")
     notes: list[str] = []
     environment: dict[str, bytes] = {}
@@ -174,15 +236,37 @@ def _load_harbor(root: Path) -> TerminalTask:
         environment, ex, n = _read_tree(env_dir, "environment")
         notes += n
         executable += [f"environment/{p}" for p in ex]
+        if "Dockerfile" in environment:
+            dockerfile = environment["Dockerfile"].decode("utf-8", "replace")
+            ignore = environment.get(".dockerignore", b"").decode("utf-8", "replace")
+            plan, n = _plan(dockerfile, "environment/Dockerfile", environment, executable, "environment/", ignore)
+            notes += n
         for name in _DOCKER_FILES:
-            if name in environment:
-                notes += _dockerfile_notes(environment.pop(name).decode("utf-8", "replace"), f"environment/{name}")
-    tests, ex, n = _read_tree(tests_dir, "tests")
+            if environment.pop(name, None) is not None and name != "Dockerfile":
+                notes.append(f"environment/{name}: not used (services of a compose file do not run here)")
+    else:
+        plan = None
+    notes += _unsupported({"verifier": verifier, "agent": agent, "environment": env}, config)
+    tests, ex, n = _read_tree(tests_dir, "tests") if tests_dir.is_dir() else ({}, [], [])
     notes += n
     executable += [f"tests/{p}" for p in ex]
     solution = None
     solution_files: dict[str, bytes] = {}
-    if (root / "solution" / "solve.sh").is_file():
+    agent_timeout, verifier_timeout = (_number(agent, "timeout_sec", 600.0, where),
+                                       _number(verifier, "timeout_sec", 600.0, where))
+    steps: tuple[TerminalStep, ...] = ()
+    instruction = instr_path.read_text(encoding="utf-8", errors="replace") if instr_path.is_file() else ""
+    if multi:
+        steps, n = load_steps(root, config, _read_tree, tests, (agent_timeout, verifier_timeout))
+        notes += n + [f"multi-step task ({len(steps)} steps): the oracle and the do-nothing agent run step by step; "
+                      "an agent episode sees every step's instruction at once and is judged by the last step's tests"]
+        instruction = "\n\n".join(f"## Step {i + 1}: {st.name}\n\n{st.instruction}" for i, st in enumerate(steps))
+        tests = dict(steps[-1].tests)
+        executable = [p for p in executable if not p.startswith("tests/")] + [
+            p for p in steps[-1].executable if p.startswith("tests/")]
+        if all(st.solution is not None for st in steps):
+            solution = "\n".join(st.solution or "" for st in steps)
+    elif (root / "solution" / "solve.sh").is_file():
         solution_files, ex, n = _read_tree(root / "solution", "solution")
         notes += n
         executable += [f"solution/{p}" for p in ex]
@@ -190,21 +274,26 @@ def _load_harbor(root: Path) -> TerminalTask:
     _check_size(root.name, environment, tests, solution_files)
     return TerminalTask(
         id=root.name,
-        instruction=instr_path.read_text(encoding="utf-8", errors="replace"),
+        instruction=instruction,
         environment=environment,
         tests=tests,
         solution=solution,
-        agent_timeout_s=_number(agent, "timeout_sec", 600.0, where),
-        verifier_timeout_s=_number(verifier, "timeout_sec", 600.0, where),
+        agent_timeout_s=agent_timeout,
+        verifier_timeout_s=verifier_timeout,
         cpus=_number(env, "cpus", 1.0, where),
         memory_mb=_memory_mb(env, where),
         allow_internet=bool(env.get("allow_internet", True)),
-        metadata={**metadata, **({"verifier_env": verifier["env"]} if isinstance(verifier.get("env"), dict) else {})},
+        metadata={**metadata, **({"verifier_env": _env_table(verifier, where)} if "env" in verifier else {})},
         notes=tuple(notes),
         solution_files=solution_files,
         executable=tuple(executable),
         format="harbor",
         source=str(root),
+        build=plan,
+        env={**(plan.env if plan else {}), **_env_table(env, where)},
+        disk_mb=min(int(_number(env, "storage_mb", 256, where)), 2048) if "storage_mb" in env else 256,
+        steps=steps,
+        step_strategy=str(config.get("multi_step_reward_strategy", "mean")),
     )
 
 
@@ -236,9 +325,12 @@ def _load_terminal_bench(root: Path) -> TerminalTask:
     environment, ex, n = _read_tree(root, "", skip=_TB1_OWN | {"tests"})
     executable = [f"environment/{p}" for p in ex]
     notes += [x.lstrip("/") for x in n]
-    for name in _DOCKER_FILES:
-        if (root / name).is_file():
-            notes += _dockerfile_notes((root / name).read_text(encoding="utf-8", errors="replace"), name)
+    plan = None
+    if (root / "Dockerfile").is_file():
+        ignore = (root / ".dockerignore").read_text(errors="replace") if (root / ".dockerignore").is_file() else ""
+        plan, n = _plan((root / "Dockerfile").read_text(encoding="utf-8", errors="replace"), "Dockerfile", environment,
+                        executable, "environment/", ignore)
+        notes += n
     tests, ex, n = _read_tree(root / "tests", "tests")
     notes += n
     executable += [f"tests/{p}" for p in ex]
@@ -269,6 +361,8 @@ def _load_terminal_bench(root: Path) -> TerminalTask:
         executable=tuple(executable),
         format="terminal-bench",
         source=str(root),
+        build=plan,
+        env=dict(plan.env) if plan else {},
     )
 
 

@@ -41,6 +41,8 @@ class TaskCheck:
     null_status: str
     ok: bool  # the gold scored full marks and the do-nothing response was judged and did not
     details: str = ""  # the verdict that broke the rule, when one did
+    notes: list[str] = field(default_factory=list)
+    """What the suite could not apply of this task as published (`task.meta["notes"]`: skipped Dockerfile steps)."""
 
 
 @dataclass
@@ -117,7 +119,7 @@ def validate_suite(suite: Suite, limit: int | None = None, timeout: float | None
             report.null_failures.append(Failure(t.id, nv.score, nv.status.value, nv.details))
             broken = broken or f"the do-nothing response {'passed' if nv.ok else 'was not judged'}: {nv.details}"
         report.rows.append(TaskCheck(t.id, v.score if v else 0.0, v.status.value if v else "no_answer", nv.score,
-                                     nv.status.value, not broken, broken[:500]))
+                                     nv.status.value, not broken, broken[:500], list(t.meta.get("notes") or [])))
     for e in suite.meta.get("load_errors") or []:
         report.failures.append(Failure(str(e["path"]), 0.0, "load_error", str(e["message"])))
     report.seconds = time.perf_counter() - start
