@@ -173,3 +173,25 @@ def test_options_are_checked():
             load_domain("docs:reports", **bad)
     with pytest.raises(TaskFileError, match="docs:reports"):
         load_domain("docs:filings")
+
+
+def test_the_evaluation_path_scores_a_model_and_a_flagger_loses(tmp_path):
+    """`posttrain eval --suite docs:reports` runs through this harness: a model answering the gold passes
+    everything; one that always flags a label passes no consistent report and at most the planted ones."""
+    from posttrain.engine.mock import MockEngine
+    from posttrain.eval.harness import EvalSpec, evaluate
+    from posttrain.pricing import Price
+
+    suite = load_domain("docs:reports", length=3000, limit=40).suite()
+    gold = {t.prompt: t.meta["reference_response"] for t in suite.tasks}
+    spec = EvalSpec(model="mock", suite="docs:reports", max_tokens=64)
+    from posttrain.models.tokenizer import char_tokenizer
+
+    engine = MockEngine(lambda p: gold[p if isinstance(p, str) else engine.tokenizer.decode(p)], tokenizer=char_tokenizer())
+    run = evaluate(engine, suite, spec, tmp_path / "gold", Price(1.0, 2.0))
+    assert run.summary.pass_at[1].value == 1.0 and run.summary.cost > 0 and run.summary.cost_per_solved > 0
+    flagger = evaluate(MockEngine(lambda p: "<answer>P2</answer>"), suite, spec, tmp_path / "flag")
+    by_id = {t.id: t for t in suite.tasks}
+    passed_kinds = {by_id[r.task_id].meta["kind"] for r in flagger.records if r.passed}
+    assert passed_kinds <= {"inconsistency"}
+    assert not any(r.passed for r in flagger.records if by_id[r.task_id].meta["kind"] == "none")
