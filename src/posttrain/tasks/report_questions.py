@@ -149,14 +149,19 @@ def verifier_spec(q: Question, form: Form) -> dict[str, Any]:
     return {"type": "exact", "extract": "tag" if form == "prompt" else "full", "case_sensitive": False}
 
 
+def _form_hint(q: Question) -> str:
+    return "a number alone (no units, no % sign)" if q.numeric else "the label or note number alone"
+
+
 def single_turn_prompt(report: Report, q: Question) -> str:
     return (f"Below is the annual report of {report.company}.\n\n<document>\n{report.text}</document>\n\n"
-            f"Question: {q.text}\nThink as needed, then give only the final answer inside <answer></answer>.")
+            f"Question: {q.text}\nThink as needed, then give only the final answer, {_form_hint(q)}, inside "
+            "<answer></answer>.")
 
 
 def agent_instruction(report: Report, q: Question) -> str:
     return (f"The annual report of {report.company} is in the workspace, one file per section; "
-            f"00_contents.md lists them. Question: {q.text} Submit only the final answer.")
+            f"00_contents.md lists them. Question: {q.text} Submit only the final answer: {_form_hint(q)}.")
 
 
 @dataclass(frozen=True)
