@@ -118,6 +118,11 @@ def test_every_kind_is_drawn_and_the_split_is_by_content():
     held = source.take(60, "held_out", seed=0)
     train = source.take(60, "train", seed=0)
     assert not {t.id for t in held} & {t.id for t in train}
+    # the split is the report's: no report seed is on both sides, at any length or distractor level
+    longer = ReportSource(length=30000, hops=3, distractors=1).take(60, "train", seed=0)
+    assert not {t.meta["report_seed"] for t in held} & {t.meta["report_seed"] for t in train + longer}
+    same = ReportSource(length=30000, hops=3, distractors=3).make(held[0].meta["report_seed"], held[0].meta["kind"])
+    assert source.split_of(same) == "held_out"
     assert set(collections.Counter(t.meta["kind"] for t in held)) == set(KINDS)
     agent = ReportSource(length=3000, hops=3, distractors=3, form="agent").take(60, "held_out", seed=0)
     assert [t.id for t in agent] == [t.id for t in held]  # one domain, two forms: the same tasks

@@ -10,7 +10,8 @@ everything loses). Answers are numbers (judged by the `numeric` verifier with th
 their format) or identifiers (`exact`, case-folded), read from `<answer>` tags in the single-turn form and
 from the submitted answer in the agent form. Each task says how an oracle solves it (`meta["evidence"]`:
 the file and line of each figure used; `meta["expression"]`: the arithmetic), so the agent form can prove
-it is solvable with its tools. `ReportSource` draws (report seed, question) pairs, split by a hash of both.
+it is solvable with its tools. `ReportSource` draws (report seed, question kind) pairs, split by a hash of the
+report's seed alone, so a report's questions are all in one split at every length and distractor level.
 Does not cover: the documents (`reports.py`), the tools and the registry entry (`agent/reports.py`).
 """
 
@@ -195,26 +196,42 @@ class ReportSource(GeneratedSource):
         return f"reports-L{self.length}-h{self.hops}-d{self.distractors}-{'+'.join(self.kinds)}"
 
     def _draw(self, rng: random.Random) -> Task:
-        kind = rng.choice(self.kinds)
-        seed = rng.randrange(2**31)
-        plant = rng.choice(PLANTS) if kind == "inconsistency" else None
+        kind, seed = rng.choice(self.kinds), rng.randrange(2**31)
+        return self.make(seed, kind)
+
+    def make(self, seed: int, kind: Kind) -> Task:
+        """The task of report `seed` and question kind `kind` under this source's knobs."""
+        plant = PLANTS[seed % len(PLANTS)] if kind == "inconsistency" else None
         report = generate_report(seed, ReportOptions(self.length, self.distractors, plant))
         q = _draw_question(random.Random(f"question:{seed}:{kind}"), kind, report, self.hops, self.distractors)
         return task_of(report, q, seed, self.form, self.length, self.distractors)
 
+    def sample(self, rng: random.Random, split: Split = "train") -> Task:
+        """The split is decided by the report's seed before the report is generated (a 1M-character report costs
+        about 0.2 s): every question about one report, at any length or distractor level, is in one split."""
+        for _ in range(100_000):
+            kind, seed = rng.choice(self.kinds), rng.randrange(2**31)
+            if report_split(seed, self.held_out_fraction) == split:
+                return self.make(seed, kind)
+        raise RuntimeError(f"{self.name}: could not draw a {split} task (is the split fraction extreme?)")
+
     def split_of(self, task: Task) -> Split:
-        return split_of(f"reports:{task.meta['split_key']}", self.held_out_fraction)
+        return report_split(int(task.meta["report_seed"]), self.held_out_fraction)
+
+
+def report_split(seed: int, held_out_fraction: float) -> Split:
+    return split_of(f"reports:{seed}", held_out_fraction)
 
 
 def task_of(report: Report, q: Question, seed: int, form: Form, length: int, distractors: int) -> Task:
     """The task a (report, question) pair is, in either form. Its id and split do not depend on the form."""
     blob = json.dumps({"seed": seed, "length": length, "distractors": distractors, "plant": report.plant_kind,
                        "q": q.text, "a": q.answer}, sort_keys=True)
-    digest = hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
+    digest = hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()  # the task's id: its content
     evidence = [{"key": k, "file": report.facts[k].file, "line": report.facts[k].line, "value": report.facts[k].value}
                 for k in q.evidence if k in report.facts]
     meta: dict[str, Any] = {
-        "kind": q.kind, "hops": q.hops, "difficulty": q.hops, "split_key": digest, "form": form,
+        "kind": q.kind, "hops": q.hops, "difficulty": q.hops, "split_key": f"{seed}:{q.kind}", "form": form,
         "report_seed": seed, "length": length, "chars": len(report.text), "distractors": distractors,
         "verifier": verifier_spec(q, form), "evidence": evidence, "expression": q.expression,
         "planted": report.planted, "question": q.text,
