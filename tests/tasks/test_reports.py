@@ -200,3 +200,13 @@ def test_the_evaluation_path_scores_a_model_and_a_flagger_loses(tmp_path):
     passed_kinds = {by_id[r.task_id].meta["kind"] for r in flagger.records if r.passed}
     assert passed_kinds <= {"inconsistency"}
     assert not any(r.passed for r in flagger.records if by_id[r.task_id].meta["kind"] == "none")
+
+
+def test_every_length_asks_the_same_questions():
+    """An accuracy-against-length curve compares like with like: the held-out draw is the same reports and
+    questions at every length, with the same answers once the core report is full size (6,000 characters)."""
+    short, long = (ReportSource(length=n, distractors=3).take(30, "held_out", seed=2) for n in (8000, 200_000))
+    assert [(t.meta["report_seed"], t.meta["kind"], t.meta["question"], t.answer) for t in short] == \
+        [(t.meta["report_seed"], t.meta["kind"], t.meta["question"], t.answer) for t in long]
+    assert all(t.meta["chars"] > 200_000 for t in long) and all(t.meta["chars"] < 20_000 for t in short)
+
