@@ -10,7 +10,9 @@ Parts (each can be run alone with `--parts`):
   sample (`docs_agent_oracle_frac`); the time to generate a report of over 1M characters.
 - engine (speed, indicative on a shared machine): benchmarks/engine.py's 10M random Llama (`fast.random_model`),
   one thread, fp32, prefix cache off, greedy; one prompt of L random tokens, then `--decode` new tokens, streamed:
-  prefill seconds = time to the first token, decode seconds/token = the rest over the tokens after the first. Full
+  prefill seconds = time to the first token, decode seconds/token = the rest over the tokens after the first, both
+  in the process's CPU time (one thread: its compute; on a machine shared by other jobs wall time swung 2x between
+  runs of the same length), wall time beside them. Full
   attention (the engine's context raised to L) and a sliding window with 4 sinks (`--window`). Each (mode, L) runs
   in its own process, whose peak RSS (VmHWM) is reported with its growth over the process before the request.
   `prefill_scaling_window` = (prefill s/token at the longest windowed length) / (at 8k); the same for full
@@ -145,15 +147,16 @@ def engine_child(mode: str, length: int, decode: int, window: int) -> dict:
     prompt = [rng.randrange(3, 100) for _ in range(length)]
     base_kb = _status_kb("VmRSS")
     _reset_peak()
-    stamps = []
-    t0 = time.perf_counter()
+    wall, cpu = [], []
+    w0, c0 = time.perf_counter(), time.process_time()
     for _ in engine.stream([prompt], SamplingParams(temperature=0, max_tokens=decode, ignore_eos=True)):
-        stamps.append(time.perf_counter())
+        wall.append(time.perf_counter())
+        cpu.append(time.process_time())
     peak_kb = _status_kb("VmHWM")
-    prefill = stamps[0] - t0
-    per_token = (stamps[-1] - stamps[0]) / max(1, len(stamps) - 1)
-    return {"mode": mode, "length": length, "prefill_s": prefill, "prefill_s_per_token": prefill / length,
-            "decode_s_per_token": per_token, "tokens": len(stamps), "peak_rss_mb": peak_kb / 1024,
+    n = max(1, len(cpu) - 1)
+    return {"mode": mode, "length": length, "prefill_s": wall[0] - w0, "prefill_cpu_s": cpu[0] - c0,
+            "prefill_cpu_s_per_token": (cpu[0] - c0) / length, "decode_cpu_s_per_token": (cpu[-1] - cpu[0]) / n,
+            "decode_s_per_token": (wall[-1] - wall[0]) / n, "tokens": len(cpu), "peak_rss_mb": peak_kb / 1024,
             "rss_growth_mb": (peak_kb - base_kb) / 1024}
 
 
@@ -182,12 +185,13 @@ def engine(args) -> dict:
             if got is None:
                 continue
             rows.append(got)
-            print(f"engine {mode:6s} L={length:7d}: prefill {got['prefill_s']:8.2f} s "
-                  f"({1e6 * got['prefill_s_per_token']:7.1f} us/token), decode {1e3 * got['decode_s_per_token']:7.2f} "
-                  f"ms/token, peak RSS {got['peak_rss_mb']:7.0f} MB (+{got['rss_growth_mb']:.0f})", flush=True)
+            print(f"engine {mode:6s} L={length:7d}: prefill {got['prefill_cpu_s']:8.2f} CPU s "
+                  f"({1e6 * got['prefill_cpu_s_per_token']:7.1f} us/token; wall {got['prefill_s']:.2f} s), decode "
+                  f"{1e3 * got['decode_cpu_s_per_token']:7.2f} CPU ms/token (wall {1e3 * got['decode_s_per_token']:.2f}),"
+                  f" peak RSS {got['peak_rss_mb']:7.0f} MB (+{got['rss_growth_mb']:.0f})", flush=True)
 
     def per_token(mode: str, length: int) -> float | None:
-        return next((r["prefill_s_per_token"] for r in rows if r["mode"] == mode and r["length"] == length), None)
+        return next((r["prefill_cpu_s_per_token"] for r in rows if r["mode"] == mode and r["length"] == length), None)
 
     out: dict = {"engine_rows": rows}
     for mode in ("window", "full"):
@@ -198,7 +202,7 @@ def engine(args) -> dict:
             out[f"prefill_scaling_{mode}"] = per_token(mode, longest) / at8k
             out[f"prefill_scaling_{mode}_at"] = longest
     r128 = next((r for r in rows if r["length"] >= 131072), None)
-    out["prefill_128k_s"] = r128["prefill_s"] if r128 else None
+    out["prefill_128k_s"] = r128["prefill_cpu_s"] if r128 else None
     out["prefill_128k_peak_rss_mb"] = r128["peak_rss_mb"] if r128 else None
     return out
 
