@@ -110,6 +110,24 @@ def _table(title: str, years: list[int], rows: list[tuple[str, list[int], str]],
     return Block(lines + list(footnotes), facts=facts)
 
 
+class _Labeller:
+    """Numbers tables and paragraphs as they are made (renumbered in reading order by `_render`)."""
+
+    def __init__(self, years: list[int]) -> None:
+        self.years = years
+        self.labels = iter(range(1, 1_000_000_000))
+
+    def table(self, title: str, rows: list[tuple[str, list[int], str]], footnotes: list[str] = ()) -> Block:
+        label = f"T{next(self.labels)}"
+        b = _table(f"Table {label}. {title} (USD millions)", self.years, rows, footnotes)
+        b.label = label
+        return b
+
+    def para(self, text: str, keys: tuple[str, ...] = ()) -> Block:
+        label = f"P{next(self.labels)}"
+        return Block([f"[{label}] {text}"], label, [(0, k) for k in keys])
+
+
 def _split(rng: random.Random, total: int, parts: int) -> list[int]:
     """`total` split into `parts` positive integers (uneven shares)."""
     weights = [rng.uniform(0.5, 1.5) for _ in range(parts)]
@@ -118,21 +136,12 @@ def _split(rng: random.Random, total: int, parts: int) -> list[int]:
     return out
 
 
-def generate_report(seed: int, options: ReportOptions) -> Report:
-    """The report of seed `seed`: the same seed and options give the same text, byte for byte."""
-    rng = random.Random(f"report:{seed}")
-    stem, trade = rng.choice(_STEMS), rng.choice(_TRADES)
-    company, twin = f"{stem} {trade} Holdings plc", f"{stem} {trade} Services Ltd"
-    compact = options.length < 6000
-    n_years = 2 if compact else 3
-    last = rng.randint(2015, 2030)
-    years = list(range(last - n_years + 1, last + 1))
-    segments = rng.sample(_SEGMENTS, 2 if compact else rng.randint(3, 4))
-    d = options.distractors
-
-    # ---- figures (USD millions), consistent by construction
-    seg_rev = {s: {} for s in segments}
-    seg_oi = {s: {} for s in segments}
+def _draw_figures(rng: random.Random, years: list[int], segments: list[str], d: int
+                  ) -> tuple[dict[str, int], dict[str, dict[int, int]], dict[str, dict[int, int]], dict[int, tuple[int, int]]]:
+    """Every figure of a report (USD millions), consistent by construction: (facts by key, segment revenue and
+    operating income by segment and year, the near-duplicate entity's (revenue, net income) by year)."""
+    seg_rev: dict[str, dict[int, int]] = {s: {} for s in segments}
+    seg_oi: dict[str, dict[int, int]] = {s: {} for s in segments}
     for s in segments:
         base = rng.randint(300, 4000)
         for y in years:
@@ -176,6 +185,23 @@ def generate_report(seed: int, options: ReportOptions) -> Report:
     if d >= 2:
         for y in years:
             f[f"twin_revenue:{y}"], f[f"twin_net_income:{y}"] = twin_figs[y]
+    return f, seg_rev, seg_oi, twin_figs
+
+
+def generate_report(seed: int, options: ReportOptions) -> Report:
+    """The report of seed `seed`: the same seed and options give the same text, byte for byte."""
+    rng = random.Random(f"report:{seed}")
+    stem, trade = rng.choice(_STEMS), rng.choice(_TRADES)
+    company, twin = f"{stem} {trade} Holdings plc", f"{stem} {trade} Services Ltd"
+    compact = options.length < 6000
+    n_years = 2 if compact else 3
+    last = rng.randint(2015, 2030)
+    years = list(range(last - n_years + 1, last + 1))
+    segments = rng.sample(_SEGMENTS, 2 if compact else rng.randint(3, 4))
+    d = options.distractors
+
+    f, seg_rev, seg_oi, twin_figs = _draw_figures(rng, years, segments, d)
+    prior = years[-2]
 
     # ---- notes, numbered in a drawn order after the basis of preparation
     topics = ["segments", "taxes", "borrowings", "shares"] + (["restatement"] if d >= 1 else []) \
@@ -183,18 +209,10 @@ def generate_report(seed: int, options: ReportOptions) -> Report:
     rng.shuffle(topics)
     notes = {t: i + 2 for i, t in enumerate(topics)}
 
-    labels = iter(range(1, 1_000_000))
-    sections: dict[str, list[Block]] = {}
     ys = years
-
-    def table(title: str, rows, footnotes=()) -> Block:
-        b = _table(f"Table T{next(labels)}. {title} (USD millions)", ys, rows, footnotes)
-        b.label = b.text[0].split(".")[0].removeprefix("Table ")
-        return b
-
-    def para(text: str, keys: tuple[str, ...] = ()) -> Block:
-        label = f"P{next(labels)}"
-        return Block([f"[{label}] {text}"], label, [(0, k) for k in keys])
+    lab = _Labeller(ys)
+    table, para = lab.table, lab.para
+    sections: dict[str, list[Block]] = {}
 
     # overview
     sections["01_overview.md"] = [
@@ -291,33 +309,16 @@ def generate_report(seed: int, options: ReportOptions) -> Report:
         qs = []
         for y in (y0, y1):
             q_rev, q_ni = _split(rng, f[f"revenue:{y}"], 4), _split(rng, f[f"net_income:{y}"], 4)
-            label = f"T{next(labels)}"
+            label = f"T{next(lab.labels)}"
             qs.append(Block([f"Table {label}. Quarterly results FY{y} (USD millions)", "| Quarter | Revenue | Net income |",
                              "|---|---|---|"] + [f"| Q{i + 1} | {_fmt(q_rev[i])} | {_fmt(q_ni[i])} |" for i in range(4)],
                             label))
         sections["05_quarterly.md"] = [Block(["# Quarterly results (unaudited)"])] + qs
 
-    planted = _plant(rng, options.plant, sections, f, ys, segments) if options.plant else None
+    planted = _plant(rng, options.plant, sections, f, len(ys)) if options.plant else None
 
-    # supplementary schedules up to the target length: subsidiaries with near-duplicate names, consistent figures
     size = sum(len(line) + 1 for blocks in sections.values() for b in blocks for line in b.text)
-    part, sched, sched_size, k = 0, [], 0, 0
-    while size < options.length:
-        k += 1
-        name = f"{stem} {trade} ({rng.choice(_REGIONS)}) {rng.choice(('Ltd', 'GmbH', 'BV', 'SA', 'Pte'))} #{k}"
-        sub_rev = [rng.randint(20, 900) for _ in ys]
-        sub_oi = [max(1, int(v * rng.uniform(0.03, 0.2))) for v in sub_rev]
-        blocks = [Block([f"## Schedule S{k}. {name}"]),
-                  table(f"{name}: summary", [("Revenue", sub_rev, ""), ("Operating income", sub_oi, "")]),
-                  para(f"{name} reported revenue of {_fmt(sub_rev[-1])} million in FY{y1}. " + rng.choice(_FILLER))]
-        sched += blocks
-        grown = sum(len(line) + 1 for b in blocks for line in b.text)
-        size, sched_size = size + grown, sched_size + grown
-        if sched_size > 40_000 or size >= options.length:  # files of about 40k characters
-            part += 1
-            head = Block([f"# Supplementary schedules, part {part} (subsidiaries; not group totals)"])
-            sections[f"10_schedules_{part:03d}.md"] = [head] + sched
-            sched, sched_size = [], 0
+    sections.update(_schedules(rng, lab, f"{stem} {trade}", size, options.length))
     files, facts, relabel = _render(sections, f)
     planted = relabel[planted] if planted else None
     contents = ["# Contents", f"{company}: annual report FY{ys[-1]}", ""] + [
@@ -326,12 +327,36 @@ def generate_report(seed: int, options: ReportOptions) -> Report:
     return Report(company, twin, years, segments, files, facts, notes, planted, options.plant)
 
 
-def _plant(rng: random.Random, kind: Plant, sections: dict[str, list[Block]], f: dict[str, int], ys: list[int],
-           segments: list[str]) -> str:
-    """Make one block contradict the rest; returns its label. Moves that are large enough to be unambiguous and
-    never equal another column's figure."""
+def _schedules(rng: random.Random, lab: _Labeller, stem: str, size: int, length: int) -> dict[str, list[Block]]:
+    """Supplementary schedules from `size` up to `length` characters: subsidiaries with near-duplicate names and
+    consistent figures, in files of about 40k characters."""
+    sections: dict[str, list[Block]] = {}
+    y1 = lab.years[-1]
+    part, sched, sched_size, k = 0, [], 0, 0
+    while size < length:
+        k += 1
+        name = f"{stem} ({rng.choice(_REGIONS)}) {rng.choice(('Ltd', 'GmbH', 'BV', 'SA', 'Pte'))} #{k}"
+        sub_rev = [rng.randint(20, 900) for _ in lab.years]
+        sub_oi = [max(1, int(v * rng.uniform(0.03, 0.2))) for v in sub_rev]
+        blocks = [Block([f"## Schedule S{k}. {name}"]),
+                  lab.table(f"{name}: summary", [("Revenue", sub_rev, ""), ("Operating income", sub_oi, "")]),
+                  lab.para(f"{name} reported revenue of {_fmt(sub_rev[-1])} million in FY{y1}. " + rng.choice(_FILLER))]
+        sched += blocks
+        grown = sum(len(line) + 1 for b in blocks for line in b.text)
+        size, sched_size = size + grown, sched_size + grown
+        if sched_size > 40_000 or size >= length:
+            part += 1
+            head = Block([f"# Supplementary schedules, part {part} (subsidiaries; not group totals)"])
+            sections[f"10_schedules_{part:03d}.md"] = [head] + sched
+            sched, sched_size = [], 0
+    return sections
+
+
+def _plant(rng: random.Random, kind: Plant, sections: dict[str, list[Block]], f: dict[str, int], n_years: int) -> str:
+    """Make one block contradict the rest; returns its label. The latest year's figure moves by 12-75 (millions):
+    far beyond any rounding, so the contradiction is unambiguous."""
     delta = rng.choice([-1, 1]) * rng.randint(12, 75)
-    y1 = ys[-1]
+    last = n_years - 1  # the column planted in: the latest year
 
     def bump(block: Block, row_start: str, col: int) -> str:
         for i, line in enumerate(block.text):
@@ -348,18 +373,16 @@ def _plant(rng: random.Random, kind: Plant, sections: dict[str, list[Block]], f:
         mdna = [b for b in sections["02_management_discussion.md"] if b.facts and "originally" not in b.text[0]]
         b = rng.choice(mdna)
         _, key = b.facts[0]
-        old = _fmt(f[key])
-        b.text[0] = b.text[0].replace(old, _fmt(f[key] + delta), 1)
+        head, body = b.text[0].split("] ", 1)  # never inside the label
+        b.text[0] = head + "] " + body.replace(_fmt(f[key]), _fmt(f[key] + delta), 1)
         b.facts = b.facts[1:]
         return b.label
     tables = [b for blocks in sections.values() for b in blocks if b.label.startswith("T")]
     if kind == "segment_total":
-        return bump(next(b for b in tables if "Segment revenue" in b.text[0]), "Total segments", len(ys) - 1)
+        return bump(next(b for b in tables if "Segment revenue" in b.text[0]), "Total segments", last)
     if kind == "balance":
-        return bump(next(b for b in tables if "balance sheet" in b.text[0]), "Total assets", len(ys) - 1)
-    assert y1 and segments
-    return bump(next(b for b in tables if b.text[0].endswith("Borrowings (USD millions)")), "Total borrowings",
-                len(ys) - 1)
+        return bump(next(b for b in tables if "balance sheet" in b.text[0]), "Total assets", last)
+    return bump(next(b for b in tables if b.text[0].endswith("Borrowings (USD millions)")), "Total borrowings", last)
 
 
 def _render(sections: dict[str, list[Block]], f: dict[str, int]) -> tuple[dict[str, str], dict[str, Fact], dict[str, str]]:
