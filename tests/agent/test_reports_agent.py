@@ -54,6 +54,10 @@ def test_context_policies_apply_unchanged(sandbox):
     for policy in (ContextPolicy(mask_keep=1, mask_every=1), ContextPolicy(max_observation_chars=200)):
         ep = run(ScriptedAgent(oracle_calls(task)), task, sandbox, policy)
         assert ep.passed
+    # summarising compaction under a small budget: the history is rewritten (new training segments) mid-episode
+    compact = ContextPolicy(budget_tokens=6000, compact_at=0.6, summarizer="extractive")
+    ep = run(ScriptedAgent(oracle_calls(task)), task, sandbox, compact)
+    assert ep.passed and len(ep.to_trajectory().segments()) > 1
 
 
 def test_search_names_file_and_lines_and_calc_runs_no_code():
