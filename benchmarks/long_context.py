@@ -9,7 +9,7 @@ Parts (each can be run alone with `--parts`):
   (`docs_flagger_none_passed`, must be 0); the oracle's tool calls through real agent episodes in the sandbox on a
   sample (`docs_agent_oracle_frac`); the time to generate a report of over 1M characters.
 - engine (speed, indicative on a shared machine): benchmarks/engine.py's 10M random Llama (`fast.random_model`),
-  one thread, fp32, prefix cache off, greedy; one prompt of L random tokens, then `--decode` new tokens, streamed:
+  one thread, fp32, prefix cache off; one prompt of L random tokens, then `--decode` sampled tokens (T=1), streamed:
   prefill seconds = time to the first token, decode seconds/token = the rest over the tokens after the first, both
   in the process's CPU time (one thread: its compute; on a machine shared by other jobs wall time swung 2x between
   runs of the same length), wall time beside them. Full
@@ -149,7 +149,9 @@ def engine_child(mode: str, length: int, decode: int, window: int) -> dict:
     _reset_peak()
     wall, cpu = [], []
     w0, c0 = time.perf_counter(), time.process_time()
-    for _ in engine.stream([prompt], SamplingParams(temperature=0, max_tokens=decode, ignore_eos=True)):
+    # sampled, not greedy: a lone greedy stream decodes 16 tokens per C call (`_decode_greedy_run`), whose deltas
+    # arrive together, so per-token times could not be read off the stream
+    for _ in engine.stream([prompt], SamplingParams(temperature=1.0, seed=0, max_tokens=decode, ignore_eos=True)):
         wall.append(time.perf_counter())
         cpu.append(time.process_time())
     peak_kb = _status_kb("VmHWM")
