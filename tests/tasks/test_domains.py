@@ -15,7 +15,7 @@ from posttrain.tasks.domains import list_domains, load_domain
 from posttrain.tasks.jsonl import TaskFileError
 
 SPECS = ["arith:add", "arith:sub", "arith:addsub", "arith:mul", "arith:chain", "code:ops", "code:linear",
-         "rg:leg_counting", "humaneval", "terminal", "agent:lookup"]
+         "rg:leg_counting", "humaneval", "terminal", "agent:lookup", "docs:reports"]
 
 
 class Replay:
