@@ -77,8 +77,9 @@ def is_agent(cfg: BaseModelConfig) -> bool:
 
 
 def base_key(cfg: BaseModelConfig) -> str:
-    # `worked` joins the key only when set, so every base built before it existed keeps its key
-    fields = cfg.model_dump(exclude={"cache_dir"} | (set() if cfg.worked else {"worked"}))
+    # `worked` and `context` join the key only when set, so every base built before them keeps its key
+    fields = cfg.model_dump(exclude={"cache_dir"} | (set() if cfg.worked else {"worked"})
+                            | (set() if cfg.context else {"context"}))
     if is_agent(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "agent_format": AGENT_BASE_FORMAT, **fields}, sort_keys=True)
         return f"agent-{cfg.family}-h{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
@@ -232,7 +233,7 @@ def pretrain_base(
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=AGENT_CONTEXT if agent else 128,
+        max_position_embeddings=cfg.context or (AGENT_CONTEXT if agent else 128),
         tie_word_embeddings=True,
     )
     model = CausalLM(mcfg)

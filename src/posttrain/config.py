@@ -95,6 +95,9 @@ class BaseModelConfig(_Section):
     """Seeds the initial weights and the data order: the same seed builds the same model."""
     cache_dir: str | None = None
     """Where built base models are kept (default: $POSTTRAIN_CACHE or ~/.cache/posttrain)."""
+    context: int | None = Field(None, ge=64, le=1_048_576)
+    """Positions the built-in model holds (its `max_position_embeddings`); None: the family's own (128, and
+    1,024 for `lookup`). Only a set value joins the cache key, so every base built before it keeps its key."""
 
     @model_validator(mode="after")
     def _band(self) -> "BaseModelConfig":

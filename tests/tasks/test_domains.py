@@ -15,7 +15,8 @@ from posttrain.tasks.domains import list_domains, load_domain
 from posttrain.tasks.jsonl import TaskFileError
 
 SPECS = ["arith:add", "arith:sub", "arith:addsub", "arith:mul", "arith:chain", "code:ops", "code:linear",
-         "rg:leg_counting", "humaneval", "terminal", "agent:lookup", "cad:parts", "cad_agent:parts"]
+         "rg:leg_counting", "humaneval", "terminal", "agent:lookup", "cad:parts", "cad_agent:parts",
+         "docs:reports"]
 
 
 class Replay:

@@ -32,11 +32,12 @@ from posttrain.types import Task
 # Modules that register domains when imported; each is imported lazily, the first time the registry is read.
 _PLUGINS: list[str] = ["posttrain.tasks.humaneval", "posttrain.tasks.codegen", "posttrain.tasks.reasoning_gym",
                         "posttrain.tasks.terminal", "posttrain.agent.lookup", "posttrain.tasks.cad",
-                        "posttrain.agent.cad_tools"]
+                        "posttrain.agent.cad_tools", "posttrain.agent.reports"]
 _PLUGIN_OF: dict[str, str] = {"humaneval": "posttrain.tasks.humaneval", "code:": "posttrain.tasks.codegen",
                               "rg:": "posttrain.tasks.reasoning_gym", "terminal": "posttrain.tasks.terminal",
                               "terminal:": "posttrain.tasks.terminal", "agent:": "posttrain.agent.lookup",
-                              "cad:": "posttrain.tasks.cad", "cad_agent:": "posttrain.agent.cad_tools"}
+                              "cad:": "posttrain.tasks.cad", "cad_agent:": "posttrain.agent.cad_tools",
+                              "docs:": "posttrain.agent.reports"}
 """The plugin module that registers each built-in name, so that loading one domain imports only its own
 module (`posttrain eval --suite humaneval` need not import the agent runtime); anything else loads them all."""
 

@@ -1,0 +1,310 @@
+"""Long context: the `docs:reports` domain's grader, the engine's prefill and decode at growing lengths, and the
+learner's memory with activation checkpointing. Last line: one JSON object.
+
+Parts (each can be run alone with `--parts`):
+- domain (cheap, quality figures): `--tasks` held-out tasks at each of three report lengths (`--lengths`, characters),
+  every question kind, distractors at level 3; each task's gold response through the suite's own verifier
+  (`docs_gold_frac`, must be 1.0) and the empty response (`docs_null_passed`, must be 0), in the single-turn form
+  and the agent form's verifier specs; a flag-everything answer (`P2`) on the `none` class
+  (`docs_flagger_none_passed`, must be 0); the oracle's tool calls through real agent episodes in the sandbox on a
+  sample (`docs_agent_oracle_frac`); the time to generate a report of over 1M characters.
+- engine (speed, indicative on a shared machine): benchmarks/engine.py's 10M random Llama (`fast.random_model`),
+  one thread, fp32, prefix cache off; one prompt of L random tokens, then `--decode` sampled tokens (T=1), streamed:
+  prefill seconds = time to the first token, decode seconds/token = the rest over the tokens after the first, both
+  in the process's CPU time (one thread: its compute; on a machine shared by other jobs wall time swung 2x between
+  runs of the same length), wall time beside them. Full
+  attention (the engine's context raised to L) and a sliding window with 4 sinks (`--window`). Each (mode, L) runs
+  in its own process, whose peak RSS (VmHWM) is reported with its growth over the process before the request.
+  `prefill_scaling_window` = (prefill s/token at the longest windowed length) / (at 8k); the same for full
+  attention beside it (`prefill_scaling_full`): the baseline measured in the same run.
+- learner: one `Learner.update` (GRPO loss, one row of `--seq` tokens, the second half sampled) on benchmarks/
+  engine.py's 1M shape, with and without `rl.activation_checkpointing`, each in its own process; peak RSS growth
+  during the update (VmHWM reset through /proc/self/clear_refs just before it) and the gradients compared
+  (`learner_ckpt_mem_ratio`, `learner_grad_max_rel_diff`). Children run with `MALLOC_MMAP_THRESHOLD_=65536`, so
+  resident memory follows the live tensors (with glibc's growing default, freed activations stayed resident: a
+  first run at 8k measured 608 vs 360 MB, 0.59, where the live tensors differ far more).
+Not measured here: llama.cpp's prefill on the same weights (needs a 10-25 minute llama.cpp build;
+benchmarks/llamacpp.py), and the RL figures (`docs_rl_gain`, `retrieval_hold`, `false_positive_rate`), which need a
+pre-trained base and RL runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+HERE = Path(__file__).resolve()
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak() -> None:
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+
+
+# ---- domain
+
+
+def domain(args) -> dict:
+    from posttrain.agent import run_agent_task
+    from posttrain.agent.reports import SPEC, agent_task_of, oracle_calls
+    from posttrain.agent.scripted import ScriptedAgent, call
+    from posttrain.rewards.base import safe_verify
+    from posttrain.sandbox import Limits, Sandbox
+    from posttrain.tasks.domains import load_domain
+    from posttrain.tasks.reports import ReportOptions, generate_report
+    from posttrain.tasks.validate import validate_suite
+
+    total = checks = passed = null_passed = flagger = none_tasks = 0
+    kinds: collections.Counter = collections.Counter()
+    chars: dict[int, float] = {}
+    per_length: dict[str, dict] = {}
+    oracle_ok = oracle_n = 0
+    sandbox = Sandbox(Limits(wall_s=20, cpu_s=20, memory_mb=512, pids=64, output_bytes=1 << 20, disk_mb=128))
+    try:
+        for length in args.lengths:
+            for form in ("prompt", "agent"):
+                d = load_domain("docs:reports", form=form, length=length, distractors=3, limit=args.tasks)
+                suite = d.suite()
+                report = validate_suite(suite)
+                checks += report.total
+                total += report.total if form == "prompt" else 0
+                passed += report.passed
+                null_passed += len(report.null_failures)  # passed, or not judged: both count against the suite
+                if form == "prompt":
+                    kinds.update(t.meta["kind"] for t in suite.tasks)
+                    chars[length] = sum(t.meta["chars"] for t in suite.tasks) / len(suite.tasks)
+                    for t in suite.tasks:
+                        if t.meta["kind"] == "none":
+                            none_tasks += 1
+                            flagger += safe_verify(d.verifier, t, "<answer>P2</answer>").passed
+                else:
+                    sample = suite.tasks[: args.episodes] if length <= 100_000 else []
+                    for t in sample:
+                        ep = asyncio.run(run_agent_task(ScriptedAgent(oracle_calls(t)), agent_task_of(t), None,
+                                                        SPEC.max_steps, sandbox=sandbox, system=SPEC.system))
+                        noop = asyncio.run(run_agent_task(ScriptedAgent([call("submit", answer="")]), agent_task_of(t),
+                                                          None, 2, sandbox=sandbox, system=SPEC.system))
+                        oracle_n += 1
+                        oracle_ok += ep.passed and not noop.passed
+                per_length[f"{form}_{length}"] = {"tasks": report.total, "gold_passed": report.passed,
+                                                  "null_failures": len(report.null_failures)}
+                print(f"domain {form} length {length}: {report.passed}/{report.total} gold full marks, "
+                      f"{len(report.null_failures)} null passes/unjudged ({report.seconds:.1f} s)", flush=True)
+    finally:
+        sandbox.close()
+    t0 = time.perf_counter()
+    big = generate_report(0, ReportOptions(length=1_000_000, distractors=3))
+    gen_s = time.perf_counter() - t0
+    out = {
+        "docs_tasks": total, "docs_checks": checks, "docs_gold_frac": passed / checks, "docs_null_passed": null_passed,
+        "docs_kinds": dict(kinds), "docs_mean_chars": {str(k): round(v) for k, v in chars.items()},
+        "docs_flagger_none_passed": flagger, "docs_none_tasks": none_tasks,
+        "docs_agent_oracle_frac": oracle_ok / oracle_n if oracle_n else None, "docs_agent_oracle_episodes": oracle_n,
+        "docs_1m_report_chars": len(big.text), "docs_1m_report_gen_s": round(gen_s, 3), "docs_per_length": per_length,
+    }
+    print(f"domain: gold {passed}/{checks} (both forms), null passes {null_passed}, flagger on none {flagger}/{none_tasks}, "
+          f"agent oracle {oracle_ok}/{oracle_n}, kinds {dict(kinds)}", flush=True)
+    return out
+
+
+# ---- engine
+
+
+def engine_child(mode: str, length: int, decode: int, window: int) -> dict:
+    from fast import random_model
+
+    from posttrain.engine import LocalEngine, WindowSpec
+    from posttrain.models import char_tokenizer
+    from posttrain.types import SamplingParams
+
+    torch.set_num_threads(1)
+    model, tok = random_model("10m"), char_tokenizer()
+    spec = WindowSpec(window=window, sinks=4) if mode == "window" else None
+    engine = LocalEngine(model, tok, prefix_cache_tokens=0, sliding_window=spec,
+                         max_context=None if spec else length + decode + 2)
+    rng = random.Random(length)
+    warm = [rng.randrange(3, 100) for _ in range(64)]
+    engine.generate([warm], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    prompt = [rng.randrange(3, 100) for _ in range(length)]
+    base_kb = _status_kb("VmRSS")
+    _reset_peak()
+    wall, cpu = [], []
+    w0, c0 = time.perf_counter(), time.process_time()
+    # sampled, not greedy: a lone greedy stream decodes 16 tokens per C call (`_decode_greedy_run`), whose deltas
+    # arrive together, so per-token times could not be read off the stream
+    for _ in engine.stream([prompt], SamplingParams(temperature=1.0, seed=0, max_tokens=decode, ignore_eos=True)):
+        wall.append(time.perf_counter())
+        cpu.append(time.process_time())
+    peak_kb = _status_kb("VmHWM")
+    n = max(1, len(cpu) - 1)
+    return {"mode": mode, "length": length, "prefill_s": wall[0] - w0, "prefill_cpu_s": cpu[0] - c0,
+            "prefill_cpu_s_per_token": (cpu[0] - c0) / length, "decode_cpu_s_per_token": (cpu[-1] - cpu[0]) / n,
+            "decode_s_per_token": (wall[-1] - wall[0]) / n, "tokens": len(cpu), "peak_rss_mb": peak_kb / 1024,
+            "rss_growth_mb": (peak_kb - base_kb) / 1024}
+
+
+def run_child(argv: list[str], timeout: float) -> dict | None:
+    cmd = [sys.executable, str(HERE), *argv]
+    # a fixed mmap threshold: glibc then returns every large freed block at once, so resident memory follows the
+    # live tensors (its default threshold grows after the first frees, and freed activations stay resident)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        print(f"  {' '.join(argv)}: over {timeout:.0f} s, not measured", flush=True)
+        return None
+    if r.returncode != 0:
+        print(f"  {' '.join(argv)} failed: {r.stderr[-800:]}", flush=True)
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def engine(args) -> dict:
+    rows = []
+    for mode, lengths in (("window", args.window_lengths), ("full", args.full_lengths)):
+        for length in lengths:
+            got = run_child(["--child", "engine", "--mode", mode, "--length", str(length), "--decode", str(args.decode),
+                             "--window", str(args.window)], args.child_timeout)
+            if got is None:
+                continue
+            rows.append(got)
+            print(f"engine {mode:6s} L={length:7d}: prefill {got['prefill_cpu_s']:8.2f} CPU s "
+                  f"({1e6 * got['prefill_cpu_s_per_token']:7.1f} us/token; wall {got['prefill_s']:.2f} s), decode "
+                  f"{1e3 * got['decode_cpu_s_per_token']:7.2f} CPU ms/token (wall {1e3 * got['decode_s_per_token']:.2f}),"
+                  f" peak RSS {got['peak_rss_mb']:7.0f} MB (+{got['rss_growth_mb']:.0f})", flush=True)
+
+    def per_token(mode: str, length: int) -> float | None:
+        return next((r["prefill_cpu_s_per_token"] for r in rows if r["mode"] == mode and r["length"] == length), None)
+
+    out: dict = {"engine_rows": rows}
+    for mode in ("window", "full"):
+        measured = sorted(r["length"] for r in rows if r["mode"] == mode)
+        at8k = per_token(mode, 8192)
+        if measured and at8k:
+            longest = measured[-1]
+            out[f"prefill_scaling_{mode}"] = per_token(mode, longest) / at8k
+            out[f"prefill_scaling_{mode}_at"] = longest
+    r128 = next((r for r in rows if r["length"] >= 131072), None)
+    out["prefill_128k_s"] = r128["prefill_cpu_s"] if r128 else None
+    out["prefill_128k_peak_rss_mb"] = r128["peak_rss_mb"] if r128 else None
+    return out
+
+
+# ---- learner
+
+
+def learner_child(ckpt: bool, seq: int, grads_path: str) -> dict:
+    from fast import random_model
+
+    from posttrain.config import RLConfig
+    from posttrain.models.logprobs import chunked_logprobs
+    from posttrain.rl.learner import Learner, TrainBatch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = random_model("1m").train()
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 100, (1, seq), generator=g)  # [1, T]
+    mask = torch.zeros(1, seq - 1)  # [1, T-1]: the second half is the sampled completion
+    mask[:, seq // 2:] = 1.0
+    with torch.no_grad():
+        old = chunked_logprobs(model, ids)[0] * mask  # behaviour = current policy: ratio 1
+    learner = Learner(model, RLConfig(activation_checkpointing=ckpt), max_tokens=seq)
+    batch = TrainBatch(ids, mask, old, torch.ones(1))
+    base_kb = _status_kb("VmRSS")
+    _reset_peak()
+    t0 = time.perf_counter()
+    learner.update(batch)
+    seconds = time.perf_counter() - t0
+    peak_kb = _status_kb("VmHWM")
+    torch.save({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, grads_path)
+    return {"ckpt": ckpt, "seq": seq, "update_s": seconds, "peak_growth_mb": (peak_kb - base_kb) / 1024,
+            "peak_rss_mb": peak_kb / 1024, "params": sum(p.numel() for p in model.parameters())}
+
+
+def learner(args) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        res = {}
+        for ckpt in (False, True):
+            path = str(Path(tmp) / f"g{int(ckpt)}.pt")
+            got = run_child(["--child", "learner", "--ckpt", str(int(ckpt)), "--seq", str(args.seq), "--grads", path],
+                            args.child_timeout)
+            if got is None:
+                return {"learner_ckpt_mem_ratio": None}
+            res[ckpt] = (got, torch.load(path))
+            print(f"learner ckpt={ckpt}: update {got['update_s']:.1f} s, peak growth {got['peak_growth_mb']:.0f} MB "
+                  f"(peak RSS {got['peak_rss_mb']:.0f} MB), {got['params']} parameters", flush=True)
+        (plain, g0), (ckpt_run, g1) = res[False], res[True]
+        rel = max(float((g0[n] - g1[n]).abs().max() / g0[n].abs().max().clamp_min(1e-30)) for n in g0)
+        return {"learner_seq": args.seq, "learner_params": plain["params"],
+                "learner_peak_mb_plain": plain["peak_growth_mb"], "learner_peak_mb_ckpt": ckpt_run["peak_growth_mb"],
+                "learner_ckpt_mem_ratio": ckpt_run["peak_growth_mb"] / plain["peak_growth_mb"],
+                "learner_update_s_plain": plain["update_s"], "learner_update_s_ckpt": ckpt_run["update_s"],
+                "learner_grad_max_rel_diff": rel, "learner_grads_equal": rel < 1e-4}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--parts", default="domain,engine,learner")
+    ap.add_argument("--tasks", type=int, default=170, help="held-out tasks per length (and per form)")
+    ap.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[3000, 30000, 300000])
+    ap.add_argument("--episodes", type=int, default=20, help="oracle agent episodes per length (lengths <= 100k)")
+    ap.add_argument("--window-lengths", type=lambda s: [int(x) for x in s.split(",")], default=[8192, 16384, 32768])
+    ap.add_argument("--full-lengths", type=lambda s: [int(x) for x in s.split(",")], default=[2048, 4096, 8192, 16384])
+    ap.add_argument("--window", type=int, default=4096)
+    ap.add_argument("--decode", type=int, default=17)
+    ap.add_argument("--seq", type=int, default=8192)
+    ap.add_argument("--child-timeout", type=float, default=900.0)
+    ap.add_argument("--child", choices=["engine", "learner"])
+    ap.add_argument("--mode", choices=["full", "window"], default="full")
+    ap.add_argument("--length", type=int, default=8192)
+    ap.add_argument("--ckpt", type=int, default=0)
+    ap.add_argument("--grads", default="")
+    args = ap.parse_args()
+    if args.child == "engine":
+        print(json.dumps(engine_child(args.mode, args.length, args.decode, args.window)))
+        return
+    if args.child == "learner":
+        print(json.dumps(learner_child(bool(args.ckpt), args.seq, args.grads)))
+        return
+    parts = set(args.parts.split(","))
+    load = os.getloadavg()
+    t0 = time.time()
+    out: dict = {"machine": f"{os.cpu_count()} CPUs", "load_start": [round(x, 2) for x in load]}
+    if "domain" in parts:
+        out.update(domain(args))
+    if "learner" in parts:
+        out.update(learner(args))
+    if "engine" in parts:
+        out.update(engine(args))
+    out["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    out["seconds"] = round(time.time() - t0, 1)
+    out["not_measured"] = ["prefill vs llama.cpp (needs a 10-25 min llama.cpp build)",
+                           "docs_rl_gain, retrieval_hold, false_positive_rate (need a pre-trained base and RL runs)"]
+    if out.get("prefill_128k_s") is None:
+        out["not_measured"].append("prefill at 128k (too slow on the shared 2-core machine); scaling is taken at the "
+                                   "longest length measured")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
