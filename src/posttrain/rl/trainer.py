@@ -109,7 +109,7 @@ class Trainer:
         self.run_dir = cfg.path
         self.on_step, self.on_eval = on_step, on_eval
         store_path = self.run_dir / "run.sqlite"
-        self.dp = components.dp if components is not None else data_parallel_from_env()
+        self.dp = components.dp if components is not None else data_parallel_from_env(cfg.rl.device)
         self.lead = self.dp is None or self.dp.lead
         if store_path.exists() and not resume:
             if not overwrite:
