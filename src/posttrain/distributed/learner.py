@@ -63,9 +63,8 @@ class DataParallelLearner(Learner):
         if strategy == "fsdp":
             if cfg.kl_beta > 0:
                 raise DistributedSetupError("rl.kl_beta > 0 under FSDP: the sharded reference model is not built yet")
-            from torch.distributed.fsdp import fully_shard
-
             from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import fully_shard
 
             device = torch.device(cfg.device)
             model.to(device)
