@@ -358,6 +358,14 @@ class EngineConfig(_Section):
             raise ValueError(f"max_prefill_tokens ({self.max_prefill_tokens}) must be >= prefill_chunk ({self.prefill_chunk})")
         return self
 
+    @model_validator(mode="after")
+    def _device_modes(self) -> "EngineConfig":
+        # the reduced-precision serving copies decode through the C kernel, which reads host memory
+        if self.kind == "local" and not self.device.startswith("cpu") and self.precision != "fp32":
+            raise ValueError(f"precision = {self.precision!r} runs on CPU only (the C decode kernel); on "
+                             f"device {self.device!r} use precision = \"fp32\"")
+        return self
+
 
 class RolloutConfig(_Section):
     """How rollouts are produced."""

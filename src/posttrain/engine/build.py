@@ -6,7 +6,8 @@ weights are seen without a copy); `kind = "vllm"` writes `model` as an
 HF-format checkpoint to a temporary directory and starts `VLLMEngine` on it
 (extra `vllm`, a CUDA GPU), syncing LoRA adapters per version when `model`
 has them (models/lora.py), full weights otherwise; `cfg.precision` below fp32 samples with a weight-rounded copy
-(engine/local/precision.py). Every caller outside `engine/` (the trainer's builder, the built-in
+(engine/local/precision.py); `cfg.device` is where the local engine allocates its cache and samples (the
+model is moved there; the C kernels serve a CPU engine only). Every caller outside `engine/` (the trainer's builder, the built-in
 base model's band checks, the model resolver, `posttrain serve`) builds its
 engine through this function instead of naming an engine class.
 Does not cover: engines over remote servers (`OpenAIEngine`, built by the
@@ -37,7 +38,7 @@ def build_engine(
     return LocalEngine(
         model, tokenizer, seed=seed, max_batch_rows=cfg.max_batch_rows, prefill_chunk=cfg.prefill_chunk,
         max_prefill_tokens=cfg.max_prefill_tokens, prefix_cache_tokens=cfg.prefix_cache_tokens,
-        fused_decode=cfg.fused_decode, precision=cfg.precision, speculative=speculative,
+        fused_decode=cfg.fused_decode, precision=cfg.precision, speculative=speculative, device=cfg.device,
     )
 
 
