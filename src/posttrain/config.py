@@ -351,6 +351,10 @@ class EngineConfig(_Section):
     device: str = "cpu"
     """Where the engine samples: the local engine shares the learner's module, so this must equal `rl.device`;
     vLLM places itself on the visible GPUs."""
+    sleep_level: int = Field(1, ge=0, le=2)
+    """vllm on the learner's GPU (`rl.device` cuda): vLLM is built with sleep mode and sleeps at this level around
+    every update, waking with the new weights (1: weights offloaded to host memory, KV cache dropped; 2: both
+    dropped, the weight sync refills them); 0: never (vLLM on a GPU of its own)."""
 
     @model_validator(mode="after")
     def _chunks(self) -> "EngineConfig":

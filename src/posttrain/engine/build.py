@@ -54,5 +54,6 @@ def _vllm_engine(cfg: EngineConfig, model: CausalLM, tokenizer: Tokenizer, seed:
     directory = Path(tempfile.mkdtemp(prefix="posttrain-vllm-"))
     save_model(model, tokenizer, directory)  # with adapters injected: the merged weights, B = 0 at the start
     lora = AdapterSpec(*adapter_settings(model)) if has_lora(model) else None
+    # sleep mode keeps vLLM's memory in its own pool, so a colocated trainer can free it around each update
     return VLLMEngine(directory, seed=seed, gpu_memory_utilization=cfg.gpu_memory_utilization, lora=lora,
-                      adapter_dir=directory / "adapters")
+                      adapter_dir=directory / "adapters", enable_sleep_mode=cfg.sleep_level > 0)
