@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from test_train_ranks import _toml
 
 from posttrain.distributed.data_parallel import backend_for
 from posttrain.distributed.equivalence import run_equivalence
@@ -81,25 +82,6 @@ def test_posttrain_train_ranks_join_gloo_with_cuda_visible(cuda_visible, tiny_mo
     from posttrain.distributed.equivalence import run_train_equivalence
 
     config = tmp_path / "run.toml"
-    config.write_text(f'''name = "eq"
-run_dir = "{tmp_path / 'runs'}"
-tensorboard = false
-[model]
-path = "{tiny_model_dir}"
-[tasks]
-digits = 1
-[sampling]
-n = 4
-max_tokens = 4
-[reward]
-verifier = "numeric"
-tolerance = 4.0
-[train]
-steps = 1
-prompts_per_step = 4
-eval_size = 4
-eval_every = 0
-checkpoint_every = 0
-''')
+    config.write_text(_toml(tiny_model_dir, tmp_path / "runs", "eq", 1))
     r = run_train_equivalence(config, nproc=2)
     assert r["world"] == 2 and r["updates"] == 1 and r["replica_max_diff"] == 0.0

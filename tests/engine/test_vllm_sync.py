@@ -8,13 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import glob
-import sys
-from types import ModuleType
 
 import pytest
 import torch
 
-from fake_vllm import FakeLLM, FakeLoRARequest
+from fake_vllm import FakeLLM
 from posttrain.engine.remote.vllm_engine import WORKER_EXTENSION, AdapterSpec, VLLMEngine, WeightSyncError, adapter_name
 from posttrain.engine.remote.weight_sync import plan_buckets
 from posttrain.models import load_model
@@ -32,22 +30,6 @@ def real_cuda_check():
         yield
     finally:
         torch.cuda.is_available = fake
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch):
-    vllm = ModuleType("vllm")
-    vllm.LLM = FakeLLM
-    vllm.SamplingParams = lambda **kw: kw
-    lora, request = ModuleType("vllm.lora"), ModuleType("vllm.lora.request")
-    request.LoRARequest = FakeLoRARequest
-    for name, mod in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
-        monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    FakeLLM.instances.clear()
-    yield vllm
-    for llm in FakeLLM.instances:
-        llm.shutdown()
 
 
 def _kinds(llm: FakeLLM) -> list[str]:

@@ -3,32 +3,10 @@ with the new weights: the order of calls the core sees, through the trainer's ow
 
 from __future__ import annotations
 
-import sys
-from types import ModuleType
-
-import pytest
-import torch
-
-from fake_vllm import FakeLLM, FakeLoRARequest
+from fake_vllm import FakeLLM
 from posttrain.config import load_config
 from posttrain.engine.remote.vllm_engine import VLLMEngine
 from posttrain.rl.colocation import Colocation, colocated
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch):
-    vllm = ModuleType("vllm")
-    vllm.LLM = FakeLLM
-    vllm.SamplingParams = lambda **kw: kw
-    lora, request = ModuleType("vllm.lora"), ModuleType("vllm.lora.request")
-    request.LoRARequest = FakeLoRARequest
-    for name, mod in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
-        monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    FakeLLM.instances.clear()
-    yield vllm
-    for llm in FakeLLM.instances:
-        llm.shutdown()
 
 
 def test_the_rule():
