@@ -14,7 +14,7 @@ import torch
 
 from fake_vllm import FakeLLM
 from posttrain.engine.remote.vllm_engine import WORKER_EXTENSION, AdapterSpec, VLLMEngine, WeightSyncError, adapter_name
-from posttrain.engine.remote.weight_sync import plan_buckets
+from posttrain.engine.remote.weight_sync import plan_buckets, unique_tensors
 from posttrain.models import load_model
 from posttrain.types import SamplingParams
 
@@ -58,7 +58,8 @@ def test_full_weight_sync_in_buckets_per_version(fake_vllm, tiny_model_dir):
     llm = FakeLLM.instances[-1]
     assert llm.kwargs["worker_extension_cls"] == WORKER_EXTENSION and llm.kwargs["dtype"] == "bfloat16"
     model, _ = load_model(tiny_model_dir)
-    state = model.state_dict()
+    state = dict(unique_tensors(model.state_dict()))  # the tiny model ties lm_head to the embedding: sent once
+    assert len(state) == len(model.state_dict()) - 1
     fp32_bytes = sum(t.numel() * t.element_size() for t in state.values())
     for version in (1, 2):
         with torch.no_grad():
@@ -72,7 +73,7 @@ def test_full_weight_sync_in_buckets_per_version(fake_vllm, tiny_model_dir):
     # the worker holds this version's weights, rounded to vLLM's bf16, under every name
     loaded = llm.collective_rpc("fake_loaded")[0]
     assert set(loaded) == set(state)
-    for name, t in model.state_dict().items():
+    for name, t in unique_tensors(model.state_dict()):
         dtype, shape, total = loaded[name]
         assert dtype == "bfloat16" and shape == list(t.shape)
         assert total == pytest.approx(float(t.to(torch.bfloat16).double().sum()), rel=1e-9, abs=1e-9)
@@ -90,6 +91,14 @@ def test_full_weight_sync_in_buckets_per_version(fake_vllm, tiny_model_dir):
     apply_lora(model, r=2, alpha=4)
     with pytest.raises(WeightSyncError, match="LoRA"):  # never half-loaded under the wrong names
         engine.load_weights(model.state_dict(), 3)
+
+
+def test_a_tied_weight_travels_once():
+    emb = torch.randn(5, 3)
+    state = {"model.embed_tokens.weight": emb, "model.norm.weight": torch.ones(3), "lm_head.weight": emb}
+    assert [n for n, _ in unique_tensors(state)] == ["model.embed_tokens.weight", "model.norm.weight"]
+    state["lm_head.weight"] = emb.clone()  # untied: both go
+    assert len(unique_tensors(state)) == 3
 
 
 def test_buckets_hold_at_most_the_limit_and_keep_order():
@@ -142,7 +151,7 @@ def test_sleep_and_wake_around_training(fake_vllm, tiny_model_dir):
     engine.load_weights(model.state_dict(), 1)  # the weights' memory, the new weights, then the KV cache
     engine.sleep()
     engine.generate(["x"], SamplingParams())
-    assert llm.events() == [("sleep", 1), ("wake", ["weights"]), ("load", len(model.state_dict())),
+    assert llm.events() == [("sleep", 1), ("wake", ["weights"]), ("load", len(unique_tensors(model.state_dict()))),
                             ("wake", ["kv_cache"]), ("reset",), ("sleep", 1), ("wake", None), ("generate", None)]
 
 

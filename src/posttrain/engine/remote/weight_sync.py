@@ -1,6 +1,7 @@
 """The learner's side of the vLLM weight sync: the state dict in bucketed chunks, each loaded by one named RPC.
 
-Covers: `plan_buckets` (pure: consecutive tensors grouped into buckets of at most `bucket_bytes`, a larger
+Covers: `unique_tensors` (a tied weight sent once), `plan_buckets` (pure: consecutive tensors grouped into
+buckets of at most `bucket_bytes`, a larger
 tensor alone in its own), `send_weights`, which packs each bucket into one flat buffer in the wire dtype
 (vLLM's serving dtype, bf16 by default: half the bytes of fp32, and vLLM would round to it anyway) and calls
 `posttrain_load_bucket` on every vLLM worker (engine/remote/_vllm_worker.py) through the `rpc` it is given
@@ -77,7 +78,7 @@ def send_weights(
     if dtype_name(wire_dtype) not in DTYPES:
         raise ValueError(f"wire dtype {wire_dtype} is not one of {', '.join(DTYPES)}")
     t0 = time.perf_counter()
-    items = [(name, t.detach()) for name, t in state.items()]
+    items = unique_tensors(state)
     if not items:
         return SyncStats(0, 0, 0, "none", 0.0)
     device = items[0][1].device
@@ -95,6 +96,20 @@ def send_weights(
             raise RuntimeError(f"a vLLM worker loaded {counts} tensors of a bucket of {len(part)}")
         del flat
     return SyncStats(len(items), total, len(plan), transport, time.perf_counter() - t0)
+
+
+def unique_tensors(state: Mapping[str, Tensor]) -> list[tuple[str, Tensor]]:
+    """(name, tensor) once per tensor: a tied weight (the lm_head sharing the embedding) travels under its first
+    name only (vLLM's loaders tie it again; for Qwen2.5-0.5B that is a quarter of the bytes saved)."""
+    seen: set[tuple] = set()
+    out = []
+    for name, t in state.items():
+        key = (t.data_ptr(), t.device, t.dtype, tuple(t.shape), t.stride())
+        if key in seen and t.numel() > 0:
+            continue
+        seen.add(key)
+        out.append((name, t.detach()))
+    return out
 
 
 def _wire(t: Tensor, wire_dtype: torch.dtype) -> torch.dtype:
