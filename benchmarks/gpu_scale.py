@@ -191,7 +191,7 @@ def gpu_figures(notes: list[str], vocab: int = 65536, corpus_mb: int = 16, grpo_
             _sync(device)
             out["weight_sync_s"] = round(time.perf_counter() - start, 3)
             out["weight_sync_transport"] = engine.last_sync.transport if engine.last_sync else None
-            engine.close()
+            engine.shutdown()  # its engine-core process and GPU memory go before the local engine's turn
             del engine, state
             gc.collect()
             torch.cuda.empty_cache()
@@ -203,6 +203,7 @@ def gpu_figures(notes: list[str], vocab: int = 65536, corpus_mb: int = 16, grpo_
 
             local = build_engine(EngineConfig(device=device), model, tok)
             out["local_tok_s"] = round(rollout_tok_s(local, prompts, params, device))
+            del local  # its KV cache goes before the learner's turn
         except Exception as exc:
             notes.append(f"local: the local engine on the GPU: {type(exc).__name__}: {str(exc)[:300]}")
         if "vllm_tok_s" in out and "local_tok_s" in out:
@@ -223,14 +224,18 @@ def gpu_figures(notes: list[str], vocab: int = 65536, corpus_mb: int = 16, grpo_
             torch.cuda.empty_cache()
         if grpo_steps > 0:
             engine = "vllm" if cuda else "local"  # the CPU smoke runs the same loop on the local engine
-            child = subprocess.run([sys.executable, __file__, "--grpo-child", str(model_dir), "--grpo-steps",
-                                    str(grpo_steps), "--grpo-engine", engine, "--grpo-device", device],
-                                   capture_output=True, text=True, timeout=400)
-            lines = [x for x in child.stdout.splitlines() if x.startswith("{")]
-            if child.returncode == 0 and lines:
-                out.update(json.loads(lines[-1]))
+            cmd = [sys.executable, __file__, "--grpo-child", str(model_dir), "--grpo-steps", str(grpo_steps),
+                   "--grpo-engine", engine, "--grpo-device", device]
+            try:
+                child = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+            except subprocess.TimeoutExpired:
+                notes.append("grpo: the colocated run took over 240 s (stopped; try --grpo-steps 5)")
             else:
-                notes.append(f"grpo: the colocated run failed (rc {child.returncode}): {child.stderr[-400:]}")
+                lines = [x for x in child.stdout.splitlines() if x.startswith("{")]
+                if child.returncode == 0 and lines:
+                    out.update(json.loads(lines[-1]))
+                else:
+                    notes.append(f"grpo: the colocated run failed (rc {child.returncode}): {child.stderr[-400:]}")
     return out
 
 

@@ -44,13 +44,13 @@ step() {  # step NAME SECONDS COMMAND...: run it under a time limit, log it, rec
 } 2>&1 | tee -a "$LOG"
 
 if [ "${GPU_CHECK_ONLY:-}" != "scale" ]; then
-    step gpu_tests 150 python -m pytest -q -rs tests/test_gpu_smoke.py tests/engine/test_vllm_engine.py
-    step cpu_distributed_with_cuda_visible 180 python -m pytest -q tests/distributed/test_cuda_visible.py \
+    step gpu_tests 120 python -m pytest -q -rs tests/test_gpu_smoke.py tests/engine/test_vllm_engine.py
+    step cpu_distributed_with_cuda_visible 150 python -m pytest -q tests/distributed/test_cuda_visible.py \
         tests/distributed/test_data_parallel.py
 fi
 OUT="$(mktemp)"
 # shellcheck disable=SC2086
-timeout 420 python benchmarks/gpu_scale.py --checks "$CHECKS" ${GPU_SCALE_ARGS:-} > "$OUT" 2>&1
+timeout 330 python benchmarks/gpu_scale.py --checks "$CHECKS" ${GPU_SCALE_ARGS:-} > "$OUT" 2>&1
 RC=$?
 tee -a "$LOG" < "$OUT" | tail -n 30 >&2
 LAST="$(tail -n 1 "$OUT")"

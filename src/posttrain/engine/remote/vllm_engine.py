@@ -263,6 +263,13 @@ class VLLMEngine:
         if merger is not None:
             merger.close()
 
+    def shutdown(self) -> None:
+        """`close`, then stop vLLM's engine-core process and free its GPU memory (the engine is unusable after)."""
+        self.close()
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)  # vLLM V1's client of its core
+        if core is not None:
+            core.shutdown()
+
     def stream(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> Iterator[CompletionDelta]:
         """The `Engine` stream, not incremental: each completion arrives whole, as its final delta."""
         for i, group in enumerate(self.generate(prompts, params)):
