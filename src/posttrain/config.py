@@ -338,7 +338,8 @@ class EngineConfig(_Section):
     prefix_cache_tokens: int = Field(32768, ge=0)
     """KV kept across requests for prefix reuse (local; 0 disables)."""
     fused_decode: bool = True
-    """The packed one-token decode step and its C kernel where they apply (local)."""
+    """The packed one-token decode step and its C kernel where they apply (local; CPU only: unused on another device,
+    and `true` set explicitly there is an error)."""
     precision: Literal["fp32", "bf16", "int8"] = "fp32"
     """Weights the local engine samples with. fp32: the learner's module itself. bf16 / int8 (the high-speed
     mode): a copy of it with the decode matmuls' weights (q|k|v, o, gate|up, down, lm_head) rounded to bf16,
@@ -368,6 +369,11 @@ class EngineConfig(_Section):
         if self.kind == "local" and not self.device.startswith("cpu") and self.precision != "fp32":
             raise ValueError(f"precision = {self.precision!r} runs on CPU only (the C decode kernel); on "
                              f"device {self.device!r} use precision = \"fp32\"")
+        # asked for by name (the default means "where it applies", which is the CPU)
+        if self.kind == "local" and not self.device.startswith("cpu") and self.fused_decode \
+                and "fused_decode" in self.model_fields_set:
+            raise ValueError(f"fused_decode = true is the CPU's C decode kernel; on device {self.device!r} leave it "
+                             "unset or false")
         return self
 
 

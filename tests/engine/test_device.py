@@ -136,7 +136,11 @@ def test_modes_that_need_the_cpu_are_one_line_errors(tiny_model_dir):
     with pytest.raises(ConfigError, match="precision") as exc:
         load_config(None, ["engine.device='cuda'", "rl.device='cuda'", "engine.precision='int8'"])
     assert "\n" not in str(exc.value)
-    load_config(None, ["engine.device='cuda'", "rl.device='cuda'"])  # fp32 on cuda is fine
+    with pytest.raises(ConfigError, match="fused_decode") as exc:
+        load_config(None, ["engine.device='cuda'", "rl.device='cuda'", "engine.fused_decode=true"])
+    assert "\n" not in str(exc.value)
+    load_config(None, ["engine.device='cuda'", "rl.device='cuda'"])  # fp32 on cuda is fine, the kernel unused
+    load_config(None, ["engine.device='cuda'", "rl.device='cuda'", "engine.fused_decode=false"])
     model, tok = load_model(tiny_model_dir)
     with pytest.raises(EngineDeviceError, match="CPU only"):
         LocalEngine(copy.deepcopy(model), tok, device="meta", precision="bf16")
