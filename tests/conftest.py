@@ -60,3 +60,28 @@ def _torch_threads_restored():
     yield
     if torch.get_num_threads() != before:
         torch.set_num_threads(before)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """`vllm` as tests/fake_vllm.py fakes vLLM V1 (engine core in another process), a GPU reported visible; every
+    fake engine core started in the test is shut down after it."""
+    import sys
+    from types import ModuleType
+
+    import torch
+
+    from fake_vllm import FakeLLM, FakeLoRARequest
+
+    vllm = ModuleType("vllm")
+    vllm.LLM = FakeLLM
+    vllm.SamplingParams = lambda **kw: kw
+    lora, request = ModuleType("vllm.lora"), ModuleType("vllm.lora.request")
+    request.LoRARequest = FakeLoRARequest
+    for name, mod in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    FakeLLM.instances.clear()
+    yield vllm
+    for llm in FakeLLM.instances:
+        llm.shutdown()

@@ -347,7 +347,8 @@ class EngineConfig(_Section):
     prefix_cache_tokens: int = Field(32768, ge=0)
     """KV kept across requests for prefix reuse (local; 0 disables)."""
     fused_decode: bool = True
-    """The packed one-token decode step and its C kernel where they apply (local)."""
+    """The packed one-token decode step and its C kernel where they apply (local; CPU only: unused on another device,
+    and `true` set explicitly there is an error)."""
     precision: Literal["fp32", "bf16", "int8"] = "fp32"
     """Weights the local engine samples with. fp32: the learner's module itself. bf16 / int8 (the high-speed
     mode): a copy of it with the decode matmuls' weights (q|k|v, o, gate|up, down, lm_head) rounded to bf16,
@@ -360,11 +361,28 @@ class EngineConfig(_Section):
     device: str = "cpu"
     """Where the engine samples: the local engine shares the learner's module, so this must equal `rl.device`;
     vLLM places itself on the visible GPUs."""
+    sleep_level: int = Field(1, ge=0, le=2)
+    """vllm on the learner's GPU (`rl.device` cuda): vLLM is built with sleep mode and sleeps at this level around
+    every update, waking with the new weights (1: weights offloaded to host memory, KV cache dropped; 2: both
+    dropped, the weight sync refills them); 0: never (vLLM on a GPU of its own)."""
 
     @model_validator(mode="after")
     def _chunks(self) -> "EngineConfig":
         if self.max_prefill_tokens < self.prefill_chunk:
             raise ValueError(f"max_prefill_tokens ({self.max_prefill_tokens}) must be >= prefill_chunk ({self.prefill_chunk})")
+        return self
+
+    @model_validator(mode="after")
+    def _device_modes(self) -> "EngineConfig":
+        # the reduced-precision serving copies decode through the C kernel, which reads host memory
+        if self.kind == "local" and not self.device.startswith("cpu") and self.precision != "fp32":
+            raise ValueError(f"precision = {self.precision!r} runs on CPU only (the C decode kernel); on "
+                             f"device {self.device!r} use precision = \"fp32\"")
+        # asked for by name (the default means "where it applies", which is the CPU)
+        if self.kind == "local" and not self.device.startswith("cpu") and self.fused_decode \
+                and "fused_decode" in self.model_fields_set:
+            raise ValueError(f"fused_decode = true is the CPU's C decode kernel; on device {self.device!r} leave it "
+                             "unset or false")
         return self
 
 

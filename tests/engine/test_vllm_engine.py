@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from posttrain.engine.extras import MissingExtraError
+from posttrain.engine.remote._vllm_worker import WeightSyncExtension
 from posttrain.engine.remote.vllm_engine import (
     GPUUnavailableError,
     VLLMEngine,
@@ -56,12 +57,21 @@ def test_vllm_outputs_become_completions():
     assert completion_from_vllm(_output(0, [2], [-0.1], "stop"), 0).finish_reason is FinishReason.STOP
 
 
+class _Worker(WeightSyncExtension):
+    """vLLM's worker with posttrain's extension mixed in, as `worker_extension_cls` makes it."""
+
+    def __init__(self, load_weights) -> None:
+        self.device = torch.device("cpu")
+        self.model_runner = SimpleNamespace(model=SimpleNamespace(load_weights=load_weights))
+
+
 class FakeLLM:
-    """Stands in for `vllm.LLM`: records calls, answers with canned outputs."""
+    """Stands in for `vllm.LLM` in this process: records calls, answers with canned outputs (tests/fake_vllm.py
+    is the one with vLLM V1's separate engine process and msgpack channel)."""
 
     def __init__(self) -> None:
         self.generated, self.rpcs, self.resets = [], [], 0
-        self.worker = SimpleNamespace(model_runner=SimpleNamespace(model=SimpleNamespace(load_weights=self._record)))
+        self.worker = _Worker(self._record)
         self.loaded = None
 
     def _record(self, weights):
@@ -72,9 +82,9 @@ class FakeLLM:
         n = sampling_params["n"]
         return [SimpleNamespace(outputs=[_output(i, [7, 8], [-0.2, -0.3], "stop") for i in reversed(range(n))]) for _ in prompts]
 
-    def collective_rpc(self, method, args=()):
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
         self.rpcs.append(method)
-        return [method(self.worker, *args)]
+        return [getattr(self.worker, method)(*args, **(kwargs or {}))]  # by name, as vLLM V1 calls it
 
     def reset_prefix_cache(self):
         self.resets += 1
@@ -86,9 +96,10 @@ def test_generate_and_load_weights_through_the_llm_api():
     groups = engine.generate(["1+1=", [1, 2]], SamplingParams(n=2, max_tokens=2))
     assert [len(g) for g in groups] == [2, 2] and groups[0][0].logprobs == [-0.2, -0.3]
     assert llm.generated[0][0] == ["1+1=", {"prompt_token_ids": [1, 2]}]
-    state = {"model.embed_tokens.weight": torch.zeros(3, 2)}
+    state = {"model.embed_tokens.weight": torch.arange(6.0).view(3, 2)}
     engine.load_weights(state, version=7)
-    assert list(llm.loaded) == ["model.embed_tokens.weight"] and llm.resets == 1
+    assert list(llm.loaded) == ["model.embed_tokens.weight"] and llm.resets == 1 and llm.rpcs == ["posttrain_load_bucket"]
+    assert torch.equal(llm.loaded["model.embed_tokens.weight"], state["model.embed_tokens.weight"].to(torch.bfloat16))
     assert engine.generate(["x"], SamplingParams())[0][0].policy_version == 7
     (d0, d1) = engine.stream(["x"], SamplingParams(n=2))
     assert (d0.sample_index, d1.sample_index) == (0, 1) and d0.completion.token_ids == [7, 8]
@@ -141,6 +152,10 @@ def test_real_generation_on_vllm_and_a_gpu(tmp_path):
 
     check_against(model)
     other, _ = load_model(make_tiny_model(tmp_path / "other", seed=1, hidden=256, layers=2, heads=4, kv_heads=2))
-    engine.load_weights(other.state_dict(), version=1)
+    engine.load_weights(other.state_dict(), version=1)  # from the host: one /dev/shm file per bucket
+    assert engine.last_sync is not None and engine.last_sync.transport == "host"
     check_against(other)
     assert engine.generate(prompts[:1], SamplingParams(max_tokens=2))[0][0].policy_version == 1
+    engine.load_weights({k: v.cuda() for k, v in model.state_dict().items()}, version=2)  # a GPU learner: CUDA IPC
+    assert engine.last_sync.transport == "cuda_ipc"
+    check_against(model)

@@ -205,7 +205,7 @@ def train(
         cfg = load_config(config, set_ or [])
         from posttrain.distributed.data_parallel import from_env, lead_first
 
-        dp = from_env()  # under torchrun with N > 1: this rank (rank 0 shows progress and reports; see docs/scale.md)
+        dp = from_env(cfg.rl.device)  # under torchrun with N > 1: this rank (rank 0 shows progress and reports; docs/scale.md)
         if dp is not None and not dp.lead:
             _train_quietly(cfg, resume, overwrite, dp)
             return

@@ -1,7 +1,8 @@
 """`posttrain train` under torchrun: the ranks of one run, each rolling out its share of the groups.
 
 Covers: `DataParallel` (this process's rank, the world, its local rank) and `from_env` (None outside torchrun
-or with one process; otherwise the gloo / NCCL process group joined), `device_for` (`cuda` -> this rank's
+or with one process; otherwise the process group joined: gloo for a CPU run, NCCL for a CUDA run, from the
+run's configured device and never from what the machine has, `backend_for`), `device_for` (`cuda` -> this rank's
 GPU), the collectives the trainer uses: `shard` / `gather` (each rank rolls out every world-th task; the
 groups come back to every rank in the order the tasks were drawn, so every rank's curriculum, batch and
 update stay identical without another message), `gather_to_lead`, `all_equal` (the replica check), `barrier`;
@@ -90,16 +91,30 @@ def launched() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
 
 
-def from_env() -> DataParallel | None:
-    """This rank, the process group joined (gloo on CPU, NCCL with CUDA), or None for one process."""
+def backend_for(device: str) -> str:
+    """The process-group backend of a run on `device` (its configured `rl.device`, not what the machine has):
+    NCCL for CUDA runs, gloo otherwise, so a CPU run on a GPU machine never hands CPU tensors to NCCL."""
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def join_group(device: str, backend: str | None = None, timeout: timedelta | None = None) -> None:
+    """`init_process_group` for a run on `device` (torchrun's environment): an NCCL rank first selects its GPU
+    (LOCAL_RANK); a gloo rank leaves CUDA alone (rank 1 of a CPU run must not `set_device(1)` on a 1-GPU machine)."""
+    backend = backend or backend_for(device)
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    kwargs = {"timeout": timeout} if timeout is not None else {}
+    dist.init_process_group(backend, **kwargs)
+
+
+def from_env(device: str = "cpu") -> DataParallel | None:
+    """This rank, the process group joined (gloo for a CPU run, NCCL for a CUDA one: `backend_for(device)`), or
+    None for one process."""
     if not launched():
         return None
     if not dist.is_initialized():
         minutes = float(os.environ.get("POSTTRAIN_DIST_TIMEOUT_MIN", DEFAULT_TIMEOUT_MIN))
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend, timeout=timedelta(minutes=minutes))
+        join_group(device, timeout=timedelta(minutes=minutes))
     return DataParallel(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
 
 

@@ -20,6 +20,7 @@ from torch import Tensor
 from torch.distributed.tensor import DTensor
 
 from posttrain.config import RLConfig
+from posttrain.distributed.data_parallel import join_group
 from posttrain.errors import UserError
 from posttrain.models.llama import CausalLM
 from posttrain.rl.learner import Learner
@@ -31,16 +32,14 @@ class DistributedSetupError(UserError, RuntimeError):
     """The process group is missing or the configuration cannot be distributed."""
 
 
-def init_from_env(backend: str | None = None) -> tuple[int, int]:
+def init_from_env(backend: str | None = None, device: str = "cpu") -> tuple[int, int]:
     """Join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT) -> (rank, world size).
-    gloo on CPU, NCCL when CUDA is available (each rank on GPU LOCAL_RANK)."""
+    The backend follows the run's `device` (gloo for CPU, NCCL for CUDA with each rank on GPU LOCAL_RANK), never
+    whether the machine has a GPU."""
     if "RANK" not in os.environ:
         raise DistributedSetupError("no torchrun environment (RANK/WORLD_SIZE unset): launch with torchrun --nproc_per_node N")
     if not dist.is_initialized():
-        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend)
+        join_group(device, backend)
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -64,14 +63,19 @@ class DataParallelLearner(Learner):
         if strategy == "fsdp":
             if cfg.kl_beta > 0:
                 raise DistributedSetupError("rl.kl_beta > 0 under FSDP: the sharded reference model is not built yet")
+            from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import fully_shard
 
-            model.to(torch.device(cfg.device))
+            device = torch.device(cfg.device)
+            model.to(device)
+            # the mesh of the run's device, not torch's default (the machine's accelerator): a CPU run on a GPU
+            # machine shards on the CPU over its gloo group
+            mesh = init_device_mesh(device.type, (self.world,))
             for layer in model.model.layers:
-                fully_shard(layer)
+                fully_shard(layer, mesh=mesh)
             # the root (embeddings, final norm, lm_head) stays gathered after forward: the learner projects
             # the hidden states through lm_head chunk by chunk, outside the root's forward
-            fully_shard(model, reshard_after_forward=False)
+            fully_shard(model, mesh=mesh, reshard_after_forward=False)
         super().__init__(model, cfg, max_tokens, temperature, importance_sampling, total_updates)
         if strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel

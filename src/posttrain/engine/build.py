@@ -6,7 +6,8 @@ weights are seen without a copy); `kind = "vllm"` writes `model` as an
 HF-format checkpoint to a temporary directory and starts `VLLMEngine` on it
 (extra `vllm`, a CUDA GPU), syncing LoRA adapters per version when `model`
 has them (models/lora.py), full weights otherwise; `cfg.precision` below fp32 samples with a weight-rounded copy
-(engine/local/precision.py). Every caller outside `engine/` (the trainer's builder, the built-in
+(engine/local/precision.py); `cfg.device` is where the local engine allocates its cache and samples (the
+model is moved there; the C kernels serve a CPU engine only). Every caller outside `engine/` (the trainer's builder, the built-in
 base model's band checks, the model resolver, `posttrain serve`) builds its
 engine through this function instead of naming an engine class.
 Does not cover: engines over remote servers (`OpenAIEngine`, built by the
@@ -37,7 +38,7 @@ def build_engine(
     return LocalEngine(
         model, tokenizer, seed=seed, max_batch_rows=cfg.max_batch_rows, prefill_chunk=cfg.prefill_chunk,
         max_prefill_tokens=cfg.max_prefill_tokens, prefix_cache_tokens=cfg.prefix_cache_tokens,
-        fused_decode=cfg.fused_decode, precision=cfg.precision, speculative=speculative,
+        fused_decode=cfg.fused_decode, precision=cfg.precision, speculative=speculative, device=cfg.device,
     )
 
 
@@ -53,5 +54,6 @@ def _vllm_engine(cfg: EngineConfig, model: CausalLM, tokenizer: Tokenizer, seed:
     directory = Path(tempfile.mkdtemp(prefix="posttrain-vllm-"))
     save_model(model, tokenizer, directory)  # with adapters injected: the merged weights, B = 0 at the start
     lora = AdapterSpec(*adapter_settings(model)) if has_lora(model) else None
+    # sleep mode keeps vLLM's memory in its own pool, so a colocated trainer can free it around each update
     return VLLMEngine(directory, seed=seed, gpu_memory_utilization=cfg.gpu_memory_utilization, lora=lora,
-                      adapter_dir=directory / "adapters")
+                      adapter_dir=directory / "adapters", enable_sleep_mode=cfg.sleep_level > 0)

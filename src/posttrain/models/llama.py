@@ -316,6 +316,8 @@ class CausalLM(nn.Module):
     def _trunk(self, input_ids: Tensor, position_ids: Tensor | None, cache: Cache | None,
                attention_mask: Tensor | None, segment_ids: Tensor | None, branch_ids: Tensor | None = None) -> Tensor:
         b, t = input_ids.shape
+        # ids built on the host go to the embedding's device (a no-op, no copy, when they are there already)
+        input_ids = input_ids.to(self.model.embed_tokens.weight.device)
         mask: Tensor | None
         if cache is None:
             if position_ids is None:

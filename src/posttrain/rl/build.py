@@ -271,14 +271,14 @@ def _plugin(module: str) -> Any:
     return importlib.import_module(module)
 
 
-def data_parallel_from_env() -> Any:
-    """This torchrun rank (`DataParallel`, the process group joined), or None in one process (torch.distributed is
-    loaded only under torchrun)."""
+def data_parallel_from_env(device: str = "cpu") -> Any:
+    """This torchrun rank (`DataParallel`, the process group joined: gloo for a CPU `device`, NCCL for CUDA), or
+    None in one process (torch.distributed is loaded only under torchrun)."""
     import os
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
-    return _plugin(_DP_RANKS).from_env()
+    return _plugin(_DP_RANKS).from_env(device)
 
 
 # each rank samples from its own generator: the same seed everywhere would give every rank the same completions

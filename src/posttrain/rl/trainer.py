@@ -47,6 +47,7 @@ from posttrain.rewards import verifier_id, verifier_latency_metrics
 from posttrain.rl.advantages import group_relative_advantages, has_signal
 from posttrain.rl.async_loop import AsyncLoop
 from posttrain.rl.build import Components, build, data_parallel_from_env
+from posttrain.rl.colocation import Colocation
 from posttrain.rl.learner import pack_groups
 from posttrain.rl.rollout import fill_draw, run_sync
 from posttrain.rl.selection import Best, HeldOutRegression, observe
@@ -109,7 +110,7 @@ class Trainer:
         self.run_dir = cfg.path
         self.on_step, self.on_eval = on_step, on_eval
         store_path = self.run_dir / "run.sqlite"
-        self.dp = components.dp if components is not None else data_parallel_from_env()
+        self.dp = components.dp if components is not None else data_parallel_from_env(cfg.rl.device)
         self.lead = self.dp is None or self.dp.lead
         if store_path.exists() and not resume:
             if not overwrite:
@@ -130,6 +131,7 @@ class Trainer:
         self.whole_model = p.whole_model or p.model
         self.model, self.tokenizer, self.engine = p.model, p.tokenizer, p.engine
         self.learner, self.rollouter, self.curriculum = p.learner, p.rollouter, p.curriculum
+        self.colocation = Colocation.for_run(cfg, self.engine)  # vLLM sleeping around updates on a shared GPU
         self.domains, self.params = p.domains, p.params
         self.verifier = p.domains[0].verifier
         self.held_out = p.held_out[0].tasks if p.held_out else []  # the selection half: evaluated during training
@@ -261,8 +263,9 @@ class Trainer:
             valid = torch.tensor([g.valid for g in kept])
             adv = group_relative_advantages(rewards, valid, self.cfg.rl.advantage, self.cfg.rl.std_floor)
             batch = pack_groups(kept, adv, valid, self.tokenizer.pad_id)
-            metrics.update(self.learner.update(batch))
-        self.engine.load_weights(self.learner.policy_state(), version=self.step)
+            with self.colocation.updating():  # vLLM on the learner's GPU sleeps (rl/colocation.py) ...
+                metrics.update(self.learner.update(batch))
+        self.engine.load_weights(self.learner.policy_state(), version=self.step)  # ... and wakes with these
         if self.async_loop is not None:
             self.async_loop.publish(self.model.state_dict(), self.step)
         t2 = time.perf_counter()

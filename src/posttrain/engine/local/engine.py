@@ -18,7 +18,12 @@ precision (bf16 or int8 weights, engine/local/precision.py); `generate` and `str
 and `agenerate` through a worker thread (engine/local/worker.py) that every
 concurrent caller shares; the context limit (a request asking for more tokens
 than fit is clamped to what fits, noted once in the log); `load_weights`.
-Does not cover: multiple devices, preemption (admission reserves every row a
+Devices: the engine runs where the model is (or on `device`, where it then moves the model): the KV
+cache, prompt ids, masks, generators and sampling buffers are allocated there. The C kernels (the fused
+decode step, native cascade attention, `_decode_greedy_run`) serve CPU engines only: a CUDA engine is told
+so by its device, never by probing, and runs the model's PyTorch forward; speculative decoding and the
+bf16 / int8 serving copies are CPU-only (a one-line error elsewhere).
+Does not cover: several devices at once, preemption (admission reserves every row a
 request needs, so nothing is ever evicted mid-flight), beam search.
 
 Threads: the engine is not thread-safe. Before `agenerate` is first called it
@@ -70,6 +75,10 @@ class WeightsMismatchError(UserError, KeyError):
         return str(self.args[0])
 
 
+class EngineDeviceError(UserError, ValueError):
+    """A local-engine option that does not run on the engine's device (the C kernels' modes off the CPU)."""
+
+
 class LocalEngine:
     """Generate with a `CausalLM` in this process.
 
@@ -114,7 +123,15 @@ class LocalEngine:
         max_context: int | None = None,
         max_concurrency: int = 64,
         precision: str = "fp32",
+        device: str | torch.device | None = None,
     ) -> None:
+        # where everything the engine allocates lives: `device` (the model is moved there), else the model's
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        if self.device.type != "cpu" and (speculative is not None or precision != "fp32"):
+            raise EngineDeviceError(f"the local engine on {self.device} samples at fp32 without speculative decoding: "
+                                    "precision bf16/int8 and speculation run on CPU only")
+        if next(model.parameters()).device != self.device:
+            model.to(self.device)
         if prefill_chunk < 1 or max_prefill_tokens < prefill_chunk:
             raise ValueError("need prefill_chunk >= 1 and max_prefill_tokens >= prefill_chunk")
         if sliding_window is not None and speculative is not None:
@@ -131,7 +148,7 @@ class LocalEngine:
         self.policy_model: CausalLM = model if self._copy is None else self._copy.module
         self.samples_with_learner_module = self._copy is None
         self.tokenizer = tokenizer
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.max_batch_rows = max_batch_rows
         self.prefill_chunk, self.max_prefill_tokens = prefill_chunk, max_prefill_tokens
         self.window = sliding_window
@@ -140,7 +157,7 @@ class LocalEngine:
         self.dtype = next(model.parameters()).dtype
         use_prefix = prefix_cache_tokens > 0 and sliding_window is None
         self.prefix = (
-            PrefixCache(model.config, max(1, prefix_cache_tokens // prefix_block), prefix_block, self.dtype)
+            PrefixCache(model.config, max(1, prefix_cache_tokens // prefix_block), prefix_block, self.dtype, self.device)
             if use_prefix
             else None
         )
@@ -159,7 +176,8 @@ class LocalEngine:
         # the packed one-token decode step (engine/local/fused.py) where it applies; the model's forward elsewhere
         self.fused = (
             FusedDecoder(self.policy_model, precision=precision)
-            if fused_decode and sliding_window is None and FusedDecoder.supports(self.policy_model) else None
+            if fused_decode and self.device.type == "cpu" and sliding_window is None
+            and FusedDecoder.supports(self.policy_model) else None
         )  # fmt: skip
         self.kv: SlotCache | None = None  # running rows: what each sample adds to its prompt
         self.pkv: SlotCache | None = None  # prompt store: one row per admitted request
@@ -291,7 +309,7 @@ class LocalEngine:
         self._check_thread()
         ids = self._ids(prompt, params)
         if generator is None and params.seed is not None:
-            generator = torch.Generator().manual_seed(params.seed)
+            generator = torch.Generator(device=self.device).manual_seed(params.seed)
         stop_ids = set(params.stop_token_ids)
         if self.tokenizer.eos_id is not None and not params.ignore_eos:
             stop_ids.add(self.tokenizer.eos_id)
@@ -315,7 +333,7 @@ class LocalEngine:
         """`submit` every prompt, sharing one generator when seeded (as `generate` does); every prompt is
         checked before any is queued."""
         ids = [self._ids(p, params) for p in prompts]
-        generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+        generator = torch.Generator(device=self.device).manual_seed(params.seed) if params.seed is not None else None
         return [self.submit(p, params, generator, stream, i) for i, p in enumerate(ids)]
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
@@ -480,8 +498,8 @@ class LocalEngine:
         chunk = self.prefill_chunk
         if self.kv is None:
             r0 = min(self.max_batch_rows, max(rows, 8))
-            self.kv = SlotCache(cfg, r0, slots, self.dtype, self.window, chunk)
-            self.pkv = SlotCache(cfg, 8, len(req.prompt) + 2, self.dtype, self.window, chunk)
+            self.kv = SlotCache(cfg, r0, slots, self.dtype, self.window, chunk, self.device)
+            self.pkv = SlotCache(cfg, 8, len(req.prompt) + 2, self.dtype, self.window, chunk, self.device)
         if rows > self.kv.rows or slots > self.kv.slots:
             self.kv.grow(min(self.max_batch_rows, max(rows, 2 * self.kv.rows if rows > self.kv.rows else 0)), slots)
         p_rows = len(self.p_owner) + 1
@@ -495,14 +513,16 @@ class LocalEngine:
         b = len(reqs)
         chunks = [min(len(r.prompt) - r.n_cached, self.prefill_chunk) for r in reqs]
         t = max(chunks)
-        ids = torch.zeros((b, t), dtype=torch.long)
-        for i, (r, c) in enumerate(zip(reqs, chunks)):
-            ids[i, :c] = torch.tensor(r.prompt[r.n_cached : r.n_cached + c])
+        dev = self.device
+        # [b, t] built on the host, one copy to the device (on a CPU engine that copy is the tensor itself)
+        ids = torch.tensor([r.prompt[r.n_cached : r.n_cached + c] + [0] * (t - c) for r, c in zip(reqs, chunks)],
+                           dtype=torch.long, device=dev)
         start = [r.n_cached for r in reqs]
         rows = [r.prompt_row for r in reqs]
-        rows = slice(0, b) if rows == list(range(b)) else torch.tensor(rows)
+        rows = slice(0, b) if rows == list(range(b)) else torch.tensor(rows, device=dev)
         cache = self.pkv.bind(rows, start, None if min(chunks) == t else chunks, t)
-        logits = self.policy_model(ids, cache=cache, logits_index=torch.tensor(chunks)[:, None] - 1)[:, 0]  # [b, V]
+        last = torch.tensor(chunks, device=dev)[:, None] - 1
+        logits = self.policy_model(ids, cache=cache, logits_index=last)[:, 0]  # [b, V]
         self.stats["prefill_tokens"] += sum(chunks)
         done = []
         for r, c in zip(reqs, chunks):
@@ -585,7 +605,7 @@ class LocalEngine:
         b = len(seqs)
         start = [s.n_cached - s.base for s in seqs]
         shared = self._shared(seqs)
-        last = torch.tensor([s.all[-1] for s in seqs])
+        last = torch.tensor([s.all[-1] for s in seqs], device=self.device)
         if self.fused is not None and shared is None:
             logits = self.fused.step(last, start, self.kv)
         else:
@@ -625,9 +645,9 @@ class LocalEngine:
                     if s.lookup_at >= 0:
                         s.lookup_at += 1
             return self._decode(deltas)
-        ids = torch.tensor([[s.all[-1], *p] + [0] * (k - len(p)) for s, p in zip(seqs, props)])
+        ids = torch.tensor([[s.all[-1], *p] + [0] * (k - len(p)) for s, p in zip(seqs, props)], device=self.device)
         n_valid = [len(p) + 1 for p in props]
-        n_draft = torch.tensor(n_valid) - 1
+        n_draft = torch.tensor(n_valid, device=self.device) - 1
         start = [s.n_cached - s.base for s in seqs]
         ragged = None if min(n_valid) == 1 + k else n_valid
         shared = self._shared(seqs)
@@ -638,16 +658,16 @@ class LocalEngine:
             logits = self.policy_model(ids, cache=self.kv.bind(slice(0, b), start, ragged, 1 + k, shared))  # [b, 1+k, V]
         self.stats["decode_forwards"] += 1
         self.stats["decode_row_steps"] += b
-        groups = group_rows(seqs)
+        groups = group_rows(seqs, self.device)
         if len(groups) == 1:  # one request (or one set of params): no per-group copies
             (params, gen), _ = next(iter(groups.items()))
             logp = torch.log_softmax(process_for(logits, params), -1)
             qs = None if q is None else q[:, :k]
             n_acc, nxt = verify(logp.exp(), ids[:, 1:], n_draft, qs, params.temperature == 0, gen or self.generator)
         else:
-            n_acc = torch.empty(b, dtype=torch.long)
-            nxt = torch.empty(b, dtype=torch.long)
-            logp = torch.empty(logits.shape, dtype=torch.float32)
+            n_acc = torch.empty(b, dtype=torch.long, device=self.device)
+            nxt = torch.empty(b, dtype=torch.long, device=self.device)
+            logp = torch.empty(logits.shape, dtype=torch.float32, device=self.device)
             for (params, gen), idx in groups.items():
                 processed = process_for(logits[idx], params)
                 logp[idx] = torch.log_softmax(processed, -1)
@@ -694,24 +714,26 @@ class LocalEngine:
             group.append(g)
             member.append(count[g])
             count[g] += 1
-        lens = torch.tensor([s.base for s in seqs])
-        width = int(lens.max())
-        mask = torch.zeros((len(seqs), width), dtype=self.dtype).masked_fill_(
-            torch.arange(width)[None] >= lens[:, None], float("-inf")
+        dev = self.device
+        width = max(s.base for s in seqs)
+        lens = torch.tensor([s.base for s in seqs], device=dev)
+        mask = torch.zeros((len(seqs), width), dtype=self.dtype, device=dev).masked_fill_(
+            torch.arange(width, device=dev)[None] >= lens[:, None], float("-inf")
         )
         return SharedPrefix(
-            self.pkv, groups, width, max(count), torch.tensor(group), torch.tensor(member), lens, mask[:, None, None]
+            self.pkv, groups, width, max(count), torch.tensor(group, device=dev), torch.tensor(member, device=dev), lens,
+            mask[:, None, None],
         )
 
     # -- sampling and bookkeeping -------------------------------------------------------------
     def _sample(self, logits: Tensor, seqs: list[Sequence]) -> tuple[Tensor, Tensor]:
         """[b, V] raw logits -> (tokens [b], logprobs [b]) with each request's params and generator."""
-        groups = group_rows(seqs)
+        groups = group_rows(seqs, self.device)
         if len(groups) == 1:
             (params, gen), _ = next(iter(groups.items()))
             return self._sample_one(logits, params, gen)
-        toks = torch.empty(logits.shape[0], dtype=torch.long)
-        lps = torch.empty(logits.shape[0], dtype=torch.float32)
+        toks = torch.empty(logits.shape[0], dtype=torch.long, device=self.device)
+        lps = torch.empty(logits.shape[0], dtype=torch.float32, device=self.device)
         for (params, gen), idx in groups.items():
             toks[idx], lps[idx] = self._sample_one(logits[idx], params, gen)
         return toks, lps

@@ -11,6 +11,7 @@ chunk still needs.
 Cascade attention (a group's samples read their shared prompt's KV from another cache) runs
 in C for decode steps (`pt_cascade_attend` of engine/local/native_decode.py), split across
 torch's intra-op thread count, and in PyTorch matmuls otherwise.
+Devices: every tensor lives on the cache's `device`; the C kernel serves CPU caches only (`native`).
 Does not cover: paging or block tables (a row is contiguous, so the running
 batch reads the cache as a view, never a gather), scheduling (engine/local/engine.py).
 
@@ -110,15 +111,19 @@ class SlotCache:
         dtype: torch.dtype = torch.float32,
         window: WindowSpec | None = None,
         chunk: int = 1,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.dtype, self.window = dtype, window
+        self.device = dev = torch.device(device)
+        # the C cascade kernel reads host memory: a CPU cache uses it (where it pays), any other device never
+        self.native = dev.type == "cpu"
         if window is not None:  # the ring holds window + one chunk: writes never clobber keys still in view
             self.ring = window.window + chunk
             slots = window.sinks + self.ring + 1
         shape = (rows, config.num_key_value_heads, slots, config.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(config.num_hidden_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(config.num_hidden_layers)]
-        self.slot_pos = torch.full((rows, slots), -1, dtype=torch.long) if window is not None else None
+        self.k = [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(config.num_hidden_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(config.num_hidden_layers)]
+        self.slot_pos = torch.full((rows, slots), -1, dtype=torch.long, device=dev) if window is not None else None
         self._bound: tuple | None = None
         self.shared: SharedPrefix | None = None
         self._native_rows: tuple | None = None  # one decode step's per-row arguments of pt_cascade_attend
@@ -143,11 +148,11 @@ class SlotCache:
             return
         for store in (self.k, self.v):
             for i, old in enumerate(store):
-                new = torch.zeros((rows, old.shape[1], slots, old.shape[3]), dtype=old.dtype)
+                new = torch.zeros((rows, old.shape[1], slots, old.shape[3]), dtype=old.dtype, device=self.device)
                 new[: old.shape[0], :, : old.shape[2] - 1] = old[:, :, :-1]
                 store[i] = new
         if self.slot_pos is not None:
-            sp = torch.full((rows, slots), -1, dtype=torch.long)
+            sp = torch.full((rows, slots), -1, dtype=torch.long, device=self.device)
             sp[: self.slot_pos.shape[0]] = self.slot_pos
             self.slot_pos = sp
 
@@ -181,11 +186,12 @@ class SlotCache:
     def prepare(self, input_ids: Tensor, position_ids: Tensor | None, attention_mask: Tensor | None):
         rows, start, n_valid, t = self._bound
         b = len(start)
-        start_t = torch.tensor(start, dtype=torch.long)
-        offs = torch.arange(t)
+        dev = self.device
+        start_t = torch.tensor(start, dtype=torch.long, device=dev)
+        offs = torch.arange(t, device=dev)
         slot_pos = start_t[:, None] + offs  # [b, t] slot of each token in its row
         pos = slot_pos if self.shared is None else slot_pos + self.shared.row_offset[:, None]
-        valid = None if n_valid is None else offs[None, :] < torch.tensor(n_valid)[:, None]  # [b, t]
+        valid = None if n_valid is None else offs[None, :] < torch.tensor(n_valid, device=dev)[:, None]  # [b, t]
         ends = [s + (t if n_valid is None else n) for s, n in zip(start, n_valid or [t] * b)]
         scratch = self.slots - 1
         if self.window is None:
@@ -194,7 +200,7 @@ class SlotCache:
             used = max(ends)
             slot = slot_pos if valid is None else torch.where(valid, slot_pos, scratch)
             contiguous = valid is None and min(start) == max(start)
-            vis = torch.arange(used)[None, None, :] <= slot_pos[:, :, None]  # [b, t, S]
+            vis = torch.arange(used, device=dev)[None, None, :] <= slot_pos[:, :, None]  # [b, t, S]
         else:
             used = min(max(ends), scratch)
             slot = self.slot_of(pos)
@@ -209,7 +215,7 @@ class SlotCache:
             q = pos[:, :, None]
             w = self.window
             vis = (sp >= 0) & (sp <= q) & ((sp < w.sinks) | (sp > q - w.window))
-        mask = torch.zeros(vis.shape, dtype=self.dtype).masked_fill_(~vis, float("-inf"))[:, None]  # [b, 1, t, S]
+        mask = torch.zeros(vis.shape, dtype=self.dtype, device=dev).masked_fill_(~vis, float("-inf"))[:, None]  # [b, 1, t, S]
         self._write = (rows, start[0], t) if contiguous else (row_idx, slot)
         self._used = used
         self._mask = mask
@@ -217,7 +223,7 @@ class SlotCache:
 
     def _row_index(self, rows: slice | Tensor, b: int) -> Tensor:
         if isinstance(rows, slice):
-            return torch.arange(rows.start, rows.start + b)
+            return torch.arange(rows.start, rows.start + b, device=self.device)
         return rows
 
     def _store(self, layer: int, k: Tensor, v: Tensor) -> None:
@@ -257,7 +263,7 @@ class SlotCache:
         the kernel is built (`pt_cascade_attend`: each row's scores over its group's prompt and its own slots,
         no gather of the rows' keys, no scatter into group-shaped buffers); the same maths, to float rounding.
         """
-        if (q.shape[2] == 1 and self.window is None and q.dtype == self.dtype == torch.float32
+        if (self.native and q.shape[2] == 1 and self.window is None and q.dtype == self.dtype == torch.float32
                 and native_attention_pays(torch.get_num_threads(), q.shape[1] * q.shape[3])):
             kernel = load_kernel()
             if kernel is not None:
@@ -324,11 +330,11 @@ class SlotCache:
             for a, b in zip(self.k + self.v, dst.k + dst.v):
                 b[d, :, :n] = a[s, :, :n]
         else:
-            si, di = torch.tensor(src_rows), torch.tensor(dst_rows)
+            si, di = torch.tensor(src_rows, device=self.device), torch.tensor(dst_rows, device=self.device)
             for a, b in zip(self.k + self.v, dst.k + dst.v):
                 b[di, :, :n] = a[si, :, :n]
         if self.slot_pos is not None:
-            dst.slot_pos[torch.tensor(dst_rows)] = self.slot_pos[torch.tensor(src_rows)]
+            dst.slot_pos[torch.tensor(dst_rows, device=self.device)] = self.slot_pos[torch.tensor(src_rows, device=self.device)]
 
     def clear_row(self, row: int) -> None:
         if self.slot_pos is not None:

@@ -24,15 +24,17 @@ from posttrain.models.config import ModelConfig
 
 
 class PrefixCache:
-    def __init__(self, config: ModelConfig, capacity_blocks: int, block: int = 16, dtype=torch.float32) -> None:
+    def __init__(self, config: ModelConfig, capacity_blocks: int, block: int = 16, dtype=torch.float32,
+                 device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
         if capacity_blocks < 1 or block < 1:
             raise ValueError(f"prefix cache needs capacity_blocks >= 1 and block >= 1, got {capacity_blocks}, {block}")
         self.block = block
         shape = (capacity_blocks, config.num_key_value_heads, block, config.head_dim)
         # uninitialised on purpose: a block is read only after it was written, and untouched pages of a
         # large pool cost no memory (zeroing the default 32k-token pool took ~80 ms per engine)
-        self.k = [torch.empty(shape, dtype=dtype) for _ in range(config.num_hidden_layers)]
-        self.v = [torch.empty(shape, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.k = [torch.empty(shape, dtype=dtype, device=self.device) for _ in range(config.num_hidden_layers)]
+        self.v = [torch.empty(shape, dtype=dtype, device=self.device) for _ in range(config.num_hidden_layers)]
         self._index: OrderedDict[tuple, tuple[int, int]] = OrderedDict()  # (parent id, tokens) -> (node id, slot); LRU order
         self._free = list(range(capacity_blocks - 1, -1, -1))
         self._next_id = 1  # node ids are never reused: an evicted block's children become unreachable, not wrong
@@ -68,7 +70,7 @@ class PrefixCache:
     def read_into(self, slots: list[int], cache: SlotCache, row: int) -> None:
         if not slots:
             return
-        idx, n = torch.tensor(slots), len(slots) * self.block
+        idx, n = torch.tensor(slots, device=self.device), len(slots) * self.block
         for pool, dst in zip(self.k + self.v, cache.k + cache.v):
             blocks = pool.index_select(0, idx)  # [m, H, blk, D]
             dst[row, :, :n] = blocks.permute(1, 0, 2, 3).reshape(dst.shape[1], n, dst.shape[3])
@@ -101,8 +103,8 @@ class PrefixCache:
             parent = node
         if not new:
             return
-        blocks = torch.tensor([i for i, _, _ in new])
-        slots = torch.tensor([s for _, _, s in new])
+        blocks = torch.tensor([i for i, _, _ in new], device=self.device)
+        slots = torch.tensor([s for _, _, s in new], device=self.device)
         first, last = new[0][0], new[-1][0] + 1  # new blocks form a run: misses only grow once one misses
         lo, hi = first * self.block, last * self.block
         for src, pool in zip(source(lo, hi), self.k + self.v):

@@ -243,11 +243,11 @@ def _sample_groups(logits: Tensor, seqs: list) -> tuple[Tensor, Tensor]:
     return out, probs
 
 
-def group_rows(seqs: list) -> dict:
-    """(params, generator) -> row index tensor, or None when one group covers every row."""
+def group_rows(seqs: list, device: torch.device | None = None) -> dict:
+    """(params, generator) -> row index tensor (on `device`), or None when one group covers every row."""
     groups: dict = {}
     for i, s in enumerate(seqs):
         groups.setdefault((s.request.params, s.request.generator), []).append(i)
     if len(groups) == 1:
         return {key: None for key in groups}
-    return {key: torch.tensor(v) for key, v in groups.items()}
+    return {key: torch.tensor(v, device=device) for key, v in groups.items()}

@@ -324,9 +324,9 @@ def top_logprobs(
     model.eval()
     try:
         width = len(prompt) + longest
-        ids = torch.zeros((len(completions), width), dtype=torch.long)  # [n, P+T], right-padded (causal: padding is inert)
-        for i, c in enumerate(completions):
-            ids[i, : len(prompt) + len(c)] = torch.tensor(prompt + c)
+        # [n, P+T], right-padded (causal: padding is inert), on the model's device
+        ids = torch.tensor([prompt + c + [0] * (width - len(prompt) - len(c)) for c in completions], dtype=torch.long,
+                           device=next(model.parameters()).device)
         logits = model(ids)[:, len(prompt) - 1 : width - 1]  # [n, T, V]: position t predicts completion token t
     finally:
         model.train(was_training)

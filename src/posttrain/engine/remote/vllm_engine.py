@@ -5,12 +5,22 @@ Covers: building (or wrapping) a `vllm.LLM`, mapping posttrain's
 ids, text, the sampled tokens' logprobs and finish reason; the logprobs are of
 the distribution actually sampled (`logprobs_mode="processed_logprobs"`,
 vLLM >= 0.10.2: after temperature and top-k/top-p, as `LocalEngine` reports
-them), so importance ratios against the learner mean what they say; and
-`load_weights`, which pushes a state dict (HF parameter names, as the native
-model's are) into every worker with `LLM.collective_rpc`, calling each
-worker's `model_runner.model.load_weights`, then empties vLLM's prefix cache
-(`LLM.reset_prefix_cache`) so no KV computed by the old weights is reused;
-`agenerate` (calls take turns on a thread: vLLM's `LLM` is not thread-safe).
+them), so importance ratios against the learner mean what they say; vLLM runs
+in bf16 by default (`dtype`: the learner's fp32 checkpoint under vLLM's "auto"
+would serve as float16, with overflow risk); and `load_weights`, which sends a
+state dict (HF parameter names, as the native model's are) to every worker in
+buckets (engine/remote/weight_sync.py: CUDA IPC from a learner on the GPU, a
+memory-backed file from one on the host), each loaded by the worker extension's
+named method (engine/remote/_vllm_worker.py, installed with vLLM's
+`worker_extension_cls`: vLLM V1's engine core is another process, its msgpack
+channel refuses functions and would turn tensors into lists), then empties
+vLLM's prefix cache (`LLM.reset_prefix_cache`) so no KV computed by the old
+weights is reused; `agenerate`: concurrent callers' calls (agent episodes)
+merged into shared `generate` calls by a `MergedBatcher` thread
+(engine/serve/batcher.py; vLLM's `LLM` is not thread-safe, and one call batches
+its prompts), so `max_concurrency` is that of the merger, not 1.
+Supported vLLM: >= 0.10.2 (`logprobs_mode`, `worker_extension_cls`, V1's
+`collective_rpc` by name, sleep mode), < 0.34 (the last release read: 0.33).
 Weight sync per policy version (`load_weights(state, version)`): versions only
 move forward; full weights go to the workers as above; with `lora` set (the
 learner trains LoRA adapters) only the adapter entries of `state` are kept,
@@ -43,6 +53,8 @@ from typing import Any
 
 from posttrain.engine.base import CompletionDelta
 from posttrain.engine.extras import require
+from posttrain.engine.remote._vllm_worker import DTYPES, WeightSyncExtension
+from posttrain.engine.remote.weight_sync import DEFAULT_BUCKET_BYTES, SyncStats, send_weights
 from posttrain.errors import UserError
 from posttrain.types import Completion, FinishReason, SamplingParams
 
@@ -117,9 +129,10 @@ def completion_from_vllm(output: Any, version: int) -> Completion:
     return Completion(token_ids, output.text, logprobs, finish, version)
 
 
-def _load_weights_on_worker(worker: Any, weights: list[tuple[str, Any]]) -> None:
-    """Runs inside each vLLM worker (sent by `collective_rpc`)."""
-    worker.model_runner.model.load_weights(weights=weights)
+# what vLLM imports in each worker process (the class's own qualified name, so a rename cannot leave it stale)
+WORKER_EXTENSION = f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}"
+DEFAULT_DTYPE = "bfloat16"
+MERGED_CALLS = 64  # concurrent callers' requests merged into one generate call, at most
 
 
 class VLLMEngine:
@@ -134,7 +147,7 @@ class VLLMEngine:
         self,
         model: str | Path,
         *,
-        dtype: str = "auto",
+        dtype: str = DEFAULT_DTYPE,
         seed: int = 0,
         gpu_memory_utilization: float = 0.5,
         enable_prefix_caching: bool = True,
@@ -142,17 +155,20 @@ class VLLMEngine:
         lora: AdapterSpec | None = None,
         adapter_dir: str | Path | None = None,
         enable_sleep_mode: bool = False,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         **llm_kwargs: Any,
     ) -> None:
-        """`logprobs_mode=None` leaves vLLM's default (raw logprobs; needed before vLLM 0.10.2); `lora`: sync
-        adapters (written under `adapter_dir`, a temporary directory when None) instead of full weights."""
+        """`logprobs_mode=None` leaves vLLM's default (raw logprobs); `lora`: sync adapters (written under
+        `adapter_dir`, a temporary directory when None) instead of full weights; `bucket_bytes`: the most
+        weight bytes one sync call carries."""
         vllm = require_vllm()
+        llm_kwargs.setdefault("worker_extension_cls", WORKER_EXTENSION)
         if logprobs_mode is not None:
             llm_kwargs["logprobs_mode"] = logprobs_mode
         if lora is not None:
             llm_kwargs.update(enable_lora=True, max_lora_rank=max(8, lora.r), max_loras=1)
         if enable_sleep_mode:
-            llm_kwargs["enable_sleep_mode"] = True
+            llm_kwargs["enable_sleep_mode"] = True  # weights and KV in vLLM's CuMem pool, freed by `sleep`
         llm = vllm.LLM(
             model=str(model),
             dtype=dtype,
@@ -161,24 +177,33 @@ class VLLMEngine:
             enable_prefix_caching=enable_prefix_caching,
             **llm_kwargs,
         )
-        self._init(llm, vllm, model, lora, adapter_dir)
+        self._init(llm, vllm, model, lora, adapter_dir, dtype, bucket_bytes, enable_sleep_mode)
 
     @classmethod
     def from_llm(cls, llm: Any, vllm_module: Any = None, model_dir: str | Path | None = None,
-                 lora: AdapterSpec | None = None, adapter_dir: str | Path | None = None) -> VLLMEngine:
-        """Wrap a `vllm.LLM` built elsewhere (custom parallelism, a colocated trainer)."""
+                 lora: AdapterSpec | None = None, adapter_dir: str | Path | None = None, dtype: str = DEFAULT_DTYPE,
+                 sleep_mode: bool = False) -> VLLMEngine:
+        """Wrap a `vllm.LLM` built elsewhere (custom parallelism, a colocated trainer); it must have been built
+        with `worker_extension_cls=WORKER_EXTENSION` for full-weight syncs, and with `dtype` as given here."""
         self = cls.__new__(cls)
         vllm = vllm_module if vllm_module is not None else require("vllm", "vllm", "VLLMEngine")
-        self._init(llm, vllm, model_dir, lora, adapter_dir)
+        self._init(llm, vllm, model_dir, lora, adapter_dir, dtype, DEFAULT_BUCKET_BYTES, sleep_mode)
         return self
 
     usage = None  # nothing remote to total: the GPU is in this process
     max_context: int | None = None  # vLLM enforces its own `max_model_len` and says so
-    max_concurrency = 1  # calls run one at a time (vLLM batches inside a call: pass many prompts per call)
 
     def _init(self, llm: Any, vllm: Any, model_dir: str | Path | None, lora: AdapterSpec | None = None,
-              adapter_dir: str | Path | None = None) -> None:
+              adapter_dir: str | Path | None = None, dtype: str = DEFAULT_DTYPE, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+              sleep_mode: bool = False) -> None:
         self.llm, self._vllm = llm, vllm
+        # weights travel in vLLM's serving dtype (it would round to it on load); fp32 where vLLM picks ("auto")
+        self.wire_dtype = DTYPES.get(dtype, DTYPES["float32"])
+        self.bucket_bytes = bucket_bytes
+        self.sleep_mode = sleep_mode  # built with enable_sleep_mode: `sleep` frees its GPU memory
+        self.last_sync: SyncStats | None = None
+        self._merger: Any = None  # the MergedBatcher thread of `agenerate`, started on first use
+        self._merger_lock = threading.Lock()
         self.policy_version = 0
         self.lora = lora
         self.lora_request: Any = None  # the current version's adapter (None: the base weights, or full-weight sync)
@@ -192,6 +217,9 @@ class VLLMEngine:
             from posttrain.models.tokenizer import Tokenizer
 
             self.tokenizer = Tokenizer.load(model_dir)
+        # calls a caller should keep in flight: merged into shared generate calls (the merger cuts a merged
+        # completion back to each caller's max_tokens, which needs the tokenizer), else one at a time
+        self.max_concurrency = MERGED_CALLS if self.tokenizer is not None else 1
 
     def encode(self, prompts: list[str]) -> list[list[int]] | None:
         """Token ids with the checkpoint's tokenizer (None when the model is not a local directory with one)."""
@@ -210,8 +238,37 @@ class VLLMEngine:
         return [[completion_from_vllm(o, version) for o in sorted(out.outputs, key=lambda o: o.index)] for out in outputs]
 
     async def agenerate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[list[Completion]]:
-        """`generate` on a worker thread; concurrent calls take turns (one vLLM call batches its own prompts)."""
-        return await asyncio.to_thread(self.generate, prompts, params)
+        """`generate` for async callers: concurrent calls with equal sampling parameters (up to `max_tokens`,
+        unseeded) are merged into one vLLM `generate` call by the merger thread, so concurrent agent episodes
+        batch on the GPU instead of taking turns; without a tokenizer, calls take turns on a thread."""
+        if not prompts:
+            return []
+        if self.tokenizer is None:
+            return await asyncio.to_thread(self.generate, prompts, params)
+        groups = await asyncio.wrap_future(self.merger().submit(list(prompts), params))
+        return [g.completions for g in groups]
+
+    def merger(self) -> Any:
+        """The `MergedBatcher` that merges concurrent `agenerate` calls (started on first use)."""
+        with self._merger_lock:
+            if self._merger is None:
+                from posttrain.engine.serve.batcher import MergedBatcher
+
+                self._merger = MergedBatcher(self, max_jobs=MERGED_CALLS)
+            return self._merger
+
+    def close(self) -> None:
+        """Stop the merger thread (if one runs) once the calls already submitted are done."""
+        merger, self._merger = self._merger, None
+        if merger is not None:
+            merger.close()
+
+    def shutdown(self) -> None:
+        """`close`, then stop vLLM's engine-core process and free its GPU memory (the engine is unusable after)."""
+        self.close()
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)  # vLLM V1's client of its core
+        if core is not None:
+            core.shutdown()
 
     def stream(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> Iterator[CompletionDelta]:
         """The `Engine` stream, not incremental: each completion arrives whole, as its final delta."""
@@ -225,15 +282,20 @@ class VLLMEngine:
         if version < self.policy_version:
             raise WeightSyncError(f"load_weights version {version} is older than the engine's {self.policy_version}")
         with self._lock:
-            self._wake()
-            if self.lora is not None:
-                self._load_adapter(state, version)
-            else:
+            if self.asleep and self.lora is None and self.sleep_mode:
+                # colocated: the weights' memory first, the new weights into it, then the KV cache (the peak
+                # holds one of the two beside the learner, as TRL and verl order it)
+                self.llm.wake_up(tags=["weights"])
                 self._load_full(state)
-            # These probe the vLLM object, not a posttrain capability: `LLM.reset_prefix_cache` exists only in
-            # some vLLM releases, and the extra accepts a range of them.
-            if hasattr(self.llm, "reset_prefix_cache"):
-                self.llm.reset_prefix_cache()
+                self.llm.wake_up(tags=["kv_cache"])
+                self.asleep = False
+            else:
+                self._wake()
+                if self.lora is not None:
+                    self._load_adapter(state, version)
+                else:
+                    self._load_full(state)
+            self.llm.reset_prefix_cache()  # no KV of the old policy is reused
             self.resets += 1
             self.policy_version = version
 
@@ -241,11 +303,8 @@ class VLLMEngine:
         if any(".lora_" in k or ".base_layer." in k for k in state):
             raise WeightSyncError("load_weights got LoRA-injected names (base_layer / lora_): build the engine with "
                                   "`lora=` to sync adapters, or pass merged weights (models.lora.merged_state_dict)")
-        weights = list(state.items())
-        if hasattr(self.llm, "collective_rpc"):  # probes vLLM's release (see load_weights)
-            self.llm.collective_rpc(_load_weights_on_worker, args=(weights,))
-        else:  # vLLM before collective_rpc: the single in-process worker
-            self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights=weights)
+        # bucketed, by name: one `posttrain_load_bucket` call per bucket on every worker (engine/remote/weight_sync.py)
+        self.last_sync = send_weights(state, self.llm.collective_rpc, self.wire_dtype, self.bucket_bytes)
 
     def _load_adapter(self, state: Mapping[str, Any], version: int) -> None:
         from posttrain.models.lora import adapter_weights, lora_config, write_adapter
@@ -263,6 +322,8 @@ class VLLMEngine:
     def sleep(self, level: int = 1) -> None:
         """Free vLLM's GPU memory for training: level 1 offloads the weights to CPU and drops the KV cache;
         level 2 drops the weights too (the next `load_weights` brings them). Needs `enable_sleep_mode=True`."""
+        if not self.sleep_mode:
+            raise WeightSyncError("VLLMEngine.sleep needs the engine built with enable_sleep_mode=True")
         with self._lock:
             if not self.asleep:
                 self.llm.sleep(level=level)

@@ -107,7 +107,7 @@ class MergedBatcher:
         waiting = self.waiting.qsize()
         if waiting >= self.max_queue:
             raise queue.Full(f"{waiting} requests are waiting")
-        job = GenerationJob([list(p) for p in prompts], params, top_logprobs)
+        job = GenerationJob([p if isinstance(p, str) else list(p) for p in prompts], params, top_logprobs)  # text as is
         self.waiting.put(job)
         self.stats.max_queue_depth = max(self.stats.max_queue_depth, self.waiting.qsize())
         return job.future
@@ -165,7 +165,7 @@ class MergedBatcher:
                 comps = [_trim(c, job.params.max_tokens, self.engine.tokenizer.decode) for c in comps]
                 # a foreign engine's model is not ours to re-score with: only the sampled token is known
                 top = [[[(t, lp)] for t, lp in zip(c.token_ids, c.logprobs)] for c in comps] if job.top_logprobs else None
-                result.append(GeneratedGroup(list(prompt), comps, top))
+                result.append(GeneratedGroup(prompt if isinstance(prompt, str) else list(prompt), comps, top))
             job.future.set_result(result)
         except Exception as exc:  # noqa: BLE001 - the job fails, not the worker
             job.future.set_exception(exc)
