@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,8 +164,11 @@ class FailureBank:
                 self.items.popitem(last=False)
         return found
 
-    def take(self, k: int) -> list[Task]:
-        """Up to k banked tasks, heaviest first (oldest among equals); each loses `decay` of its weight."""
+    def take(self, k: int, allow: Callable[[Task], bool] = lambda task: True) -> list[Task]:
+        """Up to k banked tasks, heaviest first (oldest among equals); each loses `decay` of its weight. Tasks
+        `allow` refuses (a retired task or domain) leave the bank."""
+        for b in [b for b in self.items.values() if not allow(b.task)]:
+            del self.items[b.task.id]
         chosen = sorted(self.items.values(), key=lambda b: -b.weight)[:k]
         for b in chosen:
             b.weight *= 1.0 - self.decay

@@ -160,16 +160,24 @@ class TaskScheduler:
             out.append(self.queues[Priority.RETRY].popleft())
             replays -= 1
         if replays > 0:
-            out.extend(self.bank.take(replays))
+            out.extend(self.bank.take(replays, self._replayable))
         out.extend(self._probes(k - len(out)))
+        for t in out:
+            self._hand_out(t)
         while len(out) < k:
             out.append(self.draw())
-        for t in out:
-            d = self.domains.get(str(t.meta.get(DOMAIN_KEY, "")))
-            if d is not None:
-                d.inflight += 1
-                d.drawn += 1
         return out
+
+    def _hand_out(self, task: Task) -> None:
+        d = self.domains.get(str(task.meta.get(DOMAIN_KEY, "")))
+        if d is not None:
+            d.inflight += 1
+            d.drawn += 1
+
+    def _replayable(self, task: Task) -> bool:
+        """A banked failure is replayed while its domain is live and the task itself is not retired."""
+        d = self.domains.get(str(task.meta.get(DOMAIN_KEY, "")))
+        return d is None or (d.status is DomainStatus.ACTIVE and self.weight_of(d, task.id) > 0.0)
 
     def _probes(self, room: int) -> list[Task]:
         """One group for each retired domain whose re-check is due."""
@@ -186,7 +194,10 @@ class TaskScheduler:
         """One fresh task: a domain by weight (none past its in-flight limit), then a task inside it."""
         self.decisions += 1
         d = self._pick_domain()
-        return self._tag(self._pick_task(d), d.spec.name)
+        task = self._tag(self._pick_task(d), d.spec.name)
+        d.inflight += 1
+        d.drawn += 1
+        return task
 
     def _tag(self, task: Task, name: str) -> Task:
         return task if task.meta.get(DOMAIN_KEY) == name else replace(task, meta={**task.meta, DOMAIN_KEY: name})
