@@ -3,8 +3,8 @@
 from types import SimpleNamespace
 
 import pytest
+from _scheduler_fakes import group, tagged, traj
 
-from conftest import group, tagged, traj
 from posttrain.scheduler.failures import FailureBank, FailureCategory, categorise, failures_of
 from posttrain.types import FinishReason, Group, RolloutStatus, VerdictStatus
 

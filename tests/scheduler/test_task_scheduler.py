@@ -3,8 +3,8 @@
 import random
 
 import pytest
+from _scheduler_fakes import group, tagged
 
-from conftest import group, tagged
 from posttrain.scheduler.band import BandController
 from posttrain.scheduler.task_scheduler import DomainSpec, DomainStatus, Priority, SchedulerSettings, TaskScheduler
 from posttrain.tasks.jsonl import ListSource

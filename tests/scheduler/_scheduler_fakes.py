@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from posttrain.types import (
     DOMAIN_KEY,
     Completion,
@@ -32,8 +30,3 @@ def group(task: Task, passes: int, n: int = 4) -> Group:
 
 def tagged(task_id: str, domain: str) -> Task:
     return Task(task_id, f"{task_id}?", "42", {DOMAIN_KEY: domain})
-
-
-@pytest.fixture
-def make_group():
-    return group
