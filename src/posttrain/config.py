@@ -175,9 +175,10 @@ def _check_verifier_shape(spec: Any) -> None:
 class DomainConfig(_Section):
     """One training domain: where its tasks come from, what judges them, and its share of each batch."""
 
-    source: str
+    source: str | list[str]
     """A registered domain spec (`posttrain tasks list`: `arith:add`, `code:ops`, `rg:<dataset>`, `humaneval`)
-    or a path to a JSONL task file."""
+    or a path to a JSONL task file; or a glob over the registry (`rg:*`, `arith:*`) or a list of specs, which
+    expands into one domain each (`tasks/expand.py`)."""
     name: str | None = None
     """How metrics and stored rows name it (default: the source)."""
     verifier: str | dict[str, Any] | None = None
@@ -205,7 +206,7 @@ class DomainConfig(_Section):
 
     @property
     def label(self) -> str:
-        return self.name or self.source
+        return self.name or (self.source if isinstance(self.source, str) else ",".join(self.source))
 
 
 class SamplingConfig(_Section):

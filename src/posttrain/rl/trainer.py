@@ -49,9 +49,11 @@ from posttrain.rl.async_loop import AsyncLoop
 from posttrain.rl.build import Components, build, data_parallel_from_env
 from posttrain.rl.learner import pack_groups
 from posttrain.rl.rollout import run_sync
+from posttrain.rl.scheduling import record_scheduler
 from posttrain.rl.selection import Best, HeldOutRegression, observe
 from posttrain.scheduler.curriculum import level_metrics
 from posttrain.scheduler.pipeline import fill_batch, fill_rule
+from posttrain.scheduler.task_scheduler import TaskScheduler
 from posttrain.store.checkpoints import (
     TrainerState,
     checkpoint_dir,
@@ -278,6 +280,9 @@ class Trainer:
         if self.cfg.rollout.sandbox_backend == "ray":
             metrics["sandbox_worker_failures"] = float(self._record_sandbox_failures())
         metrics.update(level_metrics(self.curriculum))
+        if isinstance(self.curriculum, TaskScheduler):  # per-domain figures and failures: store, TensorBoard, progress
+            record_scheduler(self.curriculum, self.store, self.writer, self.step, metrics,
+                             {d.name: d.verifier for d in self.domains}, {g.task.id: g.task for g in sampled})
         self._record_episodes(metrics, sampled)
         self._record(metrics, sampled, kept)
         result = StepResult(self.step, metrics)
