@@ -54,6 +54,15 @@ _FORMAT = re.compile(r"no (number|answer|tag|code|boxed)[^\n]* found|could not (
 _RUNTIME = re.compile(r"Traceback|\b[A-Z][A-Za-z]*Error\b|did not load|exception", re.I)
 
 
+def task_state(task: Task) -> tuple[str, str, str | None, dict[str, Any]]:
+    """A task as checkpoint state (a tuple survives `asdict`; the dataclass would become a dict)."""
+    return (task.id, task.prompt, task.answer, dict(task.meta))
+
+
+def task_of(state: Any) -> Task:
+    return Task(*state)
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     """One failed trajectory, as the `failures` table keeps it."""
@@ -180,9 +189,11 @@ class FailureBank:
         return len(self.items)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"items": [(b.task, b.category.value, b.weight) for b in self.items.values()],
+        # tasks as plain tuples: a checkpoint's state goes through `dataclasses.asdict`, which would turn them to dicts
+        return {"items": [(task_state(b.task), b.category.value, b.weight) for b in self.items.values()],
                 "counts": {d: dict(c) for d, c in self.counts.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.items = OrderedDict((t.id, _Banked(t, FailureCategory(c), w)) for t, c, w in state["items"])
+        items = [(task_of(t), FailureCategory(c), w) for t, c, w in state["items"]]
+        self.items = OrderedDict((t.id, _Banked(t, c, w)) for t, c, w in items)
         self.counts = {d: dict(c) for d, c in state["counts"].items()}

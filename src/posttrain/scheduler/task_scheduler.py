@@ -35,7 +35,7 @@ from typing import Any
 
 from posttrain.scheduler.band import BandController
 from posttrain.scheduler.cost import CostModel
-from posttrain.scheduler.failures import Failure, FailureBank
+from posttrain.scheduler.failures import Failure, FailureBank, task_of, task_state
 from posttrain.scheduler.learnability import task_weight
 from posttrain.tasks.base import TaskSource
 from posttrain.types import DOMAIN_KEY, Group, Task
@@ -387,7 +387,7 @@ class TaskScheduler:
                             "inflight": d.inflight, "retired_at": d.retired_at, "stats": dict(d.stats)}
                         for n, d in self.domains.items()},
             "band": self.band.state_dict(), "cost": self.cost.state_dict(), "bank": self.bank.state_dict(),
-            "queues": {p.name: list(q) for p, q in self.queues.items()},
+            "queues": {p.name: [task_state(t) for t in q] for p, q in self.queues.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -404,5 +404,5 @@ class TaskScheduler:
                 d.source = d.spec.source_at(level)
         self.cost.load_state_dict(state["cost"])
         self.bank.load_state_dict(state["bank"])
-        self.queues = {Priority[p]: deque(q) for p, q in state["queues"].items()}
+        self.queues = {Priority[p]: deque(task_of(t) for t in q) for p, q in state["queues"].items()}
         self._cum = None
