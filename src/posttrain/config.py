@@ -494,6 +494,10 @@ class SchedulerConfig(_Section):
     """Above this pass rate a domain with a `band` moves one level harder."""
     band_window: int = Field(64, ge=1)
     """Valid attempts at a level before its pass rate decides a move."""
+    revisit: float = Field(0.5, ge=0.0, le=1.0)
+    """Share of a domain's fresh draws taken from its pool of tasks whose last group had variance (by weight)."""
+    pool_size: int = Field(64, ge=0)
+    """Recently informative tasks kept per domain for revisits (0: none)."""
     replay_share: float = Field(0.25, ge=0.0, le=1.0)
     """The most of each draw that goes to replays of banked failures."""
     replay_decay: float = Field(0.5, gt=0.0, lt=1.0)

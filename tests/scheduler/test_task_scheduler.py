@@ -21,7 +21,7 @@ def _sched(**settings) -> TaskScheduler:
 
 
 def test_a_finite_source_is_sampled_in_proportion_to_learnability():
-    s = _sched(min_attempts=1000)  # nothing retired: weights alone
+    s = _sched(min_attempts=1000, revisit=0.0)  # nothing retired, no revisits: the weights alone
     # in domain a: a0 half solved, a1 never in 16, a2/a3 unseen
     s.update([group(tagged("a0", "a"), 8, 16), group(tagged("a1", "a"), 0, 16)])
     d = s.domains["a"]
@@ -34,6 +34,23 @@ def test_a_finite_source_is_sampled_in_proportion_to_learnability():
     total = 81 / 342 + 17 / 342 + 0.5
     for tid, w in (("a0", 81 / 342), ("a1", 17 / 342), ("a2", 0.25)):
         assert counts[tid] / 20000 == pytest.approx(w / total, abs=0.02)
+
+
+def test_informative_tasks_of_a_large_source_are_revisited_and_leave_the_pool_when_they_stop_informing():
+    specs = [DomainSpec("big", _source("t", 100_000))]
+    s = TaskScheduler(specs, SchedulerSettings(revisit=0.5, pool_size=2), seed=0)
+    s.update([group(tagged("t1", "big"), 2, 4), group(tagged("t2", "big"), 0, 4), group(tagged("t3", "big"), 1, 4)])
+    d = s.domains["big"]
+    assert [t.id for t in d.pool] == ["t1", "t3"]  # informative ones only
+    drawn = [s._pick_task(d).id for _ in range(4000)]
+    share = sum(x in ("t1", "t3") for x in drawn) / len(drawn)
+    # half the draws revisit (each try accepted by weight, E[p(1-p)] of Beta(3,3) 0.214 or Beta(2,4) 0.19 over
+    # 0.25, so some try of up to 20 is accepted); the other half come from 100k tasks
+    assert share == pytest.approx(0.5, abs=0.03)
+    s.update([group(tagged("t1", "big"), 4, 4)])  # all passed this time: no longer informative
+    assert [t.id for t in d.pool] == ["t3"]
+    s.update([group(tagged(f"n{i}", "big"), 1, 4) for i in range(3)])  # bounded: the oldest goes
+    assert sorted(t.id for t in d.pool) == ["n1", "n2"]
 
 
 def test_priorities_eval_then_retries_then_fresh():

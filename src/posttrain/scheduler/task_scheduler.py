@@ -9,7 +9,10 @@ groups with reward variance, never below `domain_floor`), skipping domains at
 their in-flight limit; inside the domain a task is drawn from its source and
 accepted with probability `task_weight / unseen_weight`, so a finite source is
 sampled in proportion to E[p(1-p)] under each task's Beta posterior
-(`scheduler/learnability.py`) and unseen tasks are never starved. Tasks
+(`scheduler/learnability.py`) and unseen tasks are never starved; with
+probability `revisit` the task comes instead from the domain's pool of tasks
+whose last group had variance (bounded, `pool_size`), again accepted by weight,
+so a large or generated source still gets its learnable tasks back. Tasks
 solved always or never (after `min_attempts`) are retired, and so are whole
 domains whose groups stopped carrying signal at a pass rate of 0 or 1; both
 come back through periodic re-checks (a retired task is accepted with
@@ -69,6 +72,8 @@ class SchedulerSettings:
     band_low: float = 0.2
     band_high: float = 0.8
     band_window: int = 64
+    revisit: float = 0.5
+    pool_size: int = 64
     replay_share: float = 0.25
     replay_decay: float = 0.5
     max_inflight: int = 0
@@ -103,6 +108,25 @@ class _Domain:
     inflight: int = 0
     retired_at: int = 0
     stats: dict[str, int] = field(default_factory=dict)  # task id -> attempts << 32 | passes
+    pool: list[Task] = field(default_factory=list)  # recently informative tasks, revisited (bounded)
+    in_pool: dict[str, int] = field(default_factory=dict)  # task id -> index in pool
+
+    def keep(self, task: Task, size: int) -> None:
+        if task.id in self.in_pool or size <= 0:
+            return
+        if len(self.pool) >= size:
+            self.drop(self.pool[0].id)
+        self.in_pool[task.id] = len(self.pool)
+        self.pool.append(task)
+
+    def drop(self, task_id: str) -> None:
+        i = self.in_pool.pop(task_id, None)
+        if i is None:
+            return
+        last = self.pool.pop()
+        if i < len(self.pool):  # swap the last one into the hole
+            self.pool[i] = last
+            self.in_pool[last.id] = i
 
 
 def _pack(attempts: int, passes: int) -> int:
@@ -244,6 +268,11 @@ class TaskScheduler:
         return task_weight(passes, attempts, self.s.unseen_weight, self.s.min_weight)
 
     def _pick_task(self, d: _Domain) -> Task:
+        if d.pool and self.rng.random() < self.s.revisit:  # a task that recently gave signal, by its weight
+            for _ in range(self.s.max_rejections):
+                task = d.pool[self.rng.randrange(len(d.pool))]
+                if self.rng.random() * self.s.unseen_weight < self.weight_of(d, task.id):
+                    return task
         task = d.source.sample(self.rng, "train")
         for _ in range(self.s.max_rejections):
             w = self.weight_of(d, task.id)
@@ -321,6 +350,10 @@ class TaskScheduler:
             d.groups += 1
             d.informative_window[0] += int(signal)
             d.informative_window[1] += 1
+            if signal and self.weight_of(d, g.task.id) > 0.0:
+                d.keep(g.task, self.s.pool_size)
+            else:
+                d.drop(g.task.id)
             self._after_group(d, signal, passes, attempts)
         self._cum = None
 
@@ -384,7 +417,8 @@ class TaskScheduler:
             "rng": self.rng.getstate(), "step": self.step, "decisions": self.decisions,
             "domains": {n: {"status": d.status.value, "informative": d.informative, "pass_rate": d.pass_rate,
                             "groups": d.groups, "drawn": d.drawn, "window": list(d.informative_window),
-                            "inflight": d.inflight, "retired_at": d.retired_at, "stats": dict(d.stats)}
+                            "inflight": d.inflight, "retired_at": d.retired_at, "stats": dict(d.stats),
+                            "pool": [task_state(t) for t in d.pool]}
                         for n, d in self.domains.items()},
             "band": self.band.state_dict(), "cost": self.cost.state_dict(), "bank": self.bank.state_dict(),
             "queues": {p.name: [task_state(t) for t in q] for p, q in self.queues.items()},
@@ -399,6 +433,8 @@ class TaskScheduler:
             d.status, d.informative, d.pass_rate = DomainStatus(s["status"]), s["informative"], s["pass_rate"]
             d.groups, d.drawn, d.informative_window = s["groups"], s["drawn"], list(s["window"])
             d.inflight, d.retired_at, d.stats = s["inflight"], s["retired_at"], dict(s["stats"])
+            d.pool = [task_of(t) for t in s["pool"]]
+            d.in_pool = {t.id: i for i, t in enumerate(d.pool)}
             level = self.band.level(name)
             if level is not None and level != d.spec.level and d.spec.source_at is not None:
                 d.source = d.spec.source_at(level)
