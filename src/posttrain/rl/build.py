@@ -99,6 +99,8 @@ def _cap(verifier: Verifier, reward: RewardConfig) -> Verifier:
 
 def build_domain(dc: DomainConfig, reward: RewardConfig) -> Domain:
     """One `[[domains]]` entry: the registry's domain, its verifier overridden when the entry names one."""
+    if not isinstance(dc.source, str):  # a list: `domain_entries` expands it first
+        raise ConfigError(f"config: [[domains]] {dc.label}: a list of sources must be expanded (domain_entries)")
     domain = load_domain(dc.source, **dc.options)
     verifier = build_verifier(dc.verifier, reward) if dc.verifier is not None else _cap(domain.verifier, reward)
     if dc.verifier is not None and domain.meta.get("worked") and getattr(verifier, "extract", None) == "full":
