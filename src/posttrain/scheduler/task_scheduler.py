@@ -107,6 +107,7 @@ class _Domain:
     informative_window: list[int] = field(default_factory=lambda: [0, 0])  # [informative, groups] since metrics
     inflight: int = 0
     retired_at: int = 0
+    ever_passed: bool = False  # any valid sample of the domain passed, ever
     stats: dict[str, int] = field(default_factory=dict)  # task id -> attempts << 32 | passes
     pool: list[Task] = field(default_factory=list)  # recently informative tasks, revisited (bounded)
     in_pool: dict[str, int] = field(default_factory=dict)  # task id -> index in pool
@@ -339,6 +340,7 @@ class TaskScheduler:
                 continue
             passes = sum(int(t.verdict.passed) for t, _ in valid if t.verdict is not None)
             attempts = len(valid)
+            d.ever_passed = d.ever_passed or passes > 0
             a, p = _unpack(d.stats.get(g.task.id, 0))
             d.stats[g.task.id] = _pack(a + attempts, p + passes)
             scores = [s for _, s in valid]
@@ -387,7 +389,7 @@ class TaskScheduler:
 
     def domain_metrics(self) -> dict[str, dict[str, float]]:
         """Per domain since the previous call: pass_rate, difficulty, share, informative_frac, seconds, tokens,
-        failures (all so far), retired (0/1), weight."""
+        failures (all so far), retired (0/1), weight, drawn (tasks handed out), ever_passed (0/1)."""
         drawn = sum(d.drawn for d in self.domains.values()) or 1
         out = {}
         for name, d in self.domains.items():
@@ -400,6 +402,7 @@ class TaskScheduler:
                 "seconds": e.seconds, "tokens": e.tokens,
                 "failures": float(sum(self.bank.counts.get(name, {}).values())),
                 "retired": float(d.status is DomainStatus.RETIRED), "weight": self.domain_weight(name),
+                "drawn": float(d.drawn), "ever_passed": float(d.ever_passed),
             }
             d.drawn, d.informative_window = 0, [0, 0]
         return out
@@ -418,6 +421,7 @@ class TaskScheduler:
             "domains": {n: {"status": d.status.value, "informative": d.informative, "pass_rate": d.pass_rate,
                             "groups": d.groups, "drawn": d.drawn, "window": list(d.informative_window),
                             "inflight": d.inflight, "retired_at": d.retired_at, "stats": dict(d.stats),
+                            "ever_passed": d.ever_passed,
                             "pool": [task_state(t) for t in d.pool]}
                         for n, d in self.domains.items()},
             "band": self.band.state_dict(), "cost": self.cost.state_dict(), "bank": self.bank.state_dict(),
@@ -434,6 +438,7 @@ class TaskScheduler:
             d.groups, d.drawn, d.informative_window = s["groups"], s["drawn"], list(s["window"])
             d.inflight, d.retired_at, d.stats = s["inflight"], s["retired_at"], dict(s["stats"])
             d.pool = [task_of(t) for t in s["pool"]]
+            d.ever_passed = s["ever_passed"]
             d.in_pool = {t.id: i for i, t in enumerate(d.pool)}
             level = self.band.level(name)
             if level is not None and level != d.spec.level and d.spec.source_at is not None:
