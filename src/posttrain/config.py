@@ -193,6 +193,8 @@ class DomainConfig(_Section):
     """Expand this entry into one domain per difficulty level of the family's knob (`digits` for arith: and code:,
     `level` for rg:, `hops` for agent:), named `<source>@<level>`; `source` may also be a glob (`rg:*`) or a
     list. `posttrain tasks list --domains CONFIG` prints the expansion."""
+    exclude: list[str] = []
+    """Globs of expanded domain names (`rg:knight_swap@level0`) or sources (`rg:composite`) this entry leaves out."""
     band: list[int] | None = None
     """[low, high]: the scheduler (`train.curriculum = "scheduler"`) moves this domain's difficulty knob within
     these levels to keep its pass rate in `[scheduler] band_low..band_high` (None: the level stays)."""

@@ -43,6 +43,12 @@ def test_lists_plain_entries_and_knobs():
     assert "rg:leg_counting" in catalogue() and "arith:chain" in catalogue(leveled=True)
 
 
+def test_exclude_leaves_out_names_and_sources():
+    out = expand_entry(DomainConfig(source="arith:*", levels=[1, 2], exclude=["arith:mul", "*@digits2"]))
+    assert [d.label for d in out] == ["arith:add@digits1", "arith:sub@digits1", "arith:addsub@digits1",
+                                      "arith:chain@digits1"]
+
+
 def test_bad_expansions_are_one_line_errors():
     with pytest.raises(ConfigError, match="matches no registered domain"):
         expand_entry(DomainConfig(source="nope:*"))

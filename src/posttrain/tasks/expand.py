@@ -60,9 +60,15 @@ def _sources(dc: DomainConfig) -> list[str]:
 
 
 def expand_entry(dc: DomainConfig) -> list[DomainConfig]:
-    """One entry as the concrete domains it names (itself when it has no glob, list or levels)."""
+    """One entry as the concrete domains it names (itself when it has no glob, list or levels), less `exclude`."""
     if isinstance(dc.source, str) and not _GLOB & set(dc.source) and dc.levels is None:
         return [dc]
+    out = _expand(dc)
+    return [d for d in out if not any(fnmatch.fnmatchcase(d.label, x) or fnmatch.fnmatchcase(str(d.source), x)
+                                      for x in dc.exclude)]
+
+
+def _expand(dc: DomainConfig) -> list[DomainConfig]:
     sources = _sources(dc)
     many = len(sources) > 1 or (dc.levels is not None and len(dc.levels) > 1)
     if dc.name is not None and many:
@@ -71,14 +77,14 @@ def expand_entry(dc: DomainConfig) -> list[DomainConfig]:
     out = []
     for spec in sources:
         if dc.levels is None:
-            out.append(dc.model_copy(update={"source": spec, "levels": None}))
+            out.append(dc.model_copy(update={"source": spec, "levels": None, "exclude": []}))
             continue
         knob = knob_of(spec)
         if knob is None:
             raise ConfigError(f"config: [[domains]] {spec!r} has no difficulty knob, so `levels` cannot apply")
         for level in dc.levels:
             name = dc.name or f"{spec}@{knob}{level}"
-            out.append(dc.model_copy(update={"source": spec, "levels": None, "name": name,
+            out.append(dc.model_copy(update={"source": spec, "levels": None, "name": name, "exclude": [],
                                              "options": {**dc.options, knob: level}}))
     return out
 
