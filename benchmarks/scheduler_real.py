@@ -75,11 +75,11 @@ eval_at_start = false
 eval_size = 1
 checkpoint_every = {every}
 store_samples = false
-[[domains]]
+""" + (f"""[[domains]]
 source = "rg:*"
 levels = {levels}
 exclude = {json.dumps(broken(levels))}
-[[domains]]
+""" if levels else "") + """[[domains]]
 source = "arith:*"
 levels = [1, 2, 3, 4, 5, 6, 7, 8, 9]
 """)
@@ -105,7 +105,7 @@ def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | Non
                model: str | None = None) -> dict:
     run_dir = out or Path("runs") / f"scheduler-smoke-{time.strftime('%H%M%S')}"
     every = max(1, steps // 2)
-    cfg = write_config(run_dir.resolve(), steps, levels or [0, 1, 2], every, model)
+    cfg = write_config(run_dir.resolve(), steps, [0, 1, 2] if levels is None else levels, every, model)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     t0 = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(cfg), "fresh"], env=env)
@@ -142,7 +142,7 @@ def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | Non
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--levels", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--levels", type=int, nargs="*", default=[0, 1, 2], help="reasoning-gym levels (none: no rg)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--model", default=None, help="a model path, or 'tiny' (default: the built-in base, built once)")
     a = ap.parse_args()
