@@ -184,9 +184,10 @@ def _check_verifier_shape(spec: Any) -> None:
 class DomainConfig(_Section):
     """One training domain: where its tasks come from, what judges them, and its share of each batch."""
 
-    source: str
+    source: str | list[str]
     """A registered domain spec (`posttrain tasks list`: `arith:add`, `code:ops`, `rg:<dataset>`, `humaneval`)
-    or a path to a JSONL task file."""
+    or a path to a JSONL task file; or a glob over the registry (`rg:*`, `arith:*`) or a list of specs, which
+    expands into one domain each (`tasks/expand.py`)."""
     name: str | None = None
     """How metrics and stored rows name it (default: the source)."""
     verifier: str | dict[str, Any] | None = None
@@ -197,15 +198,26 @@ class DomainConfig(_Section):
     """The source's own options (`digits`, `held_out_fraction`, `on_error`, generator keys; see `tasks`)."""
     max_tokens: int | None = Field(None, ge=1)
     """Completion cap for this domain (None: the domain's default, e.g. 8 for arithmetic)."""
+    levels: list[int] | None = None
+    """Expand this entry into one domain per difficulty level of the family's knob (`digits` for arith: and code:,
+    `level` for rg:, `hops` for agent:), named `<source>@<level>`; `source` may also be a glob (`rg:*`) or a
+    list. `posttrain tasks list --domains CONFIG` prints the expansion."""
+    exclude: list[str] = []
+    """Globs of expanded domain names (`rg:knight_swap@level0`) or sources (`rg:composite`) this entry leaves out."""
+    band: list[int] | None = None
+    """[low, high]: the scheduler (`train.curriculum = "scheduler"`) moves this domain's difficulty knob within
+    these levels to keep its pass rate in `[scheduler] band_low..band_high` (None: the level stays)."""
 
     @model_validator(mode="after")
     def _spec_shape(self) -> "DomainConfig":
         _check_verifier_shape(self.verifier)
+        if self.band is not None and (len(self.band) != 2 or self.band[0] > self.band[1]):
+            raise ValueError(f"band must be [low, high] with low <= high, got {self.band}")
         return self
 
     @property
     def label(self) -> str:
-        return self.name or self.source
+        return self.name or (self.source if isinstance(self.source, str) else ",".join(self.source))
 
 
 class SamplingConfig(_Section):
@@ -428,8 +440,8 @@ class RolloutConfig(_Section):
     callers wait)."""
     on_new_weights: Literal["continue", "update", "requeue"] = "continue"
     """async: a rollout in flight when new weights arrive finishes under the weights it started with (continue),
-    adopts them from its next engine call on, so each turn of an episode keeps its own version (update; local
-    producers), or is discarded, counted and sampled again under the new weights (requeue)."""
+    adopts them from its next engine call on, so each turn of an episode keeps its own version (update: threads,
+    processes and Ray actors alike), or is discarded, counted and sampled again under the new weights (requeue)."""
 
 
 class TrainConfig(_Section):
@@ -444,9 +456,11 @@ class TrainConfig(_Section):
     ranking inside groups whose outcome varies; or reward, the blended training reward, so that a group whose
     episodes differ only in process score is trained on too. Pair reward with `rl.advantage = "grpo_batch"`:
     per-group std normalisation would scale such small differences up to unit advantages."""
-    curriculum: Literal["pass_rate", "uniform"] = "pass_rate"
+    curriculum: Literal["pass_rate", "uniform", "scheduler"] = "pass_rate"
     """Which training tasks to draw: pass_rate skips tasks seen always or never solved (zero-variance groups);
-    uniform draws the train split uniformly (with drop_zero_variance = false: the sampling recipe off)."""
+    uniform draws the train split uniformly (with drop_zero_variance = false: the sampling recipe off);
+    scheduler: the multi-domain task scheduler (`[scheduler]`: learnability weights, priorities, retirement,
+    the difficulty band, costs, the failure bank)."""
     max_fill_rounds: int = Field(4, ge=1)
     """Sampling rounds allowed to refill the batch after dropping uninformative groups."""
     eval_every: int = Field(50, ge=0)
@@ -482,6 +496,55 @@ class TrainConfig(_Section):
     """...for this many evaluations in a row says so (live progress, the run store's `alerts`)."""
 
 
+class SchedulerConfig(_Section):
+    """The multi-domain task scheduler (`train.curriculum = "scheduler"`, `scheduler/task_scheduler.py`)."""
+
+    unseen_weight: float = Field(0.25, gt=0.0, le=0.25)
+    """Weight of a task never attempted (0.25: the most p(1-p) can be, so unseen tasks are tried first)."""
+    min_weight: float = Field(0.01, ge=0.0, le=0.25)
+    """Floor of a seen task's weight E[p(1-p)] under its Beta(1 + passes, 1 + failures) posterior."""
+    min_attempts: int = Field(16, ge=1)
+    """Attempts before a task solved always or never is retired."""
+    recheck_every: int = Field(50, ge=1)
+    """Re-checks: a retired task is accepted 1 in this many draws; a retired domain gets a probe group this many
+    steps after it was retired (and after each probe)."""
+    domain_floor: float = Field(0.05, gt=0.0, le=1.0)
+    """The least a live domain's learnability (its recent informative share) counts for its draw weight."""
+    domain_rate: float = Field(0.05, gt=0.0, le=1.0)
+    """Weight of each new group in a domain's informative share and pass rate (moving averages)."""
+    retire_after_groups: int = Field(8, ge=1)
+    """Groups of a domain before it may be retired (informative share at most retire_informative, pass rate 0 or
+    1, and its difficulty knob, if any, at the end of its band)."""
+    retire_informative: float = Field(0.02, ge=0.0, le=1.0)
+    """A domain whose informative share falls to this is retired (when its pass rate is 0 or 1)."""
+    band_low: float = Field(0.2, ge=0.0, le=1.0)
+    """Below this pass rate a domain with a `band` moves one level easier."""
+    band_high: float = Field(0.8, ge=0.0, le=1.0)
+    """Above this pass rate a domain with a `band` moves one level harder."""
+    band_window: int = Field(64, ge=1)
+    """Valid attempts at a level before its pass rate decides a move."""
+    revisit: float = Field(0.5, ge=0.0, le=1.0)
+    """Share of a domain's fresh draws taken from its pool of tasks whose last group had variance (by weight)."""
+    pool_size: int = Field(64, ge=0)
+    """Recently informative tasks kept per domain for revisits (0: none)."""
+    replay_share: float = Field(0.25, ge=0.0, le=1.0)
+    """The most of each draw that goes to replays of banked failures."""
+    replay_decay: float = Field(0.5, gt=0.0, lt=1.0)
+    """Share of a banked failure's replay weight each replay costs (it leaves below 0.1, or once it passes)."""
+    max_inflight: int = Field(0, ge=0)
+    """Tasks of one domain handed out and not yet back, at most (0: no limit)."""
+    long_factor: float = Field(10.0, gt=1.0)
+    """A task expected to take this many times the median domain's seconds goes to the long lane."""
+    timeout_factor: float = Field(20.0, gt=1.0)
+    """A domain's timeout: this many times its expected seconds (at least 30 s)."""
+
+    @model_validator(mode="after")
+    def _band(self) -> "SchedulerConfig":
+        if self.band_low >= self.band_high:
+            raise ValueError(f"band_low ({self.band_low}) must be below band_high ({self.band_high})")
+        return self
+
+
 class RunConfig(_Section):
     name: str = "quickstart"
     """The run's directory name under run_dir."""
@@ -500,6 +563,7 @@ class RunConfig(_Section):
     rollout: RolloutConfig = RolloutConfig()
     rl: RLConfig = RLConfig()
     train: TrainConfig = TrainConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
     tensorboard: bool = True
     """Write TensorBoard event files to <run>/tensorboard."""
 

@@ -73,3 +73,29 @@ def test_a_killed_ray_worker_has_its_request_requeued(cfg, ray_cluster):
         rows = list(store.db.execute("SELECT step, group_idx, COUNT(*) FROM groups GROUP BY step, group_idx"))
         assert all(c == 1 for _, _, c in rows)
         assert any(a["kind"] == "producer_failure" for a in store.alerts())
+
+
+def test_a_ray_worker_adopts_weights_offered_during_a_rollout(cfg):
+    """`on_new_weights = "update"` on Ray: weights offered while a rollout runs are loaded before the next engine
+    call (the actor's body, run in this process), and the completions carry the new version."""
+    from posttrain.distributed.ray_backend import RolloutWorker
+    from posttrain.types import Task
+
+    c = _with(cfg, rollout={"mode": "async", "backend": "ray", "on_new_weights": "update"})
+    worker = RolloutWorker(c, 0, 0, 1)
+    state = {k: v.detach().numpy().copy() for k, v in worker.engine.model.state_dict().items()}
+    worker.offer(state, 7)
+    groups = worker.run([Task("t", "1+2=", "3")], 2)
+    assert {t.completion.policy_version for g in groups for t in g.trajectories} == {7}
+    assert worker.version == 7
+    plain = RolloutWorker(_with(cfg, rollout={"mode": "async", "backend": "ray"}), 0, 0, 1)
+    plain.offer(state, 7)  # continue: an offer is never adopted mid-rollout
+    assert {t.completion.policy_version for g in plain.run([Task("t", "1+2=", "3")], 2) for t in g.trajectories} == {0}
+
+
+def test_update_mode_on_ray_keeps_the_staleness_bound(cfg, ray_cluster):
+    trainer, run_cfg = _train(_with(cfg, train={"steps": 3}), "ray_update", mode="async", max_staleness=1,
+                              backend="ray", on_new_weights="update")
+    with RunStore(run_cfg.path / "run.sqlite") as store:
+        steps = store.steps()
+    assert [s for s, _ in steps] == [1, 2, 3] and all(m["staleness_max"] <= 1 for _, m in steps)

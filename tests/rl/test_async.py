@@ -492,3 +492,13 @@ def test_the_learner_leaves_the_producer_processes_their_cores():
         assert learner_thread_budget(1, cores=8) == 2  # room for both: never raised, never lowered
     finally:
         torch.set_num_threads(before)
+
+
+def test_update_mode_in_producer_processes_keeps_the_bound(cfg, one_thread):
+    """`on_new_weights = "update"` on the process back end (threads: above; Ray: tests/distributed)."""
+    cfg = _with(cfg, train={"steps": 3})
+    trainer, run_cfg = _train(cfg, "proc_update", mode="async", max_staleness=1, producer_kind="process",
+                              on_new_weights="update")
+    steps, _ = _steps(run_cfg)
+    assert [s for s, _ in steps] == [1, 2, 3] and all(m["staleness_max"] <= 1 for _, m in steps)
+    assert trainer.async_loop.buffer.ledger()["lost"] == 0

@@ -195,7 +195,8 @@ SPEC = AgentSpec(load=agent_task_of, tools=TOOLS, system=SYSTEM, max_steps=8, ma
 _OPTIONS = ("hops", "min_hops", "lines", "held_out_fraction", "limit", "seed", "max_steps", "process_weight")
 
 
-@register_domain("agent:", "built-in agent tasks (lookup: follow notes across workspace files to a value)")
+@register_domain("agent:", "built-in agent tasks (lookup: follow notes across workspace files to a value)", knob="hops",
+                 members=lambda leveled: ["lookup"])
 def _agent_domain(name: str, **options: Any) -> Domain:
     from dataclasses import replace
 

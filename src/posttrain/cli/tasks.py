@@ -1,6 +1,7 @@
 """`posttrain tasks list` and `posttrain tasks validate SUITE`: the registered suites, and proof of their graders.
 
-Covers: `list [--json]` (registered suites) and `validate SUITE [--limit N] [--suite-opt K=V]... [--json]` (every
+Covers: `list [--json]` (registered suites; `--domains CONFIG`: the domains a config's `[[domains]]` expand to)
+and `validate SUITE [--limit N] [--suite-opt K=V]... [--json]` (every
 gold answer through the suite's verifier: pass rate and each failure; for a suite with a do-nothing response, such
 as `terminal`, a table of each task's oracle and do-nothing verdicts; exit 0 when all gold answers score full marks
 and every do-nothing response fails, 1 otherwise, 2 for a user error such as an unknown suite or a missing extra).
@@ -20,9 +21,17 @@ app = typer.Typer(help="Task suites: list them, prove their graders.", no_args_i
 
 
 @app.command("list")
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+def list_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    domains: Optional[str] = typer.Option(None, "--domains", help="A run config: print the domains its [[domains]] "
+                                          "expand to (globs, lists, levels)."),
+) -> None:
     """List the registered suites (a name ending in ':<name>' takes an argument; any .jsonl path works too)."""
     from posttrain.tasks.domains import list_domains
+
+    if domains is not None:
+        _list_expansion(domains, as_json)
+        return
 
     suites = list_domains()
     if as_json:
@@ -72,6 +81,23 @@ def validate_cmd(
         typer.echo(f"{report.suite}: {report.passed}/{report.total} gold answers score full marks "
                    f"({100 * report.pass_rate:.1f}%) in {report.seconds:.1f} s  verifier {report.verifier}")
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _list_expansion(path: str, as_json: bool) -> None:
+    """What a config's `[[domains]]` expand to: one line per domain (name, source, options, weight)."""
+    with friendly():
+        from posttrain.config import load_config
+        from posttrain.tasks.expand import expand_domains
+
+        entries = expand_domains(load_config(path).domain_configs())
+    rows = [{"name": d.label, "source": d.source, "options": d.options, "weight": d.weight} for d in entries]
+    if as_json:
+        typer.echo(json.dumps({"domains": rows, "count": len(rows)}))
+        return
+    for r in rows:
+        opts = " ".join(f"{k}={v}" for k, v in r["options"].items())
+        typer.echo(f"{r['name']}\t{r['source']}\t{opts}\tweight={r['weight']:g}")
+    typer.echo(f"{len(rows)} domains")
 
 
 def _print_rows(report) -> None:

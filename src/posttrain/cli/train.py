@@ -54,6 +54,10 @@ def step_info(metrics: dict[str, float], held: HeldOut) -> str:
     if "staleness_max" in metrics:  # the asynchronous loop: how stale, and who waited on whom
         info += (f"  stale {int(metrics['staleness_max'])}/{metrics['staleness_mean']:.1f}"
                  f"  idle L {metrics['learner_idle_frac']:.0%} P {metrics['producer_idle_frac']:.0%}")
+    if "scheduler/domains_active" in metrics:  # the multi-domain scheduler: live and retired domains, failures
+        info += (f"  dom {int(metrics['scheduler/domains_active'])}"
+                 f"+{int(metrics['scheduler/domains_retired'])}r  inf {1 - metrics['zero_variance_frac']:.0%}"
+                 f"  fail {int(metrics['scheduler/failures'])}")
     if held.value is not None:
         info += f"  held-out {held.value:.3f}"
         if held.best is not None:

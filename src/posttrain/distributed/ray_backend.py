@@ -3,7 +3,10 @@
 Covers: `RolloutWorker`, an actor that builds its own model copy, engine,
 domains and rollouter from the run's config alone (`rl/build.py`) and
 answers `load` (adopt the weights of one version and acknowledge it),
-`run` (one rollout request), and its sampler state; `RayRunner`, the
+`run` (one rollout request), `offer` (with `on_new_weights = "update"`: newer
+weights handed over while a rollout runs, adopted before its next engine
+call, so each turn keeps its own version; the actor runs two calls at once for
+it), and its sampler state; `RayRunner`, the
 learner-side handle one producer thread drives (the same `Runner` contract
 as a thread or a process, so the buffer, the staleness gate, backpressure,
 re-queueing on failure and the metrics are the asynchronous loop's own);
@@ -87,9 +90,28 @@ class RolloutWorker:
         domains = build_domains(cfg)
         self.sandbox = build_sandbox(cfg)  # sandbox_backend = "ray": this actor's verifiers on sandbox actors it owns
         self.engine = build_engine(cfg.engine, model, tokenizer, seed)
-        self.rollouter = build_rollouter(cfg, self.engine, domains, sampling_params(cfg, domains), inline=True)
+        self._offered: tuple[Any, int] | None = None
+        self._offer_lock = threading.Lock()
+        sampler: Any = self.engine
+        if cfg.rollout.on_new_weights == "update":  # each engine call first adopts weights offered meanwhile
+            from posttrain.rl.follow import FollowWeights
+
+            sampler = FollowWeights(self.engine, self._adopt_offered)
+        self.rollouter = build_rollouter(cfg, sampler, domains, sampling_params(cfg, domains), inline=True)
         self.index = index
         self.version = -1
+
+    def offer(self, arrays: dict[str, Any], version: int) -> None:
+        """Newer weights, published while a rollout runs (`on_new_weights = "update"`)."""
+        with self._offer_lock:
+            if self._offered is None or version > self._offered[1]:
+                self._offered = (arrays, version)
+
+    def _adopt_offered(self, engine: Any) -> None:
+        with self._offer_lock:
+            offered, self._offered = self._offered, None
+        if offered is not None and offered[1] > engine.policy_version:
+            self.load(*offered)
 
     def ready(self) -> int:
         return self.index
@@ -126,9 +148,14 @@ class RayRunner:
     def __init__(self, cfg: RunConfig, index: int, seed: int, board: WeightBoard) -> None:
         ray = _ray()
         connect(cfg.rollout.ray_address)
-        actor_cls = ray.remote(num_cpus=cfg.rollout.ray_worker_cpus, max_restarts=0)(RolloutWorker)
+        self.follow = cfg.rollout.on_new_weights == "update"
+        # update: a second call (`offer`) must reach the actor while `run` executes
+        actor_cls = ray.remote(num_cpus=cfg.rollout.ray_worker_cpus, max_restarts=0,
+                               max_concurrency=2 if self.follow else 1)(RolloutWorker)
         self.actor = actor_cls.remote(cfg, index, seed, cfg.rollout.producer_threads)
+        self.board = board
         self.version = -1
+        self.offers = 0  # newer versions handed to the actor during its rollouts
         self._get(self.actor.ready.remote())
 
     def _get(self, ref: Any) -> Any:
@@ -146,7 +173,15 @@ class RayRunner:
         return self.version
 
     def run(self, request: RolloutRequest) -> list[Group]:
-        groups: list[Group] = self._get(self.actor.run.remote(request.tasks, request.n))
+        ref = self.actor.run.remote(request.tasks, request.n)
+        if self.follow:  # hand newer weights over while the rollout runs
+            ray, offered = _ray(), self.version
+            while not ray.wait([ref], timeout=0.1)[0]:
+                if self.board.version > offered:
+                    weights, offered = publish_ref(self.board)
+                    self.actor.offer.remote(weights, offered)
+                    self.offers += 1
+        groups: list[Group] = self._get(ref)
         return groups
 
     def sandbox_failures(self) -> list[str]:

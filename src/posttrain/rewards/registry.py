@@ -12,6 +12,7 @@ Does not cover: the verifiers themselves (each module registers its own).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import json
 from collections.abc import Callable, Sequence
@@ -110,3 +111,30 @@ class PerTask:
 
         await asyncio.gather(*(run(v, idx) for v, idx in buckets.values()))
         return [v for v in out if v is not None]
+
+
+def spec_of(verifier: Any) -> VerifierSpec | None:
+    """The spec that rebuilds `verifier` through `make_verifier` (a dataclass verifier of a registered kind: its
+    `name` is the kind, its fields the arguments, nested verifiers as nested specs), or None when there is none
+    (a verifier with a custom name or state, a wrapper such as a length cap). Checked by rebuilding it."""
+    if not dataclasses.is_dataclass(verifier) or isinstance(verifier, type):
+        return None
+    kind = getattr(verifier, "name", None)
+    _load_plugins()
+    if not isinstance(kind, str) or kind not in _FACTORIES:
+        return None
+    spec: dict[str, Any] = {"type": kind}
+    for f in dataclasses.fields(verifier):
+        if not f.init or f.name == "name":
+            continue
+        value = getattr(verifier, f.name)
+        if hasattr(value, "verify_batch"):
+            value = spec_of(value)
+            if value is None:
+                return None
+        spec[f.name] = value
+    try:
+        rebuilt = make_verifier(spec)
+    except (ValueError, TypeError):
+        return None
+    return spec if rebuilt == verifier else None

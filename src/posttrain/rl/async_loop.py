@@ -53,8 +53,9 @@ from posttrain.errors import UserError
 from posttrain.rl.advantages import has_signal
 from posttrain.rl.buffer import BufferClosed, FinishedRollout, GroupBuffer, RolloutRequest
 from posttrain.rl.follow import FollowWeights
-from posttrain.rl.rollout import Rollouter, fill_draw
+from posttrain.rl.rollout import Rollouter
 from posttrain.scheduler.curriculum import Curriculum
+from posttrain.scheduler.pipeline import Filled, fill_batch, fill_draw, fill_rule
 from posttrain.types import Group
 
 log = logging.getLogger(__name__)
@@ -392,13 +393,7 @@ class Producer:
         self.runner.close()
 
 
-@dataclass
-class Collected:
-    kept: list[Group]
-    sampled: list[Group]
-    rounds: int
-    silent: int
-    informative_rate: float
+Collected = Filled  # what `collect` returns: the pipeline's filled batch
 
 
 class AsyncLoop:
@@ -475,38 +470,20 @@ class AsyncLoop:
     def collect(self, step: int, curriculum: Curriculum, n: int, informative_rate: float) -> Collected:
         """Step `step`'s groups: the synchronous fill-and-refill rule over requests to the producers, then the
         look-ahead requests for the next `max_staleness` steps (they sample while the learner updates)."""
-        cfg = self.cfg.train
         version = step - 1
-        kept: list[Group] = []
-        sampled: list[Group] = []
-        rounds = silent = 0
-        while len(kept) < cfg.prompts_per_step and rounds < cfg.max_fill_rounds:
-            need = cfg.prompts_per_step - len(kept)
-            if rounds == 0 and self.ahead and self.ahead[0].for_step == step:
+
+        def rollout(k: int, round_: int) -> list[Group]:
+            if round_ == 0 and self.ahead and self.ahead[0].for_step == step:
                 request = self.ahead.pop(0)
             else:
-                k = fill_draw(need, informative_rate) if cfg.drop_zero_variance else need  # the synchronous rule
                 submitted = self.buffer.submit(curriculum.sample(k), n, step, version)
                 assert submitted is not None  # critical-path requests are always admitted
                 request = submitted
-            groups = self._take(request, version)
-            rounds += 1
-            if not groups:
-                continue
-            curriculum.update(groups)
-            scores = torch.tensor([g.signal_scores(cfg.signal_from) for g in groups])
-            valid = torch.tensor([g.valid for g in groups])
-            signal = has_signal(scores, valid).tolist()
-            silent += signal.count(False)
-            informative_rate = 0.9 * informative_rate + 0.1 * (sum(signal) / len(signal))
-            for g, s in zip(groups, signal):
-                if (s or not cfg.drop_zero_variance) and len(kept) < cfg.prompts_per_step:
-                    kept.append(g)
-            sampled.extend(groups)
-            if not cfg.drop_zero_variance:
-                break
-        self._look_ahead(step, curriculum, n, informative_rate)
-        return Collected(kept, sampled, rounds, silent, informative_rate)
+            return self._take(request, version)
+
+        got = fill_batch(fill_rule(self.cfg), curriculum, rollout, informative_rate, step, has_signal)
+        self._look_ahead(step, curriculum, n, got.informative_rate)
+        return got
 
     def _look_ahead(self, step: int, curriculum: Curriculum, n: int, informative_rate: float) -> None:
         """Requests for steps step+1 .. step+max_staleness, each allowed to start at version t-1-max_staleness.

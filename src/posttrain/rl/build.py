@@ -101,6 +101,8 @@ def _cap(verifier: Verifier, reward: RewardConfig) -> Verifier:
 
 def build_domain(dc: DomainConfig, reward: RewardConfig) -> Domain:
     """One `[[domains]]` entry: the registry's domain, its verifier overridden when the entry names one."""
+    if not isinstance(dc.source, str):  # a list: `domain_entries` expands it first
+        raise ConfigError(f"config: [[domains]] {dc.label}: a list of sources must be expanded (domain_entries)")
     domain = load_domain(dc.source, **dc.options)
     verifier = build_verifier(dc.verifier, reward) if dc.verifier is not None else _cap(domain.verifier, reward)
     if dc.verifier is not None and domain.meta.get("worked") and getattr(verifier, "extract", None) == "full":
@@ -113,8 +115,15 @@ def build_domain(dc: DomainConfig, reward: RewardConfig) -> Domain:
     return domain
 
 
+def domain_entries(cfg: RunConfig) -> list[DomainConfig]:
+    """The run's domains, one entry each: `[[domains]]` with globs, lists and levels expanded (`tasks/expand.py`)."""
+    from posttrain.tasks.expand import expand_domains
+
+    return expand_domains(cfg.domain_configs())
+
+
 def build_domains(cfg: RunConfig) -> list[Domain]:
-    domains = [build_domain(dc, cfg.reward) for dc in cfg.domain_configs()]
+    domains = [build_domain(dc, cfg.reward) for dc in domain_entries(cfg)]
     if cfg.model.system_prompt:  # an agent's prefix opens with the system prompt too (training and its evaluations)
         from posttrain.agent.spec import spec_of, with_system_prompt
 
@@ -181,7 +190,7 @@ def max_tokens_for(cfg: RunConfig, domains: list[Domain]) -> int:
     """`sampling.max_tokens`, else the largest of the domains' own (per-domain caps in `[[domains]]` first)."""
     if cfg.sampling.max_tokens is not None:
         return cfg.sampling.max_tokens
-    caps = [dc.max_tokens or d.sampling.max_tokens for dc, d in zip(cfg.domain_configs(), domains)]
+    caps = [dc.max_tokens or d.sampling.max_tokens for dc, d in zip(domain_entries(cfg), domains)]
     return max(caps)
 
 
@@ -241,6 +250,35 @@ def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate",
         {d.name: make(d.source, seed=seed + i) for i, d in enumerate(domains)},
         {d.name: d.weight for d in domains},
     )
+
+
+def build_task_scheduler(cfg: RunConfig, domains: list[Domain]) -> Curriculum:
+    """`train.curriculum = "scheduler"`: the multi-domain `TaskScheduler` over every domain, with `[scheduler]`'s
+    settings; a domain with a `band` gets its source at any level of its difficulty knob from the registry."""
+    from posttrain.scheduler.task_scheduler import DomainSpec, SchedulerSettings, TaskScheduler
+    from posttrain.tasks.expand import knob_of
+
+    specs = []
+    for dc, d in zip(domain_entries(cfg), domains):
+        level = band = source_at = None
+        knob = knob_of(str(dc.source))
+        if dc.band is not None:
+            if knob is None:
+                raise ConfigError(f"config: [[domains]] {dc.label}: band needs a domain with a difficulty knob")
+            lo, hi = dc.band
+            level = min(max(int(dc.options.get(knob, d.meta.get(knob)) or lo), lo), hi)
+            band = (lo, hi)
+
+            def source_at(lv: int, dc: DomainConfig = dc, knob: str = knob) -> Any:
+                return load_domain(str(dc.source), **{**dc.options, knob: lv}).source
+
+            if level != dc.options.get(knob, d.meta.get(knob)):
+                d.source = source_at(level)
+        elif knob is not None and isinstance(dc.options.get(knob, d.meta.get(knob)), int):
+            level = dc.options.get(knob, d.meta.get(knob))
+        specs.append(DomainSpec(d.name, d.source, d.weight, level, band, source_at))
+    settings = SchedulerSettings(**cfg.scheduler.model_dump())
+    return TaskScheduler(specs, settings, seed=cfg.seed, signal_from=cfg.train.signal_from)
 
 
 def build_learner(cfg: RunConfig, model: CausalLM, max_tokens: int, shares_weights: bool, dp: Any = None) -> Learner:
@@ -376,7 +414,8 @@ def build(cfg: RunConfig, store: bool = True, dp: Any = None) -> Components:
         domains=domains,
         params=params,
         rollouter=build_rollouter(cfg, engine, domains, params, renderer=renderer),
-        curriculum=build_curriculum(domains, cfg.seed, cfg.train.curriculum, cfg.train.signal_from),
+        curriculum=(build_task_scheduler(cfg, domains) if cfg.train.curriculum == "scheduler"
+                    else build_curriculum(domains, cfg.seed, cfg.train.curriculum, cfg.train.signal_from)),
         learner=build_learner(cfg, model, params.max_tokens, shares, dp),
         held_out=selection,
         reporting=reporting,

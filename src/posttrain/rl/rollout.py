@@ -9,8 +9,8 @@ stop each completion), encode it once, one
 then one guarded `score` call for all completions with a per-item deadline,
 so a failing or hanging verifier is data. Tasks of several domains are
 judged each by its own domain's verifier (`verifiers`, keyed by
-`task.meta["domain"]`). `fill_draw`: how many tasks one fill round draws
-(the synchronous loop and the asynchronous one share the rule).
+`task.meta["domain"]`). `fill_draw` (how many tasks one fill round draws) is
+re-exported from `scheduler/pipeline.py`, where the one refill rule lives.
 Does not cover: agent episodes (the agent rollouter implements the same
 protocol), asynchronous producers or Ray workers (they wrap a rollouter).
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -31,6 +30,7 @@ from posttrain import aio
 from posttrain.engine.base import Engine, Prompt
 from posttrain.models.prompting import PromptRenderer
 from posttrain.rewards.base import Verifier, score
+from posttrain.scheduler.pipeline import fill_draw  # noqa: F401 - the rule lives with the scheduler
 from posttrain.types import DOMAIN_KEY, Group, SamplingParams, Task, Trajectory, Verdict
 
 
@@ -103,13 +103,3 @@ class SingleTurnRollouter:
 def run_sync(rollouter: Rollouter, tasks: list[Task], n: int) -> list[Group]:
     """`rollouter.run` from synchronous code (the synchronous training loop)."""
     return aio.run_sync(rollouter.run(tasks, n))
-
-
-def fill_draw(need: int, informative_rate: float) -> int:
-    """How many tasks to draw for `need` more informative groups when a share `informative_rate` of groups
-    has reward variance: enough that one round fills the batch about 97% of the time (the binomial's mean
-    plus two standard deviations), at most 4x `need`. A round costs about the same whatever its size (decoding
-    is latency-bound at these batch sizes), so drawing a few spare groups is cheaper than a refill round."""
-    p = min(max(informative_rate, 0.25), 1.0)
-    k = (need + 2.0 * math.sqrt(need * (1.0 - p))) / p
-    return max(need, min(4 * need, math.ceil(k)))

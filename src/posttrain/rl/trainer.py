@@ -49,9 +49,12 @@ from posttrain.rl.async_loop import AsyncLoop
 from posttrain.rl.build import Components, build, data_parallel_from_env
 from posttrain.rl.colocation import Colocation
 from posttrain.rl.learner import pack_groups
-from posttrain.rl.rollout import fill_draw, run_sync
+from posttrain.rl.rollout import run_sync
+from posttrain.rl.scheduling import record_scheduler
 from posttrain.rl.selection import Best, HeldOutRegression, observe
 from posttrain.scheduler.curriculum import level_metrics
+from posttrain.scheduler.pipeline import fill_batch, fill_rule
+from posttrain.scheduler.task_scheduler import TaskScheduler
 from posttrain.store.checkpoints import (
     TrainerState,
     checkpoint_dir,
@@ -215,29 +218,12 @@ class Trainer:
     # the loop
     def collect(self) -> tuple[list[Group], list[Group], int, int]:
         """Groups to train on (informative, at most prompts_per_step), all groups sampled, rounds used,
-        and how many sampled groups had zero reward variance."""
-        cfg = self.cfg.train
-        kept: list[Group] = []
-        sampled: list[Group] = []
-        rounds = silent = 0
-        while len(kept) < cfg.prompts_per_step and rounds < cfg.max_fill_rounds:
-            need = cfg.prompts_per_step - len(kept)
-            k = fill_draw(need, self.informative_rate) if cfg.drop_zero_variance else need
-            groups = self._rollout(self.curriculum.sample(k))
-            self.curriculum.update(groups)
-            scores = torch.tensor([g.signal_scores(cfg.signal_from) for g in groups])
-            valid = torch.tensor([g.valid for g in groups])
-            signal = has_signal(scores, valid).tolist()
-            silent += signal.count(False)
-            self.informative_rate = 0.9 * self.informative_rate + 0.1 * (sum(signal) / len(signal))
-            for g, s in zip(groups, signal):
-                if (s or not cfg.drop_zero_variance) and len(kept) < cfg.prompts_per_step:
-                    kept.append(g)
-            sampled.extend(groups)
-            rounds += 1
-            if not cfg.drop_zero_variance:
-                break
-        return kept, sampled, rounds, silent
+        and how many sampled groups had zero reward variance: the pipeline's refill rule
+        (`scheduler/pipeline.py`), each round rolled out here."""
+        got = fill_batch(fill_rule(self.cfg), self.curriculum, lambda k, _round: self._rollout(self.curriculum.sample(k)),
+                         self.informative_rate, self.step, has_signal)
+        self.informative_rate = got.informative_rate
+        return got.kept, got.sampled, got.rounds, got.silent
 
     def _rollout(self, tasks: list) -> list[Group]:
         """One group per task; under torchrun this rank rolls out its share and every rank gets all groups back,
@@ -297,6 +283,9 @@ class Trainer:
         if self.cfg.rollout.sandbox_backend == "ray":
             metrics["sandbox_worker_failures"] = float(self._record_sandbox_failures())
         metrics.update(level_metrics(self.curriculum))
+        if isinstance(self.curriculum, TaskScheduler):  # per-domain figures and failures: store, TensorBoard, progress
+            record_scheduler(self.curriculum, self.store, self.writer, self.step, metrics,
+                             {d.name: d.verifier for d in self.domains}, {g.task.id: g.task for g in sampled})
         self._record_episodes(metrics, sampled)
         self._record(metrics, sampled, kept)
         result = StepResult(self.step, metrics)

@@ -15,7 +15,7 @@ off, for ablations and like-for-like baselines).
 `DomainMixture` shares each step's tasks out among several domains by weight (one
 curriculum of either kind per domain).
 Does not cover: multi-domain priority queues, durations and the failure
-bank (the scheduler issue builds those on this protocol).
+bank (`scheduler/task_scheduler.py` builds those on this protocol).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ rewards; every sampled completion with its verdict (details for people, `info` a
 programs) and the verifier's latency; held-out evaluations
 (metrics, per-task pass rates, and their responses in `eval_samples`);
 agent episodes (`episodes`: one row per episode, its transcript as JSON);
+the scheduler's per-domain figures (`domains`) and categorised failures (`failures`, with the tasks behind
+them in `failure_tasks`, for `posttrain failures --export`);
 the checkpoint index; and truncation after a step, so a resumed run never
 holds rows from the steps it is about to redo.
 Does not cover: eval-harness results across models (the eval package adds
@@ -64,8 +66,19 @@ CREATE TABLE IF NOT EXISTS episodes (
     cost_usd REAL NOT NULL, transcript TEXT NOT NULL,
     PRIMARY KEY (step, idx)
 );
+CREATE TABLE IF NOT EXISTS domains (
+    step INTEGER NOT NULL, domain TEXT NOT NULL, metrics TEXT NOT NULL, PRIMARY KEY (step, domain)
+);
+CREATE TABLE IF NOT EXISTS failures (
+    step INTEGER NOT NULL, domain TEXT NOT NULL, task_id TEXT NOT NULL, category TEXT NOT NULL, detail TEXT NOT NULL,
+    response TEXT NOT NULL, prompt TEXT NOT NULL DEFAULT '', answer TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS failures_by_step ON failures (step);
+CREATE TABLE IF NOT EXISTS failure_tasks (
+    task_id TEXT PRIMARY KEY, domain TEXT NOT NULL, meta TEXT NOT NULL, verifier TEXT NOT NULL
+);
 """
-_TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples", "episodes")
+_TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples", "episodes", "domains", "failures")
 
 
 def _leading(row: Any) -> tuple:
@@ -152,6 +165,39 @@ class EpisodeRow:
 
     def values(self) -> tuple:
         return (*_leading(self), json.dumps(self.transcript))
+
+
+@dataclass(frozen=True, slots=True)
+class DomainRow:
+    """One domain's figures at one step (the scheduler's): `metrics` holds pass_rate, difficulty, share,
+    informative_frac, seconds, tokens, failures, retired (more keys allowed)."""
+
+    domain: str
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRow:
+    """One failed trajectory, categorised (`scheduler/failures.py`), as the `failures` table stores it."""
+
+    domain: str
+    task_id: str
+    category: str
+    detail: str
+    response: str
+    prompt: str = ""
+    answer: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FailureTask:
+    """What an exported failure suite needs beyond prompt and answer: the task's JSON-able meta and its
+    verifier spec (None when the verifier cannot be written as one)."""
+
+    task_id: str
+    domain: str
+    meta: dict[str, Any]
+    verifier: Any
 
 
 class RunStore:
@@ -269,6 +315,41 @@ class RunStore:
             "WHERE (? IS NULL OR step = ?) ORDER BY step, idx", (step, step))
         return [(r[0], EpisodeRow(*r[1:-1], json.loads(r[-1]))) for r in rows]
 
+    def log_domains(self, step: int, rows: Iterable[DomainRow]) -> None:
+        """The scheduler's per-domain figures of one step."""
+        with self.db:
+            self.db.executemany("INSERT OR REPLACE INTO domains(step, domain, metrics) VALUES (?, ?, ?)",
+                                [(step, r.domain, json.dumps(r.metrics)) for r in rows])
+
+    def domains(self, domain: str | None = None) -> list[tuple[int, DomainRow]]:
+        """(step, row) in step order, one domain's or all."""
+        rows = self.db.execute("SELECT step, domain, metrics FROM domains WHERE (? IS NULL OR domain = ?) "
+                               "ORDER BY step, domain", (domain, domain))
+        return [(s, DomainRow(d, json.loads(m))) for s, d, m in rows]
+
+    def log_failures(self, rows: Iterable[tuple[int, FailureRow]], tasks: Iterable[FailureTask] = ()) -> None:
+        """(step, failure) rows, and the tasks behind them (kept once per task id, for export)."""
+        with self.db:
+            self.db.executemany(
+                "INSERT INTO failures(step, domain, task_id, category, detail, response, prompt, answer)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(step, r.domain, r.task_id, r.category, r.detail, r.response, r.prompt, r.answer) for step, r in rows])
+            self.db.executemany(
+                "INSERT OR IGNORE INTO failure_tasks(task_id, domain, meta, verifier) VALUES (?, ?, ?, ?)",
+                [(t.task_id, t.domain, json.dumps(t.meta), json.dumps(t.verifier)) for t in tasks])
+
+    def failures(self, domain: str | None = None, category: str | None = None) -> list[tuple[int, FailureRow]]:
+        """(step, row) of stored failures in step order, filtered by domain and category."""
+        rows = self.db.execute(
+            "SELECT step, domain, task_id, category, detail, response, prompt, answer FROM failures "
+            "WHERE (? IS NULL OR domain = ?) AND (? IS NULL OR category = ?) ORDER BY step, rowid",
+            (domain, domain, category, category))
+        return [(r[0], FailureRow(*r[1:])) for r in rows]
+
+    def failure_tasks(self) -> dict[str, FailureTask]:
+        rows = self.db.execute("SELECT task_id, domain, meta, verifier FROM failure_tasks")
+        return {t: FailureTask(t, d, json.loads(m), json.loads(v)) for t, d, m, v in rows}
+
     def log_checkpoint(self, step: int, path: str) -> None:
         with self.db:
             self.db.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (step, path, time.time()))
@@ -282,6 +363,7 @@ class RunStore:
         with self.db:
             for table in _TABLES:
                 self.db.execute(f"DELETE FROM {table} WHERE step > ?", (step,))
+            self.db.execute("DELETE FROM failure_tasks WHERE task_id NOT IN (SELECT task_id FROM failures)")
 
     # reading
     def steps(self) -> list[tuple[int, dict[str, float]]]:

@@ -185,7 +185,8 @@ def code_source(
         raise TaskFileError(f"code:{family}: {exc}") from None
 
 
-@register_domain("code:", "code-writing problems (ops, linear), checked by unit tests in the sandbox")
+@register_domain("code:", "code-writing problems (ops, linear), checked by unit tests in the sandbox", knob="digits",
+                 members=lambda leveled: ["ops", "linear"])
 def _code_domain(
     family: str, limit: int = 500, digits: int = 1, held_out_fraction: float = 0.15, seed: int = 0, **options: Any
 ) -> Domain:

@@ -93,20 +93,28 @@ class Domain:
 DomainFactory = Callable[..., Domain]
 
 
+Members = Callable[[bool], list[str]]  # (only those with difficulty levels) -> a family's member names
+
+
 @dataclass(frozen=True)
 class _Entry:
     name: str  # "humaneval", or a family "rg:" whose factory takes the part after the colon
     factory: DomainFactory
     description: str
     family: bool
+    knob: str | None = None  # the option that sets difficulty (`digits`, `level`, `hops`), for levels and the band
+    members: Members | None = None  # a family's members, for globs in `[[domains]]` (`rg:*`)
 
 
 _REGISTRY: dict[str, _Entry] = {}
 _plugins_loaded = False
 
 
-def register_domain(name: str, description: str) -> Callable[[DomainFactory], DomainFactory]:
+def register_domain(name: str, description: str, knob: str | None = None,
+                    members: Members | None = None) -> Callable[[DomainFactory], DomainFactory]:
     """Register a domain factory. A name ending in ':' is a family: `factory(arg, **options)` for `name + arg`.
+    `knob`: the option that sets its difficulty; `members(leveled)`: a family's member names (those that take
+    the knob, when `leveled`), so that `[[domains]]` globs and `levels` can expand it (`tasks/expand.py`).
 
     >>> @register_domain("tiny", "two additions")
     ... def tiny(**options):
@@ -115,7 +123,7 @@ def register_domain(name: str, description: str) -> Callable[[DomainFactory], Do
     """
 
     def decorate(factory: DomainFactory) -> DomainFactory:
-        _REGISTRY[name] = _Entry(name, factory, description, family=name.endswith(":"))
+        _REGISTRY[name] = _Entry(name, factory, description, family=name.endswith(":"), knob=knob, members=members)
         return factory
 
     return decorate
@@ -134,6 +142,12 @@ def list_domains() -> list[tuple[str, str]]:
     """(name, description) of every registered domain; families are shown as `prefix:<name>`."""
     _load_plugins()
     return sorted((e.name + "<name>" if e.family else e.name, e.description) for e in _REGISTRY.values())
+
+
+def registry_entries() -> list[_Entry]:
+    """Every registered name and family with its difficulty knob and members (`tasks/expand.py` reads them)."""
+    _load_plugins()
+    return sorted(_REGISTRY.values(), key=lambda e: e.name)
 
 
 def load_domain(spec: str, **options: Any) -> Domain:
@@ -182,7 +196,8 @@ def reject_unknown(spec: str, options: dict[str, Any], allowed: tuple[str, ...])
 _ARITH_OPTIONS = ("digits", "min_digits", "held_out_fraction", "worked", "limit", "seed")
 
 
-@register_domain("arith:", "built-in arithmetic (add, sub, addsub, mul, chain): exact match of the number")
+@register_domain("arith:", "built-in arithmetic (add, sub, addsub, mul, chain): exact match of the number", knob="digits",
+                 members=lambda leveled: ["add", "sub", "addsub", "mul", "chain"])
 def _arith_domain(family: str, **options: Any) -> Domain:
     from posttrain.rewards.verifiers import ExactMatch
     from posttrain.tasks.arithmetic import WORKED_FAMILIES, ArithmeticSource

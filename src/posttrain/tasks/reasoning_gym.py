@@ -145,7 +145,19 @@ class RGSource:
         return out
 
 
-@register_domain("rg:", "a reasoning-gym generator: entries 0..size-1 (size, seed, level, config options)")
+def rg_datasets(leveled: bool = False) -> list[str]:
+    """reasoning-gym's registered datasets (those with a curriculum, whose `level` sets difficulty, when `leveled`),
+    `composite` left out (build one domain per dataset instead)."""
+    try:
+        from reasoning_gym import factory
+    except ImportError:
+        return []
+    names = factory.CURRICULA if leveled else factory.DATASETS
+    return sorted(n for n in names if n != "composite")
+
+
+@register_domain("rg:", "a reasoning-gym generator: entries 0..size-1 (size, seed, level, config options)", knob="level",
+                 members=rg_datasets)
 def _rg_domain(
     dataset: str,
     size: int | None = None,

@@ -1,0 +1,209 @@
+"""TaskScheduler: weights, priorities, retirement and re-checks, the band, in-flight limits, and resume identity."""
+
+import random
+
+import pytest
+from _scheduler_fakes import group, tagged
+
+from posttrain.scheduler.band import BandController
+from posttrain.scheduler.task_scheduler import DomainSpec, DomainStatus, Priority, SchedulerSettings, TaskScheduler
+from posttrain.tasks.jsonl import ListSource
+from posttrain.types import DOMAIN_KEY, Task
+
+
+def _source(prefix: str, n: int) -> ListSource:
+    return ListSource([Task(f"{prefix}{i}", f"{prefix}{i}?", "42") for i in range(n)])
+
+
+def _sched(**settings) -> TaskScheduler:
+    specs = [DomainSpec("a", _source("a", 4)), DomainSpec("b", _source("b", 4))]
+    return TaskScheduler(specs, SchedulerSettings(**settings), seed=0)
+
+
+def test_a_finite_source_is_sampled_in_proportion_to_learnability():
+    s = _sched(min_attempts=1000, revisit=0.0)  # nothing retired, no revisits: the weights alone
+    # in domain a: a0 half solved, a1 never in 16, a2/a3 unseen
+    s.update([group(tagged("a0", "a"), 8, 16), group(tagged("a1", "a"), 0, 16)])
+    d = s.domains["a"]
+    assert s.weight_of(d, "a0") == pytest.approx(81 / 342)
+    assert s.weight_of(d, "a1") == pytest.approx(17 / 342)
+    assert s.weight_of(d, "a2") == 0.25
+    counts = {f"a{i}": 0 for i in range(4)}
+    for _ in range(20000):
+        counts[s._pick_task(d).id] += 1
+    total = 81 / 342 + 17 / 342 + 0.5
+    for tid, w in (("a0", 81 / 342), ("a1", 17 / 342), ("a2", 0.25)):
+        assert counts[tid] / 20000 == pytest.approx(w / total, abs=0.02)
+
+
+def test_informative_tasks_of_a_large_source_are_revisited_and_leave_the_pool_when_they_stop_informing():
+    specs = [DomainSpec("big", _source("t", 100_000))]
+    s = TaskScheduler(specs, SchedulerSettings(revisit=0.5, pool_size=2), seed=0)
+    s.update([group(tagged("t1", "big"), 2, 4), group(tagged("t2", "big"), 0, 4), group(tagged("t3", "big"), 1, 4)])
+    d = s.domains["big"]
+    assert [t.id for t in d.pool] == ["t1", "t3"]  # informative ones only
+    drawn = [s._pick_task(d).id for _ in range(4000)]
+    share = sum(x in ("t1", "t3") for x in drawn) / len(drawn)
+    # half the draws revisit (each try accepted by weight, E[p(1-p)] of Beta(3,3) 0.214 or Beta(2,4) 0.19 over
+    # 0.25, so some try of up to 20 is accepted); the other half come from 100k tasks
+    assert share == pytest.approx(0.5, abs=0.03)
+    s.update([group(tagged("t1", "big"), 4, 4)])  # all passed this time: no longer informative
+    assert [t.id for t in d.pool] == ["t3"]
+    s.update([group(tagged(f"n{i}", "big"), 1, 4) for i in range(3)])  # bounded: the oldest goes
+    assert sorted(t.id for t in d.pool) == ["n1", "n2"]
+
+
+def test_priorities_eval_then_retries_then_fresh():
+    s = _sched(replay_share=0.5)
+    ev = [tagged("e0", "a"), tagged("e1", "b")]
+    retry = [tagged("r0", "a"), tagged("r1", "a"), tagged("r2", "b")]
+    s.submit(retry, Priority.RETRY)
+    s.submit(ev, Priority.EVAL)
+    out = s.sample(6)
+    assert [t.id for t in out[:2]] == ["e0", "e1"]  # evaluation first
+    assert [t.id for t in out[2:5]] == ["r0", "r1", "r2"]  # then retries (up to replay_share of the draw)
+    assert all(t.id[0] in "ab" for t in out[5:])  # then fresh tasks
+    with pytest.raises(ValueError):
+        s.submit([tagged("x", "a")], Priority.FRESH)
+
+
+def test_retries_are_capped_by_replay_share_so_fresh_tasks_still_flow():
+    s = _sched(replay_share=0.25)
+    s.submit([tagged(f"r{i}", "a") for i in range(10)], Priority.RETRY)
+    out = s.sample(8)
+    assert sum(t.id.startswith("r") for t in out) == 2
+
+
+def test_banked_failures_are_replayed_with_decay_and_leave_when_passed():
+    s = _sched(replay_share=0.5, replay_decay=0.5)
+    t = tagged("a3", "a")
+    s.update([group(t, 0, 4)])  # failed: banked
+    assert len(s.bank) == 1
+    first = s.sample(2)
+    assert first[0].id == "a3"  # replayed ahead of fresh tasks
+    assert s.bank.items["a3"].weight == 0.5
+    s.update([group(t, 2, 4)])  # now passed sometimes: out of the bank
+    assert len(s.bank) == 0
+
+
+def test_always_and_never_solved_tasks_retire_and_come_back_on_recheck():
+    s = _sched(min_attempts=8, recheck_every=10)
+    s.update([group(tagged("a0", "a"), 8, 8), group(tagged("a1", "a"), 0, 8)])
+    d = s.domains["a"]
+    assert s.weight_of(d, "a0") == 0.0 and s.weight_of(d, "a1") == 0.0
+    drawn = [s._pick_task(d).id for _ in range(4000)]
+    share = (drawn.count("a0") + drawn.count("a1")) / len(drawn)
+    # a retired task is accepted 1 in recheck_every draws: weight 0.25/10 beside 0.25 for the two unseen ones,
+    # so 2 * 0.025 / (2 * 0.025 + 2 * 0.25) = 0.0909 of the draws
+    assert share == pytest.approx(0.0909, abs=0.02)
+
+
+def _dead_domain_scheduler():
+    specs = [DomainSpec("dead", _source("d", 1000)), DomainSpec("live", _source("l", 1000))]
+    return TaskScheduler(specs, SchedulerSettings(retire_after_groups=8, retire_informative=0.05, recheck_every=5), seed=1)
+
+
+def test_a_domain_that_never_passes_is_retired_and_probed_periodically():
+    s = _dead_domain_scheduler()
+    for step in range(1, 40):
+        s.set_step(step)
+        tasks = s.sample(8)
+        s.update([group(t, 0 if t.meta[DOMAIN_KEY] == "dead" else 2, 4) for t in tasks])
+    assert s.domains["dead"].status is DomainStatus.RETIRED
+    assert s.domain_weight("dead") == 0.0
+    # retired: only probes from now on, one every recheck_every steps
+    dead = 0
+    for step in range(40, 60):
+        s.set_step(step)
+        tasks = s.sample(8)
+        dead += sum(t.meta[DOMAIN_KEY] == "dead" for t in tasks)
+        s.update([group(t, 0 if t.meta[DOMAIN_KEY] == "dead" else 2, 4) for t in tasks])
+    assert 3 <= dead <= 5
+    # the domain moves (a probe shows variance): its share comes back
+    s.set_step(100)
+    probe = [t for t in s.sample(8) if t.meta[DOMAIN_KEY] == "dead"]
+    assert probe
+    s.update([group(probe[0], 2, 4)])
+    assert s.domains["dead"].status is DomainStatus.ACTIVE and s.domain_weight("dead") > 0
+
+
+def test_the_band_moves_difficulty_up_and_down_and_records_it():
+    band = BandController(low=0.2, high=0.8, window=8)
+    band.add("arith:add", 2, 1, 4)
+    assert band.observe("arith:add", 8, 8, step=1) is not None  # 100% > high: harder
+    assert band.level("arith:add") == 3
+    assert band.observe("arith:add", 0, 8, step=2) is not None  # 0% < low: easier
+    assert band.level("arith:add") == 2
+    assert band.observe("arith:add", 4, 8, step=3) is None  # in the band: stays
+    band.add("x", 4, 1, 4)
+    assert band.observe("x", 8, 8, step=4) is None  # at its top already
+    assert [(m.old, m.new, m.step) for m in band.history] == [(2, 3, 1), (3, 2, 2)]
+    with pytest.raises(ValueError):
+        BandController(low=0.9, high=0.1)
+
+
+def test_the_scheduler_swaps_a_domains_source_when_the_band_moves_it():
+    built = []
+
+    def source_at(level):
+        built.append(level)
+        return _source(f"L{level}_", 50)
+
+    spec = DomainSpec("g", source_at(2), level=2, band=(1, 3), source_at=source_at)
+    s = TaskScheduler([spec], SchedulerSettings(band_window=8), seed=0)
+    tasks = s.sample(2)
+    s.update([group(t, 4, 4) for t in tasks])  # 8 of 8 passed: one level harder
+    assert s.band.level("g") == 3 and built[-1] == 3
+    assert all(t.id.startswith("L3_") for t in s.sample(4))
+    assert s.domain_metrics()["g"]["difficulty"] == 3.0
+
+
+def test_in_flight_limits_hold_per_domain():
+    specs = [DomainSpec("slow", _source("s", 100), weight=10.0), DomainSpec("fast", _source("f", 100))]
+    s = TaskScheduler(specs, SchedulerSettings(max_inflight=2), seed=0)
+    out = s.sample(4)  # the heavy domain alone would take ~9 of 10: its limit holds it to 2
+    assert sum(t.meta[DOMAIN_KEY] == "slow" for t in out) == 2
+    s.update([group(t, 1, 2) for t in out if t.meta[DOMAIN_KEY] == "slow"])
+    assert s.domains["slow"].inflight == 0
+
+
+def test_costs_make_batches_by_budget_and_send_long_tasks_to_their_lane():
+    s = _sched()
+    for i in range(5):
+        s.cost.observe("a", f"a{i}", 1.0, 10)
+        s.cost.observe("b", f"b{i}", 40.0, 400)
+    s.cost.observe("c", "c0", 1.0, 10)  # a third domain keeps the median short
+    long_task, short_task = tagged("b1", "b"), tagged("a1", "a")
+    assert s.lanes([short_task, long_task]) == ([short_task], [long_task])
+    batch = s.sample_budget(seconds=5.0)
+    assert 1 <= len(batch)
+    assert sum(s.cost.expected(t.meta[DOMAIN_KEY], t.id).seconds for t in batch) <= 5.0 or len(batch) == 1
+    assert s.timeout_s("b") == pytest.approx(800.0)
+
+
+def _drive(s: TaskScheduler, steps: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    ids = []
+    for step in range(steps):
+        s.set_step(step)
+        tasks = s.sample(6)
+        ids += [t.id for t in tasks]
+        s.observe_round([group(t, 1, 2) for t in tasks], 0.5)
+        s.update([group(t, rng.randint(0, 4), 4) for t in tasks])
+    return ids
+
+
+def test_resume_from_state_dict_makes_identical_decisions():
+    def build():
+        specs = [DomainSpec("a", _source("a", 30)), DomainSpec("b", _source("b", 30), weight=2.0),
+                 DomainSpec("g", _source("L2_", 30), level=2, band=(1, 3), source_at=lambda lv: _source(f"L{lv}_", 30))]
+        return TaskScheduler(specs, SchedulerSettings(min_attempts=4, band_window=16, recheck_every=3), seed=7)
+
+    whole = build()
+    _drive(whole, 10, seed=1)
+    state = whole.state_dict()
+    after = _drive(whole, 10, seed=2)
+    resumed = build()
+    resumed.load_state_dict(state)
+    assert _drive(resumed, 10, seed=2) == after
+    assert resumed.state_dict()["domains"] == whole.state_dict()["domains"]
