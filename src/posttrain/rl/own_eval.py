@@ -17,7 +17,7 @@ from typing import Any
 
 from posttrain.config import ConfigError, RunConfig, parse_literal
 from posttrain.rewards import verifier_id
-from posttrain.rl.build import build_domains, build_held_out, build_verifier, max_tokens_for
+from posttrain.rl.build import build_domains, build_held_out, build_verifier, domain_entries, max_tokens_for
 from posttrain.tasks.suites import Suite
 
 SPLITS = ("selection", "reporting", "held_out", "train", "all")
@@ -43,13 +43,13 @@ def own_evaluation(cfg: RunConfig, split: str = DEFAULT_SPLIT, verifier: str | N
     a TOML inline table) replaces each domain's. Bad values are one-line `ConfigError`s."""
     if split not in SPLITS:
         raise ConfigError(f"eval: --split {split!r}: expected one of {', '.join(SPLITS)}")
-    configs = cfg.domain_configs()
+    configs = domain_entries(cfg)  # one per built domain: globs, lists and levels expanded, as build_domains does
     domains = build_domains(cfg)
     if source is not None:
         picked = [d for dc, d in zip(configs, domains) if dc.source == source]
         if not picked:
             raise ConfigError(f"eval: {source} is not a training source of this run "
-                              f"({', '.join(dc.source for dc in configs)})")
+                              f"({', '.join(dc.label for dc in configs)})")
         domains = picked
     if verifier is not None:
         override = build_verifier(parse_literal(verifier), cfg.reward)
