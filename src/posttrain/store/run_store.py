@@ -5,7 +5,8 @@ rewards; every sampled completion with its verdict (details for people, `info` a
 programs) and the verifier's latency; held-out evaluations
 (metrics, per-task pass rates, and their responses in `eval_samples`);
 agent episodes (`episodes`: one row per episode, its transcript as JSON);
-the checkpoint index; and truncation after a step, so a resumed run never
+the checkpoint index; monitor alerts (`alerts`, also kept in the run info's `alerts`
+list); and truncation after a step, so a resumed run never
 holds rows from the steps it is about to redo.
 Does not cover: eval-harness results across models (the eval package adds
 its own tables to the same kind of file).
@@ -64,8 +65,11 @@ CREATE TABLE IF NOT EXISTS episodes (
     cost_usd REAL NOT NULL, transcript TEXT NOT NULL,
     PRIMARY KEY (step, idx)
 );
+CREATE TABLE IF NOT EXISTS alerts (
+    step INTEGER NOT NULL, time REAL NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL, alert TEXT NOT NULL
+);
 """
-_TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples", "episodes")
+_TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples", "episodes", "alerts")
 
 
 def _leading(row: Any) -> tuple:
@@ -203,6 +207,10 @@ class RunStore:
         """A run monitor's signal (e.g. held-out regression), appended to the run's `alerts` list."""
         alerts = self.info().get("alerts", [])
         self.set_info(alerts=[*alerts, alert])
+        with self.db:  # also a row of `alerts`, which a live reader (the dashboard) polls by step
+            self.db.execute("INSERT INTO alerts(step, time, kind, message, alert) VALUES (?, ?, ?, ?, ?)",
+                            (int(alert.get("step", 0)), float(alert.get("time", time.time())), str(alert.get("kind", "")),
+                             str(alert.get("message", "")), json.dumps(alert)))
 
     def alerts(self) -> list[dict[str, Any]]:
         return list(self.info().get("alerts", []))
@@ -309,6 +317,15 @@ class RunStore:
             (name, name, step, step, limit),
         )
         return [{**dict(zip(cols, r)), "info": json.loads(r[-1])} for r in rows]
+
+    def domain_metrics(self, step: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+        """(step, domain, metrics) from the scheduler's `domains` table (all steps, or one), [] where it has none."""
+        try:
+            rows = self.db.execute("SELECT step, domain, metrics FROM domains WHERE (? IS NULL OR step = ?) "
+                                   "ORDER BY step, domain", (step, step)).fetchall()
+        except sqlite3.OperationalError:  # a store without the scheduler's table
+            return []
+        return [(s, d, json.loads(m)) for s, d, m in rows]
 
     def checkpoints(self) -> list[tuple[int, str]]:
         return list(self.db.execute("SELECT step, path FROM checkpoints ORDER BY step"))
