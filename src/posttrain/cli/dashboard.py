@@ -77,7 +77,7 @@ def runs(
         table = Table(title=f"runs under {directory}")
         for col, justify in (("run", "left"), ("status", "left"), ("steps", "right"), ("reward", "right"),
                              ("held-out", "right"), ("alerts", "right"), ("updated", "right"), ("stored in", "left")):
-            table.add_column(col, justify=justify)  # type: ignore[arg-type]
+            table.add_column(col, justify=justify, no_wrap=col in ("status", "steps"))  # type: ignore[arg-type]
         now = time.time()
         for r in rows:
             style = STATUS_STYLE.get(r.status, "white")
