@@ -25,7 +25,8 @@ def write_step(store: RunStore, step: int, samples: bool = True) -> None:
     rows = []
     if samples:
         rows = [SampleRow(g, j, f"t{g}", EVIL if (g, j) == (0, 0) else f"{step}+{j}", 3, "stop", float(j % 2), j % 2,
-                          "ok", "exact@abc", f"expected {g}", step - 1, 0.01, {"got": str(j)}) for g in range(2) for j in range(4)]
+                          "ok", "exact@abc", f"expected {g}", step - 1, 0.01, {"got": str(j)})
+                for g in range(2) for j in range(4)]
     store.log_step(step, step_metrics(step), [(0, "t0", [0.0, 1.0, 0.0, 1.0], True), (1, "t1", [0.0, 0.0, 0.0, 0.0], False)],
                    rows)
 

@@ -24,7 +24,8 @@ STATUS_STYLE = {"running": "cyan", "finished": "green", "failed": "red", "interr
 
 
 def dashboard(
-    run_dirs: Annotated[Optional[list[Path]], typer.Argument(help="Run directories, or directories of runs (default: runs).")] = None,
+    run_dirs: Annotated[Optional[list[Path]],
+                        typer.Argument(help="Run directories, or directories of runs (default: runs).")] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8050,
     poll_ms: Annotated[int, typer.Option(help="How often the page asks for new steps, in milliseconds.")] = 1000,
