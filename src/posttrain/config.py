@@ -525,6 +525,12 @@ class RunConfig(_Section):
     train: TrainConfig = TrainConfig()
     tensorboard: bool = True
     """Write TensorBoard event files to <run>/tensorboard."""
+    trackers: list[Literal["wandb", "mlflow", "trackio"]] = []
+    """Experiment trackers beside TensorBoard (`posttrain.tracking`; extras of the same names), fed the same
+    `train/...` and `eval/...` scalars: W&B (`WANDB_MODE=offline` keeps it local), MLflow (`MLFLOW_TRACKING_URI`,
+    default a file store in <run>/mlruns), trackio (its local database)."""
+    tracker_project: str = "posttrain"
+    """The project (W&B, trackio) or experiment (MLflow) the trackers file runs under."""
 
     @model_validator(mode="after")
     def _one_way_to_say_domains(self) -> "RunConfig":

@@ -167,7 +167,7 @@ class Trainer:
                                           "in_band": p.base.in_band})
                 if not p.base.in_band:
                     self.store.add_alert({"step": 0, "kind": "base_out_of_band", "message": base_band_message(cfg, p.base)})
-        self.writer = self._tensorboard() if cfg.tensorboard and self.lead else None
+        self.writer = self._trackers(resume) if (cfg.tensorboard or cfg.trackers) and self.lead else None
         if cfg.rollout.mode == "async":
             self.async_loop = AsyncLoop.for_components(cfg, self.model, self.tokenizer, self.domains, self.params,
                                                        self.step, cfg.train.steps)
@@ -176,10 +176,13 @@ class Trainer:
                 self.store.set_info(resume_dropped_groups=self.async_loop.resume_dropped)
 
     # construction helpers
-    def _tensorboard(self):
-        from torch.utils.tensorboard import SummaryWriter
+    def _trackers(self, resume: bool):
+        """TensorBoard and the configured trackers (`posttrain.tracking`), written like a `SummaryWriter`."""
+        from posttrain.tracking import build_trackers
 
-        return SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.step + 1 if self.step else None)
+        cfg = self.cfg
+        return build_trackers(cfg.trackers, cfg.tensorboard, self.run_dir, cfg.name, cfg.tracker_project,
+                              cfg.model_dump(), purge_step=self.step + 1 if self.step else None, resume=resume)
 
     def _restore(self) -> None:
         from posttrain.models.io import load_model
