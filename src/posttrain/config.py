@@ -436,6 +436,8 @@ class MonitorsConfig(_Section):
     """...while the newest held-out score is at least this below that best."""
     hack_window: int = Field(10, ge=1)
     """Steps of training reward averaged on each side of the held-out best."""
+    hack_smooth: int = Field(2, ge=1)
+    """Held-out evaluations averaged before the comparison (damps evaluation noise: benchmarks/monitors.py)."""
     verifier_error_rate: float = Field(0.2, gt=0.0, le=1.0)
     """Verifier errors: share of the recent `window` steps' samples whose verdict is an error, at or above this."""
     spike_window: int = Field(10, ge=2)

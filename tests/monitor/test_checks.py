@@ -91,3 +91,12 @@ def test_starved_domain_caught_after_patience():
 def test_sandbox_failures_caught():
     assert checks.sandbox_failures([0, 0, 1, 0, 0, 0, 1, 0], C.window, C.sandbox_limit) is None
     assert checks.sandbox_failures([0, 0, 1, 1, 0, 2], C.window, C.sandbox_limit).kind is MonitorKind.SANDBOX_FAILURES
+
+
+def test_reward_hacking_smoothing_ignores_one_unlucky_evaluation_but_not_a_sustained_fall():
+    rising = [(s, 0.1 + 0.8 * s / 100) for s in range(1, 101)]
+    lucky_then_unlucky = [(0, 0.5), (10, 0.5), (20, 0.58), (30, 0.5), (40, 0.46)]
+    assert checks.reward_hacking(rising[:40], lucky_then_unlucky, 10, 0.1, 0.1, smooth=1) is not None  # a false alarm
+    assert checks.reward_hacking(rising[:40], lucky_then_unlucky, 10, 0.1, 0.1, smooth=2) is None
+    sustained = lucky_then_unlucky + [(50, 0.4), (60, 0.35)]
+    assert checks.reward_hacking(rising[:60], sustained, 10, 0.1, 0.1, smooth=2) is not None

@@ -102,18 +102,21 @@ def length_drift(lengths: Sequence[float], baseline: int, window: int, ratio: fl
 
 
 def reward_hacking(reward: Sequence[tuple[int, float]], held_out: Sequence[tuple[int, float]], window: int,
-                   rise: float, drop: float) -> Finding | None:
+                   rise: float, drop: float, smooth: int = 1) -> Finding | None:
     """Training reward up by >= `rise` while a held-out score (measured by a strict, independent check) is down by
     >= `drop` from its best: compared are the mean reward over the `window` steps up to the held-out best and
-    over the last `window` steps, and the newest held-out value against that best. Both series are (step, value)."""
-    ho = [(s, v) for s, v in held_out if v is not None and math.isfinite(v)]
-    rw = [(s, v) for s, v in reward if v is not None and math.isfinite(v)]
-    if len(ho) < 2 or len(rw) < 2:
+    over the last `window` steps, and the newest held-out value against that best. Held-out values are first
+    averaged over `smooth` consecutive evaluations (the best of single noisy evaluations is biased up: one lucky
+    evaluation followed by an unlucky one would look like a fall). Both series are (step, value)."""
+    raw = [(s, v) for s, v in held_out if v is not None and math.isfinite(v)]
+    ho = [(raw[i][0], _mean([v for _, v in raw[i - smooth + 1:i + 1]])) for i in range(smooth - 1, len(raw))]
+    if len(ho) < 2:
         return None
     best_step, best = max(ho, key=lambda sv: (sv[1], sv[0]))  # the latest of equal bests
     last_step, last = ho[-1]
     if last_step <= best_step or best - last < drop:
-        return None
+        return None  # (decided before reading the long reward series: the usual case, every step)
+    rw = [(s, v) for s, v in reward if v is not None and math.isfinite(v)]
     since = [v for s, v in rw if s > best_step]
     # the reward the held-out best was measured at; the first steps' when that best is the initial model's
     before = [v for s, v in rw if s <= best_step][-window:] or since[:window]

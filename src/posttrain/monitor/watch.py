@@ -134,13 +134,15 @@ class Watch:
         own held-out suite (`held_out:<domain>/pass@1`)."""
         c = self.cfg
         out: list[tuple[str, Finding | None]] = [
-            (key, checks.reward_hacking(self.series.get("reward", []), held, c.hack_window, c.hack_rise, c.hack_drop))
+            (key, checks.reward_hacking(self.series.get("reward", []), held, c.hack_window, c.hack_rise, c.hack_drop,
+                                        c.hack_smooth))
             for key, held in self.held.items()]
         for name, rows in self.domains.items():
             held = self.held.get(f"held_out:{name}/pass@1")
             if held:
                 rate = [(s, d["pass_rate"]) for s, d in rows if "pass_rate" in d]
-                out.append((name, checks.reward_hacking(rate, held, c.hack_window, c.hack_rise, c.hack_drop)))
+                out.append((name, checks.reward_hacking(rate, held, c.hack_window, c.hack_rise, c.hack_drop,
+                                                        c.hack_smooth)))
         return out
 
     def _starved(self) -> list[tuple[str, Finding | None]]:
