@@ -163,7 +163,7 @@ def real_runs() -> dict[str, object]:
     alerts, _ = run("collapse", ["rl.lr=1e-2", "train.steps=40", "train.eval_every=10", "train.on_alert='stop'"])
     out["collapse_alert_step"] = alerts[0]["step"] if alerts else None
     out["collapse_alert_kinds"] = sorted({a["kind"] for a in alerts})
-    hack = ["reward.verifier={kind='regex', pattern='^1'}", "train.eval_suites=['arith:add']", "train.eval_suite_limit=200",
+    hack = ["reward.verifier={type='regex', pattern='^1'}", "train.eval_suites=['arith:add']", "train.eval_suite_limit=200",
             "train.steps=80", "train.eval_every=10", "train.on_alert='stop'"]
     alerts, _ = run("hack", hack)
     hacked = [a for a in alerts if a["kind"] == "reward_hacking"]

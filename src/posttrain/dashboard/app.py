@@ -9,6 +9,8 @@ Does not cover: the CLI command (`cli/dashboard.py`), what is read (`reader.py`)
 """
 
 # no `from __future__ import annotations`: FastAPI resolves the route annotations
+import json
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,12 +35,28 @@ def _asset(name: str) -> bytes:
 def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
     """A FastAPI app showing the runs under `paths` (run directories or directories of runs), polling every `poll_ms`."""
     require_dashboard_extra()
-    from fastapi import FastAPI, HTTPException
-    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from contextlib import asynccontextmanager
 
-    app = FastAPI(title="posttrain dashboard", docs_url=None, redoc_url=None, openapi_url=None)
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import HTMLResponse, Response
+
+    import posttrain.rl.advantages  # noqa: F401  (torch, for the groups' advantages: imported now, not on a first view)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        threading.Thread(target=warm, name="dashboard-warm", daemon=True).start()
+        yield
+
+    app = FastAPI(title="posttrain dashboard", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     readers: dict[Path, RunReader] = {}
     page = _asset("index.html").decode().replace("{{POLL_MS}}", str(int(poll_ms)))
+
+    def warm() -> None:  # parse every run's steps once in the background, so a first page view finds them ready
+        for r in runs():
+            try:
+                r.steps_after(-1)
+            except Exception:  # noqa: BLE001 - a store being created or damaged: its first request will say
+                pass
 
     def runs() -> list[RunReader]:
         found = find_runs(paths)
@@ -67,8 +85,8 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         return [{"id": i, **r.summary()} for i, r in enumerate(runs())]
 
     @app.get("/api/runs/{i}/steps")
-    def steps(i: int, after: int = -1) -> JSONResponse:
-        return JSONResponse(run(i).steps_after(after))
+    def steps(i: int, after: int = -1) -> Response:  # compact JSON: 10,000 steps of ~30 metrics are megabytes
+        return Response(json.dumps(run(i).steps_after(after), separators=(",", ":")), media_type="application/json")
 
     @app.get("/api/runs/{i}/evals")
     def evals(i: int) -> list[dict[str, Any]]:

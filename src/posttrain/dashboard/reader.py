@@ -56,6 +56,13 @@ def _num(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
+def _short(x: Any) -> Any:
+    """A chart value: 6 significant digits (halves what the page downloads), None for NaN and missing."""
+    if isinstance(x, float):
+        return float(f"{x:.6g}") if math.isfinite(x) else None
+    return x if isinstance(x, int) else None
+
+
 @dataclass
 class StepColumns:
     """A run's step metrics as columns: `steps[i]`, `times[i]` and `cols[key][i]` (None where a step lacks it)."""
@@ -69,10 +76,10 @@ class StepColumns:
         self.steps.append(step)
         self.times.append(t)
         for k, v in metrics.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                self.cols.setdefault(k, [None] * n)
+            if k not in self.cols and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.cols[k] = [None] * n  # a metric that first appears now: empty before
         for k, col in self.cols.items():
-            col.append(_num(metrics.get(k)))
+            col.append(_short(metrics.get(k)))
 
     def after(self, step: int, reset: bool = False) -> dict[str, Any]:
         """The columns for steps after `step`; `reset` (all steps) tells a reader to drop what it had."""
