@@ -432,12 +432,13 @@ class MonitorsConfig(_Section):
     """Length drift: recent mean response length above this multiple of its baseline, or below its inverse."""
     hack_rise: float = Field(0.1, gt=0.0)
     """Reward hacking: mean training reward up by at least this since the held-out best..."""
-    hack_drop: float = Field(0.1, gt=0.0)
+    hack_drop: float = Field(0.15, gt=0.0)
     """...while the newest held-out score is at least this below that best."""
     hack_window: int = Field(10, ge=1)
     """Steps of training reward averaged on each side of the held-out best."""
-    hack_smooth: int = Field(2, ge=1)
-    """Held-out evaluations averaged before the comparison (damps evaluation noise: benchmarks/monitors.py)."""
+    hack_smooth: int = Field(1, ge=1)
+    """Held-out evaluations averaged before the comparison (damps evaluation noise). benchmarks/monitors.py chose
+    1 with `hack_drop` 0.15 on its selection seeds (2 with 0.1 did as well there, with more false alarms)."""
     verifier_error_rate: float = Field(0.2, gt=0.0, le=1.0)
     """Verifier errors: share of the recent `window` steps' samples whose verdict is an error, at or above this."""
     spike_window: int = Field(10, ge=2)
