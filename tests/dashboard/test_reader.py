@@ -54,3 +54,17 @@ def test_scheduler_tables_read_when_present_and_said_absent_when_not(tmp_path):
     assert a.staleness()["max"] == [0, 0, 0, 0]  # samples drawn by policy version step - 1
     assert a.summary()["alerts"] == 1 and a.alerts()[0]["kind"] == "grad_norm_spike"
     assert a.episode(3, 0)["turns"][0]["observation"] == "value=42"
+
+
+def test_a_long_run_comes_decimated_with_spikes_and_the_newest_step_kept(tmp_path):
+    store = make_run(tmp_path / "a", 3, domains=False)
+    with store.db:
+        store.db.executemany("INSERT INTO steps(step, time, metrics) VALUES (?, ?, ?)",
+                             [(s, float(s), '{"grad_norm": %s, "reward": %s}' % (50.0 if s == 777 else 1.0, s / 1e4))
+                              for s in range(4, 5001)])
+    got = RunReader(tmp_path / "a").steps_after(-1, max_points=500)
+    assert len(got["steps"]) <= 501 and got["bucket"] == 20
+    assert max(got["cols"]["grad_norm"]) == 50.0  # the one-step spike survives
+    assert got["steps"][-1] == 5000 and got["cols"]["reward"][-1] == 0.5  # the newest value exactly
+    assert got["steps"] == sorted(got["steps"])
+    assert RunReader(tmp_path / "a").steps_after(-1, max_points=10_000)["steps"] == list(range(1, 5001))  # short: all

@@ -85,8 +85,10 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         return [{"id": i, **r.summary()} for i, r in enumerate(runs())]
 
     @app.get("/api/runs/{i}/steps")
-    def steps(i: int, after: int = -1) -> Response:  # compact JSON: 10,000 steps of ~30 metrics are megabytes
-        return Response(json.dumps(run(i).steps_after(after), separators=(",", ":")), media_type="application/json")
+    def steps(i: int, after: int = -1, max_points: int | None = None) -> Response:
+        # compact JSON: 10,000 steps of ~30 metrics are megabytes
+        got = run(i).steps_after(after, max_points)
+        return Response(json.dumps(got, separators=(",", ":")), media_type="application/json")
 
     @app.get("/api/runs/{i}/evals")
     def evals(i: int) -> list[dict[str, Any]]:

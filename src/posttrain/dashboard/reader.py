@@ -81,6 +81,32 @@ class StepColumns:
         for k, col in self.cols.items():
             col.append(_short(metrics.get(k)))
 
+    def decimated(self, max_points: int, reset: bool) -> dict[str, Any]:
+        """All steps in at most `max_points` points per series: buckets of consecutive steps, each drawn as two
+        points (its first and last step) holding the series' minimum and maximum there, so a spike stays visible."""
+        n = len(self.steps) - 1  # the newest step stays exact (the page's "newest" figures read it)
+        k = -(-n // max(max_points // 2, 1))  # steps per bucket
+        starts = range(0, n, k)
+        steps, times = [], []
+        for b in starts:
+            e = min(b + k, n) - 1
+            steps += [self.steps[b], self.steps[e]] if e > b else [self.steps[b]]
+            times += [self.times[b], self.times[e]] if e > b else [self.times[b]]
+        cols = {}
+        for key, col in self.cols.items():
+            out: list[Any] = []
+            for b in starts:
+                e = min(b + k, n)
+                vals = [v for v in col[b:e] if v is not None]
+                if e - b == 1:
+                    out.append(col[b])
+                else:
+                    out += [min(vals), max(vals)] if vals else [None, None]
+            cols[key] = out + [col[n]]
+        steps.append(self.steps[n])
+        times.append(self.times[n])
+        return {"reset": reset, "steps": steps, "times": times, "cols": cols, "bucket": k}
+
     def after(self, step: int, reset: bool = False) -> dict[str, Any]:
         """The columns for steps after `step`; `reset` (all steps) tells a reader to drop what it had."""
         i = 0 if reset else bisect.bisect_right(self.steps, step)
@@ -104,8 +130,9 @@ class RunReader:
         with self.db() as db:
             return {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM run")}
 
-    def steps_after(self, step: int) -> dict[str, Any]:
-        """Step metrics as columns for steps after `step` (-1: all; all with `reset` after a truncation)."""
+    def steps_after(self, step: int, max_points: int | None = None) -> dict[str, Any]:
+        """Step metrics as columns for steps after `step` (-1: all; all with `reset` after a truncation); a full
+        read longer than `max_points` comes min/max-decimated (`decimated`; its `bucket` says how coarsely)."""
         with self._lock, self.db() as db:
             last = self._cols.steps[-1] if self._cols.steps else 0
             newest = db.execute("SELECT MAX(step) FROM steps").fetchone()[0] or 0
@@ -114,6 +141,8 @@ class RunReader:
                 self._cols, last = StepColumns(), 0
             for s, t, m in db.execute("SELECT step, time, metrics FROM steps WHERE step > ? ORDER BY step", (last,)):
                 self._cols.append(s, t, json.loads(m))
+            if (step < 0 or reset) and max_points and len(self._cols.steps) > max_points:
+                return self._cols.decimated(max_points, reset)
             return self._cols.after(step, reset)
 
     def summary(self) -> dict[str, Any]:

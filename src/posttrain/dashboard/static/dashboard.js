@@ -7,6 +7,7 @@
   var FIRST = ["reward", "pass_rate", "kl", "entropy", "completion_tokens", "clip_frac", "mismatch_mean", "mismatch_max",
     "mismatch_kl", "staleness_mean", "staleness_max", "zero_variance_frac", "groups_kept", "grad_norm", "loss",
     "step_s", "rollout_s", "learn_s", "verifier_latency_p50", "verifier_latency_p95", "verifier_errors", "env_errors"];
+  var MAX_POINTS = 4000;  // per series on a first load: longer runs come min/max-decimated (spikes stay visible)
   var state = { runs: [], data: {}, charts: {}, alertsSeen: {}, polls: 0, busy: false };
   window.dashboard = state;
 
@@ -105,6 +106,11 @@
   }
   function renderLatest() {
     var box = clear(document.getElementById("latest"));
+    var coarse = selected().filter(function (r) { return state.data[r.id] && state.data[r.id].bucket > 1; });
+    coarse.forEach(function (r) {
+      box.appendChild(el("p", { cls: "muted decimated", text: r.name + ": the steps stored before the page opened are drawn as the minimum and maximum of every " +
+        state.data[r.id].bucket + " steps (spikes stay visible; the store keeps every value)" }));
+    });
     var t = el("table", { id: "latest-table" });
     var head = el("tr", {}, el("th", { cls: "l", text: "newest" }));
     var runs = selected();
@@ -360,7 +366,8 @@
       return Promise.all(selected().map(function (r) {
         var d = state.data[r.id], after = d && d.steps.length ? d.steps[d.steps.length - 1] : -1;
         if (state.alertsSeen[r.id] !== r.alerts) { alertsChanged = true; state.alertsSeen[r.id] = r.alerts; }
-        return get("/api/runs/" + r.id + "/steps?after=" + after).then(function (got) { return merge(r.id, got); });
+        var url = "/api/runs/" + r.id + "/steps?after=" + after + (after < 0 ? "&max_points=" + MAX_POINTS : "");
+        return get(url).then(function (got) { return merge(r.id, got); });
       })).then(function (changed) {
         var any = changed.some(Boolean);
         if (newRuns || !state.polls) rebuildCharts(); else if (any) updateCharts();
