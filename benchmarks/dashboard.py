@@ -137,6 +137,11 @@ def training_ab(browser: Browser, root: Path) -> dict[str, float]:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-ab", action="store_true", help="skip the training A/B (the render and update figures only)")
+    args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="dashboard-bench-"))
     t0 = time.perf_counter()
@@ -161,7 +166,8 @@ def main() -> None:
                 p.wait()
         big.close()
         small.close()
-        ab = training_ab(browser, root)
+        ab = training_ab(browser, root) if not args.no_ab else {"slowdown": float("nan"), "step_s_closed": float("nan"),
+                                                                  "step_s_open": float("nan")}
         print(f"training A/B: {ab}", flush=True)
     print(f"load average at end: {os.getloadavg()}", flush=True)
     print(json.dumps({
