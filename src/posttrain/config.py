@@ -444,6 +444,54 @@ class RolloutConfig(_Section):
     processes and Ray actors alike), or is discarded, counted and sampled again under the new weights (requeue)."""
 
 
+class MonitorsConfig(_Section):
+    """Run monitors (`posttrain.monitor`): checks over the step series after every step; each alert goes to the
+    console, the run store's `alerts` and the dashboard, and `train.on_alert` says whether training goes on."""
+
+    enabled: list[Literal["entropy_collapse", "kl_blowup", "length_drift", "reward_hacking", "verifier_errors",
+                          "grad_norm_spike", "domain_starved", "sandbox_failures"]] = [
+        "entropy_collapse", "kl_blowup", "length_drift", "reward_hacking", "verifier_errors", "grad_norm_spike",
+        "domain_starved", "sandbox_failures"]
+    """The monitors that run (all by default; [] turns them off)."""
+    baseline: int = Field(5, ge=1)
+    """Steps whose median is a series' baseline (entropy, response length); those checks wait for it."""
+    window: int = Field(5, ge=1)
+    """Recent steps averaged before comparing with a baseline or a limit."""
+    entropy_drop: float = Field(0.2, gt=0.0, lt=1.0)
+    """Entropy collapse: recent mean entropy below this fraction of its baseline..."""
+    entropy_floor: float = Field(0.005, ge=0.0)
+    """...or below this many nats per token."""
+    kl_max: float = Field(1.0, gt=0.0)
+    """KL blow-up: KL to the reference (`rl.kl_beta` > 0) above this many nats per token..."""
+    kl_factor: float = Field(10.0, gt=1.0)
+    """...or above this multiple of its median over the previous `spike_window` steps (and above `kl_floor`)."""
+    kl_floor: float = Field(0.05, ge=0.0)
+    """Smallest KL the jump rule flags (tiny KLs jump by large factors harmlessly)."""
+    length_ratio: float = Field(2.0, gt=1.0)
+    """Length drift: recent mean response length above this multiple of its baseline, or below its inverse."""
+    hack_rise: float = Field(0.1, gt=0.0)
+    """Reward hacking: mean training reward up by at least this since the held-out best..."""
+    hack_drop: float = Field(0.15, gt=0.0)
+    """...while the newest held-out score is at least this below that best."""
+    hack_window: int = Field(10, ge=1)
+    """Steps of training reward averaged on each side of the held-out best."""
+    hack_smooth: int = Field(1, ge=1)
+    """Held-out evaluations averaged before the comparison (damps evaluation noise). benchmarks/monitors.py chose
+    1 with `hack_drop` 0.15 on its selection seeds (2 with 0.1 did as well there, with more false alarms)."""
+    verifier_error_rate: float = Field(0.2, gt=0.0, le=1.0)
+    """Verifier errors: share of the recent `window` steps' samples whose verdict is an error, at or above this."""
+    spike_window: int = Field(10, ge=2)
+    """Steps whose median a spike (gradient norm, KL) is measured against."""
+    grad_factor: float = Field(10.0, gt=1.0)
+    """Gradient-norm spike: the newest norm (before clipping) above this multiple of its recent median..."""
+    grad_floor: float = Field(1.0, ge=0.0)
+    """...and above this norm."""
+    starve_patience: int = Field(10, ge=1)
+    """Starved domain: this many steps in a row without an informative group in a domain."""
+    sandbox_limit: float = Field(3.0, gt=0.0)
+    """Sandbox failures: this many sandbox worker failures within the recent `window` steps."""
+
+
 class TrainConfig(_Section):
     steps: int = Field(300, ge=1)
     """RL steps (one batch of groups each)."""
@@ -494,6 +542,11 @@ class TrainConfig(_Section):
     """Early warning: the held-out metric this far below its best..."""
     warn_patience: int = Field(2, ge=1)
     """...for this many evaluations in a row says so (live progress, the run store's `alerts`)."""
+    monitors: MonitorsConfig = MonitorsConfig()
+    """Run monitors: entropy collapse, KL blow-up, length drift, reward hacking, verifier errors, gradient
+    spikes, starved domains, sandbox failures (thresholds in the section)."""
+    on_alert: Literal["warn", "stop"] = "warn"
+    """What a monitor's alert does: warn and train on, or stop (after a checkpoint, saying why)."""
 
 
 class SchedulerConfig(_Section):
@@ -566,6 +619,12 @@ class RunConfig(_Section):
     scheduler: SchedulerConfig = SchedulerConfig()
     tensorboard: bool = True
     """Write TensorBoard event files to <run>/tensorboard."""
+    trackers: list[Literal["wandb", "mlflow", "trackio"]] = []
+    """Experiment trackers beside TensorBoard (`posttrain.tracking`; extras of the same names), fed the same
+    `train/...` and `eval/...` scalars: W&B (`WANDB_MODE=offline` keeps it local), MLflow (`MLFLOW_TRACKING_URI`,
+    default a file store in <run>/mlruns), trackio (its local database)."""
+    tracker_project: str = "posttrain"
+    """The project (W&B, trackio) or experiment (MLflow) the trackers file runs under."""
 
     @model_validator(mode="after")
     def _one_way_to_say_domains(self) -> "RunConfig":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from posttrain.cli import agent, draft, export, failures, sandbox, serve, tasks, train
+from posttrain.cli import agent, dashboard, draft, export, failures, sandbox, serve, tasks, train
 from posttrain.cli import eval as eval_commands
 
 app = typer.Typer(
@@ -32,6 +32,8 @@ app.command("eval")(eval_commands.eval_cmd)
 app.command("compare")(eval_commands.compare_cmd)
 app.command("report")(eval_commands.report_cmd)
 app.command("failures")(failures.failures_cmd)
+app.command("dashboard")(dashboard.dashboard)
+app.command("runs")(dashboard.runs)
 
 
 def main() -> None:

@@ -105,10 +105,20 @@ def say(text: str) -> None:
 @contextmanager
 def alerts_shown_by_the_cli() -> Iterator[None]:
     """The trainer also raises the early warning as a Python warning (for library users); here the progress shows it."""
+    from posttrain.monitor import MonitorAlert
     from posttrain.rl.selection import HeldOutRegression
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HeldOutRegression)
+        shown = warnings.showwarning
+
+        def show(message, category, *args, **kwargs):  # a run monitor's alert: one yellow line, not a source location
+            if issubclass(category, MonitorAlert):
+                err.print(f"[yellow]alert: {escape(str(message))}[/]", highlight=False, soft_wrap=True)
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
         yield
 
 
@@ -240,6 +250,9 @@ def train(
         acc = result.final_eval.get(metric)
         say(f"trained {result.steps} steps in {result.seconds:.0f}s"
             + (f"; held-out {metric} {acc:.3f}" if acc is not None else ""))
+        if result.stopped_by is not None:
+            say(f"stopped by a monitor alert (train.on_alert = stop), checkpointed at step {result.steps}: "
+                f"{result.stopped_by}; {RESUME_NOTE}")
         say(f"final model: {final_dir} (step {result.steps})")
         if best is not None:
             figures = f"(step {best.step}, held-out {metric} {best.value:.3f})"

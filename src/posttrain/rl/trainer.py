@@ -29,6 +29,7 @@ loop itself, or running agent episodes (`posttrain.agent`).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import warnings
@@ -42,6 +43,7 @@ from posttrain.builtin import base_band_message
 from posttrain.config import RunConfig
 from posttrain.errors import UserError
 from posttrain.eval.training import evaluate_in_training
+from posttrain.monitor import Alert, MonitorAlert, Watch
 from posttrain.provenance import code_version
 from posttrain.rewards import verifier_id, verifier_latency_metrics
 from posttrain.rl.advantages import group_relative_advantages, has_signal
@@ -95,6 +97,7 @@ class TrainResult:
     steps: int
     seconds: float
     final_eval: dict[str, float] = field(default_factory=dict)
+    stopped_by: str | None = None  # the monitor alert that stopped the run (`train.on_alert = "stop"`), if one did
 
 
 class Trainer:
@@ -146,8 +149,13 @@ class Trainer:
         self.store: RunStore = p.store or (RunStore(store_path) if self.lead else cast(RunStore, _NoStore()))
         self.async_loop: AsyncLoop | None = None
         self._async_state: dict = {}
+        self.watch = Watch(cfg.train.monitors, self.params.n)  # the run monitors (posttrain.monitor)
+        self.stop_reason: str | None = None
         if resume:
             self._restore()
+            self.watch.load(self.store.steps(), [(s, {"greedy_accuracy" if n == "held_out" else f"{n}/pass@1":
+                                                     m.get("pass@1", m.get("greedy_accuracy", 0.0))})
+                                                 for s, n, m in self.store.evals()], self.store.domain_metrics())
         else:
             self.store.set_info(
                 config=cfg.model_dump(),
@@ -164,7 +172,7 @@ class Trainer:
                                           "in_band": p.base.in_band})
                 if not p.base.in_band:
                     self.store.add_alert({"step": 0, "kind": "base_out_of_band", "message": base_band_message(cfg, p.base)})
-        self.writer = self._tensorboard() if cfg.tensorboard and self.lead else None
+        self.writer = self._trackers(resume) if (cfg.tensorboard or cfg.trackers) and self.lead else None
         if cfg.rollout.mode == "async":
             self.async_loop = AsyncLoop.for_components(cfg, self.model, self.tokenizer, self.domains, self.params,
                                                        self.step, cfg.train.steps)
@@ -173,10 +181,13 @@ class Trainer:
                 self.store.set_info(resume_dropped_groups=self.async_loop.resume_dropped)
 
     # construction helpers
-    def _tensorboard(self):
-        from torch.utils.tensorboard import SummaryWriter
+    def _trackers(self, resume: bool):
+        """TensorBoard and the configured trackers (`posttrain.tracking`), written like a `SummaryWriter`."""
+        from posttrain.tracking import build_trackers
 
-        return SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.step + 1 if self.step else None)
+        cfg = self.cfg
+        return build_trackers(cfg.trackers, cfg.tensorboard, self.run_dir, cfg.name, cfg.tracker_project,
+                              cfg.model_dump(), purge_step=self.step + 1 if self.step else None, resume=resume)
 
     def _restore(self) -> None:
         from posttrain.models.io import load_model
@@ -288,6 +299,9 @@ class Trainer:
                              {d.name: d.verifier for d in self.domains}, {g.task.id: g.task for g in sampled})
         self._record_episodes(metrics, sampled)
         self._record(metrics, sampled, kept)
+        # the scheduler's per-domain state is rank 0's store only: other ranks must reach the same stop decision
+        domains = {name: m for _, name, m in self.store.domain_metrics(self.step)} if self.dp is None else {}
+        self._on_alerts(self.watch.observe_step(self.step, metrics, domains), stops=True)
         result = StepResult(self.step, metrics)
         if self.on_step:
             self.on_step(result)
@@ -392,6 +406,8 @@ class Trainer:
             metrics[f"{name}/pass@1"] = suite_metrics["pass@1"]
             metrics[f"{name}/regressed_tasks"] = suite_metrics["regressed_tasks"]
         self._track_best(metrics)
+        # under torchrun only rank 0 evaluates: a held-out alert warns there but cannot stop the other ranks
+        self._on_alerts(self.watch.observe_eval(self.step, metrics), stops=self.dp is None)
         if self.writer is not None:
             for key, value in metrics.items():
                 if key in ("greedy_accuracy", "best", "regressing") or key.endswith(("pass@1", "regressed_tasks")):
@@ -427,6 +443,16 @@ class Trainer:
             self.store.add_alert({"step": self.step, "kind": "held_out_regression", "metric": cfg.best_metric,
                                   "value": value, "best": best.value, "best_step": best.step, "message": message})
             warnings.warn(message, HeldOutRegression, stacklevel=2)
+
+    def _on_alerts(self, alerts: list[Alert], stops: bool) -> None:
+        """Monitor alerts: warned, stored (the dashboard shows them), and with `train.on_alert = "stop"` the run's
+        stop reason (the loop checkpoints and stops after this step)."""
+        for alert in alerts:
+            if self.lead:
+                self.store.add_alert(alert.to_dict())
+                warnings.warn(alert.message, MonitorAlert, stacklevel=3)
+            if stops and self.cfg.train.on_alert == "stop" and self.stop_reason is None:
+                self.stop_reason = f"{alert.kind}: {alert.message}"
 
     def _save_best(self) -> None:
         from posttrain.models.io import save_model
@@ -476,18 +502,26 @@ class Trainer:
         last = min(cfg.steps, stop_at) if stop_at is not None else cfg.steps
         start = time.perf_counter()
         final: dict[str, float] = {}
+        self.store.set_info(status="running", pid=os.getpid(), started=time.time())  # `posttrain runs` reads these
         try:
             if cfg.eval_every and cfg.eval_at_start and self.step == 0 and last > 0:
                 final = self.evaluate()
-            while self.step < last:
+            while self.step < last and self.stop_reason is None:
                 self.train_step()
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
                     final = self.evaluate()
-                if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
-                    self.checkpoint()
+                if self.stop_reason is not None or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
+                    self.checkpoint()  # a stop by an alert checkpoints first: --resume goes on from here
+            if self.stop_reason is not None:
+                self.store.set_info(status="stopped_by_alert", stop_reason=self.stop_reason, last_step=self.step)
+                return TrainResult(self.run_dir, self.step, time.perf_counter() - start, final, self.stop_reason)
             if self.step == cfg.steps and not (cfg.eval_every and self.step % cfg.eval_every == 0):
                 final = self.evaluate()
             self.store.set_info(status="finished" if self.step == cfg.steps else "stopped", last_step=self.step)
+        except BaseException as exc:
+            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            self.store.set_info(status=status, error=f"{type(exc).__name__}: {exc}"[:500], last_step=self.step)
+            raise
         finally:
             if self.writer is not None:
                 self.writer.flush()

@@ -7,7 +7,8 @@ programs) and the verifier's latency; held-out evaluations
 agent episodes (`episodes`: one row per episode, its transcript as JSON);
 the scheduler's per-domain figures (`domains`) and categorised failures (`failures`, with the tasks behind
 them in `failure_tasks`, for `posttrain failures --export`);
-the checkpoint index; and truncation after a step, so a resumed run never
+the checkpoint index; monitor alerts (`alerts`, also kept in the run info's `alerts`
+list); and truncation after a step, so a resumed run never
 holds rows from the steps it is about to redo.
 Does not cover: eval-harness results across models (the eval package adds
 its own tables to the same kind of file).
@@ -77,8 +78,12 @@ CREATE INDEX IF NOT EXISTS failures_by_step ON failures (step);
 CREATE TABLE IF NOT EXISTS failure_tasks (
     task_id TEXT PRIMARY KEY, domain TEXT NOT NULL, meta TEXT NOT NULL, verifier TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS alerts (
+    step INTEGER NOT NULL, time REAL NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL, alert TEXT NOT NULL
+);
 """
-_TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples", "episodes", "domains", "failures")
+_TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples", "episodes", "domains", "failures",
+           "alerts")
 
 
 def _leading(row: Any) -> tuple:
@@ -249,6 +254,10 @@ class RunStore:
         """A run monitor's signal (e.g. held-out regression), appended to the run's `alerts` list."""
         alerts = self.info().get("alerts", [])
         self.set_info(alerts=[*alerts, alert])
+        with self.db:  # also a row of `alerts`, which a live reader (the dashboard) polls by step
+            self.db.execute("INSERT INTO alerts(step, time, kind, message, alert) VALUES (?, ?, ?, ?, ?)",
+                            (int(alert.get("step", 0)), float(alert.get("time", time.time())), str(alert.get("kind", "")),
+                             str(alert.get("message", "")), json.dumps(alert)))
 
     def alerts(self) -> list[dict[str, Any]]:
         return list(self.info().get("alerts", []))
@@ -391,6 +400,15 @@ class RunStore:
             (name, name, step, step, limit),
         )
         return [{**dict(zip(cols, r)), "info": json.loads(r[-1])} for r in rows]
+
+    def domain_metrics(self, step: int | None = None) -> list[tuple[int, str, dict[str, Any]]]:
+        """(step, domain, metrics) from the scheduler's `domains` table (all steps, or one), [] where it has none."""
+        try:
+            rows = self.db.execute("SELECT step, domain, metrics FROM domains WHERE (? IS NULL OR step = ?) "
+                                   "ORDER BY step, domain", (step, step)).fetchall()
+        except sqlite3.OperationalError:  # a store without the scheduler's table
+            return []
+        return [(s, d, json.loads(m)) for s, d, m in rows]
 
     def checkpoints(self) -> list[tuple[int, str]]:
         return list(self.db.execute("SELECT step, path FROM checkpoints ORDER BY step"))

@@ -1,0 +1,182 @@
+"""The dashboard's figures, in headless Chromium over the DevTools pipe (`posttrain.dashboard.headless`).
+
+- ``dashboard_first_render_s``: from navigating to the page until it has drawn everything of a 10,000-step run
+  with 100,000 stored samples (`data-ready`: runs, every metric's chart, alerts, held-out, domains, failures,
+  the newest step's groups), the server a separate `posttrain dashboard` process as a user starts it, the page
+  opened as soon as the server answers (the server parses every run's steps in the background from its start;
+  `dashboard_first_render_warm_s`: the best of two more openings). Baseline: the same page over a 100-step run,
+  same server and browser.
+- ``dashboard_update_s``: from a new step committed to the store until the page shows it (median of 5; the
+  page polls every second, the default). Baseline: the poll interval.
+- ``training_slowdown``: mean step time of a tiny-model training run with the dashboard open and polling that
+  run, over the mean with no page open, in interleaved phases of one run (ABABAB, 8 steps each); the dashboard
+  server and Chromium are separate processes, as in use.
+The load average is printed at start and end: on a shared 2-core machine speed figures are indicative.
+
+Run: ``nice -n 10 python benchmarks/dashboard.py``. The last line is one JSON object.
+Goals (issue 40): first render <= 1 s, update <= 2 s, slowdown <= 2%.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from posttrain.dashboard.headless import Browser
+from posttrain.store.run_store import RunStore, SampleRow
+
+READY = "document.body.dataset.ready === '1' && document.querySelectorAll('.group').length > 0"
+KEYS = ["reward", "pass_rate", "entropy", "kl", "completion_tokens", "clip_frac", "mismatch_mean", "mismatch_max",
+        "mismatch_kl", "grad_norm", "loss", "pg_loss", "lr", "groups_sampled", "groups_kept", "zero_variance_frac",
+        "fill_rounds", "verifier_errors", "env_errors", "verifier_latency_p50", "verifier_latency_p95", "rollout_s",
+        "learn_s", "step_s", "optimizer_steps"]
+
+
+def build_store(path: Path, steps: int, samples_per_step: int) -> RunStore:
+    path.mkdir(parents=True, exist_ok=True)
+    store = RunStore(path / "run.sqlite")
+    store.set_info(config={"name": path.name, "train": {"steps": steps}, "rl": {"advantage": "grpo"}}, status="running",
+                   pid=os.getpid())
+    for s in range(1, steps + 1):
+        m = {k: (s % 97) / 97 + i for i, k in enumerate(KEYS)}
+        rows = [SampleRow(j // 8, j % 8, f"task{s % 50}", f"{s} + {j} = {s + j}", 6, "stop", float(j % 2), j % 2, "ok",
+                          "exact@abc", "expected x", s - 1, 0.001) for j in range(samples_per_step)]
+        groups = [(g, f"task{s % 50}", [float(j % 2) for j in range(8)], True) for g in range((samples_per_step + 7) // 8)]
+        store.log_step(s, m, groups, rows)
+        if s % 100 == 0:
+            store.log_eval(s, "held_out", {"pass@1": (s % 300) / 300}, {})
+    store.add_alert({"step": 5, "kind": "grad_norm_spike", "message": "planted"})
+    return store
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(run_dir: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "dashboard", str(run_dir), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "static/dashboard.css", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError("the dashboard did not start")
+
+
+def first_render(browser: Browser, url: str) -> float:
+    page = browser.open("about:blank")
+    t0 = time.perf_counter()
+    page.navigate(url)
+    page.wait_for(READY, timeout=120, interval=0.005)
+    seconds = time.perf_counter() - t0
+    errors = page.console_errors()
+    assert not errors, errors
+    return seconds
+
+
+def updates(browser: Browser, url: str, store: RunStore, last: int, n: int = 5) -> list[float]:
+    page = browser.open(url)
+    page.wait_for(READY, timeout=120)
+    out = []
+    for k in range(1, n + 1):
+        time.sleep(0.37 * k % 1)  # land at different points of the poll cycle
+        t0 = time.perf_counter()
+        store.log_step(last + k, {key: 0.5 for key in KEYS})
+        page.wait_for(f"JSON.parse(document.body.dataset.lastSteps)['0'] === {last + k}", timeout=30, interval=0.005)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def training_ab(browser: Browser, root: Path) -> dict[str, float]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from posttrain.config import load_config
+    from posttrain.rl.trainer import Trainer
+    from tiny_models import make_tiny_model
+
+    model = make_tiny_model(root / "tiny")
+    phases, per_phase = 6, 8
+    cfg = load_config(None, [f"model.path='{model}'", f"run_dir='{root / 'ab'}'", "name='ab'", "tasks.digits=1",
+                             "sampling.n=8", "sampling.max_tokens=6", f"train.steps={phases * per_phase + 2}",
+                             "train.prompts_per_step=8", "train.eval_every=0", "train.checkpoint_every=0",
+                             "tensorboard=false", "reward.verifier='numeric'", "reward.tolerance=4.0"])
+    trainer = Trainer(cfg)
+    trainer.run(stop_at=2)  # warm-up, and the store exists for the dashboard
+    proc, url = serve(root / "ab")
+    page = browser.open("about:blank")
+    times: dict[str, list[float]] = {"closed": [], "open": []}
+    try:
+        for phase in range(phases):
+            mode = "open" if phase % 2 else "closed"
+            page.navigate(url if mode == "open" else "about:blank")
+            if mode == "open":
+                page.wait_for("document.body.dataset.ready === '1'", timeout=60)
+            for _ in range(per_phase):
+                times[mode].append(trainer.train_step().metrics["step_s"])
+    finally:
+        trainer.close()
+        proc.terminate()
+        proc.wait()
+    closed, opened = statistics.mean(times["closed"]), statistics.mean(times["open"])
+    return {"step_s_closed": closed, "step_s_open": opened, "slowdown": opened / closed - 1}
+
+
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-ab", action="store_true", help="skip the training A/B (the render and update figures only)")
+    args = ap.parse_args()
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    root = Path(tempfile.mkdtemp(prefix="dashboard-bench-"))
+    t0 = time.perf_counter()
+    big = build_store(root / "big" / "run10k", 10_000, 10)
+    small = build_store(root / "small" / "run100", 100, 10)
+    print(f"stores written in {time.perf_counter() - t0:.1f}s ({big.count('samples')} samples)", flush=True)
+    with Browser() as browser:
+        procs = []
+        try:
+            p_big, url_big = serve(root / "big")
+            p_small, url_small = serve(root / "small")
+            procs = [p_big, p_small]
+            first_big = [first_render(browser, url_big) for _ in range(3)]  # the first is the server's cold parse
+            first_small = [first_render(browser, url_small) for _ in range(3)]
+            print(f"first render 10k steps: {[round(x, 3) for x in first_big]} s; 100 steps: "
+                  f"{[round(x, 3) for x in first_small]} s", flush=True)
+            upd = updates(browser, url_big, big, 10_000)
+            print(f"update latencies: {[round(x, 3) for x in upd]} s", flush=True)
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait()
+        big.close()
+        small.close()
+        ab = training_ab(browser, root) if not args.no_ab else {"slowdown": float("nan"), "step_s_closed": float("nan"),
+                                                                  "step_s_open": float("nan")}
+        print(f"training A/B: {ab}", flush=True)
+    print(f"load average at end: {os.getloadavg()}", flush=True)
+    print(json.dumps({
+        "dashboard_first_render_s": round(first_big[0], 3), "dashboard_first_render_warm_s": round(min(first_big[1:]), 3),
+        "baseline_100_step_render_s": round(first_small[0], 3), "first_render_ratio": round(first_big[0] / first_small[0], 2),
+        "dashboard_update_s": round(statistics.median(upd), 3), "dashboard_update_max_s": round(max(upd), 3),
+        "baseline_poll_s": 1.0, "training_slowdown": round(ab["slowdown"], 4), "step_s_closed": round(ab["step_s_closed"], 4),
+        "step_s_open": round(ab["step_s_open"], 4)}))
+
+
+if __name__ == "__main__":
+    main()

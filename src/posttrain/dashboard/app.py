@@ -1,0 +1,132 @@
+"""`posttrain dashboard`: the FastAPI app serving the live page and the JSON it polls.
+
+Covers: `create_dashboard_app(paths)`, whose runs are the run directories under `paths` (found again on every
+`/api/runs`, so a run started after the dashboard appears), the page and its bundled assets (`static/`: the
+page's script and styles, uPlot's minified build and its licence; nothing is fetched from the network), and
+one read-only JSON route per view of a run (`reader.py`). Every route reads the store with a fresh read-only
+connection in FastAPI's thread pool: a slow read never holds the event loop or the trainer.
+Does not cover: the CLI command (`cli/dashboard.py`), what is read (`reader.py`), or drawing (`static/dashboard.js`).
+"""
+
+# no `from __future__ import annotations`: FastAPI resolves the route annotations
+import json
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from posttrain.dashboard.reader import RunReader, find_runs
+from posttrain.engine.extras import require
+
+ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "uPlot.iife.min.js": "text/javascript",
+          "uPlot.min.css": "text/css", "LICENSE.uPlot": "text/plain"}
+
+
+def require_dashboard_extra() -> None:
+    """Raise `MissingExtraError` naming the `serve` extra unless FastAPI and uvicorn import."""
+    for module in ("fastapi", "uvicorn"):
+        require(module, "serve", "posttrain dashboard")
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("posttrain.dashboard").joinpath("static", name).read_bytes()
+
+
+def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
+    """A FastAPI app showing the runs under `paths` (run directories or directories of runs), polling every `poll_ms`."""
+    require_dashboard_extra()
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import HTMLResponse, Response
+
+    import posttrain.rl.advantages  # noqa: F401  (torch, for the groups' advantages: imported now, not on a first view)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        threading.Thread(target=warm, name="dashboard-warm", daemon=True).start()
+        yield
+
+    app = FastAPI(title="posttrain dashboard", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    readers: dict[Path, RunReader] = {}
+    page = _asset("index.html").decode().replace("{{POLL_MS}}", str(int(poll_ms)))
+
+    def warm() -> None:  # parse every run's steps once in the background, so a first page view finds them ready
+        for r in runs():
+            try:
+                r.steps_after(-1)
+            except Exception:  # noqa: BLE001 - a store being created or damaged: its first request will say
+                pass
+
+    def runs() -> list[RunReader]:
+        found = find_runs(paths)
+        for d in found:
+            readers.setdefault(d, RunReader(d))
+        return [readers[d] for d in found]
+
+    def run(i: int) -> RunReader:
+        found = runs()
+        if not 0 <= i < len(found):
+            raise HTTPException(404, f"no run {i}")
+        return found[i]
+
+    @app.get("/", response_class=HTMLResponse)
+    def index() -> str:
+        return page
+
+    @app.get("/static/{name}")
+    def static(name: str) -> Response:
+        if name not in ASSETS:
+            raise HTTPException(404, "no such asset")
+        return Response(_asset(name), media_type=ASSETS[name], headers={"Cache-Control": "max-age=3600"})
+
+    @app.get("/api/runs")
+    def list_runs() -> list[dict[str, Any]]:
+        return [{"id": i, **r.summary()} for i, r in enumerate(runs())]
+
+    @app.get("/api/runs/{i}/steps")
+    def steps(i: int, after: int = -1, max_points: int | None = None) -> Response:
+        # compact JSON: 10,000 steps of ~30 metrics are megabytes
+        got = run(i).steps_after(after, max_points)
+        return Response(json.dumps(got, separators=(",", ":")), media_type="application/json")
+
+    @app.get("/api/runs/{i}/evals")
+    def evals(i: int) -> list[dict[str, Any]]:
+        return run(i).evals()
+
+    @app.get("/api/runs/{i}/alerts")
+    def alerts(i: int) -> list[dict[str, Any]]:
+        return run(i).alerts()
+
+    @app.get("/api/runs/{i}/domains")
+    def domains(i: int) -> dict[str, Any]:
+        return run(i).domains()
+
+    @app.get("/api/runs/{i}/failures")
+    def failures(i: int) -> dict[str, Any]:
+        return run(i).failures()
+
+    @app.get("/api/runs/{i}/groups/{step}")
+    def groups(i: int, step: int) -> dict[str, Any]:
+        return run(i).groups(step)
+
+    @app.get("/api/runs/{i}/samples")
+    def samples(i: int, q: str = "", failed: bool = False, limit: int = 100) -> list[dict[str, Any]]:
+        return run(i).samples(q, failed, min(max(limit, 1), 1000))
+
+    @app.get("/api/runs/{i}/episodes")
+    def episodes(i: int, step: int | None = None) -> list[dict[str, Any]]:
+        return run(i).episodes(step)
+
+    @app.get("/api/runs/{i}/episodes/{step}/{idx}")
+    def episode(i: int, step: int, idx: int) -> dict[str, Any]:
+        found = run(i).episode(step, idx)
+        if found is None:
+            raise HTTPException(404, f"no episode {step}:{idx}")
+        return found
+
+    @app.get("/api/runs/{i}/staleness")
+    def staleness(i: int) -> dict[str, Any]:
+        return run(i).staleness()
+
+    return app

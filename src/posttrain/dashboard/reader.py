@@ -1,0 +1,298 @@
+"""Read-only, incremental views of a run store for the dashboard and `posttrain runs`.
+
+Covers: finding runs (a run directory, or a directory of runs), a read-only SQLite connection per call
+(`file:...?mode=ro` URI, `query_only`: under WAL a reader never blocks the trainer's writes), and the
+records the page shows: step metrics as columns (parsed once, then only new steps), held-out evaluations,
+alerts, the scheduler's per-domain state and failure bank (`domains`, `failures`: read when the store has
+them), one step's groups with recomputed advantages, samples, episodes and the staleness timeline.
+Does not cover: writing (`store/run_store.py`), HTTP (`app.py`) or the page (`static/`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import sqlite3
+import threading
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STORE = "run.sqlite"
+MAX_TEXT = 4000  # characters of a completion or prompt sent to the page (the store keeps all of it)
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """Run directories: each path that holds a run store, else its subdirectories (one level, then two) that do."""
+    found: list[Path] = []
+    for p in paths:
+        if (p / STORE).exists():
+            found.append(p)
+        elif p.is_dir():
+            found += sorted(d.parent for d in p.glob(f"*/{STORE}")) or sorted(d.parent for d in p.glob(f"*/*/{STORE}"))
+    return list(dict.fromkeys(found))
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A read-only connection to a run store (never creates or writes; waits up to 5 s on a lock)."""
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5, check_same_thread=False)
+    db.execute("PRAGMA query_only = 1")
+    return db
+
+
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _clip(text: str | None) -> str:
+    text = text or ""
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f" ... [{len(text) - MAX_TEXT} more characters]"
+
+
+def _num(x: Any) -> Any:
+    """JSON-safe: NaN and infinities become None."""
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _short(x: Any) -> Any:
+    """A chart value: 6 significant digits (halves what the page downloads), None for NaN and missing."""
+    if isinstance(x, float):
+        return float(f"{x:.6g}") if math.isfinite(x) else None
+    return x if isinstance(x, int) else None
+
+
+@dataclass
+class StepColumns:
+    """A run's step metrics as columns: `steps[i]`, `times[i]` and `cols[key][i]` (None where a step lacks it)."""
+
+    steps: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    cols: dict[str, list[Any]] = field(default_factory=dict)
+
+    def append(self, step: int, t: float, metrics: dict[str, Any]) -> None:
+        n = len(self.steps)
+        self.steps.append(step)
+        self.times.append(t)
+        for k, v in metrics.items():
+            if k not in self.cols and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.cols[k] = [None] * n  # a metric that first appears now: empty before
+        for k, col in self.cols.items():
+            col.append(_short(metrics.get(k)))
+
+    def decimated(self, max_points: int, reset: bool) -> dict[str, Any]:
+        """All steps in at most `max_points` points per series: buckets of consecutive steps, each drawn as two
+        points (its first and last step) holding the series' minimum and maximum there, so a spike stays visible."""
+        n = len(self.steps) - 1  # the newest step stays exact (the page's "newest" figures read it)
+        k = -(-n // max(max_points // 2, 1))  # steps per bucket
+        starts = range(0, n, k)
+        steps, times = [], []
+        for b in starts:
+            e = min(b + k, n) - 1
+            steps += [self.steps[b], self.steps[e]] if e > b else [self.steps[b]]
+            times += [self.times[b], self.times[e]] if e > b else [self.times[b]]
+        cols = {}
+        for key, col in self.cols.items():
+            out: list[Any] = []
+            for b in starts:
+                e = min(b + k, n)
+                vals = [v for v in col[b:e] if v is not None]
+                if e - b == 1:
+                    out.append(col[b])
+                else:
+                    out += [min(vals), max(vals)] if vals else [None, None]
+            cols[key] = out + [col[n]]
+        steps.append(self.steps[n])
+        times.append(self.times[n])
+        return {"reset": reset, "steps": steps, "times": times, "cols": cols, "bucket": k}
+
+    def after(self, step: int, reset: bool = False) -> dict[str, Any]:
+        """The columns for steps after `step`; `reset` (all steps) tells a reader to drop what it had."""
+        i = 0 if reset else bisect.bisect_right(self.steps, step)
+        return {"reset": reset, "steps": self.steps[i:], "times": self.times[i:],
+                "cols": {k: v[i:] for k, v in self.cols.items()} if i < len(self.steps) else {}}
+
+
+class RunReader:
+    """One run's store, read live. Step metrics are cached and extended (a store truncated by a resume is re-read)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = run_dir
+        self.path = run_dir / STORE
+        self._cols = StepColumns()
+        self._lock = threading.Lock()
+
+    def db(self) -> closing[sqlite3.Connection]:
+        return closing(connect(self.path))
+
+    def info(self) -> dict[str, Any]:
+        with self.db() as db:
+            return {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM run")}
+
+    def steps_after(self, step: int, max_points: int | None = None) -> dict[str, Any]:
+        """Step metrics as columns for steps after `step` (-1: all; all with `reset` after a truncation); a full
+        read longer than `max_points` comes min/max-decimated (`decimated`; its `bucket` says how coarsely)."""
+        with self._lock, self.db() as db:
+            last = self._cols.steps[-1] if self._cols.steps else 0
+            newest = db.execute("SELECT MAX(step) FROM steps").fetchone()[0] or 0
+            reset = newest < last or newest < step  # truncated by a resume: read again, and say so
+            if reset:
+                self._cols, last = StepColumns(), 0
+            for s, t, m in db.execute("SELECT step, time, metrics FROM steps WHERE step > ? ORDER BY step", (last,)):
+                self._cols.append(s, t, json.loads(m))
+            if (step < 0 or reset) and max_points and len(self._cols.steps) > max_points:
+                return self._cols.decimated(max_points, reset)
+            return self._cols.after(step, reset)
+
+    def summary(self) -> dict[str, Any]:
+        """What `posttrain runs` and the page header show: status, steps, newest reward and held-out, alerts."""
+        info = self.info()
+        with self.db() as db:
+            row = db.execute("SELECT step, time, metrics FROM steps ORDER BY step DESC LIMIT 1").fetchone()
+            held = db.execute("SELECT step, metrics FROM evals WHERE name = 'held_out' ORDER BY step DESC LIMIT 1").fetchone()
+            n_alerts = (db.execute("SELECT COUNT(*) FROM alerts").fetchone()[0] if "alerts" in _tables(db)
+                        else len(info.get("alerts", [])))
+        last = json.loads(row[2]) if row else {}
+        cfg = info.get("config", {})
+        return {"name": cfg.get("name", self.dir.name), "dir": str(self.dir), "status": info.get("status", "unknown"),
+                "pid": info.get("pid"), "steps": row[0] if row else 0,
+                "planned_steps": cfg.get("train", {}).get("steps"), "updated": row[1] if row else info.get("created"),
+                "reward": _num(last.get("reward")), "pass_rate": _num(last.get("pass_rate")),
+                "held_out": _num(json.loads(held[1]).get("pass@1")) if held else None,
+                "held_out_step": held[0] if held else None, "alerts": n_alerts,
+                "stop_reason": info.get("stop_reason"), "error": info.get("error")}
+
+    def evals(self) -> list[dict[str, Any]]:
+        with self.db() as db:
+            return [{"step": s, "name": n, "metrics": {k: _num(v) for k, v in json.loads(m).items()}}
+                    for s, n, m in db.execute("SELECT step, name, metrics FROM evals ORDER BY step, name")]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Stored alerts, oldest first (the `alerts` table; the run info's list in a store from before it)."""
+        with self.db() as db:
+            if "alerts" in _tables(db):
+                return [json.loads(a) for (a,) in db.execute("SELECT alert FROM alerts ORDER BY rowid")]
+        return list(self.info().get("alerts", []))
+
+    def domains(self) -> dict[str, Any]:
+        """The scheduler's per-domain state: newest row per domain and each domain's series; `present` False
+        when the store has no `domains` table (a run from before the scheduler recorded it)."""
+        with self.db() as db:
+            if "domains" not in _tables(db):
+                return {"present": False, "latest": {}, "series": {}}
+            rows = db.execute("SELECT step, domain, metrics FROM domains ORDER BY step, domain").fetchall()
+        series: dict[str, dict[str, list[Any]]] = {}
+        latest: dict[str, Any] = {}
+        for s, d, m in rows:
+            metrics = json.loads(m)
+            latest[d] = {"step": s, **metrics}
+            col = series.setdefault(d, {"steps": []})
+            col["steps"].append(s)
+            for k in ("pass_rate", "difficulty", "share", "informative_frac"):
+                col.setdefault(k, []).append(_num(metrics.get(k)))
+        return {"present": True, "latest": latest, "series": series}
+
+    def failures(self, examples: int = 3) -> dict[str, Any]:
+        """Failure categories with counts and a few newest examples: the scheduler's `failures` bank when the store
+        has one, else the samples whose verdict is not a plain pass or fail (errors, timeouts, truncations)."""
+        with self.db() as db:
+            if "failures" in _tables(db):
+                source = "failures"
+                counts = db.execute("SELECT category, COUNT(*) FROM failures GROUP BY category ORDER BY 2 DESC").fetchall()
+                pick = ("SELECT step, domain, task_id, detail, response, prompt FROM failures WHERE category = ? "
+                        "ORDER BY step DESC LIMIT ?")
+                keys = ("step", "domain", "task_id", "detail", "response", "prompt")
+            else:
+                source = "samples"
+                counts = db.execute("SELECT status, COUNT(*) FROM samples WHERE status != 'ok' GROUP BY status "
+                                    "ORDER BY 2 DESC").fetchall()
+                pick = ("SELECT step, '', task_id, details, completion, '' FROM samples WHERE status = ? "
+                        "ORDER BY step DESC LIMIT ?")
+                keys = ("step", "domain", "task_id", "detail", "response", "prompt")
+            cats = []
+            for cat, n in counts:
+                rows = db.execute(pick, (cat, examples)).fetchall()
+                cats.append({"category": cat, "count": n,
+                             "examples": [{k: _clip(v) if isinstance(v, str) else v for k, v in zip(keys, r)} for r in rows]})
+        return {"source": source, "categories": cats}
+
+    def groups(self, step: int) -> dict[str, Any]:
+        """One step's groups: every completion with its reward and verdict, and the advantages the update used
+        (recomputed from the stored rewards with the run's estimator; groups dropped for zero variance get none)."""
+        cfg = self.info().get("config", {}).get("rl", {})
+        with self.db() as db:
+            groups = db.execute("SELECT group_idx, task_id, rewards, used FROM groups WHERE step = ? ORDER BY group_idx",
+                                (step,)).fetchall()
+            cols = "group_idx, sample_idx, completion, n_tokens, finish, score, passed, status, details, policy_version, info"
+            samples = db.execute(f"SELECT {cols} FROM samples WHERE step = ? ORDER BY group_idx, sample_idx",
+                                 (step,)).fetchall()
+            bounds = db.execute("SELECT MIN(step), MAX(step) FROM groups").fetchone()
+        advantages = _advantages([json.loads(r) for _, _, r, u in groups if u], cfg)
+        by_group: dict[int, list[dict[str, Any]]] = {}
+        for g, j, text, n_tok, finish, score, passed, status, details, version, info in samples:
+            by_group.setdefault(g, []).append({
+                "sample": j, "completion": _clip(text), "tokens": n_tok, "finish": finish, "score": _num(score),
+                "passed": passed, "status": status, "details": _clip(details), "policy_version": version,
+                "info": json.loads(info or "{}")})
+        out, used_i = [], 0
+        for g, task, rewards, used in groups:
+            adv = advantages[used_i] if used else None
+            used_i += bool(used)
+            out.append({"group": g, "task_id": task, "rewards": [_num(r) for r in json.loads(rewards)], "used": bool(used),
+                        "advantages": adv, "samples": by_group.get(g, [])})
+        return {"step": step, "first_step": bounds[0], "last_step": bounds[1], "estimator": cfg.get("advantage", "grpo"),
+                "groups": out}
+
+    def samples(self, query: str = "", only_failed: bool = False, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest samples, optionally whose task id or completion contains `query`, optionally failed only."""
+        where, args = ["1=1"], []
+        if query:
+            where.append("(task_id LIKE ? OR completion LIKE ?)")
+            args += [f"%{query}%", f"%{query}%"]
+        if only_failed:
+            where.append("(passed IS NULL OR passed = 0)")
+        with self.db() as db:
+            rows = db.execute(
+                "SELECT step, group_idx, sample_idx, task_id, completion, score, passed, status, verifier, details "
+                f"FROM samples WHERE {' AND '.join(where)} ORDER BY step DESC, group_idx, sample_idx LIMIT ?",
+                (*args, limit)).fetchall()
+        keys = ("step", "group", "sample", "task_id", "completion", "score", "passed", "status", "verifier", "details")
+        return [{k: _clip(v) if isinstance(v, str) else _num(v) for k, v in zip(keys, r)} for r in rows]
+
+    def episodes(self, step: int | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        cols = "step, idx, task_id, status, passed, reward, steps, tokens_in, tokens_out, seconds"
+        with self.db() as db:
+            rows = db.execute(f"SELECT {cols} FROM episodes WHERE (? IS NULL OR step = ?) ORDER BY step DESC, idx LIMIT ?",
+                              (step, step, limit)).fetchall()
+        return [dict(zip([c.strip() for c in cols.split(",")], r)) for r in rows]
+
+    def episode(self, step: int, idx: int) -> dict[str, Any] | None:
+        with self.db() as db:
+            row = db.execute("SELECT transcript FROM episodes WHERE step = ? AND idx = ?", (step, idx)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def staleness(self) -> dict[str, Any]:
+        """Per step: the policy versions its samples were drawn with (min, max, mean staleness = step - 1 - version)."""
+        with self.db() as db:
+            rows = db.execute("SELECT step, MIN(policy_version), MAX(policy_version), AVG(policy_version), COUNT(*) "
+                              "FROM samples GROUP BY step ORDER BY step").fetchall()
+        return {"steps": [r[0] for r in rows], "min": [r[0] - 1 - r[2] for r in rows],
+                "max": [r[0] - 1 - r[1] for r in rows], "mean": [r[0] - 1 - r[3] for r in rows],
+                "samples": [r[4] for r in rows]}
+
+
+def _advantages(rewards: list[list[float]], rl: dict[str, Any]) -> list[list[float]]:
+    """The advantages of the kept groups of one step ([G][n]), as `rl.advantages` computed them for the update."""
+    if not rewards:
+        return []
+    import torch
+
+    from posttrain.rl.advantages import group_relative_advantages
+
+    width = max(len(r) for r in rewards)
+    values = torch.tensor([[x if x is not None and math.isfinite(x) else 0.0 for x in r] + [0.0] * (width - len(r))
+                           for r in rewards], dtype=torch.float64)  # [G, n]
+    valid = torch.tensor([[x is not None and math.isfinite(x) for x in r] + [False] * (width - len(r)) for r in rewards])
+    adv = group_relative_advantages(values, valid, rl.get("advantage", "grpo"), rl.get("std_floor", 0.0))
+    return [[round(float(a), 4) for a in row[:len(r)]] for row, r in zip(adv, rewards)]

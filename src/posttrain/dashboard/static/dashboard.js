@@ -1,0 +1,408 @@
+// posttrain dashboard: polls the run stores' JSON routes and draws them. Every piece of run text is set with
+// textContent (never parsed as HTML). Charts are uPlot (bundled beside this file).
+(function () {
+  "use strict";
+  var POLL = parseInt(document.body.getAttribute("data-poll-ms"), 10) || 1000;
+  var COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#be185d"];
+  var FIRST = ["reward", "pass_rate", "kl", "entropy", "completion_tokens", "clip_frac", "mismatch_mean", "mismatch_max",
+    "mismatch_kl", "staleness_mean", "staleness_max", "zero_variance_frac", "groups_kept", "grad_norm", "loss",
+    "step_s", "rollout_s", "learn_s", "verifier_latency_p50", "verifier_latency_p95", "verifier_errors", "env_errors"];
+  var MAX_POINTS = 4000;  // per series on a first load: longer runs come min/max-decimated (spikes stay visible)
+  var state = { runs: [], data: {}, charts: {}, alertsSeen: {}, polls: 0, busy: false };
+  window.dashboard = state;
+
+  function el(tag, attrs) {
+    var e = document.createElement(tag);
+    for (var k in (attrs || {})) {
+      if (k === "text") e.textContent = attrs[k];
+      else if (k === "cls") e.className = attrs[k];
+      else e.setAttribute(k, attrs[k]);
+    }
+    for (var i = 2; i < arguments.length; i++) {
+      var c = arguments[i];
+      if (c === null || c === undefined) continue;
+      e.appendChild(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
+    }
+    return e;
+  }
+  function fmt(x) {
+    if (x === null || x === undefined) return "-";
+    if (typeof x !== "number") return String(x);
+    if (Number.isInteger(x)) return String(x);
+    return Math.abs(x) >= 1000 || Math.abs(x) < 0.001 && x !== 0 ? x.toExponential(3) : x.toPrecision(4);
+  }
+  function get(url) {
+    return fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); });
+  }
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); return node; }
+  function color(id) { return COLORS[id % COLORS.length]; }
+  function selected() { return state.runs.filter(function (r) { return r.show; }); }
+
+  // ---- runs
+  function renderRuns() {
+    var t = clear(document.getElementById("runs-table"));
+    t.appendChild(el("tr", {}, el("th", { text: "show" }), el("th", { cls: "l", text: "run" }), el("th", { text: "status" }),
+      el("th", { text: "steps" }), el("th", { text: "reward" }), el("th", { text: "held-out" }), el("th", { text: "alerts" }),
+      el("th", { cls: "l", text: "stored in" })));
+    state.runs.forEach(function (r) {
+      var box = el("input", { type: "checkbox" });
+      box.checked = r.show;
+      box.addEventListener("change", function () { r.show = box.checked; rebuildCharts(); });
+      t.appendChild(el("tr", { id: "run-" + r.id, "data-steps": r.steps },
+        el("td", {}, box), el("td", { cls: "l" }, el("span", { cls: "swatch", style: "background:" + color(r.id) }), r.name),
+        el("td", { cls: "status-" + r.status, text: r.status }), el("td", { cls: "steps", text: r.steps + (r.planned_steps ? "/" + r.planned_steps : "") }),
+        el("td", { text: fmt(r.reward) }), el("td", { text: fmt(r.held_out) }), el("td", { text: r.alerts }),
+        el("td", { cls: "l muted", text: r.dir })));
+    });
+    ["groups-run", "samples-run", "episodes-run"].forEach(function (id) {
+      var s = document.getElementById(id), keep = s.value;
+      clear(s);
+      state.runs.forEach(function (r) { s.appendChild(el("option", { value: r.id, text: r.name })); });
+      if (keep) s.value = keep;
+    });
+  }
+
+  // ---- curves
+  function keysOf() {
+    var seen = {};
+    selected().forEach(function (r) { Object.keys((state.data[r.id] || { cols: {} }).cols).forEach(function (k) { seen[k] = 1; }); });
+    var first = FIRST.filter(function (k) { return seen[k]; });
+    var rest = Object.keys(seen).filter(function (k) { return FIRST.indexOf(k) < 0; }).sort();
+    return first.concat(rest);
+  }
+  function chartData(key) {
+    var runs = selected();
+    if (runs.length === 1) {
+      var d = state.data[runs[0].id];
+      return [d.steps, d.cols[key] || d.steps.map(function () { return null; })];
+    }
+    var tables = runs.map(function (r) {
+      var d = state.data[r.id] || { steps: [], cols: {} };
+      return [d.steps, d.cols[key] || d.steps.map(function () { return null; })];
+    });
+    return uPlot.join(tables);
+  }
+  function rebuildCharts() {
+    var box = clear(document.getElementById("charts"));
+    state.charts = {};
+    var runs = selected();
+    if (!runs.length) return;
+    keysOf().forEach(function (key) {
+      var holder = el("div", { cls: "chart", id: "chart-" + key.replace(/[^A-Za-z0-9_-]/g, "_"), "data-key": key }, el("h3", { text: key }));
+      box.appendChild(holder);
+      var series = [{ label: "step" }].concat(runs.map(function (r) {
+        return { label: r.name, stroke: color(r.id), width: 1.25, spanGaps: true, points: { show: false } };
+      }));
+      state.charts[key] = new uPlot({ width: 380, height: 190, series: series, legend: { show: runs.length > 1 },
+        scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 52 }] }, chartData(key), holder);
+    });
+    renderLatest();
+  }
+  function updateCharts() {
+    var keys = keysOf();
+    if (keys.some(function (k) { return !state.charts[k]; })) return rebuildCharts();
+    keys.forEach(function (k) { state.charts[k].setData(chartData(k)); });
+    renderLatest();
+  }
+  function renderLatest() {
+    var box = clear(document.getElementById("latest"));
+    var coarse = selected().filter(function (r) { return state.data[r.id] && state.data[r.id].bucket > 1; });
+    coarse.forEach(function (r) {
+      box.appendChild(el("p", { cls: "muted decimated", text: r.name + ": the steps stored before the page opened are drawn as the minimum and maximum of every " +
+        state.data[r.id].bucket + " steps (spikes stay visible; the store keeps every value)" }));
+    });
+    var t = el("table", { id: "latest-table" });
+    var head = el("tr", {}, el("th", { cls: "l", text: "newest" }));
+    var runs = selected();
+    runs.forEach(function (r) { head.appendChild(el("th", { text: r.name })); });
+    t.appendChild(head);
+    t.appendChild(el("tr", {}, el("td", { cls: "l", text: "step" })));
+    runs.forEach(function (r) {
+      var d = state.data[r.id];
+      t.lastChild.appendChild(el("td", { cls: "last-step", "data-run": r.id, text: d && d.steps.length ? d.steps[d.steps.length - 1] : "-" }));
+    });
+    ["reward", "pass_rate", "entropy", "kl", "completion_tokens", "grad_norm"].forEach(function (k) {
+      var row = el("tr", {}, el("td", { cls: "l", text: k }));
+      runs.forEach(function (r) {
+        var d = state.data[r.id], col = d && d.cols[k];
+        row.appendChild(el("td", { "data-key": k, "data-run": r.id, text: col ? fmt(col[col.length - 1]) : "-" }));
+      });
+      t.appendChild(row);
+    });
+    box.appendChild(t);
+  }
+  function merge(id, got) {
+    var d = state.data[id];
+    if (!d || got.reset) {
+      state.data[id] = got;  // first load, or the store was truncated by a resume
+      return true;
+    }
+    if (!got.steps.length) return false;
+    var n = d.steps.length;
+    Object.keys(got.cols).forEach(function (k) {
+      if (!d.cols[k]) d.cols[k] = new Array(n).fill(null);
+    });
+    Object.keys(d.cols).forEach(function (k) {
+      var add = got.cols[k] || got.steps.map(function () { return null; });
+      Array.prototype.push.apply(d.cols[k], add);
+    });
+    Array.prototype.push.apply(d.steps, got.steps);
+    Array.prototype.push.apply(d.times, got.times);
+    return true;
+  }
+
+  // ---- alerts, held-out, domains, failures
+  function renderAlerts(all) {
+    var t = clear(document.getElementById("alerts"));
+    if (!all.length) { t.appendChild(el("tr", {}, el("td", { cls: "l muted", text: "no alerts" }))); return; }
+    t.appendChild(el("tr", {}, el("th", { cls: "l", text: "run" }), el("th", { text: "step" }), el("th", { cls: "l", text: "kind" }),
+      el("th", { cls: "l", text: "message" })));
+    all.forEach(function (a) {
+      t.appendChild(el("tr", { cls: "alert", "data-kind": a.kind }, el("td", { cls: "l", text: a.run }), el("td", { text: a.step }),
+        el("td", { cls: "l", text: a.kind }), el("td", { cls: "l", text: a.message || "" })));
+    });
+  }
+  function renderHeld(evalsByRun) {
+    var box = clear(document.getElementById("held-out"));
+    var runs = selected(), names = {};
+    runs.forEach(function (r) { (evalsByRun[r.id] || []).forEach(function (e) { names[e.name] = 1; }); });
+    Object.keys(names).sort().forEach(function (name) {
+      var tables = runs.map(function (r) {
+        var rows = (evalsByRun[r.id] || []).filter(function (e) { return e.name === name; });
+        return [rows.map(function (e) { return e.step; }), rows.map(function (e) { return e.metrics["pass@1"]; })];
+      });
+      var data = runs.length === 1 ? tables[0] : uPlot.join(tables);
+      var holder = el("div", { cls: "chart", id: "held-" + name.replace(/[^A-Za-z0-9_-]/g, "_") }, el("h3", { text: name + " pass@1" }));
+      box.appendChild(holder);
+      new uPlot({ width: 380, height: 190, scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 52 }],
+        series: [{ label: "step" }].concat(runs.map(function (r) { return { label: r.name, stroke: color(r.id), spanGaps: true }; })) },
+        data, holder);
+    });
+    if (!Object.keys(names).length) box.appendChild(el("p", { cls: "muted", text: "no held-out evaluation stored yet" }));
+  }
+  function renderDomains(byRun) {
+    var box = clear(document.getElementById("domains"));
+    selected().forEach(function (r) {
+      var d = byRun[r.id];
+      if (!d) return;
+      box.appendChild(el("h3", { text: r.name }));
+      if (!d.present) { box.appendChild(el("p", { cls: "muted", text: "this store has no per-domain scheduler state (no domains table)" })); return; }
+      var t = el("table", { cls: "domains-table" }, el("tr", {}, el("th", { cls: "l", text: "domain" }), el("th", { text: "step" }),
+        el("th", { text: "pass rate" }), el("th", { text: "difficulty" }), el("th", { text: "share" }), el("th", { text: "informative" }),
+        el("th", { text: "seconds" }), el("th", { text: "tokens" }), el("th", { text: "failures" }), el("th", { text: "retired" })));
+      Object.keys(d.latest).sort().forEach(function (name) {
+        var m = d.latest[name];
+        t.appendChild(el("tr", { "data-domain": name }, el("td", { cls: "l", text: name }), el("td", { text: m.step }),
+          el("td", { text: fmt(m.pass_rate) }), el("td", { text: fmt(m.difficulty) }), el("td", { text: fmt(m.share) }),
+          el("td", { text: fmt(m.informative_frac) }), el("td", { text: fmt(m.seconds) }), el("td", { text: fmt(m.tokens) }),
+          el("td", { text: fmt(typeof m.failures === "object" && m.failures ? JSON.stringify(m.failures) : m.failures) }),
+          el("td", { text: fmt(m.retired) })));
+      });
+      box.appendChild(t);
+    });
+  }
+  function renderFailures(byRun) {
+    var box = clear(document.getElementById("failures"));
+    selected().forEach(function (r) {
+      var f = byRun[r.id];
+      if (!f) return;
+      box.appendChild(el("h3", { text: r.name + " (from " + f.source + ")" }));
+      if (!f.categories.length) { box.appendChild(el("p", { cls: "muted", text: "no failures recorded" })); return; }
+      f.categories.forEach(function (c) {
+        var det = el("details", { cls: "failure", "data-category": c.category }, el("summary", { text: c.category + ": " + c.count }));
+        c.examples.forEach(function (x) {
+          det.appendChild(el("div", {}, el("span", { cls: "muted", text: "step " + x.step + " " + (x.domain || "") + " task " + x.task_id }),
+            x.prompt ? el("pre", { text: x.prompt }) : null, el("pre", { text: x.response }), el("pre", { cls: "err", text: x.detail })));
+        });
+        box.appendChild(det);
+      });
+    });
+  }
+
+  // ---- groups, histogram
+  function loadGroups(step) {
+    var run = document.getElementById("groups-run").value;
+    if (run === "" || !step) return;
+    get("/api/runs/" + run + "/groups/" + step).then(function (g) {
+      document.getElementById("groups-step").value = g.step;
+      var box = clear(document.getElementById("groups"));
+      var scores = [];
+      if (!g.groups.length) box.appendChild(el("p", { cls: "muted", text: "no groups stored for step " + step }));
+      g.groups.forEach(function (grp) {
+        var card = el("div", { cls: "group" + (grp.used ? "" : " dropped"), "data-group": grp.group },
+          el("div", {}, el("b", { text: "group " + grp.group + " · task " + grp.task_id }),
+            el("span", { cls: "muted", text: grp.used ? "  trained on (" + g.estimator + " advantages)" : "  dropped: zero reward variance" })));
+        var row = el("div", { cls: "row" });
+        grp.samples.forEach(function (s, j) {
+          if (s.score !== null) scores.push(s.score);
+          var adv = grp.advantages ? grp.advantages[j] : null;
+          row.appendChild(el("div", { cls: "cell" },
+            el("div", {}, el("span", { cls: s.passed ? "pass" : (s.status === "ok" ? "fail" : "err"), text: s.status + " " }),
+              "reward ", el("b", { cls: "reward", text: fmt(grp.rewards[j]) }), "  adv ", el("b", { cls: "adv", text: fmt(adv) })),
+            el("pre", { text: s.completion }), el("div", { cls: "muted", text: s.tokens + " tokens, " + s.finish + ", v" + s.policy_version }),
+            s.details ? el("pre", { cls: "muted", text: s.details }) : null,
+            s.info && Object.keys(s.info).length ? el("pre", { cls: "muted", text: JSON.stringify(s.info) }) : null));
+        });
+        card.appendChild(row);
+        box.appendChild(card);
+      });
+      histogram(scores);
+    }).catch(report);
+  }
+  function histogram(scores) {
+    var box = clear(document.getElementById("histogram"));
+    if (!scores.length) return;
+    var lo = Math.min.apply(null, scores), hi = Math.max.apply(null, scores), bins = 10, counts = new Array(bins).fill(0);
+    scores.forEach(function (s) { counts[hi > lo ? Math.min(bins - 1, Math.floor((s - lo) / (hi - lo) * bins)) : 0]++; });
+    var top = Math.max.apply(null, counts), h = el("div", { cls: "hist", id: "reward-hist", "data-n": scores.length });
+    counts.forEach(function (c, i) {
+      h.appendChild(el("div", { title: c + " samples" }, el("span", { text: c }),
+        el("span", { cls: "bar", style: "height:" + Math.round(60 * c / top) + "px" }),
+        el("span", { text: fmt(lo + (hi - lo) * i / bins) })));
+    });
+    box.appendChild(el("div", { cls: "muted", text: "reward histogram of this step's samples (" + scores.length + ")" }));
+    box.appendChild(h);
+  }
+
+  // ---- samples, episodes
+  function loadSamples() {
+    var run = document.getElementById("samples-run").value;
+    if (run === "") return;
+    var q = encodeURIComponent(document.getElementById("samples-q").value);
+    var failed = document.getElementById("samples-failed").checked;
+    get("/api/runs/" + run + "/samples?q=" + q + "&failed=" + failed + "&limit=100").then(function (rows) {
+      var t = clear(document.getElementById("samples"));
+      t.appendChild(el("tr", {}, el("th", { text: "step" }), el("th", { text: "group" }), el("th", { cls: "l", text: "task" }),
+        el("th", { text: "score" }), el("th", { cls: "l", text: "status" }), el("th", { cls: "l", text: "completion" }), el("th", { cls: "l", text: "verdict" })));
+      rows.forEach(function (s) {
+        t.appendChild(el("tr", { cls: "sample" }, el("td", { text: s.step }), el("td", { text: s.group + ":" + s.sample }),
+          el("td", { cls: "l", text: s.task_id }), el("td", { cls: s.passed ? "pass" : "fail", text: fmt(s.score) }),
+          el("td", { cls: "l", text: s.status }), el("td", { cls: "l" }, el("pre", { text: s.completion })),
+          el("td", { cls: "l" }, el("pre", { text: s.verifier + "\n" + s.details }))));
+      });
+    }).catch(report);
+  }
+  function loadEpisodes() {
+    var run = document.getElementById("episodes-run").value;
+    if (run === "") return;
+    get("/api/runs/" + run + "/episodes").then(function (rows) {
+      var box = clear(document.getElementById("episodes"));
+      if (!rows.length) { box.appendChild(el("p", { cls: "muted", text: "no agent episodes in this run" })); return; }
+      var t = el("table", {}, el("tr", {}, el("th", { text: "step:idx" }), el("th", { cls: "l", text: "task" }), el("th", { text: "status" }),
+        el("th", { text: "reward" }), el("th", { text: "turns" }), el("th", { text: "tokens out" })));
+      rows.forEach(function (e) {
+        var link = el("a", { href: "#episodes-sec", text: e.step + ":" + e.idx });
+        link.addEventListener("click", function () { showEpisode(run, e.step, e.idx); });
+        t.appendChild(el("tr", { cls: "episode" }, el("td", {}, link), el("td", { cls: "l", text: e.task_id }),
+          el("td", { cls: e.passed ? "pass" : "fail", text: e.status }), el("td", { text: fmt(e.reward) }), el("td", { text: e.steps }),
+          el("td", { text: e.tokens_out })));
+      });
+      box.appendChild(t);
+    }).catch(report);
+  }
+  function showEpisode(run, step, idx) {
+    get("/api/runs/" + run + "/episodes/" + step + "/" + idx).then(function (ep) {
+      var box = clear(document.getElementById("transcript"));
+      box.appendChild(el("h3", { text: "episode " + step + ":" + idx + " · " + ep.task_id + " · " + ep.status }));
+      if (ep.instruction) box.appendChild(el("pre", { text: ep.instruction }));
+      (ep.turns || []).forEach(function (t, i) {
+        box.appendChild(el("div", { cls: "turn" }, el("div", { cls: "muted", text: "turn " + (i + 1) + " (" + t.kind + ", " + t.sampled_tokens +
+          " tokens, v" + t.policy_version + (t.format_error ? ", format error: " + t.format_error : "") + ")" }), el("pre", { text: t.text })));
+        (t.calls || []).forEach(function (c, j) {
+          var res = (t.results || [])[j] || {};
+          box.appendChild(el("div", { cls: "turn obs" }, el("div", { cls: "muted", text: "tool " + c.name + (res.ok === false ? " (failed)" : "") }),
+            el("pre", { text: JSON.stringify(c.arguments || c.args || c) })));
+        });
+        if (t.observation) box.appendChild(el("div", { cls: "turn obs" }, el("div", { cls: "muted", text: "observation" }), el("pre", { text: t.observation })));
+      });
+      if (ep.verdict) box.appendChild(el("pre", { text: "verdict: " + ep.verdict.status + " score " + ep.verdict.score + "\n" + ep.verdict.details }));
+    }).catch(report);
+  }
+  function renderStaleness(byRun) {
+    var box = clear(document.getElementById("staleness"));
+    selected().forEach(function (r) {
+      var s = byRun[r.id];
+      if (!s || !s.steps.length) return;
+      var holder = el("div", { cls: "chart", id: "staleness-" + r.id }, el("h3", { text: r.name + ": staleness (steps behind) of each step's samples" }));
+      box.appendChild(holder);
+      new uPlot({ width: 480, height: 190, scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 40 }],
+        series: [{ label: "step" }, { label: "min", stroke: "#16a34a" }, { label: "mean", stroke: "#2563eb" }, { label: "max", stroke: "#dc2626" }] },
+        [s.steps, s.min, s.mean, s.max], holder);
+    });
+    document.getElementById("per-token").textContent = "Per-token entropy and sampler-vs-learner logprob-gap overlays, and the " +
+      "loss mask per token, need per-token records, which the run store does not keep (samples hold text and verdicts; " +
+      "the step metrics hold mismatch_mean/max and entropy averaged per step, charted above).";
+  }
+
+  function report(e) {
+    document.getElementById("status").textContent = "error: " + e.message;
+  }
+
+  // ---- polling
+  function refreshSlow() {
+    var runs = selected(), evals = {}, doms = {}, fails = {}, stale = {};
+    return Promise.all(runs.map(function (r) {
+      return Promise.all([get("/api/runs/" + r.id + "/evals"), get("/api/runs/" + r.id + "/domains"),
+        get("/api/runs/" + r.id + "/failures"), get("/api/runs/" + r.id + "/staleness")]).then(function (x) {
+        evals[r.id] = x[0]; doms[r.id] = x[1]; fails[r.id] = x[2]; stale[r.id] = x[3];
+      });
+    })).then(function () { renderHeld(evals); renderDomains(doms); renderFailures(fails); renderStaleness(stale); });
+  }
+  function refreshAlerts() {
+    return Promise.all(selected().map(function (r) {
+      return get("/api/runs/" + r.id + "/alerts").then(function (a) { return a.map(function (x) { x.run = r.name; return x; }); });
+    })).then(function (lists) { renderAlerts([].concat.apply([], lists)); });
+  }
+  function poll() {
+    if (state.busy) return;
+    state.busy = true;
+    get("/api/runs").then(function (runs) {
+      var old = {};
+      state.runs.forEach(function (r) { old[r.id] = r; });
+      var newRuns = runs.length !== state.runs.length;
+      state.runs = runs.map(function (r) { r.show = old[r.id] ? old[r.id].show : r.id < 8; return r; });
+      renderRuns();
+      var alertsChanged = false;
+      return Promise.all(selected().map(function (r) {
+        var d = state.data[r.id], after = d && d.steps.length ? d.steps[d.steps.length - 1] : -1;
+        if (state.alertsSeen[r.id] !== r.alerts) { alertsChanged = true; state.alertsSeen[r.id] = r.alerts; }
+        var url = "/api/runs/" + r.id + "/steps?after=" + after + (after < 0 ? "&max_points=" + MAX_POINTS : "");
+        return get(url).then(function (got) { return merge(r.id, got); });
+      })).then(function (changed) {
+        var any = changed.some(Boolean);
+        if (newRuns || !state.polls) rebuildCharts(); else if (any) updateCharts();
+        var jobs = [];
+        if (alertsChanged || !state.polls) jobs.push(refreshAlerts());
+        if (!state.polls || (any && state.polls % 5 === 0)) jobs.push(refreshSlow());
+        if (!state.polls) {
+          var first = selected()[0], d = first && state.data[first.id];
+          if (d && d.steps.length) loadGroups(d.steps[d.steps.length - 1]);
+          loadSamples(); loadEpisodes();
+        }
+        return Promise.all(jobs).then(function () {
+          state.polls++;
+          var last = {};
+          selected().forEach(function (r) { var d = state.data[r.id]; last[r.id] = d && d.steps.length ? d.steps[d.steps.length - 1] : 0; });
+          document.body.setAttribute("data-last-steps", JSON.stringify(last));
+          document.body.setAttribute("data-ready", "1");
+          document.getElementById("status").textContent = "live · " + state.runs.length + " run(s) · polled " + new Date().toLocaleTimeString();
+        });
+      });
+    }).catch(report).then(function () { state.busy = false; });
+  }
+
+  document.getElementById("groups-step").addEventListener("change", function (e) { loadGroups(parseInt(e.target.value, 10)); });
+  document.getElementById("groups-prev").addEventListener("click", function () { loadGroups(parseInt(document.getElementById("groups-step").value, 10) - 1); });
+  document.getElementById("groups-next").addEventListener("click", function () { loadGroups(parseInt(document.getElementById("groups-step").value, 10) + 1); });
+  document.getElementById("groups-latest").addEventListener("click", function () {
+    var d = state.data[document.getElementById("groups-run").value];
+    if (d && d.steps.length) loadGroups(d.steps[d.steps.length - 1]);
+  });
+  document.getElementById("groups-run").addEventListener("change", function () { document.getElementById("groups-latest").click(); });
+  document.getElementById("samples-q").addEventListener("input", loadSamples);
+  document.getElementById("samples-failed").addEventListener("change", loadSamples);
+  document.getElementById("samples-run").addEventListener("change", loadSamples);
+  document.getElementById("episodes-run").addEventListener("change", loadEpisodes);
+  poll();
+  setInterval(poll, POLL);
+})();
