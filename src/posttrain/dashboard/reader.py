@@ -46,6 +46,12 @@ def _tables(db: sqlite3.Connection) -> set[str]:
     return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
+def _filled(db: sqlite3.Connection, table: str) -> bool:
+    """The table exists and holds a row (the store creates the scheduler's tables for every run; a run
+    trained without the scheduler leaves them empty)."""
+    return table in _tables(db) and db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None
+
+
 def _clip(text: str | None) -> str:
     text = text or ""
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f" ... [{len(text) - MAX_TEXT} more characters]"
@@ -177,9 +183,9 @@ class RunReader:
 
     def domains(self) -> dict[str, Any]:
         """The scheduler's per-domain state: newest row per domain and each domain's series; `present` False
-        when the store has no `domains` table (a run from before the scheduler recorded it)."""
+        when the store holds no per-domain rows (a run without the scheduler, or from before it recorded them)."""
         with self.db() as db:
-            if "domains" not in _tables(db):
+            if not _filled(db, "domains"):
                 return {"present": False, "latest": {}, "series": {}}
             rows = db.execute("SELECT step, domain, metrics FROM domains ORDER BY step, domain").fetchall()
         series: dict[str, dict[str, list[Any]]] = {}
@@ -197,7 +203,7 @@ class RunReader:
         """Failure categories with counts and a few newest examples: the scheduler's `failures` bank when the store
         has one, else the samples whose verdict is not a plain pass or fail (errors, timeouts, truncations)."""
         with self.db() as db:
-            if "failures" in _tables(db):
+            if _filled(db, "failures"):
                 source = "failures"
                 counts = db.execute("SELECT category, COUNT(*) FROM failures GROUP BY category ORDER BY 2 DESC").fetchall()
                 pick = ("SELECT step, domain, task_id, detail, response, prompt FROM failures WHERE category = ? "
