@@ -1,5 +1,6 @@
 """examples/cad.toml runs the RL loop end to end on a built-in base: OpenSCAD programs sampled, judged by the
-`cad` verifier in the sandbox (judged, never errored), stored; the base shrunk to seconds here."""
+`cad` verifier in the sandbox (judged, never errored), stored; the base shrunk to seconds here; max_tokens
+at the preflight's floor (it refuses a cap that holds no gold program)."""
 
 import json
 from pathlib import Path
@@ -12,7 +13,7 @@ from posttrain.store import RunStore
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cad.toml"
 TINY = ["model.base.hidden_size=16", "model.base.num_layers=1", "model.base.intermediate_size=32",
         "model.base.num_heads=2", "model.base.digits=1", "model.base.batch_size=4", "model.base.max_steps=2",
-        "model.base.eval_every=2", "model.base.eval_size=16", "sampling.max_tokens=24", "train.steps=2",
+        "model.base.eval_every=2", "model.base.eval_size=16", "sampling.max_tokens=130", "train.steps=2",
         "train.prompts_per_step=2", "train.eval_size=4", "train.eval_every=2", "tensorboard=false"]
 
 
