@@ -13,7 +13,9 @@ no network and its own PID/mount namespaces):
   (``PR_SET_DUMPABLE=0``: a process of the same uid cannot ptrace it, read ``/proc/H/mem``,
   ``/proc/H/environ`` or open ``/proc/H/fd/*``), keeps a private duplicate of stdout as the
   report channel and points fd 1 at /dev/null, drops every ``sys.path`` entry a task could
-  write (``''``, /work, /tmp, /dev/shm) and non-standard import hooks, then forks Z.
+  write (``''``, /work, /tmp, /dev/shm) and non-standard import hooks, then forks Z. Of the
+  entries under /tmp it keeps only those inside a runtime bound read-only there (a virtual
+  environment under /tmp), through descriptors opened now (``_held_read_only``).
   Only THEN does it read its job from stdin: per-run nonce, programs and tests. The tests
   never exist as files, so nothing can rewrite them, and no process holding the solution
   ever has a copy of H's memory that contains them.
@@ -767,6 +769,24 @@ class _Dead(Remote):
         raise CandidateCrashed(f"the solution did not load: {self.reason}")
 
 
+def _held_read_only(path: str) -> str | None:
+    """``path`` as ``/proc/self/fd/N`` of a descriptor opened now, while no untrusted code exists,
+    if it is a directory on a read-only mount; else None.
+
+    Why not the path itself: the mount point cannot be renamed (EBUSY), but its ancestors below
+    /tmp are plain directories of the writable tmpfs, and renaming one of them moves the mount
+    away, so a solution could then build a look-alike tree (a planted ``pytest.py``) at the old
+    path before the tests import from it. The descriptor stays on the mount whatever is renamed."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not os.fstatvfs(fd).f_flag & os.ST_RDONLY:
+        os.close(fd)
+        return None
+    return f"/proc/self/fd/{fd}"
+
+
 def _harden() -> None:
     import ctypes
 
@@ -774,8 +794,16 @@ def _harden() -> None:
         raise OSError("prctl(PR_SET_DUMPABLE, 0) failed")
     writable = ("/work", "/tmp", "/dev/shm", "/proc")
     _TASK_PATH[:] = [p for p in sys.path if p and p != "."]
-    sys.path[:] = [p for p in _TASK_PATH if not any(p == w or p.startswith(w + "/") for w in writable)]
     _KEPT_MOUNTS.update(m for m in _mount_points() if any(m.startswith(w + "/") for w in writable[:3]))
+    kept = []
+    for p in _TASK_PATH:
+        if not any(p == w or p.startswith(w + "/") for w in writable):
+            kept.append(p)  # the read-only root: no task can change what it names
+        elif any(p == m or p.startswith(m + "/") for m in _KEPT_MOUNTS):
+            held = _held_read_only(p)  # a runtime bound read-only under /tmp (a virtual environment there)
+            if held is not None:
+                kept.append(held)
+    sys.path[:] = kept
     sys.path_importer_cache.clear()
     std = {"BuiltinImporter", "FrozenImporter", "PathFinder"}
     sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__name__", type(f).__name__) in std]
