@@ -200,10 +200,13 @@ def found():
         if isinstance(o, dict) and len(o) < 64:
             strings(o, 2)
     for d in ("/work", "/tmp", "/dev/shm"):
-        for root, _, files in os.walk(d):
+        for root, dirs, files in os.walk(d):
+            # a runtime bound read-only here (a venv under /tmp) holds nothing of this run, and reading its
+            # gigabytes whole would only hit the memory cap or the time limit before the scan ends
+            dirs[:] = [x for x in dirs if not os.statvfs(os.path.join(root, x)).f_flag & os.ST_RDONLY]
             for f in files:
                 try:
-                    texts.append(open(os.path.join(root, f), errors="replace").read())
+                    texts.append(open(os.path.join(root, f), errors="replace").read(1 << 20))
                 except OSError:
                     pass
     try:

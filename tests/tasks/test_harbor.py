@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 
 import pytest
 
@@ -191,11 +192,15 @@ def test_the_oracle_passes_and_doing_nothing_fails(tmp_path, sandbox):
 
 
 def test_the_agent_sees_neither_tests_nor_solution(tmp_path, sandbox):
-    t = load_terminal_task(harbor_task(tmp_path))
+    marker = "solution-marker-" + secrets.token_hex(8)  # in no other file, a runtime's included
+    t = load_terminal_task(harbor_task(tmp_path, solve=f"echo hello > out.txt  # {marker}\n"))
     with open_workspace(sandbox, t) as s:
+        # -xdev: not into a runtime bound read-only under /tmp (a venv there): it was bound from the host before
+        # the task existed, so the solution cannot be in it. The last search is the control: it finds a planted copy.
+        find = f"find /work /tmp /dev/shm -xdev -type f -exec grep -l {marker} {{}} +"
         r = s.exec("ls -A /app; for p in /tests /solution /logs /work/.harbor; do test -e $p && echo $p; done; "
-                   "grep -rl 'echo hello' /work /tmp /dev/shm")
-    assert r.stdout.split() == ["run.sh", "seed.txt"]
+                   f"{find}; echo --; echo {marker} > /tmp/planted; {find}")
+    assert r.stdout.split() == ["run.sh", "seed.txt", "--", "/tmp/planted"]
 
 
 def test_a_planted_reward_and_planted_tests_earn_nothing(tmp_path, sandbox):
