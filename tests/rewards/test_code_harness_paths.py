@@ -60,17 +60,26 @@ def runtime():
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_harness(sb: Sandbox, prelude: str, program: str, tests: str) -> dict:
-    """One item through the harness, after ``prelude`` (which sets ``sys.path``); its report."""
+def run_batch(sb: Sandbox, prelude: str, programs: list[str], tests: str) -> list[dict]:
+    """Programs as one batch through the harness, after ``prelude`` (which sets ``sys.path``): for each,
+    whether each test passed (a program that fails to load fails them all)."""
     nonce = secrets.token_hex(8)
-    item = {"id": "0", "program": program, "tests": tests, "entry_point": "sq", "style": "pytest",
-            "module": "solution", "split": False, "call_timeout_s": 3.0, "timeout_s": 10.0}
-    res = sb.run(code=prelude + harness_program(), stdin=json.dumps({"nonce": nonce, "items": [item]}),
-                 limits=Limits(wall_s=20, cpu_s=20, memory_mb=1024), env={"POSTTRAIN_CHILD_MB": "512"})
-    report = parse_reports(res.stdout, nonce).get("0")
-    assert report is not None, res
-    assert "harness_error" not in report and "load_error" not in report, report
-    return {t["name"]: t["passed"] for t in report["tests"]}
+    items = [{"id": str(i), "program": program, "tests": tests, "entry_point": "sq", "style": "pytest",
+              "module": "solution", "split": False, "call_timeout_s": 3.0, "timeout_s": 10.0}
+             for i, program in enumerate(programs)]
+    res = sb.run(code=prelude + harness_program(), stdin=json.dumps({"nonce": nonce, "items": items}),
+                 limits=Limits(wall_s=30, cpu_s=30, memory_mb=1024), env={"POSTTRAIN_CHILD_MB": "512"})
+    reports = parse_reports(res.stdout, nonce)
+    out = []
+    for i in range(len(programs)):
+        report = reports.get(str(i))
+        assert report is not None and "harness_error" not in report, res
+        out.append({t["name"]: t["passed"] for t in report["tests"]})
+    return out
+
+
+def run_harness(sb: Sandbox, prelude: str, program: str, tests: str) -> dict:
+    return run_batch(sb, prelude, [program], tests)[0]
 
 
 def venv_path(site: str) -> str:
@@ -107,6 +116,12 @@ def test_a_renamed_ancestor_cannot_swap_a_planted_pytest_into_the_runtime(runtim
     probe = _swap(root) + f"import sys\nsys.path.insert(0, {site!r})\nimport pytest\nprint(pytest.approx(9) == 0)\n"
     res = sb.run(code=probe, limits=Limits(wall_s=20, cpu_s=20, memory_mb=1024))
     assert (res.status, res.stdout.strip()) == (ExecStatus.OK, "True"), res
+
+
+def test_a_look_alike_left_at_the_old_path_is_gone_before_the_next_response(runtime):
+    sb, root, site = runtime
+    good = RIGHT + f"import os\nassert not os.path.exists({site + '/pytest.py'!r})\n"
+    assert run_batch(sb, venv_path(site), [_swap(root), good, good], PYTEST) == [{"test_sq": False}] + [{"test_sq": True}] * 2
 
 
 def test_a_module_planted_in_a_writable_tmp_path_is_not_imported(runtime):
