@@ -129,6 +129,7 @@ def test_adapter_weights_from_a_full_state_dict_match_peft(tiny_model_dir):
     assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
 
 
+@pytest.mark.slow
 def test_merged_weights_load_back_into_a_lora_model(tiny_model_dir):
     from posttrain.models.lora import load_merged
 

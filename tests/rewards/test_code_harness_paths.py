@@ -88,6 +88,7 @@ def venv_path(site: str) -> str:
             f"sys.path[:] = [p for p in sys.path if p != {REAL_SITE!r}] + [{site!r}]\n")
 
 
+@pytest.mark.slow
 def test_pytest_style_tests_import_pytest_from_a_read_only_runtime_under_tmp(runtime):
     sb, _, site = runtime
     tests = PYTEST + "\ndef test_from_the_runtime():\n    assert pytest.__file__.startswith('/proc/self/fd/')\n"
@@ -106,6 +107,7 @@ open({root + '/venv/site/pytest.py'!r}, 'w').write({PLANTED_PYTEST!r})
 """
 
 
+@pytest.mark.slow
 def test_a_renamed_ancestor_cannot_swap_a_planted_pytest_into_the_runtime(runtime):
     sb, root, site = runtime
     tests = PYTEST + (f"\ndef test_the_swap_happened():\n    import os\n"
