@@ -28,6 +28,7 @@ def _manual_greedy(model, ids, steps):
     return out
 
 
+@pytest.mark.slow
 def test_greedy_matches_uncached_argmax_decoding(engine):
     prompts = ["7+5=", "123+4=", "9="]  # different lengths: exercises left padding
     groups = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=6))
@@ -98,6 +99,7 @@ def _greedy(n_tokens=8, **kw):
     return SamplingParams(temperature=0, max_tokens=n_tokens, **kw)
 
 
+@pytest.mark.slow
 def test_local_engine_satisfies_the_engine_protocol(engine):
     assert isinstance(engine, Engine)
     # and behaves as the protocol says, not only by name
@@ -121,6 +123,7 @@ def test_local_engine_satisfies_the_engine_protocol(engine):
     assert engine.generate(["7+7="], unseeded) == first  # resumed to the same draws
 
 
+@pytest.mark.slow
 def test_concurrent_agenerate_calls_share_one_batch_and_equal_generate(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     prompts = [f"{i}+{2 * i}=" for i in range(8)]
@@ -316,6 +319,7 @@ def test_requests_past_the_context_are_clamped_with_one_note(tiny_model_dir, cap
     assert LocalEngine(model, tok, sliding_window=WindowSpec(16)).max_context is None  # a window bounds memory, not length
 
 
+@pytest.mark.slow
 def test_greedy_matches_transformers_generate(engine, tiny_model_dir):
     transformers = pytest.importorskip("transformers")
     hf = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
@@ -328,6 +332,7 @@ def test_greedy_matches_transformers_generate(engine, tiny_model_dir):
         assert got == expected
 
 
+@pytest.mark.slow
 def test_continuous_batching_equals_one_at_a_time(tiny_model_dir):
     """Requests joining mid-flight, with different lengths and budgets, decode as if alone."""
     model, tok = load_model(tiny_model_dir)
@@ -425,6 +430,7 @@ def test_min_p_drops_unlikely_tokens():
     assert kept.tolist() == [[True, True, True, False]]
 
 
+@pytest.mark.slow
 def test_sliding_window_keeps_kv_bounded(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     spec = WindowSpec(window=16, sinks=4)
@@ -446,6 +452,7 @@ def test_bad_requests_are_clear_errors(engine):
         SamplingParams(stop=("",))
 
 
+@pytest.mark.slow
 def test_sliding_window_attends_to_sinks_and_the_last_window(tmp_path):
     """One layer: a token's K/V depend on it and its position only, so attending to just the kept
     tokens (first `sinks` + last `window`, original positions) is an exact reference."""

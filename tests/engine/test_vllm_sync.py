@@ -87,6 +87,7 @@ def fake_vllm(monkeypatch):
     return vllm
 
 
+@pytest.mark.slow
 def test_full_weight_sync_per_version(fake_vllm, tiny_model_dir):
     engine = VLLMEngine(tiny_model_dir)
     llm = FakeLLM.instances[-1]
