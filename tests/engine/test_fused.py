@@ -262,6 +262,7 @@ def test_a_failing_build_falls_back_with_the_compiler_message(monkeypatch, tmp_p
         native_decode.load_kernel.cache_clear()
 
 
+@pytest.mark.slow
 def test_several_tokens_per_row_equal_the_model_forward():
     """Speculative verification: rows feed 1 + k tokens (some padded) causally in one kernel call."""
     assert KERNEL is not None, NO_KERNEL
