@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import posttrain
 
 ROOT = Path(posttrain.__file__).parent
@@ -157,12 +159,14 @@ def _path(graph: dict[str, set[str]], comp: list[str]) -> str:
     return ", ".join(comp)
 
 
+@pytest.mark.slow
 def test_no_cycles_between_modules():
     graph = import_graph()
     cycles = [_path(graph, c) for c in _cycles(graph)]
     assert not cycles, "import cycles between modules:\n" + "\n".join(cycles)
 
 
+@pytest.mark.slow
 def test_no_cycles_between_packages():
     graph = import_graph()
     packages: dict[str, set[str]] = {}
@@ -172,6 +176,7 @@ def test_no_cycles_between_packages():
     assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
 
 
+@pytest.mark.slow
 def test_the_graph_sees_lazy_imports():
     graph = import_graph()
     # rl/build.py imports the resolver inside a function: a lazy edge the graph must hold

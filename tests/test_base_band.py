@@ -9,6 +9,7 @@ Does not cover: real pre-training accuracy (the check is scripted) or the band w
 
 from __future__ import annotations
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -45,6 +46,7 @@ def _weights(path):
     return load_file(str(path / "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_overshoot_replays_from_the_last_check_below_the_band(tmp_path, monkeypatch):
     # accuracy as a function of optimizer steps taken: below the band up to 13, inside at 14, above from 16
     curve = lambda s: 0.1 if s < 14 else (0.5 if s < 16 else 0.9)  # noqa: E731
@@ -65,6 +67,7 @@ def test_overshoot_replays_from_the_last_check_below_the_band(tmp_path, monkeypa
     assert all(torch.equal(replayed[k], straight[k]) for k in replayed)  # the same batches, the same model
 
 
+@pytest.mark.slow
 def test_a_second_overshoot_is_accepted(tmp_path, monkeypatch):
     calls = {"step": 0, "taken": 0, "seen": []}
     _scripted(monkeypatch, lambda s: 0.1 if s < 15 else 0.9, calls)  # no step is ever inside the band

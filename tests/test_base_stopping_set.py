@@ -40,6 +40,7 @@ def _stopping_set(base_cfg, out_dir, monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.slow
 def test_base_stopping_set_is_disjoint_from_the_evaluation_problems(seed, tiny_model_dir, tmp_path, monkeypatch):
     # what `posttrain quickstart --seed S` configures (cli.py), with the tiny model standing in for the base path
     cfg = load_config(None, [f"seed={seed}", f"model.base.seed={seed}", f"model.path='{tiny_model_dir}'",

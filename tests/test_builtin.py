@@ -2,6 +2,7 @@
 
 import threading
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -17,6 +18,7 @@ def _cfg(tmp_path, **kw):
     return BaseModelConfig(**small)
 
 
+@pytest.mark.slow
 def test_builds_then_reuses_the_cache(tmp_path):
     cfg = _cfg(tmp_path, target_low=1.0, target_high=1.0)  # unreachable: runs to the step cap
     first = ensure_base(cfg)
@@ -28,11 +30,13 @@ def test_builds_then_reuses_the_cache(tmp_path):
     assert model.config.hidden_size == 16 and tok.encode("1+1=")[0] == tok.bos_id
 
 
+@pytest.mark.slow
 def test_stops_as_soon_as_the_band_is_reached(tmp_path):
     build = ensure_base(_cfg(tmp_path, target_low=0.0))
     assert build.steps == 3  # the first evaluation already satisfies accuracy >= 0.0
 
 
+@pytest.mark.slow
 def test_same_seed_same_weights_different_seed_different(tmp_path):
     a = ensure_base(_cfg(tmp_path / "a"))
     b = ensure_base(_cfg(tmp_path / "b"))
@@ -59,6 +63,7 @@ def test_cache_key_ignores_location_but_not_settings(tmp_path):
     assert base_key(_cfg(tmp_path)) != base_key(_cfg(tmp_path, seed=3))
 
 
+@pytest.mark.slow
 def test_an_agent_base_is_checked_with_its_current_weights(tmp_path, monkeypatch):
     """Every band check runs on the weights as they are now: the engine is told they moved (its version is the
     step), so it forgets the prefix KV it cached at an earlier check; a stale prefix made every episode fail."""
@@ -102,6 +107,7 @@ def test_keys_of_bases_built_before_worked_solutions_are_unchanged(tmp_path):
     assert base_key(BaseModelConfig(family="mul")) != base_key(BaseModelConfig(family="mul", worked=False))
 
 
+@pytest.mark.slow
 def test_a_worked_base_learns_the_solution_and_is_checked_on_the_product(tmp_path):
     from posttrain.builtin import _batch, base_task_source
     from posttrain.models.tokenizer import char_tokenizer

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app
@@ -31,6 +32,7 @@ def test_unknown_key_exit_2(tmp_path):
     assert res.exit_code == 2 and "unknown key 'trian'" in res.output
 
 
+@pytest.mark.slow
 def test_train_smoke_and_resume(tiny_model_dir, tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text(
@@ -85,6 +87,7 @@ def test_bad_task_file_is_reported_with_line(tiny_model_dir, tmp_path):
     assert "t.jsonl:2: invalid JSON" in res.output
 
 
+@pytest.mark.slow
 def test_base_command_prints_cached_path(tmp_path):
     args = ["base", "--seed", "1"]
     for o in [
@@ -166,6 +169,7 @@ def test_sandbox_file_that_is_not_there_is_one_line_exit_2(tmp_path):
     assert res.exit_code == 2 and res.stderr.strip() == f"error: --file {tmp_path / 'missing'}: No such file or directory"
 
 
+@pytest.mark.slow
 def test_python_dash_m_runs_the_app():
     import subprocess
     import sys
@@ -201,6 +205,7 @@ checkpoint_every = 0
     return cfg
 
 
+@pytest.mark.slow
 def test_train_prints_the_early_warning_once_per_alert(tiny_model_dir, tmp_path, monkeypatch):
     """A held-out series that keeps falling: each alert the run stores is one yellow line on stderr, and the
     trainer's Python warning is not printed a second time."""
@@ -255,6 +260,7 @@ def _run_with_best(tmp_path, tiny_model_dir):
     return run
 
 
+@pytest.mark.slow
 def test_eval_and_serve_say_a_run_resolves_to_its_best(tmp_path, tiny_model_dir, monkeypatch):
     run = _run_with_best(tmp_path, tiny_model_dir)
     res = runner.invoke(app, ["eval", "--model", str(run), "--suite", "arith:add", "--limit", "2", "--out",
@@ -276,6 +282,7 @@ def test_eval_and_serve_say_a_run_resolves_to_its_best(tmp_path, tiny_model_dir,
     assert f"{run}: its best/ model (step 3" in res.stderr and "serving" in res.stderr
 
 
+@pytest.mark.slow
 def test_export_writes_gguf_files_that_hold_the_checkpoints_weights(tiny_model_dir, tmp_path):
     import gguf  # the dev extra installs it (posttrain[gguf])
     import numpy as np
@@ -306,6 +313,7 @@ def test_export_errors_are_one_line_exit_2(tmp_path):
     assert res.exit_code == 2 and "--dtype must be one of f32, q8_0; got 'q4'" in res.output
 
 
+@pytest.mark.slow
 def test_draft_distils_a_checkpoint_that_serve_accepts_as_its_draft(tiny_model_dir, tmp_path):
     from posttrain.models import load_model
     from posttrain.resolve import load_served_model

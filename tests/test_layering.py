@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import posttrain
 
 PACKAGE = Path(posttrain.__file__).parent
@@ -34,6 +36,7 @@ def _outside_cli() -> list[Path]:
     return files
 
 
+@pytest.mark.slow
 def test_only_the_cli_imports_typer_or_rich():
     offenders = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: {module}"
@@ -44,6 +47,7 @@ def test_only_the_cli_imports_typer_or_rich():
     assert offenders == [], "typer/rich belong to posttrain.cli only:\n" + "\n".join(offenders)
 
 
+@pytest.mark.slow
 def test_no_package_imports_the_cli():
     offenders = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: {module}"

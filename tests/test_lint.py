@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -22,6 +24,7 @@ def test_ruff_is_clean():
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_mypy_is_clean_on_the_typed_core():
     res = _run(sys.executable, "-m", "mypy")
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]

@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "posttrain"
 
@@ -125,11 +127,13 @@ def violations() -> list[Violation]:
     return found
 
 
+@pytest.mark.slow
 def test_no_private_name_crosses_a_file():
     bad = [v for v in violations() if f"{v.module}: {v.name}" not in KNOWN]
     assert not bad, "private names used across files:\n" + "\n".join(map(str, bad))
 
 
+@pytest.mark.slow
 def test_the_allow_list_holds_only_live_violations():
     live = {f"{v.module}: {v.name}" for v in violations()}
     assert KNOWN <= live, f"fixed, remove from KNOWN: {sorted(KNOWN - live)}"

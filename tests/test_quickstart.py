@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app
@@ -28,6 +29,7 @@ TINY = [
 ]
 
 
+@pytest.mark.slow
 def test_quickstart_json_contract(tmp_path):
     args = ["quickstart", "--seed", "3", "--json"]
     for o in TINY + [f"model.base.cache_dir='{tmp_path / 'cache'}'", f"run_dir='{tmp_path / 'runs'}'"]:
@@ -61,6 +63,7 @@ AGENT_TINY = [
 ]
 
 
+@pytest.mark.slow
 def test_quickstart_agent_json_contract(tmp_path):
     """`--agent`: the lookup base (pre-trained on oracle episodes), multi-turn GRPO, episode success before/after."""
     args = ["quickstart", "--agent", "--seed", "1", "--json"]

@@ -47,6 +47,7 @@ def test_run_directory_at_a_step(tmp_path, tiny_model_dir):
     assert res.exit_code == 2 and "must be an integer" in res.output
 
 
+@pytest.mark.slow
 def test_cli_eval_with_a_local_checkpoint_then_rescore(tmp_path, tiny_model_dir):
     out = tmp_path / "ev"
     args = ["eval", "--model", str(tiny_model_dir), "--suite", "arith:add", "--limit", "6", "-n", "3", "-k", "1,3",
@@ -89,6 +90,7 @@ def test_cli_repeat_reports_flakiness(tmp_path, tiny_model_dir):
     assert s["repeats"] == 3 and s["n_samples"] == 12 and s["flip_rate"] == 0 and s["flaky_tasks"] == []
 
 
+@pytest.mark.slow
 def test_eval_max_tokens_defaults_to_the_suites_and_fits_a_served_model(tmp_path, tiny_model_dir):
     """Without --max-tokens an eval asks for the suite's own budget (arith:add: 8), which fits a small model's
     context behind `posttrain serve`: 7 prompt tokens + 256 did not fit the tiny model's 256."""

@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,7 @@ def test_eval_steps_are_every_k_and_the_last():
     assert bench.eval_steps(3, 0) == [3]
 
 
+@pytest.mark.slow
 def test_trl_callback_and_posttrain_loop_evaluate_at_the_same_steps_with_evaluation_off_the_clock():
     from types import SimpleNamespace
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app
@@ -13,6 +14,7 @@ runner = CliRunner()
 KEYS = {"task_id", "passed", "reward", "steps", "status", "tokens_in", "tokens_out", "seconds"}
 
 
+@pytest.mark.slow
 def test_run_oracle_and_noop_then_show(tmp_path):
     res = runner.invoke(app, ["agent", "run", "--model", "oracle", "--suite", "demo", "--json", "-q",
                               "--out", str(tmp_path / "oracle")])
@@ -55,6 +57,7 @@ def harbor_task(d, toml="[verifier]\ntimeout_sec = 30\n[agent]\ntimeout_sec = 30
     return d
 
 
+@pytest.mark.slow
 def test_a_bad_task_is_one_line_and_the_rest_of_the_suite_runs(tmp_path):
     harbor_task(tmp_path / "suite" / "good")
     harbor_task(tmp_path / "suite" / "bad", toml="[verifier\n")
@@ -72,6 +75,7 @@ def test_a_bad_task_is_one_line_and_the_rest_of_the_suite_runs(tmp_path):
     assert res.exit_code == 0 and rows[0]["status"] == "failed" and rows[0]["reward"] == 0.0
 
 
+@pytest.mark.slow
 def test_eval_episodes_reports_pass_at_k_over_episodes(tmp_path):
     from posttrain.models import char_tokenizer, save_model
     from tiny_models import agent_model

@@ -46,6 +46,7 @@ def test_linear_is_append_only():
 
 
 @pytest.mark.parametrize("summarizer", ["model", "extractive"])
+@pytest.mark.slow
 def test_compaction_keeps_the_budget(summarizer):
     policy = ContextPolicy(budget_tokens=4096, compact_at=0.75, summarizer=summarizer, keep_turns=2)
     ep = episode(policy, steps=60)

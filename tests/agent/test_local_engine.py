@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import torch
 
 from posttrain.agent import EpisodeStatus, run_agent_task
@@ -19,6 +20,7 @@ def env(i):
     return FunctionEnv(f"t{i}", f"Task {i}: submit 7.", [BUILTIN["bash"], BUILTIN["submit"]], lambda a: a == "7")
 
 
+@pytest.mark.slow
 def test_concurrent_episodes_on_the_local_engine(engine):
     params = SamplingParams(temperature=1.0, max_tokens=12)
 

@@ -47,6 +47,7 @@ def test_tasks_follow_a_chain_of_files_to_a_value():
     assert {source.sample(rng).meta["hops"] for _ in range(60)} == {1, 2, 3}
 
 
+@pytest.mark.slow
 def test_the_split_is_by_content_and_disjoint():
     source = LookupSource()
     held = source.take(100, "held_out", seed=0)
@@ -92,6 +93,7 @@ def test_the_domain_and_its_single_turn_view():
         agent_task_of(Task("x", "no files"))
 
 
+@pytest.mark.slow
 def test_the_process_score_credits_the_chain_read_in_order(sandbox):
     task = next(t for t in LookupSource(hops=3, min_hops=3).take(20, "train", seed=2))
     chain = task.meta["chain"]

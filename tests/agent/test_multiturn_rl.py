@@ -106,6 +106,7 @@ def lookup_rollouter(model, sandbox, policy: ContextPolicy, n_steps=6, **kw) -> 
     return AgentRollouter(model, sandbox, spec, SamplingParams(temperature=1.0, max_tokens=24), **kw)
 
 
+@pytest.mark.slow
 def test_the_learner_sees_exactly_what_the_local_engine_saw_and_sampled(engine, sandbox):
     recorded = RecordingEngine(engine)
     # a small budget with compaction forces rewritten histories: several segments per episode
@@ -130,6 +131,7 @@ def test_the_learner_sees_exactly_what_the_local_engine_saw_and_sampled(engine, 
     assert "context differs" in tito_mismatch(ep, recorded.calls)
 
 
+@pytest.mark.slow
 def test_segments_of_an_episode_share_its_advantage_and_mask_only_samples(engine, sandbox):
     policy = ContextPolicy(budget_tokens=900, compact_at=0.6, summarizer="extractive", summary_max_chars=200)
     r = lookup_rollouter(engine, sandbox, policy)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from posttrain.agent import ContextPolicy
 from posttrain.agent.demo import demo_tasks
 from posttrain.agent.rollouter import AgentRollouter
@@ -22,6 +24,7 @@ def script(prompt):
     return '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
 
 
+@pytest.mark.slow
 def test_groups_of_episodes(sandbox):
     engine = MockEngine(script, tokenizer=char_tokenizer())
     policy = ContextPolicy(budget_tokens=8192, compact_at=0.8, compact_jitter=0.2)

@@ -82,6 +82,7 @@ def test_unknown_tool_is_an_observation(sandbox):
     assert "unknown tool 'teleport'" in ep.turns[0].observation and ep.status is EpisodeStatus.FAILED
 
 
+@pytest.mark.slow
 def test_timeout(sandbox):
     ep = run(ScriptedAgent([call("bash", command="sleep 3")] * 3), sandbox=sandbox, timeout_s=1.0)
     assert ep.status is EpisodeStatus.TIMEOUT and ep.verdict is not None
@@ -113,6 +114,7 @@ def test_the_prefix_is_identical_across_tasks(sandbox):
     assert char_tokenizer().decode(pa[:n]).endswith("</system>\n<task>\n")
 
 
+@pytest.mark.slow
 def test_many_episodes_share_one_engine(sandbox):
     engine = MockEngine(lambda p: '<tool_call>{"name": "submit", "arguments": {}}</tool_call>',
                         tokenizer=char_tokenizer())

@@ -6,6 +6,7 @@ from posttrain.distributed.equivalence import run_equivalence
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.slow
 def test_two_ranks_update_like_one_process(strategy):
     r = run_equivalence(strategy, nproc=2, steps=2)
     assert r["world"] == 2 and r["grad_names"] == 20  # every parameter compared

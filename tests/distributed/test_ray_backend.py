@@ -9,7 +9,7 @@ import torch
 from posttrain.rl.trainer import Trainer
 from posttrain.store import RunStore
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # a Ray cluster to start: the slow subset
 
 
 def _with(cfg, **sections):

@@ -16,7 +16,7 @@ import pytest
 from posttrain.errors import UserError
 from posttrain.sandbox import ExecStatus, Limits, SandboxPool
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # a Ray cluster to start: the slow subset
 
 # pass, fail, timeout, crash (a segfault), a shell command with stdin and an exit status, output past its limit
 PROGRAMS = [

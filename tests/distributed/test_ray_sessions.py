@@ -13,7 +13,7 @@ import pytest
 
 from posttrain.sandbox import ExecStatus, Limits, Sandbox, SandboxError, SessionLost
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # a Ray cluster to start: the slow subset
 
 WRITE_HELLO = '<tool_call>{"name": "write_file", "arguments": {"path": "hello.txt", "content": "hello world\\n"}}</tool_call>'
 FAST = Limits(wall_s=10, cpu_s=10, memory_mb=256, pids=64, output_bytes=1 << 20, disk_mb=32)

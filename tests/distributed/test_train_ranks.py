@@ -65,6 +65,7 @@ def test_what_cannot_run_over_ranks_is_a_one_line_config_error():
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.slow
 def test_two_ranks_train_like_one_process_on_the_same_batches(tiny_model_dir, tmp_path, strategy):
     config = tmp_path / "run.toml"
     config.write_text(_toml(tiny_model_dir, tmp_path / "runs", "eq", 3, rl__data_parallel=f'"{strategy}"'))
@@ -87,6 +88,7 @@ def _train(config, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=rank_env(), capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_posttrain_train_under_torchrun_reports_once_and_resumes_every_rank_exactly(tiny_model_dir, tmp_path):
     from posttrain.models.io import load_model
     from posttrain.store.run_store import RunStore

@@ -51,6 +51,7 @@ def _generate(model, native: bool, monkeypatch, calls: list):
 
 @pytest.mark.parametrize(("hidden", "heads", "kv_heads"), [(128, 4, 2), (64, 4, 4), (40, 4, 1)],
                          ids=["gqa-d32", "mha-d16", "mqa-d10"])
+@pytest.mark.slow
 def test_native_cascade_decode_equals_the_pytorch_path_and_the_learner(monkeypatch, one_thread, hidden, heads,
                                                                        kv_heads):
     model = _model(hidden, heads, kv_heads)
@@ -70,6 +71,7 @@ def test_native_cascade_decode_equals_the_pytorch_path_and_the_learner(monkeypat
     assert len({c.text for g in fast for c in g}) > 6  # sampled at T=1: the samples differ
 
 
+@pytest.mark.slow
 def test_a_wide_step_is_split_across_threads_with_the_same_result(monkeypatch):
     """With 2 intra-op threads a step of 48 rows runs as two C calls of 24 rows, one on a pool thread."""
     model = _model(256, 8, 4)  # hidden 256: wide enough for the C path on 2 threads (kv.native_attention_pays)

@@ -26,6 +26,7 @@ def test_plain_template_joins_contents():
     assert t.encode([{"role": "user", "content": "7="}], tok) == tok.encode("7=")  # with BOS, as the model trained
 
 
+@pytest.mark.slow
 def test_checkpoint_template_matches_transformers(tmp_path):
     from transformers import PreTrainedTokenizerFast
 

@@ -24,6 +24,7 @@ def _model(hidden: int, layers: int, seed: int, vocab: int | None = None) -> Cau
 PROMPTS = [f"{a}+{b}=" for a in range(10) for b in range(6)]
 
 
+@pytest.mark.slow
 def test_a_model_against_itself_accepts_everything():
     tok = char_tokenizer()
     target = _model(32, 2, 0)
@@ -33,6 +34,7 @@ def test_a_model_against_itself_accepts_everything():
     assert a.positions == int(data.mask.sum()) > 0
 
 
+@pytest.mark.slow
 def test_expected_acceptance_is_the_overlap_of_the_two_distributions():
     """sum_x min(p, q) at one position, against a hand computation on the models' own softmax."""
     tok = char_tokenizer()
@@ -47,6 +49,7 @@ def test_expected_acceptance_is_the_overlap_of_the_two_distributions():
     assert a.kl == pytest.approx(float((p * (p.log() - q.log())).sum()), abs=1e-4)
 
 
+@pytest.mark.slow
 def test_distilling_raises_acceptance_on_held_out_prompts_and_speculation_stays_exact():
     tok = char_tokenizer()
     torch.manual_seed(0)

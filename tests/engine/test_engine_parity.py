@@ -1,5 +1,6 @@
 """Trainer parity: for the same tokens, the engine's logprobs equal the learner's (fp32, CPU)."""
 
+import pytest
 import torch
 
 from posttrain.engine import LocalEngine, SpecConfig
@@ -16,6 +17,7 @@ def test_logprob_mismatch_by_hand():
     assert logprob_mismatch(a, b, torch.zeros(1, 3, dtype=torch.bool)) == (0.0, 0.0)
 
 
+@pytest.mark.slow
 def test_engine_logprobs_equal_learner_logprobs_in_every_mode(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     prompts = [tok.encode(p) for p in ("3+4=", "10+20=", "a longer prompt that shares nothing")]

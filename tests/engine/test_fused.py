@@ -58,6 +58,7 @@ PATHS = [pytest.param(False, id="torch"), pytest.param(True, id="native")]
     [(4, 2, False, 32, None), (4, 4, False, 32, None), (4, 1, True, 32, None), (2, 2, False, 128, None),
      (4, 2, True, 40, 37)],  # head_dim 8, 8, 8, 64 (the 32-wide output tiles) and 10 with an odd MLP (every tail loop)
 )
+@pytest.mark.slow
 def test_decode_step_equals_the_model_forward(native, heads, kv_heads, bias, hidden, inter):
     """Ragged rows (each at its own length) and a lone row: same logits and same cached keys/values."""
     model = _model(heads=heads, kv_heads=kv_heads, bias=bias, hidden=hidden, inter=inter)
@@ -82,6 +83,7 @@ def test_decode_step_equals_the_model_forward(native, heads, kv_heads, bias, hid
 
 
 @pytest.mark.parametrize("native", PATHS)
+@pytest.mark.slow
 def test_in_place_weight_updates_are_seen_without_being_told(native):
     """An optimizer step on the shared model bumps version counters: the packed copy is rebuilt."""
     model = _model()
@@ -100,6 +102,7 @@ def test_in_place_weight_updates_are_seen_without_being_told(native):
 
 
 @pytest.mark.parametrize("hidden", [32, 64])
+@pytest.mark.slow
 def test_wide_ragged_batches_through_the_kernel_in_chunks_equal_the_model_forward(hidden):
     """37 rows (three kernel calls of 16, 16 and 5 rows) at their own lengths: the rows after the first 16
     read and write their own cache rows, and the logits and cached keys/values equal the model's forward."""
@@ -151,6 +154,7 @@ def test_rotate_half_matrix_is_rotate_half():
 @pytest.mark.parametrize(
     "params", [SamplingParams(temperature=0, max_tokens=24), SamplingParams(temperature=0.8, max_tokens=24, seed=4)]
 )
+@pytest.mark.slow
 def test_engine_with_and_without_the_fused_step_agree(params):
     """Same tokens, logprobs equal to 1e-5, and equal to the learner's (trainer parity) on the fast path."""
     model = _model(hidden=64, layers=3)
@@ -212,6 +216,7 @@ OLDER_ISAS = (
 
 
 @pytest.mark.parametrize("isa", OLDER_ISAS)
+@pytest.mark.slow
 def test_the_kernel_builds_on_older_cpus(tmp_path, isa):
     """`-march=native` picks the code paths: a CPU without AVX2 (or without AVX) must still build the kernel,
     not fall back to PyTorch. Only the build is checked; this machine cannot run what a smaller ISA would."""
@@ -240,6 +245,7 @@ def test_no_compiler_falls_back_with_a_warning(monkeypatch, caplog):
         native_decode.load_kernel.cache_clear()
 
 
+@pytest.mark.slow
 def test_a_failing_build_falls_back_with_the_compiler_message(monkeypatch, tmp_path, caplog):
     assert KERNEL is not None, NO_KERNEL
     monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))
@@ -256,6 +262,7 @@ def test_a_failing_build_falls_back_with_the_compiler_message(monkeypatch, tmp_p
         native_decode.load_kernel.cache_clear()
 
 
+@pytest.mark.slow
 def test_several_tokens_per_row_equal_the_model_forward():
     """Speculative verification: rows feed 1 + k tokens (some padded) causally in one kernel call."""
     assert KERNEL is not None, NO_KERNEL
@@ -292,6 +299,7 @@ def test_engines_over_one_model_share_one_packed_copy_until_it_changes():
     torch.testing.assert_close(b.w_head, (model.lm_head.weight * model.model.norm.weight[None, :]).t())
 
 
+@pytest.mark.slow
 def test_growing_the_rope_tables_on_the_wide_path_does_not_leave_the_kernel_stale_addresses():
     """A wide batch (PyTorch step) past position 512 grows the RoPE tables; the next narrow forward
     (C kernel, which caches the tables' addresses) must read the new ones."""
@@ -317,6 +325,7 @@ def test_growing_the_rope_tables_on_the_wide_path_does_not_leave_the_kernel_stal
         torch.testing.assert_close(fused.forward_tokens(one[:, None], [602], None, cache)[:, 0], ref, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_kernel_source_ships_as_package_data(tmp_path):
     """`decode_kernel.c` is found beside its module here, and a wheel built from this tree carries it."""
     import shutil

@@ -60,6 +60,7 @@ def _model_argmax(model, ids, n):
 
 @pytest.mark.parametrize("precision", ["fp32", "int8", "bf16"])
 @pytest.mark.parametrize("max_tokens", [3, 17, 40])
+@pytest.mark.slow
 def test_a_greedy_run_equals_decoding_one_step_at_a_time(model, monkeypatch, runs, precision, max_tokens):
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     slow = _generate(model, params, 1, monkeypatch, precision)
@@ -71,6 +72,7 @@ def test_a_greedy_run_equals_decoding_one_step_at_a_time(model, monkeypatch, run
     assert fast.finish_reason == slow.finish_reason == FinishReason.LENGTH
 
 
+@pytest.mark.slow
 def test_greedy_run_logprobs_are_the_learners(model, monkeypatch, runs):
     """Trainer parity: the run's logprobs are log_softmax of the model's own forward at each position."""
     tok = char_tokenizer()
@@ -83,6 +85,7 @@ def test_greedy_run_logprobs_are_the_learners(model, monkeypatch, runs):
     assert out.token_ids == _model_argmax(model, tok.encode(PROMPT), 30)
 
 
+@pytest.mark.slow
 def test_a_run_stops_at_a_stop_token_inside_it(model, monkeypatch, runs):
     free = _generate(model, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True), 1, monkeypatch)
     stop = free.token_ids[9]  # a token first produced mid-run
@@ -103,6 +106,7 @@ def test_a_run_stops_at_a_stop_token_inside_it(model, monkeypatch, runs):
     ],
     ids=["stop-string", "top-k", "sampled"],
 )
+@pytest.mark.slow
 def test_no_run_where_it_would_change_what_is_returned(model, monkeypatch, runs, params):
     slow = _generate(model, params, 1, monkeypatch)
     fast = _generate(model, params, 16, monkeypatch)
@@ -111,6 +115,7 @@ def test_no_run_where_it_would_change_what_is_returned(model, monkeypatch, runs,
     assert fast.logprobs == slow.logprobs
 
 
+@pytest.mark.slow
 def test_a_request_submitted_mid_decode_is_admitted_and_both_match_their_solo_outputs(model, monkeypatch, runs):
     tok = char_tokenizer()
     params = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)
@@ -133,6 +138,7 @@ def test_a_request_submitted_mid_decode_is_admitted_and_both_match_their_solo_ou
     assert [a.completions[0].token_ids, b.completions[0].token_ids] == solo
 
 
+@pytest.mark.slow
 def test_without_the_kernel_the_engine_decodes_step_by_step(model, monkeypatch, runs):
     params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
     slow = _generate(model, params, 1, monkeypatch)
@@ -144,6 +150,7 @@ def test_without_the_kernel_the_engine_decodes_step_by_step(model, monkeypatch, 
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8", "bf16"])
+@pytest.mark.slow
 def test_non_temporal_prefetches_change_nothing_but_speed(model, monkeypatch, runs, precision):
     """The loader picks prefetchnta per CPU (native_decode.stream_prefetch_default): both choices decode the
     same tokens with bitwise-equal logprobs, through the runs (batch 1) and the plain kernel step alike."""

@@ -12,6 +12,7 @@ THP_ON = thp_mode() in ("always", "madvise")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.int16])
+@pytest.mark.slow
 def test_large_buffer_holds_what_is_written_and_starts_on_a_huge_page_boundary(dtype):
     n = (MIN_BYTES + 3 * HUGE_PAGE) // torch.empty((), dtype=dtype).element_size() + 7
     buf = hugepage_empty(n, dtype)
@@ -23,6 +24,7 @@ def test_large_buffer_holds_what_is_written_and_starts_on_a_huge_page_boundary(d
         assert buf.data_ptr() % HUGE_PAGE == 0
 
 
+@pytest.mark.slow
 def test_buffer_outlives_every_python_reference_but_its_own():
     buf = hugepage_empty(MIN_BYTES, torch.float32)  # 64 MiB
     buf.fill_(3.0)

@@ -28,6 +28,7 @@ def _manual_greedy(model, ids, steps):
     return out
 
 
+@pytest.mark.slow
 def test_greedy_matches_uncached_argmax_decoding(engine):
     prompts = ["7+5=", "123+4=", "9="]  # different lengths: exercises left padding
     groups = engine.generate(prompts, SamplingParams(temperature=0, max_tokens=6))
@@ -46,6 +47,7 @@ def test_group_of_n_shares_one_prefill(engine):
     assert engine.stats["prefill_tokens"] * 8 == engine.stats["prompt_tokens_submitted"]
 
 
+@pytest.mark.slow
 def test_seeded_sampling_is_reproducible(engine):
     p = SamplingParams(n=4, max_tokens=5, seed=123)
     a = engine.generate(["1+1="], p)[0]
@@ -53,6 +55,7 @@ def test_seeded_sampling_is_reproducible(engine):
     assert [c.token_ids for c in a] == [c.token_ids for c in b]
 
 
+@pytest.mark.slow
 def test_engine_logprobs_equal_learner_logprobs(engine):
     """Trainer parity: for the same tokens, the sampler's logprobs equal a fresh forward's (fp32, CPU)."""
     prompts = ["3+4=", "10+20="]
@@ -66,6 +69,7 @@ def test_engine_logprobs_equal_learner_logprobs(engine):
             torch.testing.assert_close(lp, torch.tensor(c.logprobs), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_max_tokens_bounds_length(engine):
     c = engine.generate(["1="], SamplingParams(n=2, max_tokens=3, stop_token_ids=()))[0]
     assert all(len(x.token_ids) <= 3 for x in c)
@@ -98,6 +102,7 @@ def _greedy(n_tokens=8, **kw):
     return SamplingParams(temperature=0, max_tokens=n_tokens, **kw)
 
 
+@pytest.mark.slow
 def test_local_engine_satisfies_the_engine_protocol(engine):
     assert isinstance(engine, Engine)
     # and behaves as the protocol says, not only by name
@@ -121,6 +126,7 @@ def test_local_engine_satisfies_the_engine_protocol(engine):
     assert engine.generate(["7+7="], unseeded) == first  # resumed to the same draws
 
 
+@pytest.mark.slow
 def test_concurrent_agenerate_calls_share_one_batch_and_equal_generate(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     prompts = [f"{i}+{2 * i}=" for i in range(8)]
@@ -143,6 +149,7 @@ def test_concurrent_agenerate_calls_share_one_batch_and_equal_generate(tiny_mode
         engine.close()
 
 
+@pytest.mark.slow
 def test_seeded_agenerate_equals_generate_among_other_traffic(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     seeded = SamplingParams(n=4, max_tokens=6, temperature=1.0, seed=321)
@@ -299,6 +306,7 @@ def test_load_weights_is_strict_and_names_the_keys(engine):
         assert torch.equal(v, before[k])
 
 
+@pytest.mark.slow
 def test_requests_past_the_context_are_clamped_with_one_note(tiny_model_dir, caplog):
     model, tok = load_model(tiny_model_dir)
     engine = LocalEngine(model, tok, max_context=32)
@@ -316,6 +324,7 @@ def test_requests_past_the_context_are_clamped_with_one_note(tiny_model_dir, cap
     assert LocalEngine(model, tok, sliding_window=WindowSpec(16)).max_context is None  # a window bounds memory, not length
 
 
+@pytest.mark.slow
 def test_greedy_matches_transformers_generate(engine, tiny_model_dir):
     transformers = pytest.importorskip("transformers")
     hf = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
@@ -328,6 +337,7 @@ def test_greedy_matches_transformers_generate(engine, tiny_model_dir):
         assert got == expected
 
 
+@pytest.mark.slow
 def test_continuous_batching_equals_one_at_a_time(tiny_model_dir):
     """Requests joining mid-flight, with different lengths and budgets, decode as if alone."""
     model, tok = load_model(tiny_model_dir)
@@ -347,6 +357,7 @@ def test_continuous_batching_equals_one_at_a_time(tiny_model_dir):
         torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(a.logprobs), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_chunked_prefill_bounds_tokens_per_step(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     prompt = "0123456789" * 6
@@ -393,6 +404,7 @@ def test_stop_strings_cut_text_and_end_generation(engine):
     assert t.token_ids == free.token_ids[: free.token_ids.index(x) + 1] and t.finish_reason is FinishReason.STOP
 
 
+@pytest.mark.slow
 def test_prefix_cache_hits_give_cold_prefill_results(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     system = "You are a careful assistant. Answer briefly. " * 2
@@ -425,6 +437,7 @@ def test_min_p_drops_unlikely_tokens():
     assert kept.tolist() == [[True, True, True, False]]
 
 
+@pytest.mark.slow
 def test_sliding_window_keeps_kv_bounded(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     spec = WindowSpec(window=16, sinks=4)
@@ -446,6 +459,7 @@ def test_bad_requests_are_clear_errors(engine):
         SamplingParams(stop=("",))
 
 
+@pytest.mark.slow
 def test_sliding_window_attends_to_sinks_and_the_last_window(tmp_path):
     """One layer: a token's K/V depend on it and its position only, so attending to just the kept
     tokens (first `sinks` + last `window`, original positions) is an exact reference."""

@@ -40,6 +40,7 @@ def local(tiny_model_dir):
     return LocalEngine(model, tok)
 
 
+@pytest.mark.slow
 def test_greedy_over_http_equals_the_local_engine(ours, local):
     server, tok = ours
     engine = OpenAIEngine(server.url + "/v1", MODEL, price=Price(1.0, 2.0))
@@ -59,6 +60,7 @@ def test_greedy_over_http_equals_the_local_engine(ours, local):
     assert len(engine.usage.latencies_s) == 3 and u["latency_p95_s"] >= u["latency_p50_s"] > 0
 
 
+@pytest.mark.slow
 def test_groups_token_prompts_and_chat_mode(ours, local):
     server, tok = ours
     engine = OpenAIEngine(server.url + "/v1", MODEL)
@@ -155,6 +157,7 @@ def _engine(url: str, **kwargs) -> OpenAIEngine:
     return OpenAIEngine(url, "fake", extras=False, backoff_s=0.01, max_backoff_s=0.05, **kwargs)
 
 
+@pytest.mark.slow
 def test_retries_through_429_500_and_a_timeout():
     with FakeServer(["429", "500", "slow"]) as fake:
         engine = _engine(fake.url, timeout_s=1.0, max_retries=3)
@@ -191,6 +194,7 @@ def test_connection_refused_is_retried_then_reported():
     assert info.value.status is None and engine.usage.retries == 2
 
 
+@pytest.mark.slow
 def test_concurrency_limit_holds():
     with FakeServer([], delay_s=0.3) as fake:
         engine = _engine(fake.url, max_concurrency=2)

@@ -67,6 +67,7 @@ def test_quantize_bounds_the_error_and_is_idempotent(precision):
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("precision", QUANTISED)
+@pytest.mark.slow
 def test_rounded_logits_stay_close_to_fp32(precision, seed):
     model = _model(seed=seed)
     ids = torch.randint(3, 90, (16, 24), generator=torch.Generator().manual_seed(seed))
@@ -94,6 +95,7 @@ def _prefilled(model, prompts):
     "heads,kv_heads,bias,hidden,inter,tied",
     [(4, 2, False, 128, None, True), (4, 1, True, 32, None, True), (2, 2, False, 64, None, False), (4, 2, True, 40, 37, True)],
 )  # head_dim 32 (the 32-wide output tiles), 8, 32 (an untied lm_head: the embedding stays fp32) and 10 with an odd MLP
+@pytest.mark.slow
 def test_the_kernel_on_quantised_panels_equals_the_pytorch_reference(precision, heads, kv_heads, bias, hidden, inter, tied):
     """Several tokens per ragged row, then one-token steps: logits and cached keys/values of the rounded copy's
     PyTorch forward, from int8 / bf16 panels dequantised in registers."""
@@ -125,6 +127,7 @@ def test_the_kernel_on_quantised_panels_equals_the_pytorch_reference(precision, 
 
 @pytest.mark.parametrize("precision", ["fp32", *QUANTISED])
 @pytest.mark.parametrize("spec", [False, True])
+@pytest.mark.slow
 def test_greedy_generation_is_identical_on_the_kernel_and_the_fallback(precision, spec):
     """The same precision on the C kernel, on the PyTorch step (dequantised weights) and on the model's forward."""
     assert KERNEL is not None, NO_KERNEL
@@ -144,6 +147,7 @@ def test_greedy_generation_is_identical_on_the_kernel_and_the_fallback(precision
         torch.testing.assert_close(torch.tensor(a[0].logprobs), torch.tensor(b[0].logprobs), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_only_fp32_samples_with_the_learner_module():
     model, tok = _model(), char_tokenizer()
     fp32 = LocalEngine(model, tok)
@@ -156,6 +160,7 @@ def test_only_fp32_samples_with_the_learner_module():
 
 
 @pytest.mark.parametrize("precision", QUANTISED)
+@pytest.mark.slow
 def test_the_rounded_copy_follows_in_place_updates_and_load_weights(precision):
     """An optimizer-style in-place update, then `load_weights` of a new state: the engine samples what a fresh
     engine over the updated model samples, on the kernel and the fallback path."""
@@ -202,6 +207,7 @@ def test_the_config_section_builds_the_precision():
     assert isinstance(engine, LocalEngine) and engine.precision == "int8" and not engine.samples_with_learner_module
 
 
+@pytest.mark.slow
 def test_serve_fast_is_int8_with_prompt_lookup(tmp_path):
     from typer.testing import CliRunner
 

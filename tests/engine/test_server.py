@@ -528,6 +528,7 @@ class GatedEngine(BrokenEngine):
         return super().generate(prompts, params)
 
 
+@pytest.mark.slow
 def test_a_request_whose_client_left_never_reaches_the_engine(tiny_model_dir):
     _, tok = load_model(tiny_model_dir)
     engine = GatedEngine(tok)

@@ -273,6 +273,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("extra, param", BAD)
+@pytest.mark.slow
 def test_malformed_tools_are_one_line_400s(extra, param):
     engine = MockEngine(["x"], tokenizer=char_tokenizer(), cycle=True)
     with served(engine) as server:
@@ -340,6 +341,7 @@ def test_a_reply_without_a_call_through_serve_is_a_format_error_and_the_episode_
     assert last.endswith(fmt.render_format_error(ep.turns[1].format_error))  # the client's error, as a text block
 
 
+@pytest.mark.slow
 def test_the_tiny_model_answers_parse_or_are_plain_text_never_a_500(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     tiny = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}

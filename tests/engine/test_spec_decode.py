@@ -78,6 +78,7 @@ def pair(tiny_model_dir):
     return target, tok
 
 
+@pytest.mark.slow
 def test_greedy_speculative_is_token_identical(pair):
     target, tok = pair
     prompts = ["abcabcabcabc", "12+34=46; 12+34=", "xyz"]
@@ -103,6 +104,7 @@ def _peaky_model(vocab: int, seed: int) -> CausalLM:
 
 
 @pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.slow
 def test_sampled_distribution_matches_plain_sampling(method):
     """Chi-square over the joint of three sampled tokens against the target's exact probabilities."""
     vocab = 6
@@ -132,6 +134,7 @@ def test_sampled_distribution_matches_plain_sampling(method):
     assert _chi2_pvalue(observed, expected) > 1e-3
 
 
+@pytest.mark.slow
 def test_small_lookup_verify_keeps_the_target_and_agrees_with_the_tensor_rule():
     """The plain-Python verify used at batch 1: the emitted token is distributed as p, and the
     acceptance rate equals the tensor path's p(draft)."""
@@ -168,6 +171,7 @@ def test_lookup_carries_its_alignment_over_a_substitution():
     assert lookup_propose(typo, 3, 4, 2, carry=len(typo)) == ([], -1)  # a source must lie in the history
 
 
+@pytest.mark.slow
 def test_speculative_engine_with_carry_matches_plain_sampling_in_distribution(pair):
     """The carried alignment only changes what is proposed: T=1 first-token frequencies equal plain decoding's."""
     target, tok = pair
@@ -242,6 +246,7 @@ def _spec_engine(target, tok, method: str, k: int, draft, **kw) -> LocalEngine:
 @pytest.mark.parametrize("layout", ["batch1", "batch4", "n3"])
 @pytest.mark.parametrize("k", [3, 8])
 @pytest.mark.parametrize("method", ["ngram", "draft", "draft_torch"])
+@pytest.mark.slow
 def test_greedy_speculative_output_equals_plain_decoding_over_32_tokens(greedy_models, method, k, layout, one_thread):
     target, draft, tok = greedy_models
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
@@ -315,6 +320,7 @@ def _sample_one_at_a_time(engine: LocalEngine, prompt: list[int], n: int, length
 
 
 @pytest.mark.parametrize("method", ["ngram", "draft", "draft_torch"])
+@pytest.mark.slow
 def test_batch1_speculated_tokens_follow_the_target_distribution(method, one_thread):
     """Tokens 1..8 of requests sampled one at a time (3 drafts per step, so two or more speculative steps each)
     against the exact conditionals."""
@@ -331,6 +337,7 @@ def test_batch1_speculated_tokens_follow_the_target_distribution(method, one_thr
     assert min(pvals) > 1e-4 / length, [f"{p:.1e}" for p in pvals]
 
 
+@pytest.mark.slow
 def test_benchmarked_speculative_path_matches_the_exact_distribution(one_thread):
     """benchmarks/engine.py's speculative workload on a tiny copier: prompt lookup with k=8, ngram 4..2, T=1, n=1
     requests one at a time through one engine; all 24 positions against the exact conditionals."""

@@ -84,6 +84,7 @@ def streamed(engine: LocalEngine, prompts, params) -> dict[tuple[int, int], tupl
 
 
 @pytest.mark.parametrize("name", sorted(TOKENIZERS))
+@pytest.mark.slow
 def test_streamed_text_equals_generated_text(name):
     tok = TOKENIZERS[name]()
     engine = engine_for(tok)
@@ -99,6 +100,7 @@ def test_streamed_text_equals_generated_text(name):
 
 
 @pytest.mark.parametrize("name", sorted(TOKENIZERS))
+@pytest.mark.slow
 def test_stop_strings_stream_exactly_the_cut_text(name):
     tok = TOKENIZERS[name]()
     engine = engine_for(tok, seed=1)

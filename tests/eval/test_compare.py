@@ -38,6 +38,7 @@ def _planted(tmp_path):
     return _write_eval(tmp_path / "A", a), _write_eval(tmp_path / "B", b), {f"T/{i}" for i in planted}
 
 
+@pytest.mark.slow
 def test_planted_regression_of_10_tasks_out_of_164_is_found(tmp_path):
     a, b, planted = _planted(tmp_path)
     c = compare(load_eval(a), load_eval(b))
@@ -51,6 +52,7 @@ def test_planted_regression_of_10_tasks_out_of_164_is_found(tmp_path):
     assert text.exit_code == 1 and "REGRESSION" in text.output and "accuracy vs cost" in text.output
 
 
+@pytest.mark.slow
 def test_identical_runs_report_no_regression(tmp_path):
     a, _, _ = _planted(tmp_path)
     c = compare(load_eval(a), load_eval(a))

@@ -141,6 +141,7 @@ def test_spec_validation_and_seeds():
     assert chunk_seed(0, 1) != chunk_seed(1, 0) and chunk_seed(3, 4) == chunk_seed(3, 4)
 
 
+@pytest.mark.slow
 def test_pass_at_k_over_samples_with_the_local_engine(tmp_path, tiny_model_dir):
     from posttrain.resolve import resolve_model
 

@@ -90,12 +90,14 @@ def _coverage(method, k: int, reps: int, tasks: int = 120, n: int = 10, a: float
 
 
 @pytest.mark.parametrize("k", [1, 5])
+@pytest.mark.slow
 def test_clustered_interval_covers_95_percent(k):
     # 164 tasks (HumanEval's size), 10 samples each; 10000 replications: the band is +-4.6 standard errors
     cover = _coverage(lambda v, r: task_mean_ci(v), k, reps=10000, tasks=164)
     assert 0.94 <= cover <= 0.96, cover
 
 
+@pytest.mark.slow
 def test_task_bootstrap_interval_covers_95_percent():
     cover = _coverage(lambda v, r: bootstrap_ci(v, reps=500, seed=r), 1, reps=2000, tasks=164)
     assert 0.94 <= cover <= 0.96, cover

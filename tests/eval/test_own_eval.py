@@ -64,6 +64,7 @@ def test_run_at_step_on_the_selection_half_reproduces_the_in_training_figure(tra
     assert mine == stored  # every greedy response, not just the rate
 
 
+@pytest.mark.slow
 def test_a_run_without_a_suite_is_graded_by_its_verifier_on_its_reporting_half(trained, tmp_path):
     cfg, tasks = trained
     parts = build(cfg, store=False)

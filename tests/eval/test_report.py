@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app
@@ -62,6 +63,7 @@ def _chromium(html_path):
     return proc.stdout, console
 
 
+@pytest.mark.slow
 def test_console_check_catches_a_broken_page(tmp_path):
     bad = tmp_path / "bad.html"
     bad.write_text("<html><body><script>notDefined();</script></body></html>")
@@ -69,6 +71,7 @@ def test_console_check_catches_a_broken_page(tmp_path):
     assert console and "notDefined" in console[0]
 
 
+@pytest.mark.slow
 def test_report_renders_in_chromium_with_the_expected_figures(tmp_path):
     a = _eval_dir(tmp_path / "base", [0.9] * 12 + [0.2] * 8)
     b = _eval_dir(tmp_path / "cand", [0.9] * 2 + [0.0] * 10 + [0.2] * 8)

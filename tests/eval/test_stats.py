@@ -14,6 +14,7 @@ from posttrain.eval.stats import (
 )
 
 
+@pytest.mark.slow
 def test_mcnemar_exact_agrees_with_scipy_binomtest():
     rng = np.random.default_rng(0)
     pairs = [(0, 0), (0, 5), (5, 5), (1, 9), (30, 12)] + [tuple(rng.integers(0, 60, 2)) for _ in range(300)]
@@ -23,6 +24,7 @@ def test_mcnemar_exact_agrees_with_scipy_binomtest():
 
 
 @pytest.mark.parametrize("alternative", ["two-sided", "less", "greater"])
+@pytest.mark.slow
 def test_fisher_exact_agrees_with_scipy(alternative):
     rng = np.random.default_rng(1)
     tables = [[[0, 0], [0, 0]], [[5, 0], [0, 5]], [[20, 0], [2, 18]], [[1, 1], [1, 1]], [[0, 10], [0, 3]]]
@@ -55,6 +57,7 @@ def test_paired_bootstrap_uses_the_pairing():
         paired_bootstrap_ci([1.0], [1.0, 2.0])
 
 
+@pytest.mark.slow
 def test_paired_bootstrap_covers_95_percent():
     rng = np.random.default_rng(4)
     reps, tasks, hits = 1500, 164, 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from posttrain.eval.training import new_failures, regression_flags, task_series
 from posttrain.store.run_store import RunStore
 
@@ -21,6 +23,7 @@ def test_series_and_flags(tmp_path):
         assert regression_flags(store) == []
 
 
+@pytest.mark.slow
 def test_trainer_evaluates_suites_every_k_steps(tiny_config, jsonl_suite):
     from posttrain.rl.trainer import Trainer
 
@@ -40,6 +43,7 @@ def test_trainer_evaluates_suites_every_k_steps(tiny_config, jsonl_suite):
         trainer.close()
 
 
+@pytest.mark.slow
 def test_eval_at_start_is_the_initial_model_and_can_be_turned_off(tiny_config):
     from posttrain.rl.trainer import Trainer
 

@@ -34,6 +34,7 @@ def test_chunked_logprobs_equal_unchunked_in_fp32_bit_for_bit(chunk):
 
 
 @pytest.mark.parametrize("chunk", [1, 7])
+@pytest.mark.slow
 def test_tiny_chunks_agree_to_rounding(chunk):
     # below ~64 rows the BLAS picks another GEMM kernel: the same sums, a different order (1 ulp)
     m, ids = _model(), _ids()
@@ -60,6 +61,7 @@ def test_chunked_gradients_match_unchunked():
         torch.testing.assert_close(pb.grad, pa.grad, atol=1e-6, rtol=1e-5, msg=name)
 
 
+@pytest.mark.slow
 def test_bf16_autocast_logprobs_within_tolerance_of_fp32():
     m, ids = _model(), _ids()
     with torch.no_grad():
@@ -73,6 +75,7 @@ def test_bf16_autocast_logprobs_within_tolerance_of_fp32():
     torch.testing.assert_close(got, whole, atol=1e-2, rtol=0)  # chunked vs unchunked, both bf16
 
 
+@pytest.mark.slow
 def test_activation_checkpointing_gives_the_same_gradients():
     ids = _ids()
     a, b = _model(), _model()

@@ -44,6 +44,7 @@ def test_only_adapters_are_trainable_and_start_as_the_base(tiny_model_dir):
     assert "model.layers.0.self_attn.q_proj.lora_A.weight" in names and len(names) == 2 * 7 * model.config.num_hidden_layers
 
 
+@pytest.mark.slow
 def test_peft_format_round_trip(tiny_model_dir, tmp_path):
     model, _ = load_model(tiny_model_dir)
     apply_lora(model, r=4, alpha=8, targets=["q_proj", "v_proj", "down_proj"])
@@ -62,6 +63,7 @@ def test_peft_format_round_trip(tiny_model_dir, tmp_path):
         torch.testing.assert_close(again(ids), want, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_merged_weights_are_the_adapted_model(tiny_model_dir, tmp_path):
     from posttrain.models import save_model
 
@@ -93,6 +95,7 @@ def test_learner_moves_only_adapter_weights(tiny_model_dir):
     assert any(".lora_B." in n for n in moved)
 
 
+@pytest.mark.slow
 def test_local_engine_samples_with_the_adapters(tiny_model_dir):
     from posttrain.engine.build import build_engine
     from posttrain.types import SamplingParams
@@ -129,6 +132,7 @@ def test_adapter_weights_from_a_full_state_dict_match_peft(tiny_model_dir):
     assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
 
 
+@pytest.mark.slow
 def test_merged_weights_load_back_into_a_lora_model(tiny_model_dir):
     from posttrain.models.lora import load_merged
 

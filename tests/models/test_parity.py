@@ -60,6 +60,7 @@ def pair(request, tmp_path):
     return hf, native
 
 
+@pytest.mark.slow
 def test_logits_match_transformers(pair):
     hf, native = pair
     ids = torch.randint(0, hf.config.vocab_size, (3, 17), generator=torch.Generator().manual_seed(1))
@@ -69,6 +70,7 @@ def test_logits_match_transformers(pair):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_cached_decoding_matches_full_forward(pair):
     hf, native = pair
     ids = torch.randint(0, hf.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(2))
@@ -79,6 +81,7 @@ def test_cached_decoding_matches_full_forward(pair):
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_left_padded_batch_matches_unpadded_rows(pair):
     _, native = pair
     short, long = [5, 6, 7], [8, 9, 10, 11, 12]
@@ -91,6 +94,7 @@ def test_left_padded_batch_matches_unpadded_rows(pair):
     torch.testing.assert_close(batched[0, 2:], alone[0], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_save_roundtrip_loads_in_transformers(tmp_path, pair):
     _, native = pair
     tok = char_tokenizer()
@@ -101,6 +105,7 @@ def test_save_roundtrip_loads_in_transformers(tmp_path, pair):
         torch.testing.assert_close(native(ids), again(ids).logits, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_sequence_logprobs_match_transformers(pair):
     hf, native = pair
     ids = torch.randint(0, hf.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(3))

@@ -69,6 +69,7 @@ def test_the_common_prefix_reaches_into_identical_sampled_tokens():
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen3"])
 @pytest.mark.parametrize("chunk", [5, 256])
+@pytest.mark.slow
 def test_shared_prefix_logprobs_and_gradients_equal_the_padded_rows(model_type, chunk):
     m = _model(model_type)
     ids, lengths, groups, mask = _groups()

@@ -28,6 +28,7 @@ def _task(answer):
         ("3", r"\boxed{x = 3}"),
     ],
 )
+@pytest.mark.slow
 def test_equivalent_answers_pass(gold, response):
     v = safe_verify(MathEquivalence(), _task(gold), response)
     assert v.ok and v.passed and v.score == 1.0, v.details
@@ -62,6 +63,7 @@ def test_overlong_extracted_answer_is_refused():
     assert not v.passed and "cap" in v.details
 
 
+@pytest.mark.slow
 def test_exponent_tower_is_bounded_on_the_main_thread():
     v = safe_verify(MathEquivalence(timeout_s=1), _task("5"), r"\boxed{9^{9^{9^{9}}}}")
     assert v.ok and not v.passed

@@ -81,6 +81,7 @@ def helper():
 """
 
 
+@pytest.mark.slow
 def test_pytest_style_functions_parametrize_and_raises():
     task = Task("t", "p", meta={"tests": PYTEST_TESTS})
     good = "def div(a, b):\n    return a / b\n\ndef pair(a, b):\n    return (a, b)\n"

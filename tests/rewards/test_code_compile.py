@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from posttrain.rewards import make_verifier, safe_verify, score_sync
 from posttrain.rewards.code import CCompiles, CompileError, PythonCompiles, compile_errors, parse_gcc_diagnostics
 from posttrain.types import Task, VerdictStatus
@@ -42,6 +44,7 @@ def test_python_compile_batch_keeps_order():
     assert [v.score for v in verdicts] == [1.0, 0.0, 1.0, 0.0, 1.0] * 20
 
 
+@pytest.mark.slow
 def test_c_compiles_valid_program():
     v = safe_verify(CCompiles(), T, "```c\n#include <stdio.h>\nint main(void) { printf(\"hi\\n\"); return 0; }\n```")
     assert (v.status, v.score, v.passed) == (VerdictStatus.OK, 1.0, True)
@@ -72,6 +75,7 @@ def test_c_link_errors_only_when_linking():
     assert v.score == 0.0 and any("undefined reference" in e.message for e in compile_errors(v))
 
 
+@pytest.mark.slow
 def test_c_include_of_an_endless_device_times_out_as_a_failure():
     v = safe_verify(CCompiles(timeout_s=2.0), T, "#include </dev/zero>\nint main(void) { return 0; }\n")
     assert v.ok and v.score == 0.0

@@ -39,6 +39,7 @@ def test_control_correct_solution_passes_every_style(style):
 
 @pytest.mark.parametrize("style", sorted(STYLES))
 @pytest.mark.parametrize("exit_call", ["import sys; sys.exit(0)", "import os; os._exit(0)", "raise SystemExit(0)"])
+@pytest.mark.slow
 def test_exit_before_the_asserts_gets_no_credit(style, exit_call):
     assert_no_credit(judge(f"{WRONG}{exit_call}\n", style))
     # ... and exiting from inside the function, when the tests call it
@@ -46,6 +47,7 @@ def test_exit_before_the_asserts_gets_no_credit(style, exit_call):
 
 
 @pytest.mark.parametrize("style", sorted(STYLES))
+@pytest.mark.slow
 def test_monkeypatching_builtins_gets_no_credit(style):
     hack = WRONG + """
 import builtins
@@ -60,6 +62,7 @@ builtins.len = lambda x: 0
     assert_no_credit(judge(hack, style))
 
 
+@pytest.mark.slow
 def test_monkeypatching_pytest_gets_no_credit():
     hack = WRONG + """
 import pytest, _pytest.python_api, _pytest.outcomes
@@ -111,6 +114,7 @@ for d in ("/work", "/tmp", "/work/main/src"):
 
 
 @pytest.mark.parametrize("style", sorted(STYLES))
+@pytest.mark.slow
 def test_printing_a_fake_pass_gets_no_credit(style):
     hack = WRONG + """
 import os, sys, json
@@ -146,6 +150,7 @@ def test_killing_the_parent_gets_no_credit(kill):
     assert_no_credit(judge(hack, "asserts", verifier))
 
 
+@pytest.mark.slow
 def test_infinite_loop_is_a_failed_test_not_an_error():
     v = judge("def sq(x):\n    while True:\n        pass\n")
     assert_no_credit(v)
@@ -154,6 +159,7 @@ def test_infinite_loop_is_a_failed_test_not_an_error():
     assert_no_credit(judge("while True:\n    pass\n"))
 
 
+@pytest.mark.slow
 def test_a_timeout_restarts_the_solution_for_the_next_test():
     tests = "assert candidate(1) == 1\nassert candidate(0) == 0\nassert candidate(2) == 4\n"
     task = Task("t", "p", meta={"tests": tests, "entry_point": "sq"})
@@ -161,6 +167,7 @@ def test_a_timeout_restarts_the_solution_for_the_next_test():
     assert v.ok and v.score == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow
 def test_huge_output_gets_no_credit_and_does_not_break_a_correct_solution():
     flood = "import sys\nfor _ in range({}):\n    sys.stdout.write('x' * (1 << 20))\n    sys.stderr.write('y' * (1 << 20))\n"
     assert_no_credit(judge(flood.format(200) + WRONG))
@@ -200,10 +207,13 @@ def found():
         if isinstance(o, dict) and len(o) < 64:
             strings(o, 2)
     for d in ("/work", "/tmp", "/dev/shm"):
-        for root, _, files in os.walk(d):
+        for root, dirs, files in os.walk(d):
+            # a runtime bound read-only here (a venv under /tmp) holds nothing of this run, and reading its
+            # gigabytes whole would only hit the memory cap or the time limit before the scan ends
+            dirs[:] = [x for x in dirs if not os.statvfs(os.path.join(root, x)).f_flag & os.ST_RDONLY]
             for f in files:
                 try:
-                    texts.append(open(os.path.join(root, f), errors="replace").read())
+                    texts.append(open(os.path.join(root, f), errors="replace").read(1 << 20))
                 except OSError:
                     pass
     try:
@@ -270,6 +280,7 @@ def test_shadowing_builtins_the_tests_use_gets_no_credit(style):
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGUSR1", "SIGALRM", "SIGQUIT"])
+@pytest.mark.slow
 def test_signalling_the_harness_gets_no_credit_and_no_error(sig):
     hack = ("import os, signal\n"
             "def sq(x):\n"

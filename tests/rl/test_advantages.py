@@ -81,6 +81,7 @@ def test_grpo_batch_centres_per_group_and_scales_by_the_batch_std():
     assert adv[0, 0].item() == pytest.approx(0.5 / valid.std().item(), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_std_floor_keeps_small_shaping_differences_small_and_leaves_outcome_groups_as_grpo():
     # one group told apart only by a process score (std 0.044), one whose outcome varies (std 0.52)
     r = torch.tensor([[0.25, 0.25, 0.25, 0.125], [1.0, 0.0, 1.0, 0.0]])

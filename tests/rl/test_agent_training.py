@@ -27,6 +27,7 @@ def agent_config(tmp_path):
     ])
 
 
+@pytest.mark.slow
 def test_five_multi_turn_steps_store_episodes_and_turn_metrics(agent_config):
     trainer = Trainer(agent_config)
     result = trainer.run()
@@ -64,6 +65,7 @@ def _agent_run(cfg, name, **rollout):
         return store.steps(), [(s, row.task_id, row.status, row.reward) for s, row in store.episodes()]
 
 
+@pytest.mark.slow
 def test_async_agent_training_at_staleness_zero_is_the_synchronous_run(agent_config):
     sync_steps, sync_episodes = _agent_run(agent_config, "sync")
     async_steps, async_episodes = _agent_run(agent_config, "async", mode="async", max_staleness=0,
@@ -74,6 +76,7 @@ def test_async_agent_training_at_staleness_zero_is_the_synchronous_run(agent_con
         assert m2["agent/turns_per_episode"] == m1["agent/turns_per_episode"] and "staleness_max" in m2
 
 
+@pytest.mark.slow
 def test_async_agent_training_in_producer_processes_stores_their_episodes(agent_config, tmp_path):
     steps, episodes = _agent_run(agent_config, "proc", mode="async", max_staleness=1, producer_kind="process")
     assert [s for s, _ in steps] == [1, 2, 3, 4, 5]

@@ -45,6 +45,7 @@ def _steps(cfg):
         return store.steps(), store.count("samples")
 
 
+@pytest.mark.slow
 def test_async_with_staleness_zero_is_the_synchronous_run(cfg):
     sync, sync_cfg = _train(cfg, "sync")
     asyn, async_cfg = _train(cfg, "async", mode="async", max_staleness=0, producer_kind="thread")
@@ -66,6 +67,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_async_with_staleness_zero_in_producer_processes_is_the_synchronous_run(cfg, one_thread):
     sync, _ = _train(cfg, "sync")
     asyn, async_cfg = _train(cfg, "async", mode="async", max_staleness=0, producer_kind="process")
@@ -272,6 +274,7 @@ def test_sandbox_failures_in_a_producers_process_reach_the_loop_and_never_cost_i
     assert "pipe closed" in producer.sandbox_failures[1].message
 
 
+@pytest.mark.slow
 def test_a_killed_producer_process_has_its_request_requeued_and_the_run_continues(cfg, one_thread):
     cfg = _with(cfg.model_copy(update={"name": "fault"}), train={"steps": 4},
                 rollout={"mode": "async", "max_staleness": 1, "producer_kind": "process"})
@@ -302,6 +305,7 @@ def test_a_killed_producer_process_has_its_request_requeued_and_the_run_continue
     assert ledger["lost"] == 0 and ledger["taken_twice"] == 0 and ledger["taken"] > 0
 
 
+@pytest.mark.slow
 def test_async_resume_at_staleness_zero_is_the_uninterrupted_run(cfg):
     base = _with(cfg, train={"steps": 6, "checkpoint_every": 3},
                  rollout={"mode": "async", "max_staleness": 0, "producer_kind": "thread"})
@@ -322,6 +326,7 @@ def test_async_resume_at_staleness_zero_is_the_uninterrupted_run(cfg):
         assert store.info()["resume_dropped_groups"] == 0
 
 
+@pytest.mark.slow
 def test_async_resume_drops_and_counts_the_pending_look_ahead(cfg):
     base = _with(cfg.model_copy(update={"name": "ahead"}), train={"steps": 4, "checkpoint_every": 2},
                  rollout={"mode": "async", "max_staleness": 1, "producer_kind": "thread"})
@@ -387,6 +392,7 @@ def test_update_mode_samples_each_turn_with_the_newest_weights_and_keeps_its_ver
 
 
 @pytest.mark.parametrize("policy", ["update", "requeue"])
+@pytest.mark.slow
 def test_in_flight_policies_keep_the_bound(cfg, policy):
     cfg = _with(cfg, train={"steps": 4})
     trainer, run_cfg = _train(cfg, policy, mode="async", max_staleness=1, producer_kind="thread", on_new_weights=policy)
@@ -409,6 +415,7 @@ Trainer(cfg).run()
 """
 
 
+@pytest.mark.slow
 def test_sigkilled_async_run_resumes_to_the_uninterrupted_run(cfg, tmp_path):
     import os
     import signal
@@ -445,6 +452,7 @@ def test_sigkilled_async_run_resumes_to_the_uninterrupted_run(cfg, tmp_path):
         assert store.info()["resume_dropped_groups"] == 0  # nothing is pending between steps at staleness 0
 
 
+@pytest.mark.slow
 def test_cli_train_with_set_rollout_mode_async(tiny_model_dir, tmp_path):
     from typer.testing import CliRunner
 

@@ -39,6 +39,7 @@ def test_domains_and_tasks_sugar_exclude_each_other():
         load_config(None, ["domains=[{source='arith:add'}, {source='arith:add'}]"])
 
 
+@pytest.mark.slow
 def test_two_domains_train_in_one_run(tiny_config):
     cfg = load_config(None, [
         f"model.path='{tiny_config.model.path}'", f"run_dir='{tiny_config.run_dir}'", "name='mix'",

@@ -47,6 +47,7 @@ def _expected(cfg, task):
     return convo if convo[0]["role"] == "system" else [{"role": "system", "content": cfg.model.system_prompt}, *convo]
 
 
+@pytest.mark.slow
 def test_training_evaluation_and_server_prompts_are_apply_chat_template(trained):
     from posttrain.engine.serve.openai_protocol import ChatCompletionRequest
     from posttrain.engine.serve.openai_service import ServeConfig, Service

@@ -36,6 +36,7 @@ def test_pack_groups_masks_completions_and_errored_samples(tiny_model_dir):
 
 
 @pytest.mark.parametrize("kw", [{}, {"kl_beta": 0.1}, {"epochs": 2, "minibatches": 2}, {"loss_agg": "seq_mean_token_sum_norm"}])
+@pytest.mark.slow
 def test_update_moves_toward_rewarded_completion(tiny_model_dir, kw):
     model, tok = load_model(tiny_model_dir)
     learner = Learner(model, RLConfig(lr=1e-2, **kw), max_tokens=4)
@@ -63,6 +64,7 @@ def test_update_moves_toward_rewarded_completion(tiny_model_dir, kw):
     assert learner.updates == 5 * kw.get("epochs", 1) * kw.get("minibatches", 1)
 
 
+@pytest.mark.slow
 def test_optimizer_state_roundtrip(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     a = Learner(model, RLConfig(), max_tokens=4)
@@ -83,6 +85,7 @@ def _batch_of_eight(tok):
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+@pytest.mark.slow
 def test_one_minibatch_of_eight_equals_eight_micro_batches_of_one(tiny_model_dir, loss_agg):
     """Gradient accumulation is an invariance: the same update, within float tolerance."""
     updated = []
@@ -134,6 +137,7 @@ def test_lr_schedules_warm_up_then_decay_to_the_floor():
 
 
 @pytest.mark.parametrize("kw", [{}, {"kl_beta": 0.05, "micro_batches": 2}, {"epochs": 2, "minibatches": 2}])
+@pytest.mark.slow
 def test_sharing_each_groups_prompt_is_the_same_update(tiny_model_dir, kw):
     """rl.share_prefix runs each group's prompt once for its completions: the same gradient and metrics as
     every row run whole, within float tolerance (compared as above: Adam's first moment, not its step)."""

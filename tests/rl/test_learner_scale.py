@@ -40,6 +40,7 @@ def test_pack_rows_keeps_every_target_once(tiny_model_dir):
 
 
 @pytest.mark.parametrize("kw", [{}, {"kl_beta": 0.1, "epochs": 2}])
+@pytest.mark.slow
 def test_packing_and_padding_give_the_same_update(tiny_model_dir, kw):
     results = []
     for packing in (False, True):
@@ -70,6 +71,7 @@ def test_chunked_learner_equals_one_chunk(tiny_model_dir):
         torch.testing.assert_close(b, a, atol=1e-7, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_bf16_and_checkpointed_learner_train_close_to_fp32(tiny_model_dir):
     base_model, tok = load_model(tiny_model_dir)
     ref = Learner(base_model, RLConfig(lr=1e-2), max_tokens=5).update(_batch(tok))

@@ -70,6 +70,7 @@ def test_rubric_errors_are_excluded_from_advantages():
     assert all(v.score == 0.0 and "checker back end unavailable" in v.details for v in errored)
 
 
+@pytest.mark.slow
 def test_training_with_a_rubric_from_config_records_latency_and_errors(tiny_config):
     cfg = _with(tiny_config, "reward", verifier=RUBRIC)
     cfg = _with(cfg, "train", steps=1, max_fill_rounds=1)

@@ -23,6 +23,7 @@ def cfg(tiny_config):
     return _with(tiny_config, reward={"verifier": "numeric", "tolerance": 4.0})
 
 
+@pytest.mark.slow
 def test_five_step_smoke_run_records_everything(cfg):
     cfg = _with(cfg, tensorboard=True)
     trainer = Trainer(cfg)
@@ -43,6 +44,7 @@ def test_five_step_smoke_run_records_everything(cfg):
     assert list((cfg.path / "tensorboard").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow
 def test_policy_actually_changes(cfg):
     trainer = Trainer(cfg)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
@@ -51,6 +53,7 @@ def test_policy_actually_changes(cfg):
     assert any(not torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
 
 
+@pytest.mark.slow
 def test_resume_reaches_the_same_state_as_an_uninterrupted_run(cfg, tmp_path):
     base = _with(cfg, train={"steps": 6, "checkpoint_every": 3})
     full_cfg = base.model_copy(update={"name": "full"})
@@ -91,6 +94,7 @@ def test_resume_without_checkpoint_is_a_clear_error(cfg):
         Trainer(cfg, resume=True)
 
 
+@pytest.mark.slow
 def test_raising_verifier_is_counted_and_stored_not_fatal(cfg):
     class Flaky(SyncVerifier):
         name = "flaky"

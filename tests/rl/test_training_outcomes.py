@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from posttrain.config import load_config
@@ -35,6 +36,7 @@ def _cfg(tiny_model_dir, tmp_path, name, *extra):
     ])
 
 
+@pytest.mark.slow
 def test_training_raises_reward_and_held_out_accuracy(tiny_model_dir, tmp_path):
     cfg = _cfg(tiny_model_dir, tmp_path, "rise", "train.steps=30", "train.eval_every=30", "rl.lr=1e-2")
     trainer = Trainer(cfg)
@@ -49,6 +51,7 @@ def test_training_raises_reward_and_held_out_accuracy(tiny_model_dir, tmp_path):
     assert after > before + 0.5, (before, after)
 
 
+@pytest.mark.slow
 def test_training_learns_an_answer_that_depends_on_the_prompt(tiny_model_dir, tmp_path):
     """The answer is "7" for an odd number and "3" for an even one: a model that ignores its prompt scores
     at most one class, so both classes' held-out greedy accuracy must rise (the sevens task cannot show this)."""
@@ -71,6 +74,7 @@ def test_training_learns_an_answer_that_depends_on_the_prompt(tiny_model_dir, tm
     assert min(acc.values()) > 0.7, acc  # both classes: the prompt decides the answer
 
 
+@pytest.mark.slow
 def test_two_family_run_raises_held_out_accuracy_of_both(tiny_model_dir, tmp_path):
     """Two domains in one run (each its own JSONL family, one right answer per family): every family's
     held-out greedy accuracy must rise by a margin, not only the mixture's mean."""
@@ -113,6 +117,7 @@ def _write_toml(cfg, path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_mid_run_gives_identical_metrics(tiny_model_dir, tmp_path):
     extra = ("train.steps=8", "train.checkpoint_every=3", "train.eval_every=4", "rl.lr=1e-2", "rl.kl_beta=0.05")
     full = _cfg(tiny_model_dir, tmp_path, "full", *extra)
@@ -158,6 +163,7 @@ def test_resume_after_sigkill_mid_run_gives_identical_metrics(tiny_model_dir, tm
         assert torch.equal(x, y), k
 
 
+@pytest.mark.slow
 def test_resume_with_kl_keeps_the_initial_reference(tiny_model_dir, tmp_path):
     extra = ("train.steps=6", "train.checkpoint_every=3", "train.eval_every=0", "rl.lr=1e-2", "rl.kl_beta=0.1")
     full = _cfg(tiny_model_dir, tmp_path, "kl_full", *extra)

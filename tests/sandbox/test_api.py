@@ -90,6 +90,7 @@ def test_bash_and_c_run(sandbox):
     assert c.status is ExecStatus.OK and c.stdout == "42\n", c.stderr
 
 
+@pytest.mark.slow
 def test_pytest_style_tests_run_inside(sandbox):
     files = {"sol.py": "def add(a, b):\n    return a + b\n",
              "test_sol.py": "from sol import add\ndef test_add():\n    assert add(2, 3) == 5\n"}
@@ -239,6 +240,7 @@ def test_cli_mounts_as_a_sub_command():
     assert res.exit_code == 0 and json.loads(res.stdout)["stdout"] == "mounted\n", res.output
 
 
+@pytest.mark.slow
 def test_cli_reports_timeouts_as_json(tmp_path):
     res = CliRunner().invoke(app, ["run", "--timeout", "1", "--", "sleep", "30"])
     assert res.exit_code == 0 and json.loads(res.stdout)["status"] == "timeout"

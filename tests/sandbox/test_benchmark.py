@@ -15,6 +15,7 @@ KEYS = {"latency_ratio", "throughput_per_s", "throughput_per_s_c2", "throughput_
         "warm_fork_ms", "latency_ratio_default_interpreter", "load_avg_start", "load_avg_end"}
 
 
+@pytest.mark.slow
 def test_sandbox_benchmark_reports_every_figure():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sandbox.py"), "--rounds", "1", "--samples", "2",
@@ -31,6 +32,7 @@ FORK_KEYS = {"fork_setup_ms", "fresh_setup_ms", "fork_setup_ratio", "fork_setup_
              "first_exec_fork_ms", "first_exec_fresh_ms"}
 
 
+@pytest.mark.slow
 def test_session_fork_benchmark_reports_every_figure():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "session_fork.py"), "--n", "2", "--rounds", "2"],

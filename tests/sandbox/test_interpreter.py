@@ -87,6 +87,7 @@ print(json.dumps({"runs": [[r.status.value, r.stdout, r.stderr] for r in runs], 
 """
 
 
+@pytest.mark.slow
 def test_a_venv_under_tmp_keeps_its_interpreter_and_packages_inside_the_sandbox(tmp_path):
     """A virtual environment in /tmp (with the system's packages too): every way of running Python
     in the sandbox (a command, ``code=``, the pre-forked interpreter, the code verifier's solution

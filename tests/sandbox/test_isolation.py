@@ -120,6 +120,7 @@ def test_capabilities_are_empty_and_no_new_privs_is_set(sandbox):
     assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
 
 
+@pytest.mark.slow
 def test_tasks_run_as_nobody_on_the_host(sandbox):
     import asyncio
 
@@ -174,6 +175,7 @@ def test_ptrace_is_refused(sandbox):
 
 @pytest.mark.parametrize("name,nr", [("keyctl", 250), ("bpf", 321), ("perf_event_open", 298),
                                      ("userfaultfd", 323), ("io_uring_setup", 425), ("setns", 308)])
+@pytest.mark.slow
 def test_dangerous_syscalls_return_eperm(sandbox, name, nr):
     r = sandbox.run(code=f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                          f"print(libc.syscall({nr}, 0, 0, 0, 0, 0), ctypes.get_errno())")
@@ -224,6 +226,7 @@ def _status(pid: int, key: str) -> list[str]:
         return next(line.split()[1:] for line in f if line.startswith(key + ":"))
 
 
+@pytest.mark.slow
 def test_inits_run_no_code_and_tasks_hold_no_descriptor_of_concurrent_executions(sandbox):
     """Each execution's init (pid 1 of its namespace) shares the fork-server's memory and
     descriptor table, so it must never run anything: it sleeps in pause(), has a handler for
@@ -298,6 +301,7 @@ CONNECT = ("import socket, sys\nfam = socket.AF_INET6 if ':' in sys.argv[1] else
 
 
 @pytest.mark.parametrize("host,family", [("127.0.0.1", socket.AF_INET), ("::1", socket.AF_INET6)])
+@pytest.mark.slow
 def test_no_tcp_to_host_loopback(sandbox, host, family):
     srv = free_port(family, host=host)
     srv.listen()
@@ -313,6 +317,7 @@ def test_no_tcp_to_host_loopback(sandbox, host, family):
     assert control.stdout == "connected\n" and hits == ["tcp"]
 
 
+@pytest.mark.slow
 def test_no_udp_to_host_loopback(sandbox):
     srv = free_port(socket.AF_INET, socket.SOCK_DGRAM)
     hits: list = []

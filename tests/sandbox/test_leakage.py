@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from posttrain.sandbox import ExecStatus
 
 PLANT = ("import os\nopen('/work/secret', 'w').write('s'); open('/tmp/secret', 'w').write('s')\n"
@@ -22,6 +24,7 @@ def test_files_tmp_and_shm_do_not_leak_to_the_next_run(sandbox):
     assert (probe.status, probe.stdout) == (ExecStatus.OK, "[]\n"), probe
 
 
+@pytest.mark.slow
 def test_reused_cgroups_carry_no_memory_cpu_or_oom_of_the_previous_run(sandbox):
     """Consecutive executions reuse warm cgroups (reset, not rebuilt): the next one must see
     none of the previous run's memory peak, CPU time or OOM kill, nor its processes."""
@@ -37,6 +40,7 @@ def test_reused_cgroups_carry_no_memory_cpu_or_oom_of_the_previous_run(sandbox):
             assert r.peak_memory_bytes < (32 << 20) and r.cpu_s < 0.2, r
 
 
+@pytest.mark.slow
 def test_files_tmp_and_shm_do_not_leak_between_concurrent_runs(sandbox):
     hold = PLANT + "\nimport time; time.sleep(1.5)"
 
@@ -51,6 +55,7 @@ def test_files_tmp_and_shm_do_not_leak_between_concurrent_runs(sandbox):
     assert (probe.status, probe.stdout) == (ExecStatus.OK, "[]\n"), probe
 
 
+@pytest.mark.slow
 def test_same_port_is_free_in_concurrent_runs(sandbox):
     code = ("import socket, time\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)\n"
             "s.bind(('127.0.0.1', 8000)); s.listen(); print('bound'); time.sleep(1)")

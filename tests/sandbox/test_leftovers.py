@@ -10,6 +10,7 @@ import sys
 import tempfile
 import textwrap
 
+import pytest
 from _sandbox_testlib import sandbox_uid_processes, wait_until
 
 from posttrain.sandbox import ExecStatus, Limits, Sandbox, SandboxPool, cgroups
@@ -71,6 +72,7 @@ ATTACKS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_thousand_executions_leak_no_processes_mounts_cgroups_fds_or_temp_dirs(tmp_path, monkeypatch):
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()
@@ -118,6 +120,7 @@ MANAGER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_sigkilled_manager_leaves_nothing_after_the_next_start():
     mgr = subprocess.Popen([sys.executable, "-c", MANAGER], stdout=subprocess.PIPE, text=True)
     tag = mgr.stdout.readline().strip()

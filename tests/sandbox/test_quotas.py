@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from _sandbox_testlib import FAST, host_processes_with, wait_until
 
 from posttrain.sandbox import ExecStatus, Limits
 
 
+@pytest.mark.slow
 def test_fork_bomb_is_capped_by_pids_cgroup_and_torn_down(sandbox):
     t = time.monotonic()
     r = sandbox.run("f(){ f | f & }; f; sleep 1; exit 0",
@@ -34,6 +36,7 @@ def test_memory_hog_in_parent_is_oom_killed(sandbox):
     assert r.peak_memory_bytes is not None and r.peak_memory_bytes <= (FAST.memory_mb << 20) + (1 << 20)
 
 
+@pytest.mark.slow
 def test_memory_hog_in_child_is_oom_killed(sandbox):
     code = ("import subprocess, sys\n"
             "r = subprocess.run([sys.executable, '-c', 'x = bytearray(512 << 20)'])\nprint(r.returncode)")
@@ -42,12 +45,14 @@ def test_memory_hog_in_child_is_oom_killed(sandbox):
     assert r.stdout.strip() == "-9"
 
 
+@pytest.mark.slow
 def test_cpu_spin_hits_cpu_limit(sandbox):
     r = sandbox.run(code="while True: pass", limits=Limits(wall_s=8, cpu_s=1))
     assert r.status is ExecStatus.CPU_LIMIT
     assert r.wall_s < 6
 
 
+@pytest.mark.slow
 def test_sleeping_forever_hits_wall_timeout(sandbox):
     r = sandbox.run(code="import time; time.sleep(1000)", limits=Limits(wall_s=1))
     assert r.status is ExecStatus.TIMEOUT

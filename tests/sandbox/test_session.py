@@ -48,6 +48,7 @@ def test_read_and_write_file_round_trip_binary(sandbox):
             s.read_file("missing")
 
 
+@pytest.mark.slow
 def test_snapshot_and_rollback_restore_the_exact_tree(sandbox):
     with sandbox.session(files={"a.txt": "a", "keep/b.txt": "b", "gone.txt": "g"}) as s:
         s.exec("chmod 600 a.txt && ln -s a.txt link && mkdir -p d/e && echo deep > d/e/f")
@@ -60,6 +61,7 @@ def test_snapshot_and_rollback_restore_the_exact_tree(sandbox):
         assert tree(s) == before
 
 
+@pytest.mark.slow
 def test_deep_snapshot_chains_roll_back_to_any_layer(sandbox):
     with sandbox.session() as s:
         hashes, snaps = [], []

@@ -84,6 +84,7 @@ def test_a_fork_snapshots_and_rolls_back_but_never_below_its_fork_point(sandbox)
         assert ls(parent) == ["base.txt"]
 
 
+@pytest.mark.slow
 def test_closing_the_parent_first_keeps_its_forks_working(sandbox):
     parent = sandbox.session(files={"a.txt": "a"})
     children = [parent.fork() for _ in range(3)]
@@ -138,6 +139,7 @@ def test_rolling_the_parent_back_below_a_fork_keeps_the_layers_the_fork_reads(sa
         assert ls(parent) == ["a.txt", "two.txt"]
 
 
+@pytest.mark.slow
 def test_sixteen_forks_of_one_parent_run_in_parallel_each_with_its_own_files(sandbox):
     with sandbox.session(files={f"src/m{i}.py": f"X = {i}\n" for i in range(20)}) as parent:
         children = [parent.fork() for _ in range(16)]
@@ -180,6 +182,7 @@ def test_forking_a_closed_session_is_a_clear_error(sandbox):
     assert "closed" in reply["error"]
 
 
+@pytest.mark.slow
 def test_a_chain_too_deep_for_one_overlay_mount_is_refused_before_any_exec_breaks(sandbox):
     with sandbox.session() as s:
         with pytest.raises(SandboxError, match="more than one overlay mount can take"):

@@ -1,3 +1,5 @@
+import pytest
+
 from posttrain.scheduler import PassRateCurriculum
 from posttrain.tasks import ListSource
 from posttrain.types import Completion, FinishReason, Group, Task, Trajectory, Verdict
@@ -53,6 +55,7 @@ def test_uniform_curriculum_draws_what_pass_rate_draws_before_skipping_and_never
     assert [t.id for t in cur.sample(10)] == [t.id for t in other.sample(10)]
 
 
+@pytest.mark.slow
 def test_train_curriculum_setting_picks_the_curriculum():
     from posttrain.config import load_config
     from posttrain.rl.build import build_curriculum, build_domains

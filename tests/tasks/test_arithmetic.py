@@ -86,6 +86,7 @@ def test_worked_solution_matches_the_paper_method():
         _check_worked(worked_solution(a, b), a, b)
 
 
+@pytest.mark.slow
 def test_worked_tasks_keep_the_product_as_answer_and_the_split():
     plain = ArithmeticSource(family="mul", digits=2, held_out_fraction=0.15)
     worked = ArithmeticSource(family="mul", digits=2, held_out_fraction=0.15, worked=True)

@@ -42,6 +42,7 @@ def test_tasks_carry_their_tests_and_verifier():
 @pytest.mark.parametrize("source", [
     CodeSource("ops"), CodeSource("ops", digits=2, max_ops=5, operators="+-*/%"), CodeSource("linear", digits=2),
 ])
+@pytest.mark.slow
 def test_gold_programs_pass_in_the_sandbox(source):
     suite = load_domain(f"code:{source.family}", limit=60, digits=source.digits,
                        **({"max_ops": source.max_ops, "operators": source.operators} if source.family == "ops" else {})).suite()
@@ -119,6 +120,7 @@ def test_dedup_judges_each_distinct_response_once():
     assert make_verifier({"type": "dedup", "inner": "python_tests"}).inner.name == "python_tests"
 
 
+@pytest.mark.slow
 def test_code_base_keys_leave_the_arithmetic_key_alone(tmp_path):
     from posttrain.builtin import base_key, base_task_source, ensure_base
     from posttrain.config import BaseModelConfig
@@ -134,6 +136,7 @@ def test_code_base_keys_leave_the_arithmetic_key_alone(tmp_path):
     assert 0.0 <= build.accuracy <= 1.0
 
 
+@pytest.mark.slow
 def test_training_on_code_tasks_smoke(tiny_config):
     from posttrain.rl.trainer import Trainer
 

@@ -49,6 +49,7 @@ def _responses(tasks, rng):
 
 
 @pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.slow
 def test_training_reward_and_eval_verdicts_are_identical(spec, tmp_path):
     domain = load_domain(spec, limit=8)
     suite = domain.suite()
@@ -115,6 +116,7 @@ def test_every_built_in_plugin_name_maps_to_the_module_that_registers_it():
         assert domains._REGISTRY[name].factory.__module__ == module
 
 
+@pytest.mark.slow
 def test_loading_one_domain_imports_only_its_own_plugin():
     import subprocess
     import sys

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 
 import pytest
 
@@ -180,6 +181,7 @@ def test_parse_reward():
 # ----------------------------------------------------------------------------- the workspace and the verifier
 
 
+@pytest.mark.slow
 def test_the_oracle_passes_and_doing_nothing_fails(tmp_path, sandbox):
     t = load_terminal_task(harbor_task(tmp_path))
 
@@ -200,12 +202,16 @@ def test_the_oracle_passes_and_doing_nothing_fails(tmp_path, sandbox):
 
 
 def test_the_agent_sees_neither_tests_nor_solution(tmp_path, sandbox):
-    t = load_terminal_task(harbor_task(tmp_path))
+    marker = "solution-marker-" + secrets.token_hex(8)  # in no other file, a runtime's included
+    t = load_terminal_task(harbor_task(tmp_path, solve=f"echo hello > out.txt  # {marker}\n"))
     with open_workspace(sandbox, t) as s:
-        # /tests, /solution, /logs are directories of the root, empty (read-only) while the agent acts
+        # /tests, /solution, /logs are directories of the root, empty (read-only) while the agent acts.
+        # -xdev: not into a runtime bound read-only under /tmp (a venv there): it was bound from the host before
+        # the task existed, so the solution cannot be in it. The last search is the control: it finds a planted copy.
+        find = f"find /work /tmp /dev/shm /tests /solution /logs -xdev -type f -exec grep -l {marker} {{}} +"
         r = s.exec("ls -A /app /tests /solution /logs; test -e /work/.harbor && echo /work/.harbor; "
-                   "grep -rl 'echo hello' /work /tmp /dev/shm /tests /solution /logs")
-    assert r.stdout.split() == ["/app:", "run.sh", "seed.txt", "/logs:", "/solution:", "/tests:"], r
+                   f"{find}; echo --; echo {marker} > /tmp/planted; {find}")
+    assert r.stdout.split() == ["/app:", "run.sh", "seed.txt", "/logs:", "/solution:", "/tests:", "--", "/tmp/planted"], r
 
 
 def test_a_planted_reward_and_planted_tests_earn_nothing(tmp_path, sandbox):
@@ -249,6 +255,7 @@ def test_reward_json_gives_partial_credit(tmp_path, sandbox):
     assert (v.status, v.score, v.passed, v.breakdown) == (VerdictStatus.OK, 0.25, False, {"checks_passed": 1.0})
 
 
+@pytest.mark.slow
 def test_a_hanging_test_script_is_a_timeout(tmp_path, sandbox):
     toml = "[verifier]\ntimeout_sec = 1.0\n[environment]\nallow_internet = false\n"
     hang = "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 30\n"
@@ -267,6 +274,7 @@ def test_planted_modules_do_not_reach_the_reward_reader(tmp_path, sandbox):
     assert (v.status, v.score) == (VerdictStatus.OK, 0.0)
 
 
+@pytest.mark.slow
 def test_terminal_bench_1_rewards_from_the_pytest_outcome(tmp_path, sandbox):
     t = load_terminal_task(tb1_task(tmp_path))
 
@@ -282,6 +290,7 @@ def test_terminal_bench_1_rewards_from_the_pytest_outcome(tmp_path, sandbox):
     assert (passed.status, passed.score, passed.passed) == (VerdictStatus.OK, 1.0, True)
 
 
+@pytest.mark.slow
 def test_terminal_bench_1_without_a_pytest_summary_is_an_error(tmp_path, sandbox):
     d = tb1_task(tmp_path)
     (d / "run-tests.sh").write_text("#!/bin/bash\nno-such-runner pytest\n")  # nothing ran
@@ -294,6 +303,7 @@ def test_terminal_bench_1_without_a_pytest_summary_is_an_error(tmp_path, sandbox
 # ----------------------------------------------------------------------------- the domain, its verifier, the suite
 
 
+@pytest.mark.slow
 def test_the_verifier_runs_a_response_as_a_script(tmp_path):
     from posttrain.rewards import score_sync
     from posttrain.tasks.domains import load_domain
@@ -308,6 +318,7 @@ def test_the_verifier_runs_a_response_as_a_script(tmp_path):
     assert verdicts[3].info["script_status"] == "runtime_error"
 
 
+@pytest.mark.slow
 def test_editing_the_visible_tests_earns_nothing():
     from posttrain.rewards import safe_verify
     from posttrain.tasks.domains import load_domain
@@ -319,6 +330,7 @@ def test_editing_the_visible_tests_earns_nothing():
     assert v.ok and not v.passed and "median_of_even_lists" in v.details
 
 
+@pytest.mark.slow
 def test_every_builtin_oracle_passes_and_doing_nothing_fails():
     """All built-in tasks, oracle and do-nothing agent, through the one validation path (a pool of workspaces)."""
     from posttrain.tasks.domains import load_domain
@@ -338,6 +350,7 @@ def test_every_builtin_task_loads_cleanly():
         assert [n for n in t.notes if "Dockerfile is not built" not in n] == [], (t.id, t.notes)
 
 
+@pytest.mark.slow
 def test_cli_validate_prints_the_table_and_fails_on_a_bad_task(tmp_path):
     from typer.testing import CliRunner
 

@@ -18,6 +18,7 @@ def suite():
     return load_domain("humaneval").suite()
 
 
+@pytest.mark.slow
 def test_every_canonical_solution_scores_full_marks(suite):
     report = validate_suite(suite)
     assert (report.passed, report.total) == (164, 164), [vars(f) for f in report.failures]

@@ -53,6 +53,7 @@ def test_every_registered_generator_is_accounted_for():
 
 
 @pytest.mark.parametrize("name", sorted(set(DATASETS) - set(FAILS_WITH_DEFAULTS) - set(NO_GOLD)))
+@pytest.mark.slow
 def test_score_parity_with_reasoning_gym(name):
     suite = load_domain(f"rg:{name}", size=SIZE).suite()
     reference = rg.create_dataset(name, seed=0, size=SIZE)

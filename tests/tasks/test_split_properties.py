@@ -22,6 +22,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -88,6 +89,7 @@ def arith_specs(draw):
 
 @PROPERTY
 @given(arith_specs(), fractions, seeds)
+@pytest.mark.slow
 def test_arithmetic_draws_stay_in_their_split(spec, fraction, seed):
     family, digits, min_digits = spec
     source = load_domain(f"arith:{family}", held_out_fraction=fraction, digits=digits, min_digits=min_digits).source
@@ -96,6 +98,7 @@ def test_arithmetic_draws_stay_in_their_split(spec, fraction, seed):
 
 @PROPERTY
 @given(st.integers(2, 5), st.integers(2, 4), fractions, seeds)
+@pytest.mark.slow
 def test_chains_of_any_length_stay_in_their_split(terms, digits, fraction, seed):
     source = ArithmeticSource(family="chain", digits=digits, terms=terms, held_out_fraction=fraction)
     check_source(source, "arith:chain", fraction, seed)
@@ -116,6 +119,7 @@ def code_specs(draw):
 
 @PROPERTY
 @given(code_specs(), fractions, seeds)
+@pytest.mark.slow
 def test_code_draws_stay_in_their_split(spec, fraction, seed):
     family, digits, options = spec
     source = load_domain(f"code:{family}", held_out_fraction=fraction, digits=digits, **(options or {})).source
@@ -137,6 +141,7 @@ def _jsonl_source(ids: list[str], fraction: float, directory: Path):
 
 @PROPERTY
 @given(task_ids(), fractions, fractions, seeds)
+@pytest.mark.slow
 def test_task_file_draws_stay_in_their_split_and_nest(ids, f1, f2, seed):
     small, large = min(f1, f2), max(f1, f2)
     with tempfile.TemporaryDirectory() as d:
@@ -161,6 +166,7 @@ def test_arithmetic_held_out_sets_nest(spec, f1, f2, seed):
 
 @PROPERTY
 @given(code_specs(), fractions, fractions, seeds)
+@pytest.mark.slow
 def test_code_held_out_sets_nest(spec, f1, f2, seed):
     family, digits, options = spec
     make = lambda f: load_domain(f"code:{family}", held_out_fraction=f, digits=digits, **(options or {})).source  # noqa: E731
@@ -178,6 +184,7 @@ BASE_CONFIGS = [
 ]
 
 
+@pytest.mark.slow
 def test_base_model_pretraining_draws_only_train_problems():
     for overrides in BASE_CONFIGS:
         cfg = BaseModelConfig(**overrides)

@@ -13,7 +13,9 @@ no network and its own PID/mount namespaces):
   (``PR_SET_DUMPABLE=0``: a process of the same uid cannot ptrace it, read ``/proc/H/mem``,
   ``/proc/H/environ`` or open ``/proc/H/fd/*``), keeps a private duplicate of stdout as the
   report channel and points fd 1 at /dev/null, drops every ``sys.path`` entry a task could
-  write (``''``, /work, /tmp, /dev/shm) and non-standard import hooks, then forks Z.
+  write (``''``, /work, /tmp, /dev/shm) and non-standard import hooks, then forks Z. Of the
+  entries under /tmp it keeps only those inside a runtime bound read-only there (a virtual
+  environment under /tmp), through descriptors opened now (``_held_read_only``).
   Only THEN does it read its job from stdin: per-run nonce, programs and tests. The tests
   never exist as files, so nothing can rewrite them, and no process holding the solution
   ever has a copy of H's memory that contains them.
@@ -69,7 +71,7 @@ MAX_DEPTH = 200
 ERR_LEN = 400
 _CORE_PIDS: set[int] = set()
 _TASK_PATH: list[str] = []  # sys.path as the sandbox gave it; C gets it back (H keeps only what no task can write)
-_KEPT_MOUNTS: set[str] = set()  # runtimes bound read-only under the writable directories: never emptied
+_KEPT_MOUNTS: set[str] = set()  # runtimes bound read-only under the writable directories: never emptied (where they are now)
 
 
 # ----------------------------------------------------------------------------- messages
@@ -680,8 +682,30 @@ def _clean_slate() -> None:
             except ProcessLookupError:
                 pass
         killed |= new
+    # Where the bound runtimes are NOW: a solution may have renamed a writable ancestor of one (the
+    # mount moves with it) and built a look-alike at the old path, which must go like any planted file.
+    _KEPT_MOUNTS.clear()
+    _KEPT_MOUNTS.update(_writable_mounts())
     for top in ("/work", "/tmp", "/dev/shm"):
         _empty(top)
+
+
+def _writable_mounts() -> list[str]:
+    """Mount points inside the mounts now at /work, /tmp and /dev/shm: the runtimes bound read-only there
+    (a task cannot mount anything in this namespace, and the kernel reports a moved mount at its current
+    path). Not those of the server's root that the task's fresh mounts cover, listed at the same paths."""
+    rows = _mount_points()
+    tops = {m: mid for mid, _, m in rows if m in ("/work", "/tmp", "/dev/shm")}  # the last one mounted is seen
+    parent = {mid: par for mid, par, _ in rows}
+    out = []
+    for mid, par, m in rows:
+        seen: set[int] = set()
+        while par in parent and par not in seen and par not in tops.values():
+            seen.add(par)
+            par = parent[par]
+        if par in tops.values() and mid not in tops.values():
+            out.append(m)
+    return out
 
 
 def _empty(top: str) -> None:
@@ -706,18 +730,19 @@ def _empty(top: str) -> None:
             pass
 
 
-def _mount_points() -> list[str]:
-    """Mount points of this mount namespace (``/proc/self/mountinfo``, octal escapes decoded)."""
+def _mount_points() -> list[tuple[int, int, str]]:
+    """(mount id, parent id, mount point) of this mount namespace, in mount order
+    (``/proc/self/mountinfo``, octal escapes decoded)."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8") as f:
-            fields = [line.split()[4] for line in f if len(line.split()) > 4]
+            rows = [line.split()[:5] for line in f if len(line.split()) > 4]
     except OSError:
         return []
     out = []
-    for m in fields:
+    for mid, parent, _, _, m in rows:
         for code, ch in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
             m = m.replace(code, ch)
-        out.append(m)
+        out.append((int(mid), int(parent), m))
     return out
 
 
@@ -767,6 +792,24 @@ class _Dead(Remote):
         raise CandidateCrashed(f"the solution did not load: {self.reason}")
 
 
+def _held_read_only(path: str) -> str | None:
+    """``path`` as ``/proc/self/fd/N`` of a descriptor opened now, while no untrusted code exists,
+    if it is a directory on a read-only mount; else None.
+
+    Why not the path itself: the mount point cannot be renamed (EBUSY), but its ancestors below
+    /tmp are plain directories of the writable tmpfs, and renaming one of them moves the mount
+    away, so a solution could then build a look-alike tree (a planted ``pytest.py``) at the old
+    path before the tests import from it. The descriptor stays on the mount whatever is renamed."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not os.fstatvfs(fd).f_flag & os.ST_RDONLY:
+        os.close(fd)
+        return None
+    return f"/proc/self/fd/{fd}"
+
+
 def _harden() -> None:
     import ctypes
 
@@ -774,8 +817,16 @@ def _harden() -> None:
         raise OSError("prctl(PR_SET_DUMPABLE, 0) failed")
     writable = ("/work", "/tmp", "/dev/shm", "/proc")
     _TASK_PATH[:] = [p for p in sys.path if p and p != "."]
-    sys.path[:] = [p for p in _TASK_PATH if not any(p == w or p.startswith(w + "/") for w in writable)]
-    _KEPT_MOUNTS.update(m for m in _mount_points() if any(m.startswith(w + "/") for w in writable[:3]))
+    _KEPT_MOUNTS.update(_writable_mounts())
+    kept = []
+    for p in _TASK_PATH:
+        if not any(p == w or p.startswith(w + "/") for w in writable):
+            kept.append(p)  # the read-only root: no task can change what it names
+        elif any(p == m or p.startswith(m + "/") for m in _KEPT_MOUNTS):
+            held = _held_read_only(p)  # a runtime bound read-only under /tmp (a virtual environment there)
+            if held is not None:
+                kept.append(held)
+    sys.path[:] = kept
     sys.path_importer_cache.clear()
     std = {"BuiltinImporter", "FrozenImporter", "PathFinder"}
     sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "__name__", type(f).__name__) in std]

@@ -17,7 +17,7 @@ attention, per-token advantages) in place of padding; `share_prefix` (each
 group's rows as one prefix tree: the prompt runs once for its n completions,
 where that costs fewer FLOPs than the padded rows).
 Does not cover: distributed data parallelism (posttrain/distributed/ wraps this
-learner), building LoRA adapters (rl/lora.py: the learner then trains only
+learner), building LoRA adapters (models/lora.py: the learner then trains only
 the parameters that require grad).
 """
 
@@ -196,7 +196,7 @@ class Learner:
         self.device = torch.device(cfg.device)
         model.to(self.device)
         model.gradient_checkpointing = cfg.activation_checkpointing
-        # only what requires grad trains: every weight, or the LoRA adapters (rl/lora.py freezes the rest)
+        # only what requires grad trains: every weight, or the LoRA adapters (models/lora.py freezes the rest)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self._per_token = sum(p.numel() for layer in model.model.layers for p in layer.parameters())  # linear FLOPs / 2
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
