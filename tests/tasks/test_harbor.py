@@ -10,7 +10,6 @@ import secrets
 import pytest
 
 from posttrain.errors import UserError
-from posttrain.sandbox import Sandbox
 from posttrain.tasks.harbor import (
     TaskLoadError,
     load_terminal_suite,
@@ -72,13 +71,6 @@ def tb1_task(root, name="tb1"):
         "print('===== 1 passed in 0.01s =====' if ok else '===== 1 failed in 0.01s =====')\nsys.exit(0 if ok else 1)\n")
     (d / "solution.sh").write_text("echo hello > /app/out.txt\n")
     return d
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    sb = Sandbox()
-    yield sb
-    sb.close()
 
 
 def run(coro):

@@ -9,7 +9,6 @@ import asyncio
 
 import pytest
 
-from posttrain.sandbox import Sandbox
 from posttrain.tasks.harbor import load_terminal_task, open_workspace, run_solution, verify_workspace
 from posttrain.types import VerdictStatus
 
@@ -120,13 +119,6 @@ def harbor_task(root):
         "    assert subprocess.run(['python3', '/app/greet.py'], capture_output=True, text=True).stdout == 'hello\\n'\n")
     (d / "solution" / "solve.sh").write_text('printf "def main():\\n    print(\\"$GREETING\\")\\nmain()\\n" > greet.py\n')
     return d
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    sb = Sandbox()
-    yield sb
-    sb.close()
 
 
 def judge(sandbox, task, oracle):
