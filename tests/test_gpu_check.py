@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("gpu", "vllm_vs_local_tok_s", "learner_mfu", "weight_sync_s", "colocated_grpo_logprob_mismatch")
 
@@ -20,6 +22,7 @@ def _run(tmp_path: Path, extra_env: dict[str, str]) -> tuple[subprocess.Complete
     return proc, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_the_gpu_check_prints_every_key_unmeasured_with_its_reason_on_a_cpu(tmp_path):
     proc, line = _run(tmp_path, {})
     assert proc.returncode == 0, proc.stderr[-2000:]

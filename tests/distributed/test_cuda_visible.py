@@ -55,6 +55,7 @@ def test_the_backend_follows_the_runs_device():
     assert backend_for("cpu") == "gloo" and backend_for("cuda") == "nccl" and backend_for("cuda:1") == "nccl"
 
 
+@pytest.mark.slow
 def test_the_fake_gpu_catches_the_old_machine_based_choice(cuda_visible):
     """Planted failure: choosing the backend from `torch.cuda.is_available()` (the old code) under the fake GPU
     asks for NCCL and `set_device`, which the launch refuses."""
@@ -71,12 +72,14 @@ def test_the_fake_gpu_catches_the_old_machine_based_choice(cuda_visible):
     assert proc.returncode != 0 and "set_device called in a CPU run" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_cpu_ranks_update_like_one_process_with_cuda_visible(cuda_visible, strategy):
     r = run_equivalence(strategy, nproc=2, steps=1)
     assert r["world"] == 2 and r["max_grad_diff"] <= 1e-6 and r["max_weight_diff"] <= 1e-6
 
 
+@pytest.mark.slow
 def test_posttrain_train_ranks_join_gloo_with_cuda_visible(cuda_visible, tiny_model_dir, tmp_path):
     """The training loop's own group (`from_env(rl.device)` through the trainer) under the fake GPU."""
     from posttrain.distributed.equivalence import run_train_equivalence

@@ -36,6 +36,7 @@ def _kinds(llm: FakeLLM) -> list[str]:
     return [e[0] for e in llm.events()]
 
 
+@pytest.mark.slow
 def test_the_fake_refuses_what_vllm_v1_refuses(fake_vllm, tiny_model_dir):
     """The old sync sent a function with the state dict through `collective_rpc`: V1's encoder refuses the
     function, and a tensor argument reaches the worker as a list, not a tensor."""
@@ -53,6 +54,7 @@ def test_the_fake_refuses_what_vllm_v1_refuses(fake_vllm, tiny_model_dir):
     assert engine.policy_version == 0
 
 
+@pytest.mark.slow
 def test_full_weight_sync_in_buckets_per_version(fake_vllm, tiny_model_dir):
     engine = VLLMEngine(tiny_model_dir, bucket_bytes=16 << 10)
     llm = FakeLLM.instances[-1]
@@ -108,6 +110,7 @@ def test_buckets_hold_at_most_the_limit_and_keep_order():
         plan_buckets([1], 0)
 
 
+@pytest.mark.slow
 def test_lora_sync_names_a_new_adapter_every_version(fake_vllm, tiny_model_dir, tmp_path):
     peft = pytest.importorskip("peft")
     from posttrain.models.lora import apply_lora
@@ -141,6 +144,7 @@ def test_lora_sync_names_a_new_adapter_every_version(fake_vllm, tiny_model_dir, 
     assert llm.collective_rpc("fake_loaded") == [{}]  # adapters only: the base weights never moved
 
 
+@pytest.mark.slow
 def test_sleep_and_wake_around_training(fake_vllm, tiny_model_dir):
     engine = VLLMEngine(tiny_model_dir, enable_sleep_mode=True)
     llm = FakeLLM.instances[-1]
@@ -155,12 +159,14 @@ def test_sleep_and_wake_around_training(fake_vllm, tiny_model_dir):
                             ("wake", ["kv_cache"]), ("reset",), ("sleep", 1), ("wake", None), ("generate", None)]
 
 
+@pytest.mark.slow
 def test_sleep_without_sleep_mode_is_a_one_line_error(fake_vllm, tiny_model_dir):
     engine = VLLMEngine(tiny_model_dir)
     with pytest.raises(WeightSyncError, match="enable_sleep_mode"):
         engine.sleep()
 
 
+@pytest.mark.slow
 def test_concurrent_agent_calls_merge_into_batched_generate_calls(fake_vllm, tiny_model_dir):
     engine = VLLMEngine(tiny_model_dir)
     llm = FakeLLM.instances[-1]
@@ -179,6 +185,7 @@ def test_concurrent_agent_calls_merge_into_batched_generate_calls(fake_vllm, tin
     assert merged == calls
 
 
+@pytest.mark.slow
 def test_engine_kind_vllm_builds_from_the_learners_weights_with_tis_on(fake_vllm, tiny_config):
     from posttrain.rl.build import build
 

@@ -36,6 +36,7 @@ def _trainer(cfg, on_alert: str, after: int, steps: int = 12) -> Trainer:
     return Trainer(cfg, components=parts)
 
 
+@pytest.mark.slow
 def test_stop_on_alert_checkpoints_and_says_why(tiny_config):
     trainer = _trainer(tiny_config, "stop", after=4 * 4 * 3)  # three clean steps' worth of verdicts (4 groups of 4)
     with pytest.warns(MonitorAlert, match="verifier errors"):
@@ -52,6 +53,7 @@ def test_stop_on_alert_checkpoints_and_says_why(tiny_config):
         assert [a["kind"] for a in store.alerts()] == ["verifier_errors"]
 
 
+@pytest.mark.slow
 def test_warn_goes_on_and_a_clean_verifier_raises_no_verifier_alert(tiny_config):
     trainer = _trainer(tiny_config, "warn", after=4 * 4 * 2, steps=9)
     with pytest.warns(MonitorAlert):

@@ -502,6 +502,7 @@ def test_the_learner_leaves_the_producer_processes_their_cores():
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_update_mode_in_producer_processes_keeps_the_bound(cfg, one_thread):
     """`on_new_weights = "update"` on the process back end (threads: above; Ray: tests/distributed)."""
     cfg = _with(cfg, train={"steps": 3})

@@ -3,6 +3,8 @@ with the new weights: the order of calls the core sees, through the trainer's ow
 
 from __future__ import annotations
 
+import pytest
+
 from fake_vllm import FakeLLM
 from posttrain.config import load_config
 from posttrain.engine.remote.vllm_engine import VLLMEngine
@@ -17,6 +19,7 @@ def test_the_rule():
     assert not colocated(load_config(None, ["rl.device='cuda'", "engine.device='cuda'"]))  # local engine
 
 
+@pytest.mark.slow
 def test_the_trainer_sleeps_vllm_around_each_update_and_wakes_it_with_the_new_weights(fake_vllm, tiny_config,
                                                                                       monkeypatch):
     """Two trainer steps with vLLM colocated (the learner's device is the host here; the rule is forced on)."""
@@ -51,6 +54,7 @@ def test_the_trainer_sleeps_vllm_around_each_update_and_wakes_it_with_the_new_we
     assert trainer.colocation.sleeps == len(updates)
 
 
+@pytest.mark.slow
 def test_level_zero_never_sleeps(fake_vllm, tiny_model_dir):
     engine = VLLMEngine(tiny_model_dir)
     with Colocation(engine, 0).updating():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from posttrain.rl.selection import Best, observe
 
 
@@ -27,6 +29,7 @@ def test_warning_needs_a_sustained_drop_beyond_the_margin():
     assert not any(t[2] for t in trace)
 
 
+@pytest.mark.slow
 def test_a_run_keeps_best_and_resolves_to_it(tiny_config):
     from posttrain.config import load_config
     from posttrain.resolve import resolve_model

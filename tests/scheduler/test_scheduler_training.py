@@ -36,6 +36,7 @@ def _run(cfg, name, stop_at=None, resume=False):
     return trainer, c
 
 
+@pytest.mark.slow
 def test_the_scheduler_stores_per_domain_figures_and_categorised_failures(cfg):
     trainer, c = _run(cfg, "figures")
     with RunStore(c.path / "run.sqlite") as store:
@@ -50,6 +51,7 @@ def test_the_scheduler_stores_per_domain_figures_and_categorised_failures(cfg):
         assert "scheduler/domains_active" in store.steps()[-1][1]
 
 
+@pytest.mark.slow
 def test_resume_with_scheduler_state_is_the_uninterrupted_run(cfg):
     full, full_cfg = _run(cfg, "full")
     _run(cfg, "cut", stop_at=3)
@@ -68,6 +70,7 @@ def test_resume_with_scheduler_state_is_the_uninterrupted_run(cfg):
         assert [(st, r) for st, r in s1.failures()] == [(st, r) for st, r in s2.failures()]
 
 
+@pytest.mark.slow
 def test_failures_export_round_trips_through_posttrain_eval(cfg, tmp_path, tiny_model_dir):
     _, c = _run(cfg, "mined")
     runner = CliRunner()

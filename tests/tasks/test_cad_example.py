@@ -5,6 +5,7 @@ at the preflight's floor (it refuses a cap that holds no gold program)."""
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app
@@ -17,6 +18,7 @@ TINY = ["model.base.hidden_size=16", "model.base.num_layers=1", "model.base.inte
         "train.prompts_per_step=2", "train.eval_size=4", "train.eval_every=2", "tensorboard=false"]
 
 
+@pytest.mark.slow
 def test_the_cad_example_trains_a_few_steps(tmp_path):
     args = ["train", str(EXAMPLE)]
     for o in TINY + [f"model.base.cache_dir='{tmp_path / 'cache'}'", f"run_dir='{tmp_path / 'runs'}'"]:

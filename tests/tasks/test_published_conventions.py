@@ -132,6 +132,7 @@ def judge(sandbox, task, oracle):
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run_tests", [TB1_RUN_TESTS, TB1_RUN_TESTS_VENV], ids=["uv-init", "uv-venv-find"])
 def test_terminal_bench_1_task_runs_as_published(tmp_path, sandbox, run_tests):
     task = load_terminal_task(tb1_task(tmp_path, run_tests))
@@ -150,6 +151,7 @@ def test_terminal_bench_1_task_runs_as_published(tmp_path, sandbox, run_tests):
     assert noop.status is VerdictStatus.OK and not noop.passed and noop.score == 0.0, noop.details
 
 
+@pytest.mark.slow
 def test_harbor_task_with_uvx_bootstrap_and_several_metrics(tmp_path, sandbox):
     task = load_terminal_task(harbor_task(tmp_path))
     notes = "\n".join(task.notes)

@@ -84,6 +84,7 @@ def wandb_history(path) -> list[dict[str, float]]:
     return rows
 
 
+@pytest.mark.slow
 def test_wandb_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -140,6 +141,7 @@ def test_a_missing_extra_is_one_line(tmp_path, monkeypatch):
         build_trackers(["wandb"], False, tmp_path, "r", "p", {})
 
 
+@pytest.mark.slow
 def test_training_feeds_every_tracker_the_same_names(tiny_config, monkeypatch):
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
