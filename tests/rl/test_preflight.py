@@ -41,3 +41,46 @@ def test_a_cap_that_holds_some_answers_warns_and_one_that_holds_all_is_silent(re
     with pytest.raises(ConfigError, match="shortest takes 24 tokens"):  # a worked solution is what must fit
         check_answer_room([answer_room("mul", worked, tok, 8)])
     check_answer_room([answer_room("code", [Task("c", "write f", None)], tok, 1)])  # no gold answer: nothing to check
+
+
+def test_hundreds_of_domains_measure_a_few_tasks_each_within_one_budget():
+    from types import SimpleNamespace
+
+    from posttrain.rl.preflight import BUDGET, MIN_SAMPLE, SAMPLE, domain_rooms, sample_size
+
+    assert sample_size(1) == SAMPLE and sample_size(500) == BUDGET // 500 and sample_size(10_000) == MIN_SAMPLE
+    asked: list[int] = []
+
+    class Source:
+        def take(self, n, split, seed=0):
+            asked.append(n)
+            return [Task(f"{split}{i}", "q", "1") for i in range(n)]
+
+    def domain(i: int, rollouter: str = "single_turn"):
+        src = Source()
+        return SimpleNamespace(name=f"d{i}", rollouter=rollouter, source=src,
+                               held_out=lambda n, seed=0, src=src: src.take(n, "held_out", seed))
+
+    domains = [domain(i) for i in range(500)] + [domain(500, "agent")]  # an agent domain is not measured
+    rooms = domain_rooms(domains, [8] * len(domains), char_tokenizer())
+    assert len(rooms) == 500 and sum(asked) <= 2 * BUDGET + 500 and set(asked) == {1, sample_size(500)}
+    assert all(len(r.lengths) == 2 * sample_size(500) for r in rooms)
+
+
+def test_a_generator_that_takes_seconds_a_task_is_measured_on_one_task_of_each_split():
+    import time
+    from types import SimpleNamespace
+
+    from posttrain.rl.preflight import SLOW_S, domain_rooms
+
+    class Slow:
+        def take(self, n, split, seed=0):
+            time.sleep(SLOW_S * 1.5 * n)
+            return [Task(f"{split}{i}", "q", "1") for i in range(n)]
+
+    src = Slow()
+    slow = SimpleNamespace(name="slow", rollouter="single_turn", source=src,
+                           held_out=lambda n, seed=0: src.take(n, "held_out", seed))
+    t0 = time.perf_counter()
+    (room,) = domain_rooms([slow], [8], char_tokenizer())
+    assert len(room.lengths) == 2 and time.perf_counter() - t0 < 10 * SLOW_S

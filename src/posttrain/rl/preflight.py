@@ -12,6 +12,7 @@ episode's length is its step budget, not one completion).
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,16 @@ from typing import Any
 
 from posttrain.config import ConfigError
 
-SAMPLE = 64  # tasks of each split measured
+SAMPLE = 64  # tasks of each split measured, per domain
+BUDGET = 2048  # tasks of each split measured over all domains: a run of 500 generated domains measures 4 of each
+MIN_SAMPLE = 4
+SLOW_S = 0.1  # a generator slower than this per task is measured on one task of each split (some take seconds)
+
+
+def sample_size(domains: int) -> int:
+    """Tasks of each split measured per domain: `SAMPLE`, less when `domains` x `SAMPLE` passes `BUDGET` (some
+    generators take a second a task), never under `MIN_SAMPLE`."""
+    return max(MIN_SAMPLE, min(SAMPLE, BUDGET // max(domains, 1)))
 
 
 @dataclass(frozen=True)
@@ -63,11 +73,14 @@ def check_answer_room(rooms: Sequence[AnswerRoom]) -> None:
 
 
 def domain_rooms(domains: Sequence[Any], caps: Sequence[int], tokenizer: Any, seed: int = 0) -> list[AnswerRoom]:
-    """One `AnswerRoom` per single-turn domain over `SAMPLE` held-out and `SAMPLE` training tasks."""
+    """One `AnswerRoom` per single-turn domain over `sample_size` held-out and as many training tasks."""
     rooms = []
-    for d, cap in zip(domains, caps):
-        if d.rollouter != "single_turn":
-            continue
-        tasks = list(d.held_out(SAMPLE, seed=seed)) + list(d.source.take(SAMPLE, "train", seed=seed))
+    single = [(d, cap) for d, cap in zip(domains, caps) if d.rollouter == "single_turn"]
+    k = sample_size(len(single))
+    for d, cap in single:
+        t0 = time.perf_counter()
+        first = list(d.held_out(1, seed=seed))
+        n = k if time.perf_counter() - t0 < SLOW_S else 1
+        tasks = (first if n == 1 else list(d.held_out(n, seed=seed))) + list(d.source.take(n, "train", seed=seed))
         rooms.append(answer_room(d.name, tasks, tokenizer, cap))
     return rooms
