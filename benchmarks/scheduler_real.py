@@ -34,23 +34,51 @@ t.close()
 """
 
 
-def broken(levels: list[int]) -> list[str]:
-    """The reasoning-gym generator x level pairs whose level is not a valid configuration of that generator
-    (`knight_swap` at level 0, say): excluded by name, and counted in the report."""
+class _Slow(Exception):
+    pass
+
+
+def _on_alarm(*_: object) -> None:
+    raise _Slow()
+
+
+def broken(levels: list[int] | None, limit_s: float = 5.0) -> list[str]:
+    """The reasoning-gym generator x level pairs (each generator at its default configuration with `levels` None)
+    left out of the run, by a rule fixed before it: those whose level is
+    not a valid configuration of the generator (`knight_swap` at level 0, say), and those that take over `limit_s`
+    to build and give one held-out and one training task (sokoban and jugs at higher levels search for minutes).
+    Printed, and counted in the report."""
     from posttrain.config import DomainConfig
     from posttrain.tasks.domains import load_domain
     from posttrain.tasks.expand import expand_entry
 
     bad = []
-    for d in expand_entry(DomainConfig(source="rg:*", levels=levels)):
-        try:
-            load_domain(str(d.source), **d.options)
-        except Exception:  # noqa: BLE001 - any failure to build leaves the pair out
-            bad.append(d.label)
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    try:
+        for d in expand_entry(DomainConfig(source="rg:*", levels=levels)):
+            signal.setitimer(signal.ITIMER_REAL, limit_s)
+            try:
+                dom = load_domain(str(d.source), **d.options)
+                dom.held_out(1)
+                dom.source.take(1, "train")
+                why = ""
+            except _Slow:
+                why = f"over {limit_s:g} s"
+            except Exception as exc:  # noqa: BLE001 - any failure to build leaves the pair out
+                why = type(exc).__name__
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            if why:
+                print(f"left out {d.label}: {why}", file=sys.stderr, flush=True)
+                bad.append(d.label)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
     return bad
 
 
-def write_config(run_dir: Path, steps: int, levels: list[int], every: int, model: str | None) -> Path:
+def write_config(run_dir: Path, steps: int, levels: list[int], every: int, model: str | None,
+                 left_out: list[str] | None = None, plain: list[str] | None = None) -> Path:
+    """`plain`: also every generator at its default configuration, less those named (None: not at all)."""
     path = run_dir / "many.toml"
     run_dir.mkdir(parents=True, exist_ok=True)
     if model == "tiny":  # a random tiny model (tests/tiny_models.py): no base build, pass rates near the floor
@@ -78,8 +106,11 @@ store_samples = false
 """ + (f"""[[domains]]
 source = "rg:*"
 levels = {levels}
-exclude = {json.dumps(broken(levels))}
-""" if levels else "") + """[[domains]]
+exclude = {json.dumps(left_out if left_out is not None else broken(levels))}
+""" if levels else "") + (f"""[[domains]]
+source = "rg:*"
+exclude = {json.dumps(plain)}
+""" if plain is not None else "") + """[[domains]]
 source = "arith:*"
 levels = [1, 2, 3, 4, 5, 6, 7, 8, 9]
 """)
@@ -102,10 +133,13 @@ def wasted(rows: list[tuple[int, str, dict]], threshold: int) -> float:
 
 
 def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | None = None,
-               model: str | None = None) -> dict:
+               model: str | None = None, plain: bool = False) -> dict:
     run_dir = out or Path("runs") / f"scheduler-smoke-{time.strftime('%H%M%S')}"
     every = max(1, steps // 2)
-    cfg = write_config(run_dir.resolve(), steps, [0, 1, 2] if levels is None else levels, every, model)
+    levels = [0, 1, 2] if levels is None else levels
+    left_out = broken(levels) if levels else []
+    plain_out = broken(None) if plain else None
+    cfg = write_config(run_dir.resolve(), steps, levels, every, model, left_out, plain_out)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     t0 = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(cfg), "fresh"], env=env)
@@ -131,7 +165,8 @@ def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | Non
     cats: dict[str, int] = {}
     for _, f in fails:
         cats[f.category] = cats.get(f.category, 0) + 1
-    return {"real_model": model or "builtin", "real_domains": len(domains), "real_steps": last,
+    return {"real_model": model or "builtin", "real_domains": len(domains),
+            "real_left_out": len(left_out) + len(plain_out or []), "real_steps": last,
             "real_completed": info.get("status") == "finished",
             "real_killed_and_resumed": killed and info.get("resumed_from") is not None,
             "real_resumed_from": info.get("resumed_from"), "real_seconds": seconds,
@@ -144,6 +179,7 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--levels", type=int, nargs="*", default=[0, 1, 2], help="reasoning-gym levels (none: no rg)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--plain", action="store_true", help="also every reasoning-gym generator at its default configuration")
     ap.add_argument("--model", default=None, help="a model path, or 'tiny' (default: the built-in base, built once)")
     a = ap.parse_args()
-    print(json.dumps(real_smoke(a.steps, a.levels, a.out, a.model)))
+    print(json.dumps(real_smoke(a.steps, a.levels, a.out, a.model, a.plain)))
