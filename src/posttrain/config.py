@@ -219,6 +219,12 @@ class DomainConfig(_Section):
     def label(self) -> str:
         return self.name or (self.source if isinstance(self.source, str) else ",".join(self.source))
 
+    @property
+    def expands(self) -> bool:
+        """Whether the entry names several domains (a glob, a list of sources, or levels) unless it is named."""
+        return self.name is None and (not isinstance(self.source, str) or self.levels is not None
+                                      or any(c in self.source for c in "*?["))
+
 
 class SamplingConfig(_Section):
     n: int = Field(16, ge=1)
@@ -631,7 +637,8 @@ class RunConfig(_Section):
         if self.domains:
             if self.tasks != TasksConfig() or self.reward.verifier is not None:
                 raise ValueError("give the training tasks either as [[domains]] or as [tasks]/[reward].verifier, not both")
-            labels = [d.label for d in self.domains]
+            # entries that expand (globs, lists, levels) are told apart by the names they expand to (tasks/expand.py)
+            labels = [d.label for d in self.domains if not d.expands]
             if len(set(labels)) != len(labels):
                 raise ValueError(f"[[domains]] names must be distinct, got {labels} (set `name` to tell them apart)")
         _check_worked_format(self)

@@ -72,3 +72,13 @@ def test_a_few_lines_name_well_over_500_domains(tmp_path):
     assert "rg:basic_arithmetic@level2" in names and "agent:lookup@hops3" in names and "terminal" in names
     assert expand_domains(build_config({"domains": [{"source": "arith:*", "levels": [2]}]}).domain_configs())[0] \
         .options == {"digits": 2}
+
+
+def test_one_glob_twice_at_other_levels_is_accepted_and_a_real_clash_is_still_named():
+    cfg = build_config({"domains": [{"source": "arith:*", "levels": [1, 2]}, {"source": "arith:*"},
+                                    {"source": "arith:add", "name": "mine"}]})
+    names = [d.label for d in expand_domains(cfg.domain_configs())]
+    assert "arith:add@digits1" in names and "arith:add" in names and "mine" in names and len(set(names)) == len(names)
+    with pytest.raises(ConfigError, match="expand to the name 'arith:add@digits1'"):
+        expand_domains(build_config({"domains": [{"source": "arith:*", "levels": [1]},
+                                                 {"source": "arith:add", "levels": [1]}]}).domain_configs())
