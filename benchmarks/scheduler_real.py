@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+MAX_TOKENS = 24  # the arithmetic answers fit with room; the rule below leaves out generators none of whose fit
+
 CHILD = """
 import sys
 from posttrain.config import load_config
@@ -46,12 +48,18 @@ def broken(levels: list[int] | None, limit_s: float = 5.0) -> list[str]:
     """The reasoning-gym generator x level pairs (each generator at its default configuration with `levels` None)
     left out of the run, by a rule fixed before it: those whose level is
     not a valid configuration of the generator (`knight_swap` at level 0, say), and those that take over `limit_s`
-    to build and give one held-out and one training task (sokoban and jugs at higher levels search for minutes).
+    to build and give one held-out and one training task (sokoban and jugs at higher levels search for minutes), and
+    those neither of whose two gold answers fits `MAX_TOKENS` (the run's preflight would refuse the config).
+    Prompts longer than the built-in model's context stay in: they come back as OVERLONG failures, and the
+    scheduler must stop spending on them (that is what `wasted_frac` measures).
     Printed, and counted in the report."""
     from posttrain.config import DomainConfig
+    from posttrain.models import char_tokenizer
+    from posttrain.rl.preflight import answer_room
     from posttrain.tasks.domains import load_domain
     from posttrain.tasks.expand import expand_entry
 
+    tokenizer = char_tokenizer()  # the built-in model's
     bad = []
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     try:
@@ -59,9 +67,9 @@ def broken(levels: list[int] | None, limit_s: float = 5.0) -> list[str]:
             signal.setitimer(signal.ITIMER_REAL, limit_s)
             try:
                 dom = load_domain(str(d.source), **d.options)
-                dom.held_out(1)
-                dom.source.take(1, "train")
-                why = ""
+                tasks = list(dom.held_out(1)) + list(dom.source.take(1, "train"))
+                room = answer_room(d.label, tasks, tokenizer, MAX_TOKENS)
+                why = "" if room.fitting or not room.lengths else f"no gold answer in {MAX_TOKENS} tokens (preflight)"
             except _Slow:
                 why = f"over {limit_s:g} s"
             except Exception as exc:  # noqa: BLE001 - any failure to build leaves the pair out
@@ -92,7 +100,7 @@ run_dir = "{run_dir}"
 tensorboard = false
 """ + (f'[model]\npath = "{model}"\n' if model else "") + f"""[sampling]
 n = 4
-max_tokens = 8
+max_tokens = {MAX_TOKENS}
 [train]
 steps = {steps}
 prompts_per_step = 32

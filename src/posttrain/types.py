@@ -94,6 +94,8 @@ class RolloutStatus(str, enum.Enum):
     TRUNCATED = "truncated"  # cut by a length or turn budget; still trained on (its verdict says how it did)
     ENV_ERROR = "env_error"  # the environment failed (sandbox error, unreachable endpoint): masked, never scored 0
     ABORTED = "aborted"  # stopped from outside (shutdown, stale policy): masked
+    OVERLONG = "overlong"  # the prompt does not fit the model's context: nothing sampled, masked (a failure of the
+    # task for this model, which the scheduler counts: a domain whose every prompt is too long retires)
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,3 +55,22 @@ def test_inline_and_worker_sampling_give_the_same_groups(tiny_model_dir):
         out.append([[t.completion.token_ids for t in g.trajectories] for g in groups])
         engine.close()
     assert out[0] == out[1]
+
+
+def test_a_prompt_longer_than_the_context_is_a_recorded_failure_not_a_crashed_batch(tiny_model_dir):
+    from posttrain.scheduler.failures import FailureCategory, categorise
+    from posttrain.types import RolloutStatus
+
+    model, tok = load_model(tiny_model_dir)
+    engine = build_engine(None, model, tok)
+    assert engine.max_context is not None
+    long = Task("long", "1+" * engine.max_context + "1=", "0")
+    tasks = [Task("a", "1+1=", "2"), long, Task("b", "2+2=", "4")]
+    groups = asyncio.run(SingleTurnRollouter(engine, SamplingParams(max_tokens=3, seed=1), ExactMatch()).run(tasks, n=2))
+    assert [g.task.id for g in groups] == ["a", "long", "b"]
+    over = groups[1]
+    assert all(t.status is RolloutStatus.OVERLONG and not t.trainable and t.completion.token_ids == [] for t in over.trajectories)
+    assert over.valid == [False, False] and "context holds" in over.trajectories[0].verdict.details
+    assert categorise(over.trajectories[0]) is FailureCategory.TRUNCATED
+    assert all(t.status is RolloutStatus.OK and t.completion.token_ids for g in (groups[0], groups[2]) for t in g.trajectories)
+    engine.close()

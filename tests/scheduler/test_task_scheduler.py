@@ -8,7 +8,7 @@ from _scheduler_fakes import group, tagged
 from posttrain.scheduler.band import BandController
 from posttrain.scheduler.task_scheduler import DomainSpec, DomainStatus, Priority, SchedulerSettings, TaskScheduler
 from posttrain.tasks.jsonl import ListSource
-from posttrain.types import DOMAIN_KEY, Task
+from posttrain.types import DOMAIN_KEY, Group, Task
 
 
 def _source(prefix: str, n: int) -> ListSource:
@@ -125,6 +125,26 @@ def test_a_domain_that_never_passes_is_retired_and_probed_periodically():
     assert probe
     s.update([group(probe[0], 2, 4)])
     assert s.domains["dead"].status is DomainStatus.ACTIVE and s.domain_weight("dead") > 0
+
+
+def _masked(task: Task, status) -> Group:
+    from _scheduler_fakes import traj
+
+    return Group(task, [traj(task, False, "", status=status, tokens=0) for _ in range(4)])
+
+
+@pytest.mark.parametrize("status, retires", [("overlong", True), ("env_error", False)])
+def test_a_domain_whose_prompts_never_fit_the_context_retires_and_a_flaky_environment_does_not(status, retires):
+    """An OVERLONG group (nothing sampled: the model cannot read the prompt) counts as a failed attempt; an
+    environment error says nothing about the domain and leaves it live."""
+    from posttrain.types import RolloutStatus
+
+    s = _dead_domain_scheduler()
+    for step in range(1, 40):
+        s.set_step(step)
+        tasks = s.sample(8)
+        s.update([_masked(t, RolloutStatus(status)) if t.meta[DOMAIN_KEY] == "dead" else group(t, 2, 4) for t in tasks])
+    assert (s.domains["dead"].status is DomainStatus.RETIRED) is retires
 
 
 def test_the_band_moves_difficulty_up_and_down_and_records_it():

@@ -31,7 +31,18 @@ from posttrain.engine.base import Engine, Prompt
 from posttrain.models.prompting import PromptRenderer
 from posttrain.rewards.base import Verifier, score
 from posttrain.scheduler.pipeline import fill_draw  # noqa: F401 - the rule lives with the scheduler
-from posttrain.types import DOMAIN_KEY, Group, SamplingParams, Task, Trajectory, Verdict
+from posttrain.types import (
+    DOMAIN_KEY,
+    Completion,
+    FinishReason,
+    Group,
+    RolloutStatus,
+    SamplingParams,
+    Task,
+    Trajectory,
+    Turn,
+    Verdict,
+)
 
 
 @runtime_checkable
@@ -70,18 +81,36 @@ class SingleTurnRollouter:
         prompts: list[Prompt] = list(ids) if ids is not None else list(texts)
         params = dataclasses.replace(self.params, n=n) if n != self.params.n else self.params
         params = self.renderer.sampling(params)  # the end-of-turn token stops a chat model's reply
-        if self.inline:
-            completions = self.engine.generate(prompts, params)
+        fits = [i for i, p in enumerate(prompts) if not _overlong(p, self.engine.max_context)]
+        sampled = [prompts[i] for i in fits]
+        if not sampled:
+            completions: list[list[Completion]] = []
+        elif self.inline:
+            completions = self.engine.generate(sampled, params)
         else:
-            completions = await self.engine.agenerate(prompts, params)
-        flat_tasks = [task for task, group in zip(tasks, completions) for _ in group]
-        flat_texts = [c.text for group in completions for c in group]
-        verdicts = iter(await self._judge(flat_tasks, flat_texts))
-        groups = []
-        for task, prompt_ids, group in zip(tasks, prompts, completions):
-            context = prompt_ids if isinstance(prompt_ids, list) else []
-            groups.append(Group(task, [Trajectory.single_turn(task, context, c, next(verdicts)) for c in group]))
-        return groups
+            completions = await self.engine.agenerate(sampled, params)
+        flat_tasks = [tasks[i] for i, group in zip(fits, completions) for _ in group]
+        verdicts = iter(await self._judge(flat_tasks, [c.text for group in completions for c in group]))
+        groups = [Group(tasks[i], [Trajectory.single_turn(tasks[i], _ids(prompts[i]), c, next(verdicts)) for c in group])
+                  for i, group in zip(fits, completions)]
+        if len(fits) == len(prompts):
+            return groups
+        return self._with_overlong(tasks, prompts, dict(zip(fits, groups)), n)
+
+    def _with_overlong(self, tasks: list[Task], prompts: list[Prompt], fitted: dict[int, Group], n: int) -> list[Group]:
+        """The batch's groups in order, those whose prompt does not fit the model's context as masked `OVERLONG`
+        trajectories that sampled nothing: a failure of the task for this model, recorded, never a crash."""
+        out = []
+        for i, (task, prompt) in enumerate(zip(tasks, prompts)):
+            if i in fitted:
+                out.append(fitted[i])
+                continue
+            why = f"the prompt has {len(_ids(prompt))} tokens; the model's context holds {self.engine.max_context}"
+            empty = Completion([], "", [], FinishReason.LENGTH)
+            verdict = Verdict(0.0, False, verifier="context", details=why)
+            out.append(Group(task, [Trajectory(task, [Turn(_ids(prompt), empty)], verdict, RolloutStatus.OVERLONG)
+                                    for _ in range(n)]))
+        return out
 
     async def _judge(self, tasks: list[Task], texts: list[str]) -> list[Verdict]:
         if not self.verifiers:
@@ -98,6 +127,15 @@ class SingleTurnRollouter:
 
         await asyncio.gather(*(run(v, idx) for v, idx in buckets.values()))
         return out
+
+
+def _ids(prompt: Prompt) -> list[int]:
+    return list(prompt) if isinstance(prompt, list) else []
+
+
+def _overlong(prompt: Prompt, max_context: int | None) -> bool:
+    """A prompt of token ids that leaves no room for one sampled token (text prompts are the engine's to check)."""
+    return max_context is not None and isinstance(prompt, list) and len(prompt) >= max_context
 
 
 def run_sync(rollouter: Rollouter, tasks: list[Task], n: int) -> list[Group]:

@@ -112,7 +112,8 @@ def categorise(traj: Trajectory, episode: Any = None) -> FailureCategory | None:
         found = _episode_category(episode)
         if found is not None:
             return found
-    if traj.status is RolloutStatus.TRUNCATED or (traj.turns and traj.completion.finish_reason is FinishReason.LENGTH):
+    cut = traj.status in (RolloutStatus.TRUNCATED, RolloutStatus.OVERLONG)
+    if cut or (traj.turns and traj.completion.finish_reason is FinishReason.LENGTH):
         return FailureCategory.TRUNCATED
     if v.info.get("load_error") or v.info.get("error") or _RUNTIME.search(v.details):
         return FailureCategory.RUNTIME_ERROR

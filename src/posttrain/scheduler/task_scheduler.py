@@ -41,7 +41,7 @@ from posttrain.scheduler.cost import CostModel
 from posttrain.scheduler.failures import Failure, FailureBank, task_of, task_state
 from posttrain.scheduler.learnability import task_weight
 from posttrain.tasks.base import TaskSource
-from posttrain.types import DOMAIN_KEY, Group, Task
+from posttrain.types import DOMAIN_KEY, Group, RolloutStatus, Task
 
 
 class Priority(enum.IntEnum):
@@ -336,28 +336,31 @@ class TaskScheduler:
                 continue
             d.inflight = max(0, d.inflight - 1)
             valid = [(t, s) for t, s, ok in zip(g.trajectories, g.signal_scores(self.signal_from), g.valid) if ok]
-            if not valid:
-                continue
-            passes = sum(int(t.verdict.passed) for t, _ in valid if t.verdict is not None)
-            attempts = len(valid)
-            d.ever_passed = d.ever_passed or passes > 0
-            a, p = _unpack(d.stats.get(g.task.id, 0))
-            d.stats[g.task.id] = _pack(a + attempts, p + passes)
-            scores = [s for _, s in valid]
-            signal = float(max(scores) > min(scores))
-            rate = max(self.s.domain_rate, 1.0 / (d.groups + 1))
-            d.informative += rate * (signal - d.informative)
-            rate_now = passes / attempts
-            d.pass_rate = rate_now if d.groups == 0 else d.pass_rate + rate * (rate_now - d.pass_rate)
-            d.groups += 1
-            d.informative_window[0] += int(signal)
-            d.informative_window[1] += 1
-            if signal and self.weight_of(d, g.task.id) > 0.0:
-                d.keep(g.task, self.s.pool_size)
-            else:
-                d.drop(g.task.id)
-            self._after_group(d, signal, passes, attempts)
+            if valid:
+                passes = sum(int(t.verdict.passed) for t, _ in valid if t.verdict is not None)
+                scores = [s for _, s in valid]
+                self._count(d, g.task, passes, len(valid), float(max(scores) > min(scores)))
+            elif g.trajectories and all(t.status is RolloutStatus.OVERLONG for t in g.trajectories):
+                self._count(d, g.task, 0, len(g.trajectories), 0.0)  # the model cannot read it: a failure that lasts
         self._cum = None
+
+    def _count(self, d: _Domain, task: Task, passes: int, attempts: int, signal: float) -> None:
+        """One finished group of `d` into its task's posterior, the domain's moving figures and its pool."""
+        d.ever_passed = d.ever_passed or passes > 0
+        a, p = _unpack(d.stats.get(task.id, 0))
+        d.stats[task.id] = _pack(a + attempts, p + passes)
+        rate = max(self.s.domain_rate, 1.0 / (d.groups + 1))
+        d.informative += rate * (signal - d.informative)
+        rate_now = passes / attempts
+        d.pass_rate = rate_now if d.groups == 0 else d.pass_rate + rate * (rate_now - d.pass_rate)
+        d.groups += 1
+        d.informative_window[0] += int(signal)
+        d.informative_window[1] += 1
+        if signal and self.weight_of(d, task.id) > 0.0:
+            d.keep(task, self.s.pool_size)
+        else:
+            d.drop(task.id)
+        self._after_group(d, signal, passes, attempts)
 
     def _after_group(self, d: _Domain, signal: float, passes: int, attempts: int) -> None:
         name = d.spec.name
