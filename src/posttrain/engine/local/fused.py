@@ -23,11 +23,11 @@ rounding (|delta logit| ~ 1e-6; tests compare logits, cached keys/values and
 the learner's logprobs).
 
 The packed weights are a copy, rebuilt whenever any parameter changed: every
-in-place update (optimizer steps, `load_state_dict`) bumps a tensor's version
-counter, which `ensure` compares before each step, so a learner sharing the
-model with the engine never decodes with stale weights. Replacing parameter
-objects outright needs `invalidate()` (the engine's `set_version` calls it).
-Packs are shared by the decoders of all engines over one model object.
+in-place update (optimizer steps, `load_state_dict`) moves the weights' stamp
+(engine/local/derived.py), which `ensure` checks before each step, so a learner
+sharing the model with the engine never decodes with stale weights. Replacing
+parameter objects outright needs `invalidate()` (the engine's `set_version` calls it).
+Packs are shared by the decoders of all engines over one model object (`derived.shared`).
 
 Does not cover: prefill (long chunks: `CausalLM.forward` with MKL), cascade
 rows that read a shared prompt, sliding windows, other dtypes; the engine uses
@@ -37,11 +37,11 @@ the model's forward for those.
 from __future__ import annotations
 
 import ctypes
-import weakref
 
 import torch
 from torch import Tensor
 
+from posttrain.engine.local.derived import WeightStamp, shared
 from posttrain.engine.local.hugepages import hugepage_empty
 from posttrain.engine.local.kv import SlotCache
 from posttrain.engine.local.native_decode import load_kernel
@@ -122,11 +122,6 @@ def _flat_pack(mats: list[Tensor], shape_fn) -> tuple[list[Tensor], Tensor]:
     return views, flat
 
 
-# model -> layout -> (parameter versions, parameters, packed payload): one packed copy per model, however many
-# engines (each with its own decoder and scratch buffers) run over it; a payload is never mutated once built
-_PACKS: "weakref.WeakKeyDictionary[CausalLM, dict]" = weakref.WeakKeyDictionary()
-
-
 class FusedDecoder:
     """The model's decode step in packed form; `step` returns the logits of one new token per row."""
 
@@ -142,8 +137,7 @@ class FusedDecoder:
         self.rep = self.hq // self.hkv
         self.hidden, self.inter = cfg.hidden_size, cfg.intermediate_size
         self.eps = torch.tensor(cfg.rms_norm_eps, dtype=torch.float32)
-        self._params: list[Tensor] = []
-        self._versions: list[int] = []
+        self._stamp: WeightStamp | None = None  # the weights the packs in `_packed` were made from
         self._packed: set[str] = set()  # layouts packed from the current weights
         self._native: tuple | None = None  # (panel buffer, biases, ctypes pointer array) for the C kernel
         self._kv_ptrs: tuple | None = None
@@ -169,48 +163,43 @@ class FusedDecoder:
     # -- weights --------------------------------------------------------------------------
     def invalidate(self) -> None:
         self._packed.clear()
-        self._params = []
+        self._stamp = None
 
     def ensure(self, layout: str = "torch") -> None:
         """Pack the weights for `layout` ("torch": [K, N] matrices for `torch.mm`; "native": the C kernel's
         16-column panels; "native-int8" / "native-bf16": its quantised panels), again whenever any parameter
         changed since the last pack. Packs are shared by every decoder over the same model object (engines are
-        often rebuilt over one model)."""
-        if self._params and [p._version for p in self._params] != self._versions:
+        often rebuilt over one model; engine/local/derived.py holds them)."""
+        if self._stamp is not None and not self._stamp.current():
             self._packed.clear()
         if layout in self._packed:
             return
-        if not self._packed:
-            self._params = list(self.model.parameters())
-            self._versions = [p._version for p in self._params]
-        shared = _PACKS.setdefault(self.model, {})
-        hit = shared.get(layout)
-        if hit is not None and hit[0] == self._versions and all(a is b for a, b in zip(hit[1], self._params)):
-            payload = hit[2]
-        else:
-            if layout.startswith("native-"):
-                payload = self._quantised_pack(layout.removeprefix("native-"))
-            elif layout == "torch":
-                mats, biases = self._matrices()
-                views, _ = _flat_pack(mats, lambda w: w)
-                layers = [_Layer(views[4 * i], biases[i], *views[4 * i + 1 : 4 * i + 4]) for i in range(len(biases))]
-                payload = (layers, views[-1])
-            else:
-                mats, biases = self._matrices()
-                panels, flat = _flat_pack(mats, _panels)
-                ptrs = []
-                for i, bias in enumerate(biases):
-                    rest = panels[4 * i + 1 : 4 * i + 4]
-                    ptrs += [panels[4 * i].data_ptr(), None if bias is None else bias.data_ptr(), *(x.data_ptr() for x in rest)]
-                ptrs.append(panels[-1].data_ptr())
-                payload = (flat, biases, (ctypes.c_void_p * len(ptrs))(*ptrs))  # the tensors stay alive with their pointers
-            shared[layout] = (list(self._versions), list(self._params), payload)
+        if not self._packed or self._stamp is None:
+            self._stamp = WeightStamp(self.model.parameters())
+        payload = shared(self.model, ("pack", layout), lambda: self._pack(layout), self._stamp)
         if layout == "torch":
             self.layers, self.w_head = payload
         else:
             self._native = payload
             self._call_args = None
         self._packed.add(layout)
+
+    def _pack(self, layout: str) -> tuple:
+        """The payload of `layout`, packed from the weights now; never mutated once built."""
+        if layout.startswith("native-"):
+            return self._quantised_pack(layout.removeprefix("native-"))
+        mats, biases = self._matrices()
+        if layout == "torch":
+            views, _ = _flat_pack(mats, lambda w: w)
+            layers = [_Layer(views[4 * i], biases[i], *views[4 * i + 1 : 4 * i + 4]) for i in range(len(biases))]
+            return (layers, views[-1])
+        panels, flat = _flat_pack(mats, _panels)
+        ptrs = []
+        for i, bias in enumerate(biases):
+            rest = panels[4 * i + 1 : 4 * i + 4]
+            ptrs += [panels[4 * i].data_ptr(), None if bias is None else bias.data_ptr(), *(x.data_ptr() for x in rest)]
+        ptrs.append(panels[-1].data_ptr())
+        return (flat, biases, (ctypes.c_void_p * len(ptrs))(*ptrs))  # the tensors stay alive with their pointers
 
     def _quantised_pack(self, precision: str) -> tuple:
         """The kernel's int8 / bf16 layout: per layer (qkv, its scales, bias, input norm, o, scales, post norm,
