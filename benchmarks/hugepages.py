@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-import posttrain.engine.local.fused as fused
+import posttrain.engine.local.pack as pack  # where the packed weights are allocated
 from engine import build  # benchmarks/: the script's own directory is on sys.path
 from posttrain.engine.local.engine import LocalEngine
 from posttrain.engine.local.hugepages import thp_mode
@@ -39,15 +39,15 @@ def measure(size: str, rounds: int) -> dict:
     engines = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = build(size, Path(tmp) / "model")
-        huge = fused.hugepage_empty
+        huge = pack.hugepage_empty
         for name in ("4k", "huge"):
-            fused.hugepage_empty = huge if name == "huge" else (lambda n, dtype: torch.empty(n, dtype=dtype))
+            pack.hugepage_empty = huge if name == "huge" else (lambda n, dtype: torch.empty(n, dtype=dtype))
             try:
                 model, tok = load_model(path)
                 engines[name] = LocalEngine(model.eval(), tok)
                 engines[name].generate([prompt], params)  # packs the weights (into this side's buffer), builds the kernel
             finally:
-                fused.hugepage_empty = huge
+                pack.hugepage_empty = huge
     ms: dict[str, list[float]] = {k: [] for k in engines}
     outs = {}
     for _ in range(rounds):

@@ -1,13 +1,14 @@
-"""A lone greedy sequence's decode in runs inside the C kernel (`LocalEngine._decode_greedy_run`,
+"""A lone greedy sequence's decode in runs inside the C kernel (`ModelRunner.greedy_run`,
 `FusedDecoder.decode_greedy`): the same tokens and logprobs as one step at a time, and only when it may run."""
 
 import pytest
 import torch
 
 from posttrain.engine import LocalEngine
-from posttrain.engine.local import engine as engine_mod
 from posttrain.engine.local import native_decode
+from posttrain.engine.local import runner as runner_mod
 from posttrain.engine.local.fused import FusedDecoder
+from posttrain.engine.local.sequence import RequestStatus
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer
 from posttrain.models.logprobs import token_logprobs
 from posttrain.types import FinishReason, SamplingParams
@@ -42,7 +43,7 @@ def runs(monkeypatch):
 
 
 def _generate(model, params, run: int, monkeypatch, precision="fp32", prompt=PROMPT):
-    monkeypatch.setattr(engine_mod, "GREEDY_RUN", run)  # 1 turns the runs off: one Python step per token
+    monkeypatch.setattr(runner_mod, "GREEDY_RUN", run)  # 1 turns the runs off: one Python step per token
     return LocalEngine(model, char_tokenizer(), precision=precision).generate([prompt], params)[0][0]
 
 
@@ -120,7 +121,7 @@ def test_a_request_submitted_mid_decode_is_admitted_and_both_match_their_solo_ou
     tok = char_tokenizer()
     params = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)
     solo = [_generate(model, params, 1, monkeypatch, prompt=p).token_ids for p in (PROMPT, "another prompt")]
-    monkeypatch.setattr(engine_mod, "GREEDY_RUN", 16)
+    monkeypatch.setattr(runner_mod, "GREEDY_RUN", 16)
     eng = LocalEngine(model, tok)
     a = eng.submit(tok.encode(PROMPT), params)
     eng.step()  # prefill and the first token, then a run
@@ -129,7 +130,7 @@ def test_a_request_submitted_mid_decode_is_admitted_and_both_match_their_solo_ou
     b = eng.submit(tok.encode("another prompt"), params)
     eng.step()  # b is admitted and prefilled: A decodes one plain step beside it
     assert runs == [16, 16] and len(a.samples[0].out) == 34
-    while a.status is not engine_mod.RequestStatus.FINISHED:
+    while a.status is not RequestStatus.FINISHED:
         eng.step()
     assert runs == [16, 16]  # two rows: the batched step
     while eng.has_unfinished():  # b alone again: runs
@@ -142,7 +143,7 @@ def test_a_request_submitted_mid_decode_is_admitted_and_both_match_their_solo_ou
 def test_without_the_kernel_the_engine_decodes_step_by_step(model, monkeypatch, runs):
     params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
     slow = _generate(model, params, 1, monkeypatch)
-    monkeypatch.setattr(engine_mod, "GREEDY_RUN", 16)
+    monkeypatch.setattr(runner_mod, "GREEDY_RUN", 16)
     eng = LocalEngine(model, char_tokenizer())
     eng.fused.kernel = None
     out = eng.generate([PROMPT], params)[0][0]

@@ -57,10 +57,10 @@ def test_thp_mode_reads_the_bracketed_choice(tmp_path, monkeypatch):
 
 
 def test_packed_decode_weights_use_the_huge_page_buffer():
-    from posttrain.engine.local.fused import _flat_pack, _panels
+    from posttrain.engine.local.pack import flat_pack, to_panels
 
     mats = [torch.randn(2048, 1024), torch.randn(1024, 2048)]  # 16 MiB of fp32 panels
-    views, flat = _flat_pack(mats, _panels)
+    views, flat = flat_pack(mats, to_panels)
     for m, v in zip(mats, views):
         assert torch.equal(v.permute(1, 0, 2).reshape(m.shape[0], -1)[:, : m.shape[1]], m)
     if THP_ON:

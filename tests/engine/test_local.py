@@ -41,10 +41,10 @@ def test_greedy_matches_uncached_argmax_decoding(engine):
 
 
 def test_group_of_n_shares_one_prefill(engine):
-    engine.stats.update(prefill_tokens=0, prompt_tokens_submitted=0)
+    engine.stats.prefill_tokens = engine.stats.prompt_tokens_submitted = 0
     groups = engine.generate(["12+34=", "5+6="], SamplingParams(n=8, max_tokens=3))
     assert [len(g) for g in groups] == [8, 8]
-    assert engine.stats["prefill_tokens"] * 8 == engine.stats["prompt_tokens_submitted"]
+    assert engine.stats.prefill_tokens * 8 == engine.stats.prompt_tokens_submitted
 
 
 @pytest.mark.slow
@@ -311,7 +311,7 @@ def test_requests_past_the_context_are_clamped_with_one_note(tiny_model_dir, cap
     model, tok = load_model(tiny_model_dir)
     engine = LocalEngine(model, tok, max_context=32)
     prompt = tok.encode("12+34=")
-    with caplog.at_level(logging.WARNING, logger="posttrain.engine.local.engine"):
+    with caplog.at_level(logging.WARNING, logger="posttrain.engine.local.intake"):
         (c,) = engine.generate([prompt], _greedy(100, ignore_eos=True))[0]
         (d,) = engine.generate([prompt], _greedy(50, ignore_eos=True))[0]
     assert len(c.token_ids) == len(d.token_ids) == 32 - len(prompt)
@@ -366,9 +366,9 @@ def test_chunked_prefill_bounds_tokens_per_step(tiny_model_dir):
     eng.submit(prompt, _greedy(5, ignore_eos=True))
     per_step = []
     while eng.has_unfinished():
-        before = eng.stats["prefill_tokens"]
+        before = eng.stats.prefill_tokens
         eng.step()
-        per_step.append(eng.stats["prefill_tokens"] - before)
+        per_step.append(eng.stats.prefill_tokens - before)
     assert max(per_step) <= 8 and sum(per_step) == len(tok.encode(prompt))
     assert eng.metrics()["generated_tokens"] == 5
     eng2 = LocalEngine(model, tok, prefill_chunk=8, max_prefill_tokens=8)
@@ -496,7 +496,7 @@ def test_a_closed_worker_takes_no_job_and_agenerate_moves_to_a_new_one(tiny_mode
         old.submit(["1+1="], params)
     assert old.waiting.empty()  # nothing left behind that no thread would ever read
     want = engine.generate(["1+1="], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
-    assert engine._worker is old  # closed behind the engine's back (another thread's close, say)
+    assert engine.threads.worker is old  # closed behind the engine's back (another thread's close, say)
     assert asyncio.run(engine.agenerate(["1+1="], params)) == want
-    assert engine._worker is not old
+    assert engine.threads.worker is not old
     engine.close()

@@ -9,7 +9,7 @@ finished completion whose pieces concatenate to exactly its text (text past it,
 cut by a stop string, never appears); `find_stop`, the earliest stop string in
 a text.
 Does not cover: when to stop or what to hold back while streaming (the engine
-decides: engine/local/engine.py); decoders under which a later token changes
+decides: engine/local/emit.py); decoders under which a later token changes
 text already decided. One of HF's does, on junk output (a random model's):
 `ByteFallback` turns a run of <0xNN> tokens that is not UTF-8 as a whole into
 one U+FFFD per byte, so an ASCII byte token followed by junk bytes streams as

@@ -23,11 +23,11 @@ rounding (|delta logit| ~ 1e-6; tests compare logits, cached keys/values and
 the learner's logprobs).
 
 The packed weights are a copy, rebuilt whenever any parameter changed: every
-in-place update (optimizer steps, `load_state_dict`) bumps a tensor's version
-counter, which `ensure` compares before each step, so a learner sharing the
-model with the engine never decodes with stale weights. Replacing parameter
-objects outright needs `invalidate()` (the engine's `set_version` calls it).
-Packs are shared by the decoders of all engines over one model object.
+in-place update (optimizer steps, `load_state_dict`) moves the weights' stamp
+(engine/local/derived.py), which `ensure` checks before each step, so a learner
+sharing the model with the engine never decodes with stale weights. Replacing
+parameter objects outright needs `invalidate()` (the engine's `set_version` calls it).
+Packs are shared by the decoders of all engines over one model object (`derived.shared`).
 
 Does not cover: prefill (long chunks: `CausalLM.forward` with MKL), cascade
 rows that read a shared prompt, sliding windows, other dtypes; the engine uses
@@ -37,15 +37,15 @@ the model's forward for those.
 from __future__ import annotations
 
 import ctypes
-import weakref
 
 import torch
 from torch import Tensor
 
-from posttrain.engine.local.hugepages import hugepage_empty
+from posttrain.engine.local.derived import WeightStamp, shared
 from posttrain.engine.local.kv import SlotCache
 from posttrain.engine.local.native_decode import load_kernel
-from posttrain.engine.local.precision import check_precision, quantize
+from posttrain.engine.local.pack import PackedLayer, pack
+from posttrain.engine.local.precision import check_precision
 from posttrain.models.llama import CausalLM
 
 # up to this many tokens per forward the C kernel (which streams every weight matrix once for all of
@@ -57,11 +57,8 @@ def native_is_faster(b: int, span: int, starts: list[int], hidden: int) -> bool:
     """Whether one token for each of b rows is cheaper through the C kernel, 16 rows per call, than through
     `step`'s batched PyTorch matmuls. The kernel streams every weight once per 16 rows but attends over each
     row's own length; PyTorch's matmuls reuse the weights across all rows but attend over the longest row's
-    span (a mask hides the rest). Measured quietly with `benchmarks/decode_paths.py` (1 thread; RESULTS.md,
-    "Multi-turn RL, second session"): at hidden 128 the kernel is 1.14-1.83x faster at every batch and length
-    tried (32-128 rows, lengths 64-900); at hidden 384 and 640 it wins at <= 32 rows or ragged lengths
-    (padding to the longest row at least 1.5x the real lengths), and PyTorch wins for 128 rows of equal
-    lengths (by 1.04x and 1.39x). The rule picked the faster path in 12 of 12 cases."""
+    span (a mask hides the rest), so they win only for many rows of similar lengths in a wide model
+    (benchmarks/decode_paths.py; the measurements are in benchmarks/RESULTS.md)."""
     if b <= 2 * NATIVE_MAX_TOKENS or hidden <= 256:
         return True
     return b * span >= 1.5 * (sum(starts) + b)
@@ -77,54 +74,7 @@ def rotate_half_matrix(d: int, dtype: torch.dtype = torch.float32) -> Tensor:
     return r
 
 
-class _Layer:
-    __slots__ = ("w_qkv", "b_qkv", "w_o", "w_gu", "w_down")
-
-    def __init__(self, w_qkv: Tensor, b_qkv: Tensor | None, w_o: Tensor, w_gu: Tensor, w_down: Tensor) -> None:
-        self.w_qkv, self.b_qkv, self.w_o, self.w_gu, self.w_down = w_qkv, b_qkv, w_o, w_gu, w_down
-
-
-PANEL = 16  # the C kernel's column panel width (two AVX registers)
 _WTYPE = {"int8": 1, "bf16": 2}  # pt_forward_tokens_q's weight type codes
-
-
-def _panels(w: Tensor) -> Tensor:
-    """[K, N] -> [ceil(N / 16), K, 16], zero-padded: the C kernel streams one panel front to back per column block."""
-    k, n = w.shape
-    np_ = -(-n // PANEL)
-    padded = torch.zeros((k, np_ * PANEL), dtype=w.dtype)
-    padded[:, :n] = w
-    return padded.view(k, np_, PANEL).permute(1, 0, 2)
-
-
-def _padded(v: Tensor) -> Tensor:
-    """[N] -> [ceil(N / 16) * 16] fp32, zero-padded: per-column scales beside their panels."""
-    out = torch.zeros(-(-v.numel() // PANEL) * PANEL, dtype=torch.float32)
-    out[: v.numel()] = v
-    return out
-
-
-def _flat_pack(mats: list[Tensor], shape_fn) -> tuple[list[Tensor], Tensor]:
-    """Copy `shape_fn(m)` of every matrix into one contiguous buffer, in step order -> (views, buffer).
-
-    At these sizes decode is bound by reading the weights, and one sequential run on huge pages
-    (`hugepage_empty`) is what the hardware prefetcher and the TLB handle best.
-    """
-    with torch.no_grad():
-        shaped = [shape_fn(m) for m in mats]
-        flat = hugepage_empty(sum(x.numel() for x in shaped), shaped[0].dtype)
-        views, off = [], 0
-        for x in shaped:
-            v = flat[off : off + x.numel()].view(x.shape)
-            v.copy_(x)
-            views.append(v)
-            off += x.numel()
-    return views, flat
-
-
-# model -> layout -> (parameter versions, parameters, packed payload): one packed copy per model, however many
-# engines (each with its own decoder and scratch buffers) run over it; a payload is never mutated once built
-_PACKS: "weakref.WeakKeyDictionary[CausalLM, dict]" = weakref.WeakKeyDictionary()
 
 
 class FusedDecoder:
@@ -142,15 +92,14 @@ class FusedDecoder:
         self.rep = self.hq // self.hkv
         self.hidden, self.inter = cfg.hidden_size, cfg.intermediate_size
         self.eps = torch.tensor(cfg.rms_norm_eps, dtype=torch.float32)
-        self._params: list[Tensor] = []
-        self._versions: list[int] = []
+        self._stamp: WeightStamp | None = None  # the weights the packs in `_packed` were made from
         self._packed: set[str] = set()  # layouts packed from the current weights
         self._native: tuple | None = None  # (panel buffer, biases, ctypes pointer array) for the C kernel
         self._kv_ptrs: tuple | None = None
         self._call_args: tuple | None = None  # the kernel's arguments that change only with the weights or tables
         self._index_bufs = tuple((ctypes.c_int64 * NATIVE_MAX_TOKENS)() for _ in range(4))  # rows, slots, positions, ids
         self._logits_buf = torch.empty((NATIVE_MAX_TOKENS, cfg.vocab_size), dtype=torch.float32)
-        self.layers: list[_Layer] = []
+        self.layers: list[PackedLayer] = []
         self.w_head: Tensor | None = None
         self._rope: tuple[Tensor, Tensor] | None = None  # cos and sin tables [L, D]
         self.rot = rotate_half_matrix(self.d)
@@ -169,109 +118,26 @@ class FusedDecoder:
     # -- weights --------------------------------------------------------------------------
     def invalidate(self) -> None:
         self._packed.clear()
-        self._params = []
+        self._stamp = None
 
     def ensure(self, layout: str = "torch") -> None:
         """Pack the weights for `layout` ("torch": [K, N] matrices for `torch.mm`; "native": the C kernel's
         16-column panels; "native-int8" / "native-bf16": its quantised panels), again whenever any parameter
         changed since the last pack. Packs are shared by every decoder over the same model object (engines are
-        often rebuilt over one model)."""
-        if self._params and [p._version for p in self._params] != self._versions:
+        often rebuilt over one model; engine/local/derived.py holds them)."""
+        if self._stamp is not None and not self._stamp.current():
             self._packed.clear()
         if layout in self._packed:
             return
-        if not self._packed:
-            self._params = list(self.model.parameters())
-            self._versions = [p._version for p in self._params]
-        shared = _PACKS.setdefault(self.model, {})
-        hit = shared.get(layout)
-        if hit is not None and hit[0] == self._versions and all(a is b for a, b in zip(hit[1], self._params)):
-            payload = hit[2]
-        else:
-            if layout.startswith("native-"):
-                payload = self._quantised_pack(layout.removeprefix("native-"))
-            elif layout == "torch":
-                mats, biases = self._matrices()
-                views, _ = _flat_pack(mats, lambda w: w)
-                layers = [_Layer(views[4 * i], biases[i], *views[4 * i + 1 : 4 * i + 4]) for i in range(len(biases))]
-                payload = (layers, views[-1])
-            else:
-                mats, biases = self._matrices()
-                panels, flat = _flat_pack(mats, _panels)
-                ptrs = []
-                for i, bias in enumerate(biases):
-                    rest = panels[4 * i + 1 : 4 * i + 4]
-                    ptrs += [panels[4 * i].data_ptr(), None if bias is None else bias.data_ptr(), *(x.data_ptr() for x in rest)]
-                ptrs.append(panels[-1].data_ptr())
-                payload = (flat, biases, (ctypes.c_void_p * len(ptrs))(*ptrs))  # the tensors stay alive with their pointers
-            shared[layout] = (list(self._versions), list(self._params), payload)
+        if not self._packed or self._stamp is None:
+            self._stamp = WeightStamp(self.model.parameters())
+        payload = shared(self.model, ("pack", layout), lambda: pack(self.model, layout), self._stamp)
         if layout == "torch":
             self.layers, self.w_head = payload
         else:
             self._native = payload
             self._call_args = None
         self._packed.add(layout)
-
-    def _quantised_pack(self, precision: str) -> tuple:
-        """The kernel's int8 / bf16 layout: per layer (qkv, its scales, bias, input norm, o, scales, post norm,
-        gate|up, scales, down, scales), then (head, scales, final norm); 11 and 3 pointers. The model's own
-        weights are quantised unfolded (a norm weight varies along K, which a per-column scale cannot carry),
-        so the kernel applies the norms to the activations; 1/sqrt(D) rides in the query columns' scales.
-        Quantising weights that already hold int8 / bf16 values (a ServingCopy's) returns them exactly."""
-        m, cfg = self.model, self.model.config
-        scale = self.d**-0.5
-        nq = self.hq * self.d
-        mats: list[Tensor] = []
-        vecs: list[list[Tensor | None]] = []  # per matrix: its scales, then the layer's norm weight / bias
-        with torch.no_grad():
-            for layer in m.model.layers:
-                a, mlp = layer.self_attn, layer.mlp
-                q, s = quantize(torch.cat((a.q_proj.weight, a.k_proj.weight, a.v_proj.weight)), precision)
-                s[:nq] *= scale
-                bias = None
-                if cfg.attention_bias:
-                    bias = torch.cat((a.q_proj.bias.float() * scale, a.k_proj.bias.float(), a.v_proj.bias.float())).contiguous()
-                mats.append(q.t())
-                vecs.append([_padded(s), bias, layer.input_layernorm.weight.detach().float().contiguous()])
-                q, s = quantize(a.o_proj.weight, precision)
-                mats.append(q.t())
-                vecs.append([_padded(s), layer.post_attention_layernorm.weight.detach().float().contiguous()])
-                q, s = quantize(torch.cat((mlp.gate_proj.weight, mlp.up_proj.weight)), precision)
-                mats.append(q.t())
-                vecs.append([_padded(s)])
-                q, s = quantize(mlp.down_proj.weight, precision)
-                mats.append(q.t())
-                vecs.append([_padded(s)])
-            q, s = quantize(m.lm_head.weight, precision)
-            mats.append(q.t())
-            vecs.append([_padded(s), m.model.norm.weight.detach().float().contiguous()])
-        panels, flat = _flat_pack(mats, _panels)
-        ptrs: list[int | None] = []
-        for w, extra in zip(panels, vecs, strict=True):
-            ptrs += [w.data_ptr(), *(None if v is None else v.data_ptr() for v in extra)]
-        return (flat, vecs, (ctypes.c_void_p * len(ptrs))(*ptrs))  # the tensors stay alive with their pointers
-
-    def _matrices(self) -> tuple[list[Tensor], list[Tensor | None]]:
-        """Per layer [K, N] matrices (qkv, o, gate|up, down) with norm weights and 1/sqrt(D) folded in, then the head."""
-        m, cfg = self.model, self.model.config
-        scale = self.d**-0.5
-        mats: list[Tensor] = []  # every matrix, in the order a step reads them
-        biases: list[Tensor | None] = []
-        with torch.no_grad():
-            for layer in m.model.layers:
-                a, mlp = layer.self_attn, layer.mlp
-                g_in = layer.input_layernorm.weight.float()[None, :]
-                g_post = layer.post_attention_layernorm.weight.float()[None, :]
-                w_qkv = torch.cat((a.q_proj.weight.float() * scale, a.k_proj.weight.float(), a.v_proj.weight.float())) * g_in
-                w_gu = torch.cat((mlp.gate_proj.weight, mlp.up_proj.weight)).float() * g_post
-                mats += [w_qkv.t(), a.o_proj.weight.float().t(), w_gu.t(), mlp.down_proj.weight.float().t()]
-                if cfg.attention_bias:
-                    bias = torch.cat((a.q_proj.bias.float() * scale, a.k_proj.bias.float(), a.v_proj.bias.float()))
-                    biases.append(bias[None].contiguous())
-                else:
-                    biases.append(None)
-            mats.append((m.lm_head.weight.float() * m.model.norm.weight.float()[None, :]).t())
-        return mats, biases
 
     # -- the step -------------------------------------------------------------------------
     def _rope_tables(self, need: int) -> tuple[Tensor, Tensor]:

@@ -3,18 +3,16 @@
 Covers: `hugepage_empty`, a 1-D tensor whose storage starts on a 2 MiB
 boundary of an anonymous mapping advised `MADV_HUGEPAGE` before its first
 touch, so the kernel backs it with 2 MiB pages where it can. Why: a batch-1
-decode step streams every weight once (39 MB at 10M parameters); on 4 KiB
-pages that walk misses the TLB every 4 KiB and the hardware prefetcher stops
-at every page boundary. Measured on a 2-core AMD EPYC (Zen 4) VM, one thread
-(benchmarks/hugepages.py, interleaved A/B): 10M parameters 2.32 ms a token on
-4 KiB pages, 1.80 on huge pages; 50M 8.78 and 8.42 (benchmarks/RESULTS.md). Linux's default THP mode, `madvise`, gives huge
-pages only to ranges that ask, and PyTorch's CPU allocator asks only when
-`THP_MEM_ALLOC_ENABLE=1` is set before it starts.
+decode step streams every weight once; on 4 KiB pages that walk misses the TLB
+every 4 KiB and the hardware prefetcher stops at every page boundary
+(benchmarks/hugepages.py; the measurements are in benchmarks/RESULTS.md).
+Linux's default THP mode, `madvise`, gives huge pages only to ranges that ask,
+and PyTorch's CPU allocator asks only when `THP_MEM_ALLOC_ENABLE=1` is set
+before it starts.
 Falls back to a plain `torch.empty` (same contents, same semantics) below
 `MIN_BYTES` (16 MiB: 4 KiB pages' TLB reach covers smaller buffers, and the
-allocator's reuse of freed memory is cheaper than a fresh mapping: packing the
-built-in 0.86M model's 3.4 MB took 1.2 ms on 4 KiB pages and 2.9 ms on huge
-pages, once per training step), off Linux, when THP is `never`, or when the
+allocator's reuse of freed memory is cheaper than a fresh mapping for the small
+packs made once per training step), off Linux, when THP is `never`, or when the
 mapping or the advice fails.
 Does not cover: the KV cache or activations (small and reused at decode
 sizes), or explicit hugetlbfs pages (need root and a reserved pool).

@@ -13,7 +13,7 @@ in C for decode steps (`pt_cascade_attend` of engine/local/native_decode.py), sp
 torch's intra-op thread count, and in PyTorch matmuls otherwise.
 Devices: every tensor lives on the cache's `device`; the C kernel serves CPU caches only (`native`).
 Does not cover: paging or block tables (a row is contiguous, so the running
-batch reads the cache as a view, never a gather), scheduling (engine/local/engine.py).
+batch reads the cache as a view, never a gather), scheduling (engine/local/scheduler.py).
 
 Protocol with `CausalLM.forward`: the engine calls `bind(...)` to say which
 rows and offsets the next forward addresses, then passes the cache as
@@ -41,11 +41,10 @@ _POOL_LOCK = threading.Lock()
 
 
 def native_attention_pays(threads: int, hidden: int) -> bool:
-    """Whether decode steps' cascade attention goes to C (`pt_cascade_attend`) rather than PyTorch's matmuls.
-    Measured with benchmarks/cascade_attention.py (GRPO shape, 64 prompts x 16; Intel Xeon, 2026-12-05): on one
-    thread C was 1.26x faster at hidden 128 (1M) and 1.21x at 384 (10M); on two, PyTorch's matmuls use both
-    cores, and C split over a thread pool was 1.13x faster at 384 but 0.89x at 128 (0.87x unsplit), where the
-    attention calls are short and share the cores with OpenMP's spinning workers."""
+    """Whether decode steps' cascade attention goes to C (`pt_cascade_attend`) rather than PyTorch's matmuls:
+    on one thread C wins; on two, PyTorch's matmuls use both cores, and C split over a thread pool wins only
+    for wide models, where attention calls are long enough to outweigh sharing the cores with OpenMP's
+    spinning workers (benchmarks/cascade_attention.py; the measurements are in benchmarks/RESULTS.md)."""
     return threads <= 1 or hidden >= 256
 
 

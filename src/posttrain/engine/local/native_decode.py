@@ -152,10 +152,10 @@ def cpu_vendor() -> str:
 def stream_prefetch_default() -> bool:
     """Whether forwards of up to 4 rows prefetch their weights non-temporally (prefetchnta).
 
-    `POSTTRAIN_STREAM_PREFETCH=1` or `0` decides; unset (or `auto`), only AMD CPUs do: on the Zen 4 of the A/B it
-    made 50M batch-1 decode 6% faster, on an Intel Xeon with a large shared L3 3.7-4.6x slower (the kernel's
-    comment has the figures), and an untried CPU gets the plain prefetches that were never slower. A hint only:
-    the numbers are the same either way (tested)."""
+    `POSTTRAIN_STREAM_PREFETCH=1` or `0` decides; unset (or `auto`), only AMD CPUs do: it helped on a Zen 4 and
+    hurt badly on an Intel Xeon with a large shared L3 (benchmarks/RESULTS.md; the kernel's comment), and an
+    untried CPU gets the plain prefetches that were never slower. A hint only: the numbers are the same either
+    way (tested)."""
     value = os.environ.get("POSTTRAIN_STREAM_PREFETCH", "auto").strip().lower()
     if value in ("1", "0"):
         return value == "1"

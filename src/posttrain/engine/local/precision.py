@@ -14,12 +14,12 @@ bf16 panels with per-column scales, dequantised in registers. Quantisation is
 idempotent on the copy's weights (re-quantising q * s gives q back exactly), so
 the kernel's panels are packed from the copy like any other pack.
 
-The copy follows the learner: `refresh()` compares the source parameters'
-version counters (every in-place update bumps them) and re-derives the copy in
-place; `invalidate()` forces it (the engine's `set_version` calls it), and is
-what replacing parameter objects outright needs (the list of source parameters
-is kept between steps, as engine/local/fused.py keeps its own). Copies are
-shared per (model, precision) by every engine over one model object.
+The copy follows the learner: `refresh()` checks the source parameters' stamp
+(engine/local/derived.py: every in-place update bumps their counters) and
+re-derives the copy in place; `invalidate()` forces it (the engine's
+`set_version` calls it), and is what replacing parameter objects outright
+needs. Copies are shared per (model, precision) by every engine over one model
+object (`derived.shared`).
 
 Does not cover: activation or KV-cache quantisation (both stay fp32), GPUs,
 models other than the native `CausalLM`.
@@ -34,6 +34,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from posttrain.engine.local.derived import WeightStamp, shared
 from posttrain.errors import UserError
 from posttrain.models.llama import CausalLM
 
@@ -101,40 +102,31 @@ class ServingCopy:
             q.requires_grad_(False)
             q.grad = None
         self.module = module
-        self._versions: list[int] | None = None
-        self._params: list[torch.nn.Parameter] | None = None  # the source's, listed once (a walk costs ~85 us a step)
+        self._stamp: WeightStamp | None = None  # the source's parameters and their counters at the last derivation
         self.refresh()
 
     def invalidate(self) -> None:
-        self._versions = self._params = None
+        self._stamp = None
 
     def refresh(self) -> CausalLM:
         """The copy, re-derived first if any source parameter changed (or after `invalidate`)."""
         src = self._source()
         if src is None:
             raise RuntimeError("the model this serving copy was derived from is gone")
-        if self._params is None:
-            self._params = list(src.parameters())
-        params = self._params
-        versions = [p._version for p in params]
-        if versions == self._versions:
+        if self._stamp is not None and self._stamp.current():
             return self.module
+        stamp = WeightStamp(src.parameters()) if self._stamp is None else self._stamp.restamped()
+        params = stamp.params
         with torch.no_grad():
             for dst, s in zip(self.module.parameters(), params, strict=True):
                 dst.copy_(s)
             for w in quantized_weights(self.module):  # a tied lm_head rounds the embedding with it: one tensor
                 w.copy_(dequantize(*quantize(w, self.precision)))
-        self._versions = versions
+        self._stamp = stamp
         return self.module
 
 
-# model -> precision -> copy: engines are often rebuilt over one model, and a copy costs a model's memory
-_COPIES: "weakref.WeakKeyDictionary[CausalLM, dict[str, ServingCopy]]" = weakref.WeakKeyDictionary()
-
-
 def serving_copy(model: CausalLM, precision: str) -> ServingCopy:
-    shared = _COPIES.setdefault(model, {})
-    hit = shared.get(precision)
-    if hit is None:
-        hit = shared[precision] = ServingCopy(model, precision)
-    return hit
+    """The copy of `model` at `precision`, one per (model, precision): engines are often rebuilt over one model,
+    and a copy costs a model's memory (engine/local/derived.py holds it; it follows the model itself)."""
+    return shared(model, ("serving", precision), lambda: ServingCopy(model, precision))

@@ -4,7 +4,7 @@ Covers: `Request` (one prompt, its params, its random generator, its n
 samples, its prefill progress) and `Sequence` (one sample: tokens so far,
 logprobs, where its KV lives, its finish state, its incremental text and
 stop-string bookkeeping).
-Does not cover: scheduling decisions (engine/local/engine.py).
+Does not cover: scheduling decisions (engine/local/scheduler.py).
 """
 
 from __future__ import annotations

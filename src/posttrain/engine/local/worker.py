@@ -207,15 +207,7 @@ class EngineWorker:
                 if job is None:
                     return
                 pending.append(job)
-            while not closing:
-                try:
-                    job = self.waiting.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    closing = True
-                else:
-                    pending.append(job)
+            closing = closing or self._drain(pending)
             with self._lock:  # the engine's owner may be driving it directly: its call finishes first
                 while pending and len(in_flight) < self.max_jobs:
                     # a seeded job runs alone: its samples' rows, hence their draws, then depend on its seed only
@@ -242,13 +234,27 @@ class EngineWorker:
                 self.stats.engine_calls += 1
                 for d in deltas:
                     self._route(d, routes, in_flight)
-                done = [j for j in in_flight
-                        if j.on_delta is None and all(r.status is RequestStatus.FINISHED for r in j.requests)]
-                for job in done:
-                    in_flight.remove(job)
-                    for r in job.requests:
-                        routes.pop(r.id, None)
-                    self._finish(job, [list(r.completions) for r in job.requests])
+                self._complete(routes, in_flight)
+
+    def _drain(self, pending: deque[GenerationJob]) -> bool:
+        """Move every job already queued to `pending`, without waiting -> whether `close` was queued."""
+        while True:
+            try:
+                job = self.waiting.get_nowait()
+            except queue.Empty:
+                return False
+            if job is None:
+                return True
+            pending.append(job)
+
+    def _complete(self, routes: dict[int, GenerationJob], in_flight: list[GenerationJob]) -> None:
+        """Finish the jobs without a delta callback whose requests are all done (streamed jobs finish in `_route`)."""
+        done = [j for j in in_flight if j.on_delta is None and all(r.status is RequestStatus.FINISHED for r in j.requests)]
+        for job in done:
+            in_flight.remove(job)
+            for r in job.requests:
+                routes.pop(r.id, None)
+            self._finish(job, [list(r.completions) for r in job.requests])
 
     def _start(self, job: GenerationJob, routes: dict[int, GenerationJob], in_flight: list[GenerationJob]) -> None:
         if not job.future.set_running_or_notify_cancel():

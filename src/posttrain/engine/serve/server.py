@@ -60,9 +60,7 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
-    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from fastapi.responses import Response, StreamingResponse
 
     service = Service(engine, config, chat_template, renderer)  # renderer: the model's `PromptRenderer` (training's)
 
@@ -74,52 +72,11 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
     app = FastAPI(title="posttrain", lifespan=lifespan)
     app.state.service = service
 
-    def error(exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
-
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError):
-        return error(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
-        message, param = validation_message(list(exc.errors()))
-        return error(bad_request(message, param))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException):
-        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return error(APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
-        log.exception("unexpected error", exc_info=exc)  # the traceback stays in the server log
-        return error(APIError(500, f"internal error: {type(exc).__name__}", "server_error"))
-
-    def model_card() -> dict[str, Any]:
-        return {
-            "id": config.model_name,
-            "object": "model",
-            "created": service.created,
-            "owned_by": "posttrain",
-            "max_model_len": service.max_context,
-        }
+    _add_error_handlers(app)
+    _add_model_routes(app, service, engine, config)
 
     def stream(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
         return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-
-    @app.get("/health")
-    async def health():
-        return {"status": "ok", "policy_version": engine.policy_version}
-
-    @app.get("/v1/models")
-    async def models():
-        return {"object": "list", "data": [model_card()]}
-
-    @app.get("/v1/models/{name:path}")
-    async def model(name: str):
-        service.check_model(name)
-        return model_card()
 
     async def respond(job, render, http: Request):
         groups = await service.generate(job, http.is_disconnected)
@@ -149,6 +106,63 @@ def create_app(engine: Any, config: ServeConfig, chat_template: ChatTemplate | N
         return await respond(job, lambda groups: service.chat_body(req, rid, groups, plan), http)
 
     return app
+
+
+def _add_model_routes(app, service: Service, engine: Any, config: ServeConfig) -> None:
+    """`/health` and the model list (one model, named as configured)."""
+
+    def model_card() -> dict[str, Any]:
+        return {
+            "id": config.model_name,
+            "object": "model",
+            "created": service.created,
+            "owned_by": "posttrain",
+            "max_model_len": service.max_context,
+        }
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "policy_version": engine.policy_version}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{name:path}")
+    async def model(name: str):
+        service.check_model(name)
+        return model_card()
+
+
+def _add_error_handlers(app) -> None:
+    """Every error as an OpenAI-style JSON body: ours, FastAPI's validation, Starlette's HTTP ones, and the
+    unexpected (its traceback stays in the server log)."""
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    def error(exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError):
+        return error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        message, param = validation_message(list(exc.errors()))
+        return error(bad_request(message, param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error(APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error", exc_info=exc)  # the traceback stays in the server log
+        return error(APIError(500, f"internal error: {type(exc).__name__}", "server_error"))
 
 
 class ServerThread:
