@@ -48,12 +48,14 @@ from posttrain.provenance import code_version
 from posttrain.rewards import verifier_id, verifier_latency_metrics
 from posttrain.rl.advantages import group_relative_advantages, has_signal
 from posttrain.rl.async_loop import AsyncLoop
+from posttrain.rl.backends import Backends
 from posttrain.rl.build import Components, build, data_parallel_from_env
 from posttrain.rl.colocation import Colocation
 from posttrain.rl.learner import pack_groups
 from posttrain.rl.rollout import run_sync
 from posttrain.rl.scheduling import record_scheduler
 from posttrain.rl.selection import Best, HeldOutRegression, observe
+from posttrain.sandbox.sandboxes import use_sandboxes
 from posttrain.scheduler.curriculum import level_metrics
 from posttrain.scheduler.pipeline import fill_batch, fill_rule
 from posttrain.scheduler.task_scheduler import TaskScheduler
@@ -111,13 +113,14 @@ class Trainer:
         on_step: Callable[[StepResult], None] | None = None,
         on_eval: Callable[[int, dict[str, float]], None] | None = None,
         components: Components | None = None,
+        backends: Backends | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_dir = cfg.path
         self.on_step, self.on_eval = on_step, on_eval
         store_path = self.run_dir / "run.sqlite"
-        self.dp = components.dp if components is not None else data_parallel_from_env(cfg.rl.device)
-        self.lead = self.dp is None or self.dp.lead
+        self.dp = components.dp if components is not None else data_parallel_from_env(cfg.rl.device, backends)
+        self.lead = self.dp.lead
         if store_path.exists() and not resume:
             if not overwrite:
                 raise RunExistsError(f"run {self.run_dir} already exists: pass --resume to continue it or choose another name")
@@ -127,11 +130,10 @@ class Trainer:
             raise NoCheckpointError(
                 f"{self.run_dir}: no checkpoint to resume from (checkpoint_every = {cfg.train.checkpoint_every})"
             )
-        if self.dp is not None:  # every rank has looked before rank 0 deletes or creates anything
-            self.dp.barrier()
+        self.dp.barrier()  # every rank has looked before rank 0 deletes or creates anything
         if self.lead:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.parts = components or build(cfg, store=False, dp=self.dp)
+        self.parts = components or build(cfg, store=False, dp=self.dp, backends=backends)
         p = self.parts
         # the policy with every weight in place (FSDP shards the learner's module; the engine holds a whole copy)
         self.whole_model = p.whole_model or p.model
@@ -165,7 +167,7 @@ class Trainer:
                 domains=[{"name": d.name, "verifier": verifier_id(d.verifier), "weight": d.weight} for d in self.domains],
                 created=time.time(),
             )
-            if self.dp is not None:
+            if self.dp.world > 1:
                 self.store.set_info(data_parallel={"world": self.dp.world, "strategy": cfg.rl.data_parallel})
             if p.base is not None:  # the built-in base: whether it reached its band goes with the run
                 self.store.set_info(base={"path": str(p.base.path), "accuracy": p.base.accuracy, "steps": p.base.steps,
@@ -175,7 +177,7 @@ class Trainer:
         self.writer = self._trackers(resume) if (cfg.tensorboard or cfg.trackers) and self.lead else None
         if cfg.rollout.mode == "async":
             self.async_loop = AsyncLoop.for_components(cfg, self.model, self.tokenizer, self.domains, self.params,
-                                                       self.step, cfg.train.steps)
+                                                       self.step, cfg.train.steps, p.sandboxes, p.backends)
             if resume:  # the buffer is not in the checkpoint: what was pending is dropped, and counted
                 self.async_loop.load_state_dict(self._async_state)
                 self.store.set_info(resume_dropped_groups=self.async_loop.resume_dropped)
@@ -207,11 +209,11 @@ class Trainer:
         self.curriculum.load_state_dict(state.curriculum)
         engine_rng, torch_rng = state.engine_rng, state.torch_rng
         ranks = state.extra.get("ranks")  # a torchrun run: every rank's own sampler state
-        if self.dp is not None and ranks and len(ranks) == self.dp.world:
+        if self.dp.world > 1 and ranks and len(ranks) == self.dp.world:
             engine_rng, torch_rng = ranks[self.dp.rank]["engine_rng"], ranks[self.dp.rank]["torch_rng"]
-        elif self.dp is not None and not self.lead:
+        elif self.dp.world > 1 and not self.lead:
             engine_rng = None  # another world size, or a one-process checkpoint: this rank samples afresh
-        if self.dp is not None and self.lead and not (ranks and len(ranks) == self.dp.world):
+        if self.dp.world > 1 and self.lead and not (ranks and len(ranks) == self.dp.world):
             warnings.warn(f"resuming step {step} on {self.dp.world} ranks from a checkpoint of "
                           f"{len(ranks) if ranks else 1}: the other ranks' sampling starts from fresh states",
                           stacklevel=2)
@@ -239,7 +241,7 @@ class Trainer:
     def _rollout(self, tasks: list) -> list[Group]:
         """One group per task; under torchrun this rank rolls out its share and every rank gets all groups back,
         in the tasks' order."""
-        if self.dp is None:
+        if self.dp.world == 1:
             return run_sync(self.rollouter, tasks, self.params.n)
         mine = self.dp.shard(tasks)
         return self.dp.gather(run_sync(self.rollouter, mine, self.params.n) if mine else [], len(tasks))
@@ -283,7 +285,7 @@ class Trainer:
             learn_s=t2 - t1,
             step_s=t2 - t0,
         )
-        if self.dp is not None:
+        if self.dp.world > 1:
             metrics["data_parallel_world"] = float(self.dp.world)
         if self.async_loop is not None:
             metrics.update(self.async_loop.step_metrics())
@@ -291,7 +293,7 @@ class Trainer:
                 warnings.warn(f"rollout producer {f.producer} failed (request re-queued): {f.message}", stacklevel=2)
                 self.store.add_alert({"step": self.step, "kind": "producer_failure", "producer": f.producer,
                                       "message": f.message})
-        if self.cfg.rollout.sandbox_backend == "ray":
+        if self.cfg.sandbox.backend == "ray":
             metrics["sandbox_worker_failures"] = float(self._record_sandbox_failures())
         metrics.update(level_metrics(self.curriculum))
         if isinstance(self.curriculum, TaskScheduler):  # per-domain figures and failures: store, TensorBoard, progress
@@ -300,7 +302,7 @@ class Trainer:
         self._record_episodes(metrics, sampled)
         self._record(metrics, sampled, kept)
         # the scheduler's per-domain state is rank 0's store only: other ranks must reach the same stop decision
-        domains = {name: m for _, name, m in self.store.domain_metrics(self.step)} if self.dp is None else {}
+        domains = {name: m for _, name, m in self.store.domain_metrics(self.step)} if self.dp.world == 1 else {}
         self._on_alerts(self.watch.observe_step(self.step, metrics, domains), stops=True)
         result = StepResult(self.step, metrics)
         if self.on_step:
@@ -311,8 +313,7 @@ class Trainer:
         """Ray sandbox workers that died since the last step, the learner's own and the producers' (each was
         rebuilt and its executions re-submitted): warned, and kept in the store's alerts. How many."""
         found: list[tuple[str, str]] = []
-        if self.parts.sandbox is not None:
-            found += [("learner", line) for line in self.parts.sandbox.new_failures()]
+        found += [("learner", line) for line in self.parts.sandboxes.new_failures()]
         if self.async_loop is not None:
             found += [(f"producer {f.producer}", f.message) for f in self.async_loop.new_sandbox_failures()]
         for origin, message in found:
@@ -357,7 +358,7 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Held-out greedy accuracy of every domain (and `train.eval_suites`) at the current step, stored.
         Under torchrun: every rank checks the replicas; rank 0 evaluates, the others get {}."""
-        replicas = self._check_replicas() if self.dp is not None else None
+        replicas = self._check_replicas() if self.dp.world > 1 else None
         if not self.lead:
             return {}
         metrics = self._evaluate_lead()
@@ -368,7 +369,6 @@ class Trainer:
     def _check_replicas(self) -> float | None:
         """DDP: whether every rank's replica still holds the same weights (a checksum over every parameter); a
         difference is warned and kept in the store's alerts. The largest difference from rank 0 (None: FSDP)."""
-        assert self.dp is not None
         if self.cfg.rl.data_parallel != "ddp":
             return None
         with torch.no_grad():
@@ -407,7 +407,7 @@ class Trainer:
             metrics[f"{name}/regressed_tasks"] = suite_metrics["regressed_tasks"]
         self._track_best(metrics)
         # under torchrun only rank 0 evaluates: a held-out alert warns there but cannot stop the other ranks
-        self._on_alerts(self.watch.observe_eval(self.step, metrics), stops=self.dp is None)
+        self._on_alerts(self.watch.observe_eval(self.step, metrics), stops=self.dp.world == 1)
         if self.writer is not None:
             for key, value in metrics.items():
                 if key in ("greedy_accuracy", "best", "regressing") or key.endswith(("pass@1", "regressed_tasks")):
@@ -421,8 +421,10 @@ class Trainer:
         if suite.agent is not None:
             from posttrain.agent.evaluate import evaluate_agent_in_training
 
-            return evaluate_agent_in_training(self.engine, suite, name, self.store, self.step, max_tokens)
-        return evaluate_in_training(self.engine, suite, name, self.store, self.step, max_tokens, self.parts.renderer)
+            return evaluate_agent_in_training(self.engine, suite, name, self.store, self.step, max_tokens,
+                                              self.parts.sandboxes)
+        with use_sandboxes(self.parts.sandboxes):  # code verifiers execute where the training rollouts' do
+            return evaluate_in_training(self.engine, suite, name, self.store, self.step, max_tokens, self.parts.renderer)
 
     def _track_best(self, metrics: dict[str, float]) -> None:
         """Keep best/ (the best held-out metric so far, ties to the later step) and warn on a sustained drop."""
@@ -485,7 +487,7 @@ class Trainer:
     def checkpoint(self) -> Path:
         """Save the step's weights and trainer state (under torchrun: rank 0 saves, with every rank's sampler state)."""
         state = self.state()
-        if self.dp is not None:
+        if self.dp.world > 1:
             ranks = self.dp.gather_to_lead({"engine_rng": state.engine_rng, "torch_rng": state.torch_rng})
             if not self.lead:
                 return checkpoint_dir(self.run_dir, self.step)
@@ -530,12 +532,11 @@ class Trainer:
     def close(self) -> None:
         if self.async_loop is not None:
             self.async_loop.close()
-        if self.parts.sandbox is not None:  # after the producers: their verifiers may still execute through it
-            self.parts.sandbox.close()
+        self.parts.sandboxes.close()  # after the producers: their verifiers may still execute through it
         if self.writer is not None:
             self.writer.close()
         self.store.close()
-        if self.dp is not None:  # every rank is past its last collective
+        if self.dp.world > 1:  # every rank is past its last collective
             self.dp.barrier()
             self.dp.close()
 
