@@ -26,23 +26,19 @@ import warnings
 from typing import Any
 
 from posttrain.config import RunConfig
-from posttrain.errors import UserError
+from posttrain.extras import MissingExtraError, require
 from posttrain.rl.async_loop import Runner, RunnerDied, WeightBoard
 from posttrain.rl.backends import Backends
 from posttrain.rl.buffer import RolloutRequest
 from posttrain.types import Group
 
 
-class RayMissingError(UserError, ImportError):
+class RayMissingError(MissingExtraError):
     """`rollout.backend = "ray"` without Ray installed."""
 
 
 def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise RayMissingError("rollout.backend = 'ray' needs Ray: pip install 'posttrain[ray]'") from None
-    return ray
+    return require("ray", "ray", "rollout.backend = 'ray'", RayMissingError)
 
 
 def connect(address: str | None) -> None:

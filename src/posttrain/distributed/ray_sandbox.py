@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from posttrain.aio import run_sync
 from posttrain.config import RunConfig
 from posttrain.distributed.ray_backend import RayMissingError, connect
+from posttrain.extras import require
 from posttrain.sandbox.launcher import SandboxUnavailable
 from posttrain.sandbox.limits import Limits
 from posttrain.sandbox.result import ExecResult, ExecStatus
@@ -57,11 +58,7 @@ T = TypeVar("T")
 
 
 def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise RayMissingError("sandbox.backend = 'ray' needs Ray: pip install 'posttrain[ray]'") from None
-    return ray
+    return require("ray", "ray", "sandbox.backend = 'ray'", RayMissingError)
 
 
 class SandboxWorker:
