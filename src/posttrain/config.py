@@ -404,8 +404,6 @@ class RolloutConfig(_Section):
     mode: Literal["sync", "async"] = "sync"
     """sync: rollout, then update, in order. async: producers sample the next steps' groups while the learner
     updates (bounded staleness, docs/async.md)."""
-    kind: Literal["single_turn"] = "single_turn"
-    """single_turn: one completion per task, judged by the domain's verifier."""
     max_staleness: int = Field(1, ge=0)
     """async: the most policy versions a consumed group may lag the learner (learner version minus the oldest
     version that sampled any of its tokens); older groups are dropped and counted. 0 is the synchronous loop."""
@@ -438,6 +436,9 @@ class RolloutConfig(_Section):
             for old, new in _MOVED_SANDBOX_KEYS.items():
                 if old in data:
                     raise ValueError(f"{old} moved to the [sandbox] section: write sandbox.{new} = {data[old]!r}")
+            if "kind" in data:
+                raise ValueError("kind was removed (nothing read it): a domain's `rollouter` says whether its tasks run "
+                                 "single-turn or as agent episodes; delete the key")
         return data
 
 

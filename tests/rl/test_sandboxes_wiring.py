@@ -25,6 +25,13 @@ def test_the_old_rollout_keys_name_their_new_place_in_one_line(old, new):
     assert load_config(None, [f"{new}={old.split('=')[1]}"]).sandbox.backend in ("local", "ray")
 
 
+def test_the_dead_rollout_kind_knob_is_a_one_line_error():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["rollout.kind='single_turn'"])
+    assert "kind was removed" in str(info.value) and "\n" not in str(info.value)
+    assert "kind" not in load_config(None, []).rollout.model_dump()
+
+
 def test_a_run_context_crosses_into_run_sync_threads_and_nowhere_else():
     mine = local_sandboxes()
 
