@@ -15,11 +15,14 @@ Does not cover: scheduling, staleness, the buffer (the learner side owns them).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from posttrain.rl.backends import Backends
 
 
 def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any], lock: Any, version: Any,
-         conn: Any, backends: Any = None) -> None:
+         conn: Any, backends: Backends | None = None) -> None:
     import torch
 
     torch.set_num_threads(threads)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from posttrain.config import ConfigError, DomainConfig, EngineConfig, RewardConfig, RunConfig
 from posttrain.engine.base import Engine
@@ -42,6 +42,9 @@ from posttrain.tasks.domains import Domain, load_domain
 from posttrain.tasks.suites import Suite
 from posttrain.types import SamplingParams
 
+if TYPE_CHECKING:
+    from posttrain.builtin import BaseBuild
+
 
 @dataclass
 class Components:
@@ -62,7 +65,7 @@ class Components:
     reporting: list[Suite]  # per domain: the held-out tasks kept for the final report, disjoint from held_out
     eval_suites: dict[str, Suite] = field(default_factory=dict)  # `train.eval_suites`, by eval name
     store: RunStore | None = None
-    base: Any = None  # the `BaseBuild` when the model is the built-in base
+    base: BaseBuild | None = None  # the built-in base's build when the model is the built-in base
     sandboxes: Sandboxes = field(default_factory=local_sandboxes)  # `[sandbox]`: verifications, agent sessions
     dp: DataParallel = field(default_factory=OneProcess)  # this rank (`OneProcess` unless under torchrun)
     backends: Backends = field(default_factory=Backends)  # the optional back ends the wiring layer supplied
@@ -70,7 +73,7 @@ class Components:
     renderer: PromptRenderer = field(default_factory=PromptRenderer)  # how tasks are prompted: rollouts and evaluations
 
 
-def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, Any]:
+def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, BaseBuild | None]:
     """The initial policy: `model.path` (a checkpoint or a run), else the built-in base for `model.base`."""
     from posttrain.models.io import load_model
     from posttrain.resolve import locate_model

@@ -16,13 +16,18 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from posttrain.config import RunConfig
 from posttrain.rewards import verifier_latency_metrics
 from posttrain.sandbox.sandboxes import Sandboxes
 from posttrain.store.run_store import DomainRow, EpisodeRow, FailureRow, FailureTask, RunStore, SampleRow
 from posttrain.types import Group
+
+if TYPE_CHECKING:
+    from posttrain.rl.async_loop import AsyncLoop
+    from posttrain.rl.build import Components
+    from posttrain.tracking.trackers import Trackers
 
 
 class NullRunStore(RunStore):
@@ -111,7 +116,7 @@ class RunLog:
     trackers, a `SummaryWriter`-like `Trackers`; None when off or off rank 0)."""
 
     store: RunStore
-    writer: Any = None
+    writer: Trackers | None = None
     store_samples: bool = True  # `train.store_samples`: every sample's row (and every episode's transcript)
 
     def record_step(self, step: int, metrics: dict[str, float], sampled: list[Group], kept: list[Group]) -> None:
@@ -174,7 +179,7 @@ def open_run_log(cfg: RunConfig, run_dir: Path, lead: bool, store: RunStore | No
     return RunLog(store, None, cfg.train.store_samples)
 
 
-def open_writer(cfg: RunConfig, run_dir: Path, step: int, resume: bool) -> Any:
+def open_writer(cfg: RunConfig, run_dir: Path, step: int, resume: bool) -> Trackers | None:
     """TensorBoard and the configured trackers (`posttrain.tracking`), written like a `SummaryWriter`, opened after
     `step` so a resumed run's curves continue; None when none is configured."""
     if not (cfg.tensorboard or cfg.trackers):
@@ -185,7 +190,7 @@ def open_writer(cfg: RunConfig, run_dir: Path, step: int, resume: bool) -> Any:
                           purge_step=step + 1 if step else None, resume=resume)
 
 
-def describe_run(store: RunStore, cfg: RunConfig, parts: Any, world: int) -> None:
+def describe_run(store: RunStore, cfg: RunConfig, parts: Components, world: int) -> None:
     """A new run's description in its store: config, code version, initial model, verifiers, ranks, the base."""
     from posttrain.builtin import base_band_message
     from posttrain.provenance import code_version
@@ -208,7 +213,7 @@ def describe_run(store: RunStore, cfg: RunConfig, parts: Any, world: int) -> Non
             store.add_alert({"step": 0, "kind": "base_out_of_band", "message": base_band_message(cfg, parts.base)})
 
 
-def record_infrastructure(log: RunLog, step: int, metrics: dict[str, float], world: int, async_loop: Any,
+def record_infrastructure(log: RunLog, step: int, metrics: dict[str, float], world: int, async_loop: AsyncLoop | None,
                           sandboxes: Sandboxes | None) -> None:
     """Ranks, producers and Ray sandbox workers (`sandboxes`: the run's, when they are Ray's): their figures, and
     each failure warned and kept in the store's alerts (a producer's request was re-queued; a sandbox worker was
