@@ -172,12 +172,12 @@ def speed(n: int) -> dict:
     from posttrain.rewards.base import score_sync
     from posttrain.rewards.cad import CadVerifier, extract_program
     from posttrain.rewards.cad_parts import part_from_dict, part_solid
-    from posttrain.rewards.code import install_executor, shared_sandbox
+    from posttrain.sandbox.sandboxes import Sandboxes, current_sandboxes, use_sandboxes
     from posttrain.tasks.cad import PartsSource
 
     tasks = PartsSource(level=1).take(n, "held_out", seed=21)
     programs = [extract_program(t.answer) for t in tasks]
-    shared_sandbox()
+    local = current_sandboxes()
     v = CadVerifier()
     score_sync(v, tasks[:2], programs[:2])  # warm: the sandbox's fork-server and imports, not charged
     for t in tasks:  # targets are built once per task and cached; build them outside both timings
@@ -187,18 +187,15 @@ def speed(n: int) -> dict:
 
     class Metered:  # the sandbox executions' CPU seconds (cgroup accounting: OpenSCAD and the shell around it)
         async def arun(self, *a, **kw):
-            res = await shared_sandbox().arun(*a, **kw)
+            res = await local.executor.arun(*a, **kw)
             sandbox_cpu[0] += res.cpu_s or 0.0
             return res
 
     rows: dict[str, list[tuple[float, float]]] = {}
     for _rep in range(2):  # alternate to share the machine's load fairly
-        previous = install_executor(Metered())
         sandbox_cpu[0], c0, t0 = 0.0, time.process_time(), time.perf_counter()
-        try:
+        with use_sandboxes(Sandboxes(Metered(), local.workspaces)):
             verdicts = score_sync(v, tasks, programs)
-        finally:
-            install_executor(previous)
         rows.setdefault("verify", []).append((time.perf_counter() - t0, time.process_time() - c0 + sandbox_cpu[0]))
         assert all(x.passed for x in verdicts), [x.details for x in verdicts if not x.passed][:3]
         kids, c0, t0 = _children_cpu(), time.process_time(), time.perf_counter()
@@ -320,10 +317,10 @@ async def _render_all(sb, items, settings, chunk: int, chunk_s: float, alone_s: 
 
 def render_trust(n_svg: int, n_cad: int) -> dict:
     from posttrain.rewards.cad import RenderSettings, run_openscad
-    from posttrain.rewards.code import shared_sandbox
+    from posttrain.sandbox.sandboxes import current_sandboxes
 
     rng = random.Random(1234)
-    sb = shared_sandbox()
+    sb = current_sandboxes().executor
     settings = RenderSettings()
     t0 = time.perf_counter()
     svgs = [("svg", fuzz_svg(rng)) for _ in range(n_svg)]

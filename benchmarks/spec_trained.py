@@ -64,8 +64,8 @@ def spec_trained(n_tasks: int = 24, rounds: int = 3, k: int = 4, seed: int = 0, 
     from posttrain.engine import LocalEngine, SpecConfig
     from posttrain.models import load_model
     from posttrain.quickstart import AGENT_OVERRIDES
-    from posttrain.rewards.code import shared_sandbox
     from posttrain.rl.build import build_domains
+    from posttrain.sandbox.sandboxes import current_sandboxes
     from posttrain.types import SamplingParams
 
     torch.set_num_threads(1)
@@ -82,7 +82,7 @@ def spec_trained(n_tasks: int = 24, rounds: int = 3, k: int = 4, seed: int = 0, 
     spec_cfg = domain.agent
     tasks = domain.evaluation(n_tasks + 1, 0)
     warm, tasks = tasks[:1], tasks[1:]
-    sandbox = shared_sandbox()
+    sandbox = current_sandboxes().workspaces
     temperature = cfg.sampling.temperature if temperature is None else temperature
     out: dict = {"spec_trained_model": f"agent lookup base, seed {seed}",
                  "spec_trained_params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),

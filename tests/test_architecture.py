@@ -4,9 +4,12 @@ Every `import` / `from ... import` statement anywhere in a module (top level, in
 `TYPE_CHECKING`) is an edge; `from posttrain.engine import LocalEngine`, a name a package exports lazily
 through its `_EXPORTS` table, is an edge to the module that defines it. A cycle between two modules, or
 between two packages (`posttrain.rl` -> `posttrain.eval` -> `posttrain.rl`), fails with the cycle spelled out.
-Plugin lists (`_PLUGINS`: modules a registry imports by name on first use so that they register themselves)
-are not edges: the plugin depends on the registry, whose loader only names it. Imports under
-`if TYPE_CHECKING:` are not edges either: they never run, they only name types for the checker.
+Modules loaded by name are edges too (`string_plugins`: the entries of `_PLUGINS` lists and `_PLUGIN_OF`
+tables, and `importlib.import_module("posttrain....")` calls): a cycle hidden in a string is a cycle. In the
+package graph every one counts; in the module graph a registry naming a self-registering plugin of its own
+package (which imports the registry back by construction) does not. One cross-package exception is listed by
+name (`KNOWN_STRING_EDGES`), so any new one fails. Imports under `if TYPE_CHECKING:` are not edges: they never
+run, they only name types for the checker.
 """
 
 from __future__ import annotations
@@ -21,16 +24,16 @@ import posttrain
 ROOT = Path(posttrain.__file__).parent
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in ROOT.rglob("*.py")}
+def _modules(root: Path = ROOT) -> dict[str, Path]:
+    return {_module_name(p, root): p for p in root.rglob("*.py")}
 
 
 def _resolve(name: str, modules: dict[str, Path]) -> str | None:
@@ -63,8 +66,40 @@ def _is_type_checking_block(node: ast.AST) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = _modules()
+PLUGIN_TABLES = ("_PLUGINS", "_PLUGIN_OF")
+
+# Registry entries that still name a module of a package above the registry's, and why they are not fixed yet:
+# the agent domains register in the task registry (`tasks/domains.py`), and agent/ builds on tasks/.
+KNOWN_STRING_EDGES = {("posttrain.tasks.domains", "posttrain.agent.lookup"),
+                      ("posttrain.tasks.domains", "posttrain.agent.cad_tools"),
+                      ("posttrain.tasks.domains", "posttrain.agent.reports")}
+
+
+def string_plugins(root: Path = ROOT) -> dict[str, set[str]]:
+    """Per module, the project modules it loads by name: `_PLUGINS` / `_PLUGIN_OF` entries, and string literals
+    passed to `importlib.import_module`."""
+    modules = _modules(root)
+    out: dict[str, set[str]] = {}
+    for mod, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        names: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(getattr(t, "id", "") in PLUGIN_TABLES for t in targets) and node.value is not None:
+                    names += [c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+                names += [a.value for a in node.args[:1] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        deps = {d for n in names if n.startswith("posttrain.") and (d := _resolve(n, modules)) is not None and d != mod}
+        if deps:
+            out[mod] = deps
+    return out
+
+
+def import_graph(root: Path = ROOT, plugins: str = "none") -> dict[str, set[str]]:
+    """Module -> the project modules it imports. `plugins`: "none", "modules" (string-loaded plugins as edges,
+    but a registry's own package's plugins), or "all"."""
+    modules = _modules(root)
     exports = _lazy_exports(modules)
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
@@ -91,12 +126,22 @@ def import_graph() -> dict[str, set[str]]:
                 dep = _resolve(exports.get(t, t), modules)
                 if dep is not None and dep != mod:
                     graph[mod].add(dep)
+    if plugins != "none":
+        for mod, deps in string_plugins(root).items():
+            graph[mod] |= {d for d in deps if plugins == "all" or _package(d) != _package(mod)}
     return graph
 
 
 def _package(mod: str) -> str:
     parts = mod.split(".")
     return ".".join(parts[:2]) if len(parts) > 1 else mod
+
+
+def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    packages: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        packages.setdefault(_package(mod), set()).update(_package(d) for d in deps if _package(d) != _package(mod))
+    return packages
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -161,17 +206,19 @@ def _path(graph: dict[str, set[str]], comp: list[str]) -> str:
 
 @pytest.mark.slow
 def test_no_cycles_between_modules():
-    graph = import_graph()
+    graph = import_graph(plugins="modules")
+    for a, b in KNOWN_STRING_EDGES:
+        graph[a].discard(b)
     cycles = [_path(graph, c) for c in _cycles(graph)]
     assert not cycles, "import cycles between modules:\n" + "\n".join(cycles)
 
 
 @pytest.mark.slow
 def test_no_cycles_between_packages():
-    graph = import_graph()
-    packages: dict[str, set[str]] = {}
-    for mod, deps in graph.items():
-        packages.setdefault(_package(mod), set()).update(_package(d) for d in deps if _package(d) != _package(mod))
+    graph = import_graph(plugins="all")
+    for a, b in KNOWN_STRING_EDGES:
+        graph[a].discard(b)
+    packages = _package_graph(graph)
     cycles = [_path(packages, c) for c in _cycles(packages)]
     assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
 
@@ -181,3 +228,29 @@ def test_the_graph_sees_lazy_imports():
     graph = import_graph()
     # rl/build.py imports the resolver inside a function: a lazy edge the graph must hold
     assert "posttrain.resolve" in graph["posttrain.rl.build"]
+
+
+def test_string_loaded_plugins_are_edges_and_a_planted_one_is_a_cycle(tmp_path):
+    """A registry in package `a` naming a module of package `b` by string, which imports `a` back: invisible to
+    `import` statements, a package cycle once strings count."""
+    pkg = tmp_path / "posttrain"
+    for d in ("", "a", "b"):
+        (pkg / d).mkdir(exist_ok=True)
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "a" / "registry.py").write_text('_PLUGINS = ["posttrain.b.plugin"]\nREGISTRY = {}\n')
+    (pkg / "b" / "plugin.py").write_text("from posttrain.a.registry import REGISTRY\n")
+    (pkg / "b" / "loader.py").write_text('import importlib\nimportlib.import_module("posttrain.a.registry")\n')
+    assert string_plugins(pkg) == {"posttrain.a.registry": {"posttrain.b.plugin"},
+                                   "posttrain.b.loader": {"posttrain.a.registry"}}
+    packages = _package_graph(import_graph(pkg, plugins="all"))
+    assert _cycles(packages) == [["posttrain.a", "posttrain.b"]]
+    assert not _cycles(_package_graph(import_graph(pkg)))  # what the test saw before strings counted
+
+
+def test_no_core_package_loads_modules_by_name():
+    """The core chooses no implementations by name: `rl/` names no module in a string (the wiring layer,
+    `posttrain/wiring.py` and `cli/`, passes them in); the rest are in-package registries or known edges."""
+    found = string_plugins()
+    assert not {m: d for m, d in found.items() if m.startswith("posttrain.rl")}
+    cross = {(m, d) for m, deps in found.items() for d in deps if _package(d) != _package(m)}
+    assert cross <= KNOWN_STRING_EDGES, cross - KNOWN_STRING_EDGES

@@ -217,7 +217,7 @@ def test_train_prints_the_early_warning_once_per_alert(tiny_model_dir, tmp_path,
             return Best(step, value), True, False
         return Best(best.step, best.value, best.below + 1), False, True
 
-    monkeypatch.setattr("posttrain.rl.trainer.observe", falling)
+    monkeypatch.setattr("posttrain.rl.held_out.observe", falling)
     res = runner.invoke(app, ["train", str(_run_config(tmp_path, tiny_model_dir, "warn"))])
     assert res.exit_code == 0, res.output
     with RunStore(tmp_path / "runs" / "warn" / "run.sqlite") as store:

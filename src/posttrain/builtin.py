@@ -185,9 +185,10 @@ def _episode_success(engine, tasks) -> float:
     """Held-out greedy episode success: one real episode per task, in the sandbox, as RL will run them."""
     from posttrain.agent.evaluate import evaluate_agent
     from posttrain.agent.lookup import SPEC
-    from posttrain.rewards.code import shared_sandbox
+    from posttrain.sandbox.sandboxes import current_sandboxes
 
-    return evaluate_agent(engine, tasks, SPEC, shared_sandbox()).summary.pass1
+    # built before (and apart from) any run: this process's local sandbox, started at the first check
+    return evaluate_agent(engine, tasks, SPEC, current_sandboxes().workspaces).summary.pass1
 
 
 def stopping_set(cfg: BaseModelConfig, source: Any = None) -> list:

@@ -410,8 +410,6 @@ class RolloutConfig(_Section):
     mode: Literal["sync", "async"] = "sync"
     """sync: rollout, then update, in order. async: producers sample the next steps' groups while the learner
     updates (bounded staleness, docs/async.md)."""
-    kind: Literal["single_turn"] = "single_turn"
-    """single_turn: one completion per task, judged by the domain's verifier."""
     max_staleness: int = Field(1, ge=0)
     """async: the most policy versions a consumed group may lag the learner (learner version minus the oldest
     version that sampled any of its tokens); older groups are dropped and counted. 0 is the synchronous loop."""
@@ -431,23 +429,47 @@ class RolloutConfig(_Section):
     """backend = ray: `ray.init(address=...)` joins an existing cluster; None starts (or reuses) a local one."""
     ray_worker_cpus: float = Field(1.0, gt=0.0)
     """backend = ray: CPUs each rollout actor reserves."""
-    sandbox_backend: Literal["local", "ray"] = "local"
-    """Where the code verifiers' sandbox executions and the agent domains' workspaces (tools, terminal tasks) run.
-    local: this process's shared sandbox; ray: on `sandbox_workers` Ray actors, each owning a sandbox pool on its
-    node (extra `ray`; `ray_address` as above), a session pinned to the worker that opened it (lost, and its
-    episode an env_error, if that worker dies)."""
-    sandbox_workers: int = Field(2, ge=1)
-    """sandbox_backend = ray: sandbox actors each process that builds the domains spreads its executions and
-    sessions over."""
-    sandbox_worker_cpus: float = Field(1.0, ge=0.0)
-    """sandbox_backend = ray: CPUs each sandbox actor reserves (0: placed without reserving any)."""
-    sandbox_inflight: int = Field(16, ge=1)
-    """sandbox_backend = ray: calls (executions, session operations) in flight per sandbox actor, at most (past it
-    callers wait)."""
     on_new_weights: Literal["continue", "update", "requeue"] = "continue"
     """async: a rollout in flight when new weights arrive finishes under the weights it started with (continue),
     adopts them from its next engine call on, so each turn of an episode keeps its own version (update: threads,
     processes and Ray actors alike), or is discarded, counted and sampled again under the new weights (requeue)."""
+
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_sandbox(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in _MOVED_SANDBOX_KEYS.items():
+                if old in data:
+                    raise ValueError(f"{old} moved to the [sandbox] section: write sandbox.{new} = {data[old]!r}")
+            if "kind" in data:
+                raise ValueError("kind was removed (nothing read it): a domain's `rollouter` says whether its tasks run "
+                                 "single-turn or as agent episodes; delete the key")
+        return data
+
+
+_MOVED_SANDBOX_KEYS = {"sandbox_backend": "backend", "sandbox_workers": "workers", "sandbox_worker_cpus": "worker_cpus",
+                       "sandbox_inflight": "inflight"}
+"""Keys `[rollout]` held before `[sandbox]` existed: each is a one-line error naming its new place."""
+
+
+class SandboxConfig(_Section):
+    """Where the run's sandboxed work executes: the code verifiers' executions and the agent domains' workspaces
+    (tools, terminal tasks), in training and in its evaluations alike (`rl/build.py: build_sandboxes`)."""
+
+    backend: Literal["local", "ray"] = "local"
+    """local: a sandbox of each process that verifies (started on first use); ray: `workers` Ray actors, each
+    owning a sandbox pool on its node (extra `ray`; the cluster at `rollout.ray_address`), a session pinned to the
+    worker that opened it (lost, and its episode an env_error, if that worker dies)."""
+    workers: int = Field(2, ge=1)
+    """backend = ray: sandbox actors each process that builds the domains spreads its executions and sessions over."""
+    worker_cpus: float = Field(1.0, ge=0.0)
+    """backend = ray: CPUs each sandbox actor reserves (0: placed without reserving any)."""
+    inflight: int = Field(16, ge=1)
+    """backend = ray: calls (executions, session operations) in flight per sandbox actor, at most (past it callers
+    wait)."""
+    max_concurrency: int = Field(16, ge=1)
+    """Executions at once in one sandbox (the local one, or each Ray actor's pool)."""
 
 
 class MonitorsConfig(_Section):
@@ -620,6 +642,7 @@ class RunConfig(_Section):
     sampling: SamplingConfig = SamplingConfig()
     engine: EngineConfig = EngineConfig()
     rollout: RolloutConfig = RolloutConfig()
+    sandbox: SandboxConfig = SandboxConfig()
     rl: RLConfig = RLConfig()
     train: TrainConfig = TrainConfig()
     scheduler: SchedulerConfig = SchedulerConfig()

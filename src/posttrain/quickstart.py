@@ -25,7 +25,9 @@ from posttrain.builtin import base_band_message, ensure_base
 from posttrain.config import ConfigError, RunConfig
 from posttrain.engine.base import Engine
 from posttrain.eval.accuracy import evaluate_accuracy
+from posttrain.rl.backends import Backends
 from posttrain.rl.trainer import StepResult, Trainer
+from posttrain.sandbox.sandboxes import Sandboxes, use_sandboxes
 
 
 @dataclass
@@ -63,22 +65,23 @@ AGENT_OVERRIDES = [
 ]
 
 
-def _measure(engine: Engine, tasks, verifier, max_tokens: int, samples: int, seed: int,
+def _measure(engine: Engine, tasks, verifier, max_tokens: int, samples: int, seed: int, sandboxes: Sandboxes,
              agent=None) -> tuple[float, float]:
-    """(greedy accuracy, sampled pass@1 with `samples` per task); for an agent domain, episode success."""
+    """(greedy accuracy, sampled pass@1 with `samples` per task); for an agent domain, episode success. Code runs
+    on `sandboxes`, the trainer's own (`[sandbox]`), as in its training episodes and evaluations."""
     if agent is not None:
         from posttrain.agent.evaluate import evaluate_agent
-        from posttrain.rewards.code import shared_sandbox
         from posttrain.types import SamplingParams
 
-        sandbox = shared_sandbox()
-        greedy = evaluate_agent(engine, tasks, agent, sandbox,
+        greedy = evaluate_agent(engine, tasks, agent, sandboxes.workspaces, sandboxes=sandboxes,
                                 params=SamplingParams(temperature=0.0, max_tokens=max_tokens)).summary.pass1
-        sampled = evaluate_agent(engine, tasks, agent, sandbox, n=samples, seed=seed,
+        sampled = evaluate_agent(engine, tasks, agent, sandboxes.workspaces, sandboxes=sandboxes, n=samples, seed=seed,
                                  params=SamplingParams(temperature=1.0, max_tokens=max_tokens)).summary.pass1
         return greedy, sampled
-    greedy = evaluate_accuracy(engine, tasks, verifier, max_tokens).accuracy
-    sampled = evaluate_accuracy(engine, tasks, verifier, max_tokens, temperature=1.0, samples=samples, seed=seed).accuracy
+    with use_sandboxes(sandboxes):
+        greedy = evaluate_accuracy(engine, tasks, verifier, max_tokens).accuracy
+        sampled = evaluate_accuracy(engine, tasks, verifier, max_tokens, temperature=1.0, samples=samples,
+                                    seed=seed).accuracy
     return greedy, sampled
 
 
@@ -90,6 +93,7 @@ def run_quickstart(
     on_step: Callable[[StepResult], None] | None = None,
     on_eval: Callable[[int, dict[str, float]], None] | None = None,
     prepare: Callable[[Trainer], None] | None = None,
+    backends: Backends | None = None,
 ) -> QuickstartResult:
     """The quickstart run of `cfg`; `prepare` is called with the trainer before anything is measured (a
     benchmark wraps its engine there)."""
@@ -108,7 +112,8 @@ def run_quickstart(
 
     # The trainer owns the model, task split, held-out set and verifier; measure "before" with the same ones.
     # Greedy decoding and the seeded pass@1 draw leave the trainer's sampling RNG untouched.
-    trainer = Trainer(cfg, overwrite=True, on_step=on_step, on_eval=on_eval)  # a rerun of a seed replaces its run
+    # a rerun of a seed replaces its run
+    trainer = Trainer(cfg, overwrite=True, on_step=on_step, on_eval=on_eval, backends=backends)
     # the trainer loads the base by path: what the base build knows (its band) goes into the run's store here
     trainer.store.set_info(base={"path": str(base.path), "accuracy": base.accuracy, "steps": base.steps,
                                  "in_band": base.in_band})
@@ -119,20 +124,21 @@ def run_quickstart(
     try:
         reporting, verifier, max_tokens = trainer.reporting, trainer.verifier, trainer.params.max_tokens
         agent = trainer.domains[0].agent
+        sandboxes = trainer.parts.sandboxes  # the pool the trainer's episodes and evaluations use
         if not reporting:
             raise ConfigError("quickstart: the task source has no held-out tasks; raise tasks.held_out_fraction")
         say(f"evaluating the base model on {len(reporting)} held-out problems (the reporting half)")
         greedy_before, pass1_before = _measure(trainer.engine, reporting, verifier, max_tokens, pass1_samples, cfg.seed + 1,
-                                               agent)
+                                               sandboxes, agent)
         say("GRPO")
         result = trainer.run()
         say("evaluating the trained model")
         greedy_final, pass1_final = _measure(trainer.engine, reporting, verifier, max_tokens, pass1_samples, cfg.seed + 1,
-                                             agent)
+                                             sandboxes, agent)
         best_dir, best_step = trainer.best_model_dir(), trainer.best.step if trainer.best else None
         if best_dir is not None and best_step != trainer.step:
             greedy_after, pass1_after = _measure(_engine_for(best_dir), reporting, verifier, max_tokens, pass1_samples,
-                                                 cfg.seed + 1, agent)
+                                                 cfg.seed + 1, sandboxes, agent)
         else:
             greedy_after, pass1_after, best_step = greedy_final, pass1_final, trainer.step
         trainer.store.log_eval(

@@ -8,6 +8,7 @@ import torch
 
 from posttrain.rl.trainer import Trainer
 from posttrain.store import RunStore
+from posttrain.wiring import default_backends
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]  # a Ray cluster to start: the slow subset
 
@@ -27,7 +28,7 @@ def cfg(tiny_config):
 
 def _train(cfg, name, on_step=None, **rollout):
     cfg = _with(cfg.model_copy(update={"name": name}), rollout=rollout)
-    trainer = Trainer(cfg, on_step=on_step)
+    trainer = Trainer(cfg, on_step=on_step, backends=default_backends())
     trainer.run()
     trainer.close()
     return trainer, cfg
@@ -59,7 +60,7 @@ def test_a_killed_ray_worker_has_its_request_requeued(cfg, ray_cluster):
     trainer_ref = []
     run_cfg = _with(cfg.model_copy(update={"name": "ray_fault"}), train={"steps": 4},
                     rollout={"mode": "async", "max_staleness": 1, "backend": "ray", "producers": 2})
-    trainer = Trainer(run_cfg, on_step=kill)
+    trainer = Trainer(run_cfg, on_step=kill, backends=default_backends())
     trainer_ref.append(trainer)
     with pytest.warns(UserWarning, match="rollout producer 0 failed"):
         trainer.run()

@@ -1,7 +1,7 @@
 """Sandbox executions on Ray actors (distributed/ray_sandbox.py) on the session's local cluster: the local pool's
 results for the same programs, executions spread over two workers, a worker killed mid-batch losing no execution
 and running none twice, a worker that cannot start answering SANDBOX_ERROR results, and a code-domain run whose
-verification goes through the `rollout.sandbox_backend = "ray"` switch with the same verdicts as a local run, and a
+verification goes through the `[sandbox] backend = "ray"` switch with the same verdicts as a local run, and a
 sandbox worker killed between training steps: rebuilt, counted in the step's metrics, kept in the run store's alerts."""
 
 from __future__ import annotations
@@ -132,8 +132,9 @@ def test_a_worker_that_cannot_start_answers_sandbox_errors(ray_cluster):
     assert pool.stats().gave_up == 1
 
 
-def _code_cfg(tiny_config, name, **rollout):
+def _code_cfg(tiny_config, name, sandbox=None, **rollout):
     return tiny_config.model_copy(update={
+        "sandbox": tiny_config.sandbox.model_copy(update=sandbox or {}),
         "name": name,
         "tasks": tiny_config.tasks.model_copy(update={"source": "code:ops", "digits": 1, "options": {"max_ops": 1}}),
         "reward": tiny_config.reward.model_copy(update={"verifier": "per_task"}),
@@ -149,17 +150,16 @@ def _verdicts(cfg):
 
 
 def test_code_training_verifies_through_the_ray_switch(tiny_config, ray_cluster):
-    from posttrain.rewards.code import install_executor
     from posttrain.rl.trainer import Trainer
+    from posttrain.wiring import default_backends
 
     runs = {}
-    for name, rollout in [("local", {}), ("ray", {"sandbox_backend": "ray", "sandbox_workers": 2,
-                                                  "sandbox_worker_cpus": 0.0})]:
-        cfg = _code_cfg(tiny_config, name, **rollout)
-        trainer = Trainer(cfg)
+    for name, sandbox in [("local", {}), ("ray", {"backend": "ray", "workers": 2, "worker_cpus": 0.0})]:
+        cfg = _code_cfg(tiny_config, name, sandbox)
+        trainer = Trainer(cfg, backends=default_backends())
         try:
             result = trainer.run()
-            installed = trainer.parts.sandbox
+            installed = trainer.parts.sandboxes if trainer.parts.sandboxes.backend == "ray" else None
             stats = installed.executor.stats() if installed is not None else None
         finally:
             trainer.close()
@@ -168,7 +168,7 @@ def test_code_training_verifies_through_the_ray_switch(tiny_config, ray_cluster)
     assert runs["local"][1] is None
     stats = runs["ray"][1]
     assert stats.results > 0 and stats.calls == stats.results and stats.worker_failures == 0
-    assert install_executor(None) is None  # the trainer's close put the shared sandbox back
+    assert trainer.parts.sandboxes.closed  # the trainer's close closed its sandbox workers
     local, remote = _verdicts(runs["local"][0]), _verdicts(runs["ray"][0])
     assert remote and all(v.startswith("python_tests@") for *_, v, _ in remote)
     assert remote == local  # the same samples judged the same on the Ray workers
@@ -178,16 +178,17 @@ def test_code_training_verifies_through_the_ray_switch(tiny_config, ray_cluster)
 def test_a_sandbox_worker_killed_between_steps_is_in_the_step_metrics_and_the_store(tiny_config, ray_cluster):
     from posttrain.rl.trainer import Trainer
     from posttrain.store.run_store import RunStore
+    from posttrain.wiring import default_backends
 
-    cfg = _code_cfg(tiny_config, "ray_kill", sandbox_backend="ray", sandbox_workers=2, sandbox_worker_cpus=0.0)
-    trainer = Trainer(cfg)
+    cfg = _code_cfg(tiny_config, "ray_kill", {"backend": "ray", "workers": 2, "worker_cpus": 0.0})
+    trainer = Trainer(cfg, backends=default_backends())
     try:
         first = trainer.train_step()
-        killed = trainer.parts.sandbox.executor.actor(0)
+        killed = trainer.parts.sandboxes.executor.actor(0)
         ray_cluster.kill(killed)
         with pytest.warns(RuntimeWarning, match="sandbox worker 0 died"):
             second = trainer.train_step()
-        stats = trainer.parts.sandbox.executor.stats()
+        stats = trainer.parts.sandboxes.executor.stats()
         third = trainer.train_step()
     finally:
         trainer.close()
@@ -201,32 +202,36 @@ def test_a_sandbox_worker_killed_between_steps_is_in_the_step_metrics_and_the_st
 
 
 def test_without_ray_the_switch_is_a_one_line_user_error(tiny_config, monkeypatch):
-    from posttrain.rl.build import build_sandbox
+    from posttrain.rl.build import build_sandboxes
+    from posttrain.wiring import default_backends
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(UserError) as info:
-        build_sandbox(_code_cfg(tiny_config, "noray", sandbox_backend="ray"))
+        build_sandboxes(_code_cfg(tiny_config, "noray", {"backend": "ray"}), default_backends())
     assert "posttrain[ray]" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_producer_processes_need_a_cluster_address(tiny_config):
     from posttrain.config import ConfigError
-    from posttrain.rl.build import build_sandbox
+    from posttrain.rl.build import build_sandboxes
+    from posttrain.sandbox.sandboxes import LazySandbox
 
-    cfg = _code_cfg(tiny_config, "procs", sandbox_backend="ray", mode="async", producer_kind="process")
+    cfg = _code_cfg(tiny_config, "procs", {"backend": "ray"}, mode="async", producer_kind="process")
     with pytest.raises(ConfigError, match="ray_address"):
-        build_sandbox(cfg)
-    assert build_sandbox(_code_cfg(tiny_config, "plain")) is None  # the default changes nothing
+        build_sandboxes(cfg)
+    plain = build_sandboxes(_code_cfg(tiny_config, "plain"))
+    assert isinstance(plain.executor, LazySandbox) and not plain.executor.started  # the default starts nothing
 
 
 def test_ray_rollout_workers_verify_on_their_own_sandbox_workers(tiny_config, ray_cluster):
     from posttrain.rl.trainer import Trainer
     from posttrain.store.run_store import RunStore
+    from posttrain.wiring import default_backends
 
-    cfg = _code_cfg(tiny_config, "ray_both", mode="async", max_staleness=0, backend="ray", sandbox_backend="ray",
-                    sandbox_workers=1, sandbox_worker_cpus=0.0)
+    cfg = _code_cfg(tiny_config, "ray_both", {"backend": "ray", "workers": 1, "worker_cpus": 0.0}, mode="async",
+                    max_staleness=0, backend="ray")
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"eval_every": 0})})
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, backends=default_backends())
     try:
         result = trainer.run()
     finally:

@@ -2,7 +2,7 @@
 fork isolation on the parent's worker and sessions spread by open sessions; agent episodes on Ray sessions giving
 the local sandbox's transcripts and verdicts (lookup and demo tasks, a Harbor terminal task); a killed worker
 giving env_error episodes (masked, never scored 0), its sessions counted lost and new ones opened on the rebuilt
-worker; and the `rollout.sandbox_backend = "ray"` switch routing an agent domain's training episodes to the Ray
+worker; and the `[sandbox] backend = "ray"` switch routing an agent domain's training episodes to the Ray
 workers."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_agent_episodes_on_ray_sessions_are_the_local_ones(ray_cluster):
     from posttrain.agent.tools import default_tools
     from posttrain.engine.mock import MockEngine
     from posttrain.models.tokenizer import char_tokenizer
-    from posttrain.rewards.code import install_workspaces
+    from posttrain.sandbox.sandboxes import Sandboxes, use_sandboxes
     from posttrain.tasks.harbor import TerminalTask
     from posttrain.tasks.terminal import TerminalVerifier, as_task
 
@@ -124,11 +124,8 @@ def test_agent_episodes_on_ray_sessions_are_the_local_ones(ray_cluster):
     with _pool() as pool:
         got = asyncio.run(episodes(pool))
         stats, workers = pool.stats(), pool.worker_stats()
-        previous = install_workspaces(pool)
-        try:
+        with use_sandboxes(Sandboxes(pool, pool, "ray")):
             assert judged() == verdicts and verdicts[0][1] and not verdicts[1][1]
-        finally:
-            install_workspaces(previous)
         judging = pool.stats()
     assert [ep.passed for ep in expected[:2]] == [True, True] and any(ep.passed for ep in expected[2:-1])
     assert expected[-1].passed and "hello world" in expected[-1].turns[-2].observation
@@ -224,18 +221,21 @@ def _episodes(cfg):
 
 
 def test_agent_training_opens_its_workspaces_on_the_ray_workers(tmp_path, ray_cluster):
-    from posttrain.rewards.code import session_sandbox, shared_sandbox
     from posttrain.rl.trainer import Trainer
+    from posttrain.sandbox.sandboxes import LazySandbox
+    from posttrain.wiring import default_backends
 
     runs = {}
-    for name, rollout in [("local", {}), ("ray", {"rollout.sandbox_backend": "ray", "rollout.sandbox_workers": 2,
-                                                  "rollout.sandbox_worker_cpus": 0.0})]:
+    for name, rollout in [("local", {}), ("ray", {"sandbox.backend": "ray", "sandbox.workers": 2,
+                                                  "sandbox.worker_cpus": 0.0})]:
         cfg = _agent_cfg(tmp_path, name, **rollout)
-        trainer = Trainer(cfg)
+        trainer = Trainer(cfg, backends=default_backends())
         try:
             result = trainer.run()
-            installed = trainer.parts.sandbox
-            assert trainer.parts.rollouter.sandbox is (installed.executor if installed else shared_sandbox())
+            sandboxes = trainer.parts.sandboxes
+            installed = sandboxes if sandboxes.backend == "ray" else None
+            assert trainer.parts.rollouter.sandbox is sandboxes.workspaces
+            assert isinstance(sandboxes.executor, LazySandbox) == (installed is None)
             stats = (installed.executor.stats(), installed.executor.worker_stats()) if installed else None
         finally:
             trainer.close()
@@ -246,7 +246,7 @@ def test_agent_training_opens_its_workspaces_on_the_ray_workers(tmp_path, ray_cl
     # 2 steps x 2 tasks: a template and 2 forks per group; more for the final held-out episodes, run there too
     assert stats.sessions_opened > 2 * 2 * 3 and stats.sessions_closed == stats.sessions_opened
     assert sum(w["sessions_opened"] for w in workers) == stats.sessions_opened and stats.sessions_lost == 0
-    assert session_sandbox() is shared_sandbox()  # the trainer's close put the local sandbox back
+    assert trainer.parts.sandboxes.closed  # the trainer's close closed its sandbox workers
     local, remote = _episodes(runs["local"][0]), _episodes(runs["ray"][0])
     assert len(remote) == 2 * 2 * 2 and remote == local  # the same episodes, judged the same, on the Ray workers
     untimed = [{k: v for k, v in runs[n][2].final_eval.items() if not k.endswith("_s")} for n in ("ray", "local")]

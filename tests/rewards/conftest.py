@@ -8,17 +8,17 @@ import pytest
 
 
 @pytest.fixture
-def sandbox_runs(monkeypatch):
+def sandbox_runs():
     """The sizes (responses per execution) of every sandbox execution the code verifiers make, in order."""
-    import posttrain.rewards.code as code
+    from posttrain.sandbox.sandboxes import current_sandboxes, use_sandboxes
 
     runs: list[int] = []
-    real = code.shared_sandbox()
+    real = current_sandboxes()
 
     class Counting:
         async def arun(self, *args, **kwargs):
             runs.append(len(json.loads(kwargs["stdin"])["items"]))
-            return await real.arun(*args, **kwargs)
+            return await real.executor.arun(*args, **kwargs)
 
-    monkeypatch.setattr(code, "shared_sandbox", lambda prefork=True: Counting())
-    return runs
+    with use_sandboxes(real.with_executor(Counting())):
+        yield runs

@@ -13,8 +13,8 @@ from posttrain.rewards.base import score_sync, verifier_version
 from posttrain.rewards.cad import CadVerifier, RenderSettings, RunStatus, extract_program, run_openscad, unsafe_reason
 from posttrain.rewards.cad_geometry import MeshError, load_mesh, mesh_from_task_meta
 from posttrain.rewards.cad_parts import part_from_dict, part_scad, part_solid
-from posttrain.rewards.code import install_executor, shared_sandbox
 from posttrain.sandbox import ExecResult, ExecStatus
+from posttrain.sandbox.sandboxes import current_sandboxes, use_sandboxes
 from posttrain.types import Task, VerdictStatus
 
 PART = {"features": [{"op": "add", "shape": "box", "at": [0, 0, 0], "size": [20, 10, 5]},
@@ -75,7 +75,7 @@ def test_an_open_mesh_is_not_a_solid_and_scores_zero(verifier):
 
 
 def test_targets_a_task_brings_mesh_text_b64_path_and_program(verifier, tmp_path):
-    stl = asyncio.run(run_openscad(shared_sandbox(), ["cube([1, 1, 1]);"]))[0].mesh
+    stl = asyncio.run(run_openscad(current_sandboxes().executor, ["cube([1, 1, 1]);"]))[0].mesh
     (tmp_path / "t.stl").write_bytes(stl)
     (tmp_path / "t.obj").write_text(CUBE_OBJ)
     metas = [{"target_mesh_text": CUBE_OBJ, "target_mesh_format": "obj"}, {"target_mesh_b64": base64.b64encode(stl).decode()},
@@ -146,8 +146,8 @@ def test_a_program_that_runs_forever_is_killed_and_scores_zero():
 def test_the_sandbox_hides_host_files_even_without_the_static_check(tmp_path):
     """Defence in depth: a file reference that slipped past `unsafe_reason` finds nothing in the sandbox."""
     secret = tmp_path / "target.stl"
-    secret.write_bytes(asyncio.run(run_openscad(shared_sandbox(), ["cube(1);"]))[0].mesh)
-    (run,) = asyncio.run(run_openscad(shared_sandbox(), [f'import("{secret}");']))
+    secret.write_bytes(asyncio.run(run_openscad(current_sandboxes().executor, ["cube(1);"]))[0].mesh)
+    (run,) = asyncio.run(run_openscad(current_sandboxes().executor, [f'import("{secret}");']))
     assert run.status is not RunStatus.OK or not run.mesh
 
 
@@ -156,27 +156,22 @@ def test_a_sandbox_failure_is_an_error_verdict_never_a_zero(verifier):
         async def arun(self, *args, **kwargs):
             return ExecResult(ExecStatus.SANDBOX_ERROR, error="no namespaces")
 
-    previous = install_executor(Broken())
-    try:
+    with use_sandboxes(current_sandboxes().with_executor(Broken())):
         (v,) = judge(CadVerifier(), TASK, "cube([20, 10, 5]);")
-    finally:
-        install_executor(previous)
     assert v.status is VerdictStatus.ERROR and "no namespaces" in v.details
 
 
 def test_identical_programs_in_a_batch_run_once_and_each_get_a_verdict():
     ran: list[str] = []
+    real = current_sandboxes().executor
 
     class Spy:
         async def arun(self, *args, **kwargs):
             ran.extend(kwargs["files"].values())
-            return await shared_sandbox().arun(*args, **kwargs)
+            return await real.arun(*args, **kwargs)
 
-    previous = install_executor(Spy())
-    try:
+    with use_sandboxes(current_sandboxes().with_executor(Spy())):
         verdicts = judge(CadVerifier(), TASK, GOLD, "cube(1);", GOLD, "cube(1);", "syntax(")
-    finally:
-        install_executor(previous)
     assert sorted(ran) == sorted([GOLD, "cube(1);", "syntax("])
     assert [v.passed for v in verdicts] == [True, False, True, False, False]
     verdicts[0].info["log"] = "edited"

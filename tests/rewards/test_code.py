@@ -164,18 +164,20 @@ class _FailingSandbox:
         return ExecResult(ExecStatus.SANDBOX_ERROR, error="server crashed")
 
 
-def test_sandbox_failure_is_an_error_verdict_never_a_zero(monkeypatch):
-    import posttrain.rewards.code as code
+def test_sandbox_failure_is_an_error_verdict_never_a_zero():
+    from posttrain.sandbox.sandboxes import LazySandbox, current_sandboxes, use_sandboxes
 
-    monkeypatch.setattr(code, "shared_sandbox", lambda prefork=True: _FailingSandbox())
-    verdicts = score_sync(FAST, [SQ, SQ], ["def sq(x):\n    return x * x\n"] * 2)
+    with use_sandboxes(current_sandboxes().with_executor(_FailingSandbox())):
+        verdicts = score_sync(FAST, [SQ, SQ], ["def sq(x):\n    return x * x\n"] * 2)
     assert all(v.status is VerdictStatus.ERROR and "server crashed" in v.details for v in verdicts)
 
-    def unavailable(prefork=True):
-        raise RuntimeError("no namespaces")
+    class Unavailable(LazySandbox):
+        @property
+        def sandbox(self):
+            raise RuntimeError("no namespaces")
 
-    monkeypatch.setattr(code, "shared_sandbox", unavailable)
-    v = safe_verify(FAST, SQ, "def sq(x):\n    return x * x\n")
+    with use_sandboxes(current_sandboxes().with_executor(Unavailable())):
+        v = safe_verify(FAST, SQ, "def sq(x):\n    return x * x\n")
     assert v.status is VerdictStatus.ERROR and "sandbox unavailable" in v.details
 
 
@@ -210,20 +212,20 @@ def test_split_check_counts_each_assert_statement():
     assert v.score == 0.5 and "not reached: TypeError" in v.info["failures"][0]["error"]
 
 
-def test_identical_responses_are_judged_once_and_share_the_verdict(monkeypatch):
-    import posttrain.rewards.code as code
+def test_identical_responses_are_judged_once_and_share_the_verdict():
+    from posttrain.sandbox.sandboxes import current_sandboxes, use_sandboxes
 
     runs = []
-    real = code.shared_sandbox()
+    real = current_sandboxes().executor
 
     class Counting:
         async def arun(self, *args, **kwargs):
             runs.append(json.loads(kwargs["stdin"])["items"])
             return await real.arun(*args, **kwargs)
 
-    monkeypatch.setattr(code, "shared_sandbox", lambda prefork=True: Counting())
     good, bad = "def sq(x):\n    return x * x\n", "def sq(x):\n    return -1\n"
-    verdicts = score_sync(FAST, [SQ] * 6, [good, bad, good, good, bad, good])
+    with use_sandboxes(current_sandboxes().with_executor(Counting())):
+        verdicts = score_sync(FAST, [SQ] * 6, [good, bad, good, good, bad, good])
     assert [v.score for v in verdicts] == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
     assert sum(len(items) for items in runs) == 2
     assert verdicts[0] is not verdicts[2]

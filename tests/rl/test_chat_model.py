@@ -114,6 +114,7 @@ def test_an_agent_prefix_opens_with_the_system_prompt_and_a_chat_template_is_ref
     from posttrain.engine.mock import MockEngine
     from posttrain.models.io import load_model
     from posttrain.rl.build import build_domains, build_rollouter, sampling_params
+    from posttrain.sandbox.sandboxes import local_sandboxes
 
     _, ckpt = trained
     cfg = load_config(None, [f"model.path='{tiny_model_dir}'", "tasks.source='agent:lookup'", "tasks.digits=2",
@@ -121,10 +122,11 @@ def test_an_agent_prefix_opens_with_the_system_prompt_and_a_chat_template_is_ref
     domains = build_domains(cfg)
     _, tok = load_model(tiny_model_dir)
     engine = MockEngine(["x"], tokenizer=tok)
-    rollouter = build_rollouter(cfg, engine, domains, sampling_params(cfg, domains))
+    rollouter = build_rollouter(cfg, engine, domains, sampling_params(cfg, domains), local_sandboxes())
     prefix = EngineModel(engine).prefix([], rollouter.spec.system)
     assert prefix.content.startswith("<system>\nBe careful.\nFind the answer") and rollouter.spec is domains[0].agent
     chat = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(ckpt)})})
     _, chat_tok = load_model(ckpt)
     with pytest.raises(ConfigError, match="prompt_format = \"raw\" for an agent domain"):
-        build_rollouter(chat, MockEngine(["x"], tokenizer=chat_tok), build_domains(chat), sampling_params(chat, domains))
+        build_rollouter(chat, MockEngine(["x"], tokenizer=chat_tok), build_domains(chat), sampling_params(chat, domains),
+                        local_sandboxes())

@@ -11,6 +11,7 @@ from posttrain.eval.training import evaluate_in_training
 from posttrain.models.io import load_model
 from posttrain.rl.build import build_domains, build_held_out, build_prompt_renderer, build_rollouter, sampling_params
 from posttrain.rl.rollout import run_sync
+from posttrain.sandbox.sandboxes import local_sandboxes
 from posttrain.store import RunStore
 
 
@@ -25,7 +26,7 @@ def test_quickstart_prompts_are_the_raw_prompts_before_chat_templates(tiny_model
     tasks = domains[0].held_out(32, seed=0)
 
     engine = MockEngine(["1"], tokenizer=tokenizer, cycle=True)
-    run_sync(build_rollouter(cfg, engine, domains, params), tasks, 2)
+    run_sync(build_rollouter(cfg, engine, domains, params, local_sandboxes()), tasks, 2)
     (prompts, used), = engine.calls
     assert prompts == [tokenizer.encode(t.prompt) for t in tasks]  # the ids the engine encoded before: BOS + chars
     assert [bytes(tokenizer.decode(p), "utf-8") for p in prompts] == [t.prompt.encode() for t in tasks]

@@ -13,7 +13,7 @@ which runs an `AgentTask` in a workspace of its own (or in a fork of its group's
 group's n episodes cost one set-up); and `FunctionEnv`, for tools that need no sandbox (plain
 Python `@tool` functions), judged on the answer given to `submit`.
 The envs open and use workspaces only through `sandbox.workspace.Workspaces` / `Workspace`, so the `sandbox`
-they are given may be this process's `Sandbox` or a `RaySandboxPool` (`rollout.sandbox_backend = "ray"`: the
+they are given may be this process's `Sandbox` or a `RaySandboxPool` (`[sandbox] backend = "ray"`: the
 sessions live on Ray sandbox workers); a lost workspace (`SessionLost`) ends the episode as env_error.
 Does not cover: the loop (`runtime.py`), terminal tasks (`terminal.py` over `posttrain.tasks.harbor`).
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from posttrain.agent.episode import Episode, EpisodeStatus
 from posttrain.agent.metrics import episode_metrics
@@ -25,6 +25,10 @@ from posttrain.eval.records import SampleRecord
 from posttrain.eval.results import EvalSummary
 from posttrain.eval.summary import summarize
 from posttrain.types import SamplingParams, Task, VerdictStatus
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.sandboxes import Sandboxes
+    from posttrain.sandbox.workspace import Workspaces
 
 
 @dataclass
@@ -55,35 +59,35 @@ def record_of(ep: Episode, sample: int = 0) -> SampleRecord:
         verify_s=ep.times.verification_s, finish=ep.status.value)
 
 
-async def aevaluate_agent(model: Any, tasks: Sequence[Task], spec: AgentSpec, sandbox: Any, *, n: int = 1,
+async def aevaluate_agent(model: Any, tasks: Sequence[Task], spec: AgentSpec, sandbox: Workspaces, *, n: int = 1,
                           ks: Sequence[int] = (1,), params: SamplingParams | None = None, seed: int = 0,
-                          max_concurrency: int = 64) -> AgentEval:
-    """n episodes of each task (`params`: greedy with the spec's reply room by default), scored by the
+                          max_concurrency: int = 64, sandboxes: Sandboxes | None = None) -> AgentEval:
+    """n episodes of each task in workspaces opened on `sandbox` (`sandboxes`: where their verifiers execute code,
+    the run's `[sandbox]`; None: the caller's), `params` greedy with the spec's reply room by default, scored by the
     verifier alone: a training domain's process score (`AgentSpec.process_weight`) is shaping, not a result."""
     params = params or SamplingParams(temperature=0.0, max_tokens=spec.max_tokens)
     if spec.process_weight:
         spec = replace(spec, process_weight=0.0)
-    rollouter = AgentRollouter(model, sandbox, spec, params, seed=seed, max_concurrency=max_concurrency)
+    rollouter = AgentRollouter(model, sandbox, spec, params, seed=seed, max_concurrency=max_concurrency,
+                               sandboxes=sandboxes)
     episodes = [g.episodes for g in await rollouter.run(list(tasks), n)]
     records = [record_of(ep, j) for eps in episodes for j, ep in enumerate(eps)]
     summary = summarize(records, ks, task_order=[t.id for t in tasks])
     return AgentEval(episodes, records, summary, episode_metrics([ep for eps in episodes for ep in eps]))
 
 
-def evaluate_agent(model: Any, tasks: Sequence[Task], spec: AgentSpec, sandbox: Any, **kwargs: Any) -> AgentEval:
+def evaluate_agent(model: Any, tasks: Sequence[Task], spec: AgentSpec, sandbox: Workspaces, **kwargs: Any) -> AgentEval:
     """`aevaluate_agent` from synchronous code."""
     return run_sync(aevaluate_agent(model, tasks, spec, sandbox, **kwargs))
 
 
 def evaluate_agent_in_training(engine: Any, suite: Any, name: str, store: Any, step: int,
-                               max_tokens: int) -> dict[str, float]:
-    """`eval.training.evaluate_in_training` for an agent suite: one greedy episode per task where the run's
-    agent sessions open (`rewards.code.session_sandbox`: the shared sandbox, or the Ray sandbox workers), the
-    turn metrics stored beside pass@1 (`agent/...`)."""
+                               max_tokens: int, sandboxes: Sandboxes) -> dict[str, float]:
+    """`eval.training.evaluate_in_training` for an agent suite: one greedy episode per task on the run's
+    `sandboxes` (the ones its training episodes use), the turn metrics stored beside pass@1 (`agent/...`)."""
     from posttrain.eval.training import record_evaluation
-    from posttrain.rewards.code import session_sandbox
 
-    result = evaluate_agent(engine, suite.tasks, suite.agent, session_sandbox(),
+    result = evaluate_agent(engine, suite.tasks, suite.agent, sandboxes.workspaces, sandboxes=sandboxes,
                             params=SamplingParams(temperature=0.0, max_tokens=max_tokens))
     extra = {f"agent/{k}": v for k, v in result.metrics.items()}
     return record_evaluation(store, name, step, result.records, result.summary, extra)

@@ -27,6 +27,7 @@ from posttrain.agent.env import SessionEnv
 from posttrain.agent.episode import Episode, EpisodeStatus
 from posttrain.agent.runtime import DEFAULT_PARAMS, make_env, run_agent_task
 from posttrain.agent.spec import AgentSpec
+from posttrain.sandbox.sandboxes import Sandboxes, use_sandboxes
 from posttrain.types import Group, RolloutStatus, SamplingParams, Task
 
 if TYPE_CHECKING:
@@ -42,8 +43,13 @@ class AgentRollouter:
     seed: int = 0
     max_concurrency: int = 64  # episodes in flight at once
     share_workspace: bool = True  # a group's episodes fork one template workspace
+    sandboxes: Sandboxes | None = None  # where its verifiers execute code (the run's `[sandbox]`); None: the caller's
 
     async def run(self, tasks: list[Task], n: int) -> list[Group]:
+        with use_sandboxes(self.sandboxes):
+            return await self._run(tasks, n)
+
+    async def _run(self, tasks: list[Task], n: int) -> list[Group]:
         gate = asyncio.Semaphore(self.max_concurrency)
         spec = self.spec
 

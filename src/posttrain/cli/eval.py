@@ -255,7 +255,7 @@ def _eval_episodes(domain: Any, loaded: Any, model: str, samples: int, ks: tuple
     from posttrain.agent.spec import spec_of
     from posttrain.eval.records import EvalDir
     from posttrain.resolve import resolve_model
-    from posttrain.rewards.code import shared_sandbox
+    from posttrain.sandbox.sandboxes import local_sandboxes
     from posttrain.types import SamplingParams
 
     spec = spec_of(domain)
@@ -275,7 +275,12 @@ def _eval_episodes(domain: Any, loaded: Any, model: str, samples: int, ks: tuple
                  "created": time.time()}, ({"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in tasks))
     with Progress(console=err, transient=True) as progress:
         progress.add_task(f"episodes on {loaded.name}", total=None)
-        result = evaluate_agent(resolved.engine, tasks, spec, shared_sandbox(), n=samples, ks=ks, params=params, seed=seed)
+        sandboxes = local_sandboxes()
+        try:
+            result = evaluate_agent(resolved.engine, tasks, spec, sandboxes.workspaces, n=samples, ks=ks, params=params,
+                                    seed=seed)
+        finally:
+            sandboxes.close()
     store.append(result.records)
     store.write_summary(result.summary)
     with (out / "episodes.jsonl").open("w", encoding="utf-8") as f:

@@ -154,8 +154,10 @@ def quickstart(
             def on_base_eval(step: int, acc: float) -> None:
                 bars.update(base_task, completed=step, info=f"held-out greedy {acc:.3f}")
 
+            from posttrain.wiring import default_backends
+
             result = run_quickstart(cfg, on_phase=on_phase, on_base_eval=on_base_eval, on_step=live.on_step,
-                                    on_eval=live.on_eval)
+                                    on_eval=live.on_eval, backends=default_backends())
         if as_json:
             print(json.dumps(result.to_dict()))
             return
@@ -217,13 +219,17 @@ def train(
         if resume and overwrite:
             raise UserError("--resume and --overwrite exclude each other")
         cfg = load_config(config, set_ or [])
-        from posttrain.distributed.data_parallel import from_env, lead_first
+        from posttrain.rl.backends import lead_first
+        from posttrain.rl.build import data_parallel_from_env
+        from posttrain.wiring import default_backends
 
-        dp = from_env(cfg.rl.device)  # under torchrun with N > 1: this rank (rank 0 shows progress and reports; docs/scale.md)
-        if dp is not None and not dp.lead:
-            _train_quietly(cfg, resume, overwrite, dp)
+        backends = default_backends()
+        # under torchrun with N > 1: this rank (rank 0 shows progress and reports; docs/scale.md)
+        dp = data_parallel_from_env(cfg.rl.device, backends)
+        if not dp.lead:
+            _train_quietly(cfg, resume, overwrite, dp, backends)
             return
-        if dp is not None:
+        if dp.world > 1:
             say(f"data-parallel over {dp.world} ranks ({cfg.rl.data_parallel}): each rolls out 1/{dp.world} of "
                 "every step's groups")
         with progress() as bars, alerts_shown_by_the_cli():
@@ -238,7 +244,8 @@ def train(
                 bars.update(base_task, visible=False)
                 cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(build.path)})})
             live = TrainingProgress(bars, cfg.train, bars.add_task("GRPO", total=cfg.train.steps, info=""))
-            trainer = Trainer(cfg, resume=resume, overwrite=overwrite, on_step=live.on_step, on_eval=live.on_eval)
+            trainer = Trainer(cfg, resume=resume, overwrite=overwrite, on_step=live.on_step, on_eval=live.on_eval,
+                              backends=backends)
             bars.update(live.task, completed=trainer.step)
             try:
                 result = trainer.run()
@@ -264,11 +271,11 @@ def train(
                           "best_value": best.value if best is not None else None}))
 
 
-def _train_quietly(cfg, resume: bool, overwrite: bool, dp) -> None:
+def _train_quietly(cfg, resume: bool, overwrite: bool, dp, backends) -> None:
     """A torchrun rank other than 0: the same run (its share of the rollouts, its part of each update), with
     no progress and no report: rank 0 shows and stores them."""
     from posttrain.builtin import ensure_base
-    from posttrain.distributed.data_parallel import lead_first
+    from posttrain.rl.backends import lead_first
     from posttrain.rl.trainer import Trainer
 
     if cfg.model.path is None:
@@ -276,7 +283,7 @@ def _train_quietly(cfg, resume: bool, overwrite: bool, dp) -> None:
         cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(build.path)})})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # rank 0 warns (and stores alerts) for the run
-        trainer = Trainer(cfg, resume=resume, overwrite=overwrite)
+        trainer = Trainer(cfg, resume=resume, overwrite=overwrite, backends=backends)
         try:
             trainer.run()
             trainer.final_model_dir()

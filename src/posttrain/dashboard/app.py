@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.dashboard.reader import RunReader, find_runs
-from posttrain.engine.extras import require
+from posttrain.extras import require
 
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "uPlot.iife.min.js": "text/javascript",
           "uPlot.min.css": "text/css", "LICENSE.uPlot": "text/plain"}

@@ -7,7 +7,7 @@ batch), `learner.init_from_env` (gloo on CPU, NCCL on GPUs), `data_parallel` (`p
 torchrun: each rank rolls out its share of every step's groups, all ranks get them back in order), and
 `equivalence`, which runs the 2-process checks under torchrun (the learner alone, and the training loop)
 and compares them with one process; `ray_backend`, the rollout actors of `[rollout] backend = "ray"`;
-`ray_sandbox`, the sandbox workers of `[rollout] sandbox_backend = "ray"`.
+`ray_sandbox`, the sandbox workers of `[sandbox] backend = "ray"`.
 Does not cover: multi-node file systems (rank 0 writes the run directory the others read), tensor or
 pipeline parallelism. The core never imports this package: `rl/async_loop.py` and `rl/build.py` load
 these modules by name when a run's config or launch asks for them, and torch.distributed is loaded only

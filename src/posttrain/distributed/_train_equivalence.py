@@ -25,14 +25,17 @@ def main() -> None:
     torch.set_num_threads(1)
     import posttrain.rl.trainer as trainer_module
     from posttrain.config import load_config
+    from posttrain.distributed.data_parallel import from_env
+    from posttrain.distributed.learner import DataParallelLearner
     from posttrain.models.io import load_model
+    from posttrain.rl.backends import Backends
     from posttrain.rl.learner import Learner
     from posttrain.rl.trainer import Trainer
 
     cfg = load_config(Path(args.config), [])
-    trainer = Trainer(cfg, overwrite=True)
+    trainer = Trainer(cfg, overwrite=True, backends=Backends(ranks=from_env, learner=DataParallelLearner))
     dp = trainer.dp
-    assert dp is not None, "launch under torchrun with more than one process"
+    assert dp.world > 1, "launch under torchrun with more than one process"
     initial = {k: v.detach().clone() for k, v in trainer.whole_model.state_dict().items()}
     rolled: list[str] = []
     batches = []

@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Sequence, TypeVar
+from typing import Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from posttrain.rl.backends import device_for, lead_first  # noqa: F401 - where callers found them before
 
 T = TypeVar("T")
 
@@ -116,20 +118,3 @@ def from_env(device: str = "cpu") -> DataParallel | None:
         minutes = float(os.environ.get("POSTTRAIN_DIST_TIMEOUT_MIN", DEFAULT_TIMEOUT_MIN))
         join_group(device, timeout=timedelta(minutes=minutes))
     return DataParallel(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
-
-
-def device_for(device: str, local_rank: int) -> str:
-    """A configured device on this rank: a bare `cuda` becomes this rank's GPU; anything else is kept."""
-    return f"cuda:{local_rank}" if device == "cuda" else device
-
-
-def lead_first(dp: DataParallel | None, fn: Callable[[], T]) -> T:
-    """`fn()` on rank 0, then on the other ranks (which find what rank 0 wrote); once without torchrun."""
-    if dp is None:
-        return fn()
-    if dp.lead:
-        out = fn()
-        dp.barrier()
-        return out
-    dp.barrier()
-    return fn()

@@ -26,22 +26,19 @@ import warnings
 from typing import Any
 
 from posttrain.config import RunConfig
-from posttrain.errors import UserError
-from posttrain.rl.async_loop import Runner, RunnerDied, WeightBoard, register_backend
+from posttrain.extras import MissingExtraError, require
+from posttrain.rl.async_loop import Runner, RunnerDied, WeightBoard
+from posttrain.rl.backends import Backends
 from posttrain.rl.buffer import RolloutRequest
 from posttrain.types import Group
 
 
-class RayMissingError(UserError, ImportError):
+class RayMissingError(MissingExtraError):
     """`rollout.backend = "ray"` without Ray installed."""
 
 
 def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise RayMissingError("rollout.backend = 'ray' needs Ray: pip install 'posttrain[ray]'") from None
-    return ray
+    return require("ray", "ray", "rollout.backend = 'ray'", RayMissingError)
 
 
 def connect(address: str | None) -> None:
@@ -79,16 +76,18 @@ def publish_ref(board: WeightBoard) -> tuple[Any, int]:
 class RolloutWorker:
     """The actor's body (wrapped by `ray.remote` in `RayRunner`): one engine and rollouter, built from `cfg`."""
 
-    def __init__(self, cfg: RunConfig, index: int, seed: int, threads: int) -> None:
+    def __init__(self, cfg: RunConfig, index: int, seed: int, threads: int, backends: Backends | None = None) -> None:
         import torch
 
         torch.set_num_threads(threads)
         from posttrain.engine.build import build_engine
-        from posttrain.rl.build import build_domains, build_model, build_rollouter, build_sandbox, sampling_params
+        from posttrain.rl.build import build_domains, build_model, build_rollouter, build_sandboxes, sampling_params
 
         model, tokenizer, _, _ = build_model(cfg)
         domains = build_domains(cfg)
-        self.sandbox = build_sandbox(cfg)  # sandbox_backend = "ray": this actor's verifiers on sandbox actors it owns
+        # this actor's verifiers' own (`sandbox.backend = "ray"`: on sandbox actors it owns, from the `backends`
+        # the learner's wiring passed along)
+        self.sandbox = build_sandboxes(cfg, backends)
         self.engine = build_engine(cfg.engine, model, tokenizer, seed)
         self._offered: tuple[Any, int] | None = None
         self._offer_lock = threading.Lock()
@@ -97,7 +96,7 @@ class RolloutWorker:
             from posttrain.rl.follow import FollowWeights
 
             sampler = FollowWeights(self.engine, self._adopt_offered)
-        self.rollouter = build_rollouter(cfg, sampler, domains, sampling_params(cfg, domains), inline=True)
+        self.rollouter = build_rollouter(cfg, sampler, domains, sampling_params(cfg, domains), self.sandbox, inline=True)
         self.index = index
         self.version = -1
 
@@ -133,7 +132,7 @@ class RolloutWorker:
         return aio.run_sync(self.rollouter.run(tasks, n))
 
     def sandbox_failures(self) -> list[str]:
-        return self.sandbox.new_failures() if self.sandbox is not None else []
+        return self.sandbox.new_failures()
 
     def sampler_state(self) -> Any:
         return self.engine.sampler_state()
@@ -145,14 +144,14 @@ class RolloutWorker:
 class RayRunner:
     """One rollout actor, driven by one producer thread of the asynchronous loop."""
 
-    def __init__(self, cfg: RunConfig, index: int, seed: int, board: WeightBoard) -> None:
+    def __init__(self, cfg: RunConfig, index: int, seed: int, board: WeightBoard, backends: Backends | None = None) -> None:
         ray = _ray()
         connect(cfg.rollout.ray_address)
         self.follow = cfg.rollout.on_new_weights == "update"
         # update: a second call (`offer`) must reach the actor while `run` executes
         actor_cls = ray.remote(num_cpus=cfg.rollout.ray_worker_cpus, max_restarts=0,
                                max_concurrency=2 if self.follow else 1)(RolloutWorker)
-        self.actor = actor_cls.remote(cfg, index, seed, cfg.rollout.producer_threads)
+        self.actor = actor_cls.remote(cfg, index, seed, cfg.rollout.producer_threads, backends)
         self.board = board
         self.version = -1
         self.offers = 0  # newer versions handed to the actor during its rollouts
@@ -202,6 +201,6 @@ class RayRunner:
             pass
 
 
-@register_backend("ray")
-def make_runner(cfg: RunConfig, index: int, seed: int, board: WeightBoard) -> Runner:
-    return RayRunner(cfg, index, seed, board)
+def make_runner(cfg: RunConfig, index: int, seed: int, board: WeightBoard, backends: Backends | None = None) -> Runner:
+    """A Ray rollout actor; `backends` (the wiring's) travel to it, for its own sandbox workers."""
+    return RayRunner(cfg, index, seed, board, backends)

@@ -1,12 +1,12 @@
 """Sandbox executions and agent workspaces on Ray actors, so code verification and agent tools scale with nodes
-(`[rollout] sandbox_backend = "ray"`, `sandbox_workers`; extra `ray`).
+(`[sandbox] backend = "ray"`, `workers`; extra `ray`).
 
 Covers: `SandboxWorker`, the body of an async actor that owns one `SandboxPool` on its node (its own
 fork-server, its own concurrency bound) and answers `execute(command, kwargs)` with the `ExecResult` the
 local pool gives for the same arguments, and holds stateful sessions by id (`session_open` with files and
 limits, `session_exec`, `session_read`/`session_write`, `session_snapshot`/`session_rollback`, `session_fork`:
 a fork lives on its parent's worker, `session_close`); `RaySandboxPool`, the caller's side, with the local
-pool's `run` / `arun` / `map` / `close`, so the code verifiers take it in place of the shared sandbox, and the
+pool's `run` / `arun` / `map` / `close`, so the code verifiers take it in place of a local sandbox, and the
 `sandbox.workspace.Workspaces` seam (`session` / `asession` / `in_worker`), so the agent envs, tools and
 rollouter take it in place of a local `Sandbox`; `RaySession`, a session's proxy with `Session`'s API (the
 sync methods and `aexec`, `afork`, `aread_file`, `awrite_file`, `aclose`), every call pinned to the worker that
@@ -21,11 +21,12 @@ traceback. A session cannot move: when its
 worker dies, the sessions it held are lost (counted in `PoolStats.sessions_lost`), and every later operation
 on them raises `SessionLost` (`exec`/`aexec` answer a SANDBOX_ERROR result instead; `close` does nothing),
 which the agent runtime turns into an env_error episode (masked in training, never scored 0); the slot's
-rebuilt worker takes new sessions. `make_pool(cfg)` builds one from the `rollout` section (`rl/build.py:
-build_sandbox` installs it for the code verifiers and the agent sessions of its process).
+rebuilt worker takes new sessions. `make_pool(cfg)` builds one from the `[sandbox]` section, and
+`sandboxes_for(cfg)` wraps it as a run's `Sandboxes` (what `posttrain.wiring` supplies to `rl/build.py:
+build_sandboxes`, which passes it to the run's rollouter and evaluations).
 Does not cover: moving or re-creating a lost session (its episode ends), one set of workers shared between
 processes (every process that builds the domains, an async producer or a Ray rollout actor included, owns
-its own `sandbox_workers`), placement groups. Sync `RaySession` methods block their thread (each runs a short
+its own `sandbox.workers`), placement groups. Sync `RaySession` methods block their thread (each runs a short
 event loop of its own): from asyncio use the `a*` forms, never the sync ones on the event loop's thread.
 """
 
@@ -43,9 +44,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from posttrain.aio import run_sync
 from posttrain.config import RunConfig
 from posttrain.distributed.ray_backend import RayMissingError, connect
+from posttrain.extras import require
 from posttrain.sandbox.launcher import SandboxUnavailable
 from posttrain.sandbox.limits import Limits
 from posttrain.sandbox.result import ExecResult, ExecStatus
+from posttrain.sandbox.sandboxes import PRELOAD, Sandboxes
 from posttrain.sandbox.session import SandboxError, SessionLost
 
 if TYPE_CHECKING:
@@ -55,11 +58,7 @@ T = TypeVar("T")
 
 
 def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise RayMissingError("rollout.sandbox_backend = 'ray' needs Ray: pip install 'posttrain[ray]'") from None
-    return ray
+    return require("ray", "ray", "sandbox.backend = 'ray'", RayMissingError)
 
 
 class SandboxWorker:
@@ -624,10 +623,15 @@ def _why(exc: BaseException) -> str:
 
 
 def make_pool(cfg: RunConfig) -> RaySandboxPool:
-    """The `rollout` section's Ray sandbox workers, each like the code verifiers' shared sandbox (pre-forked,
-    common modules preloaded, 16 executions at once)."""
-    from posttrain.rewards.code import PRELOAD
+    """The `[sandbox]` section's Ray sandbox workers, each a pre-forked sandbox with common modules preloaded
+    (`sandbox.max_concurrency` executions at once), on the cluster at `rollout.ray_address`."""
+    sc = cfg.sandbox
+    return RaySandboxPool(sc.workers, max_concurrency=sc.max_concurrency, inflight=sc.inflight,
+                          worker_cpus=sc.worker_cpus, address=cfg.rollout.ray_address, prefork=True, preload=PRELOAD)
 
-    r = cfg.rollout
-    return RaySandboxPool(r.sandbox_workers, max_concurrency=16, inflight=r.sandbox_inflight,
-                          worker_cpus=r.sandbox_worker_cpus, address=r.ray_address, prefork=True, preload=PRELOAD)
+
+def sandboxes_for(cfg: RunConfig) -> Sandboxes:
+    """`sandbox.backend = "ray"`: one `RaySandboxPool` as a run's executor and workspaces; its worker failures are
+    the run's to report, `close` ends its actors."""
+    pool = make_pool(cfg)
+    return Sandboxes(pool, pool, "ray", failures=lambda: list(pool.stats().failures), closer=pool.close)

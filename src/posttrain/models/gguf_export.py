@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from posttrain.errors import UserError
+from posttrain.extras import MissingExtraError, require
 from posttrain.models.llama import CausalLM
 from posttrain.models.lora import has_lora
 from posttrain.models.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, char_tokenizer
@@ -49,16 +50,12 @@ class GGUFExportError(UserError, ValueError):
     """A model or tokenizer this writer cannot express as GGUF, or an unknown GGUF dtype."""
 
 
-class GGUFMissingError(UserError, ImportError):
+class GGUFMissingError(MissingExtraError):
     """The `gguf` package is not installed."""
 
 
 def require_gguf() -> ModuleType:
-    try:
-        import gguf
-    except ImportError:
-        raise GGUFMissingError("GGUF export needs the gguf package: pip install 'posttrain[gguf]'") from None
-    return gguf
+    return require("gguf", "gguf", "GGUF export", GGUFMissingError)
 
 
 def rope_pair_order(n_heads: int, head_dim: int) -> np.ndarray:

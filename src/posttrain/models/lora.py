@@ -13,7 +13,6 @@ Does not cover: several adapters on one model, DoRA / other peft tuners, quantis
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from types import ModuleType
@@ -24,21 +23,19 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from posttrain.errors import UserError
+from posttrain.extras import MissingExtraError, require
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ADAPTER = "default"  # peft's adapter name inside the module tree
 _PREFIX = "base_model.model."  # how peft's saved files name the wrapped model's modules
 
 
-class LoRAUnavailableError(UserError, ImportError):
+class LoRAUnavailableError(MissingExtraError):
     """peft is not installed."""
 
 
 def _peft() -> ModuleType:
-    try:
-        return importlib.import_module("peft")
-    except ImportError:
-        raise LoRAUnavailableError("LoRA needs peft, which is not installed: pip install 'posttrain[lora]'") from None
+    return require("peft", "lora", "LoRA", LoRAUnavailableError)
 
 
 def lora_config(r: int = 8, alpha: float = 16.0, targets: tuple[str, ...] | list[str] = DEFAULT_TARGETS,

@@ -28,22 +28,18 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from posttrain.extras import require
 from posttrain.rewards.base import SyncVerifier
 from posttrain.rewards.extract import ExtractMode, extract_answer, last_boxed, tagged
 from posttrain.rewards.registry import register_verifier
 from posttrain.types import Task, Verdict
 
-MATH_EXTRA = "math equivalence needs math-verify: pip install 'posttrain[math]'"
 _TOWER = re.compile(r"\^\s*\{[^{}]*\^|\^\s*\(?[\d.]+\)?\s*\^|\*\*[^*]*\*\*")
 
 
 @functools.cache
 def _math_verify() -> Any:
-    try:
-        import math_verify
-    except ImportError:
-        raise ImportError(MATH_EXTRA) from None
-    return math_verify
+    return require("math_verify", "math", "math equivalence")
 
 
 def _on_main_thread() -> bool:

@@ -41,9 +41,9 @@ from typing import Any
 
 from posttrain.rewards import cad_parts
 from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, local_ious, mesh_from_task_meta, require_cad
-from posttrain.rewards.code import one_shot_executor
 from posttrain.rewards.dedup import distinct
 from posttrain.rewards.registry import register_verifier
+from posttrain.sandbox.sandboxes import current_sandboxes
 from posttrain.types import Task, Verdict, VerdictStatus
 
 OPENSCAD = "openscad"
@@ -225,7 +225,7 @@ class CadVerifier:
 
     async def _runs(self, programs: list[str]) -> list[ScadRun]:
         """Each program's run: batched over `max_concurrency` executions; an item a batch lost runs alone."""
-        sandbox = one_shot_executor()
+        sandbox = current_sandboxes().executor  # the run's (`[sandbox]`), or this process's local default
         sem = asyncio.Semaphore(self.max_concurrency)
         size = max(1, min(self.batch_size, -(-len(programs) // self.max_concurrency)))
 

@@ -32,7 +32,7 @@ class MeshError(UserError, ValueError):
 @functools.cache
 def require_cad() -> None:
     """manifold3d and trimesh, or `MissingExtraError` naming the `cad` extra."""
-    from posttrain.engine.extras import require
+    from posttrain.extras import require
 
     require("manifold3d", "cad", "CAD verification")
     require("trimesh", "cad", "CAD verification")

@@ -34,7 +34,6 @@ Does not cover: answer, format or judge verifiers (their own modules), task load
 from __future__ import annotations
 
 import asyncio
-import atexit
 import base64
 import hashlib
 import json
@@ -49,17 +48,14 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from posttrain.rewards.dedup import distinct, fan_out
 from posttrain.rewards.registry import register_verifier
+from posttrain.sandbox.sandboxes import PRELOAD as PRELOAD  # where it was; it lives with the sandboxes now
+from posttrain.sandbox.sandboxes import Executor, LazySandbox, current_sandboxes
 from posttrain.types import Task, Verdict, VerdictStatus
 
 if TYPE_CHECKING:
     from posttrain.rewards._code_harness import Item, Job
 
 HARNESS_PATH = Path(__file__).with_name("_code_harness.py")
-# Imported once in the sandbox's fork-server, so neither the harness nor typical solutions and
-# tests pay for these imports in each execution.
-PRELOAD = ("ast", "base64", "bisect", "collections", "copy", "ctypes", "decimal", "fractions", "functools",
-           "hashlib", "heapq", "itertools", "json", "math", "random", "re", "shutil", "socket", "statistics",
-           "string", "struct", "traceback", "typing")
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 
 
@@ -113,88 +109,27 @@ def build_program(task: Task, response: str) -> str:
     return code
 
 
-# ----------------------------------------------------------------------------- the shared sandbox
-
-_SANDBOXES: dict[tuple, Any] = {}
-_SANDBOX_LOCK = threading.Lock()
+# ----------------------------------------------------------------------------- where executions run
 
 
-def shared_sandbox(prefork: bool = True):
-    """One pre-forked sandbox per process for all code verifiers (created on first use, closed at exit)."""
-    key = (prefork,)
-    with _SANDBOX_LOCK:
-        sb = _SANDBOXES.get(key)
-        if sb is None:
-            from posttrain.sandbox import Sandbox
-
-            sb = Sandbox(prefork=prefork, preload=PRELOAD if prefork else (), max_concurrency=16)
-            _SANDBOXES[key] = sb
-            if len(_SANDBOXES) == 1:
-                atexit.register(close_shared_sandboxes)
-        return sb
-
-
-def _prewarm_quietly() -> None:
+def _start_quietly(sandbox: LazySandbox) -> None:
     try:
-        shared_sandbox()
+        sandbox.sandbox  # noqa: B018 - starts it
     except Exception:  # noqa: BLE001 - the first real call reports the same failure as a verdict
         pass
 
 
-def close_shared_sandboxes() -> None:
-    with _SANDBOX_LOCK:
-        for sb in _SANDBOXES.values():
-            sb.close()
-        _SANDBOXES.clear()
-
-
-# What the code verifiers' one-shot executions (`arun`) go through in place of the shared sandbox, and where the
-# stateful sessions of a run open (`session_sandbox`: agent episodes, terminal tasks' workspaces), when a run
-# installs them (`rollout.sandbox_backend = "ray"`: `rl/build.py: build_sandbox` installs one `RaySandboxPool` as both).
-_EXECUTOR: Any = None
-_WORKSPACES: Any = None
-
-
-def install_executor(executor: Any) -> Any:
-    """Route this process's code verifiers through `executor` (anything with `Sandbox.arun`'s signature, e.g.
-    a `RaySandboxPool`); None routes them back to the shared sandbox. Returns the one it replaces."""
-    global _EXECUTOR
-    with _SANDBOX_LOCK:
-        previous, _EXECUTOR = _EXECUTOR, executor
-    return previous
-
-
-def install_workspaces(workspaces: Any) -> Any:
-    """Open this process's run sessions (agent episodes, terminal verification) on `workspaces` (a
-    `sandbox.workspace.Workspaces`, e.g. a `RaySandboxPool`); None opens them in the shared sandbox again.
-    Returns the one it replaces."""
-    global _WORKSPACES
-    with _SANDBOX_LOCK:
-        previous, _WORKSPACES = _WORKSPACES, workspaces
-    return previous
-
-
-def session_sandbox() -> Any:
-    """Where a run's stateful sessions open (agent episodes, `TerminalVerifier`'s workspaces): the installed
-    `Workspaces`, else the shared sandbox."""
-    installed = _WORKSPACES
-    return installed if installed is not None else shared_sandbox()
-
-
-def _sandbox_or_error(n: int) -> tuple[Any, list[Verdict] | None]:
+def _sandbox_or_error(n: int) -> tuple[Executor | None, list[Verdict] | None]:
+    """The executor of the run under way (`sandbox.sandboxes.current_sandboxes`), started if need be; or, when
+    this machine has no sandbox, one ERROR verdict per item (infrastructure, never a wrong answer)."""
     try:
-        executor = _EXECUTOR
-        return (executor if executor is not None else shared_sandbox()), None
+        executor = current_sandboxes().executor
+        if isinstance(executor, LazySandbox):
+            executor.sandbox  # noqa: B018 - start it here, so a machine without one is n verdicts, not a raise
+        return executor, None
     except Exception as exc:  # noqa: BLE001 - no sandbox on this machine: infrastructure, not a wrong answer
         v = f"sandbox unavailable: {type(exc).__name__}: {exc}"
         return None, [Verdict(0.0, False, VerdictStatus.ERROR, details=v) for _ in range(n)]
-
-
-def one_shot_executor() -> Any:
-    """Where one-shot verifier executions run: the installed executor (`install_executor`), else the shared
-    sandbox (raises when this machine has none)."""
-    executor = _EXECUTOR
-    return executor if executor is not None else shared_sandbox()
 
 
 def _infra_error(msg: str) -> Verdict:
@@ -238,8 +173,10 @@ class PythonTests:
         return hashlib.sha256(HARNESS_PATH.read_bytes()).hexdigest()[:12]
 
     def prewarm(self) -> None:
-        """Start the shared sandbox in the background (a one-shot command overlaps it with loading its inputs)."""
-        threading.Thread(target=_prewarm_quietly, name="posttrain-sandbox-prewarm", daemon=True).start()
+        """Start the current sandbox in the background (a one-shot command overlaps it with loading its inputs)."""
+        executor = current_sandboxes().executor  # here: a thread does not inherit the caller's context
+        if isinstance(executor, LazySandbox):
+            threading.Thread(target=_start_quietly, args=(executor,), name="posttrain-sandbox-prewarm", daemon=True).start()
 
     async def verify_batch(self, tasks: Sequence[Task], responses: Sequence[str]) -> list[Verdict]:
         out: list[Verdict | None] = [None] * len(tasks)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
+from posttrain.extras import require
 from posttrain.rewards.base import SyncVerifier
 from posttrain.rewards.registry import register_verifier
 from posttrain.types import Task, Verdict
@@ -40,11 +41,7 @@ class EntryCodecError(ValueError):
 
 
 def _rg():
-    try:
-        import reasoning_gym
-    except ImportError:
-        raise ImportError("reasoning-gym is not installed: pip install 'posttrain[suites]'") from None
-    return reasoning_gym
+    return require("reasoning_gym", "suites", "reasoning-gym tasks")
 
 
 def rg_version() -> str:

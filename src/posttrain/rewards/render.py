@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from posttrain.extras import require
 from posttrain.rewards.registry import register_verifier
 from posttrain.rewards.ssim import luma, ssim
 from posttrain.types import Task, Verdict, VerdictStatus
@@ -58,11 +59,8 @@ _FORBIDDEN = [
 
 @functools.cache
 def _require_extra() -> None:
-    try:
-        import PIL.Image  # noqa: F401
-        import resvg_py  # noqa: F401
-    except ImportError:
-        raise ImportError(RENDER_EXTRA) from None
+    require("PIL.Image", "render", "SVG rendering")
+    require("resvg_py", "render", "SVG rendering")
 
 
 def extract_svg(response: str) -> str | None:

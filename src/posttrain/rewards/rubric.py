@@ -30,6 +30,7 @@ Does not cover: the parts themselves.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -111,7 +112,8 @@ class Rubric:
 
             return asyncio.run(all_io())
 
-        io_future = asyncio.get_running_loop().run_in_executor(None, run_io)
+        # in the caller's context: its parts execute where the run's verifications do (`use_sandboxes`)
+        io_future = asyncio.get_running_loop().run_in_executor(None, contextvars.copy_context().run, run_io)
         cpu = [await score(p.verifier, tasks, responses, self.part_timeout_s) for p, b in zip(self.parts, blocking) if b]
         io = iter(await io_future)
         cpu_iter = iter(cpu)

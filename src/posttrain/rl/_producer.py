@@ -15,22 +15,25 @@ Does not cover: scheduling, staleness, the buffer (the learner side owns them).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from posttrain.rl.backends import Backends
 
 
 def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any], lock: Any, version: Any,
-         conn: Any) -> None:
+         conn: Any, backends: Backends | None = None) -> None:
     import torch
 
     torch.set_num_threads(threads)
     from posttrain import aio
     from posttrain.engine.build import build_engine
-    from posttrain.rl.build import build_domains, build_model, build_rollouter, build_sandbox, sampling_params
+    from posttrain.rl.build import build_domains, build_model, build_rollouter, build_sandboxes, sampling_params
 
     try:
         model, tokenizer, _, _ = build_model(cfg)
         domains = build_domains(cfg)
-        sandbox = build_sandbox(cfg)  # installed for this process's verifiers; its actors die with the process
+        sandbox = build_sandboxes(cfg, backends)  # this process's verifiers' own; Ray actors die with the process
         engine = build_engine(cfg.engine, model, tokenizer, seed)
         sampler = engine
         if cfg.rollout.on_new_weights == "update":  # each turn samples with the newest published weights
@@ -42,7 +45,7 @@ def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any],
                         target.load_weights(tensors, int(version.value))
 
             sampler = FollowWeights(engine, refresh)
-        rollouter = build_rollouter(cfg, sampler, domains, sampling_params(cfg, domains), inline=True)
+        rollouter = build_rollouter(cfg, sampler, domains, sampling_params(cfg, domains), sandbox, inline=True)
     except Exception as exc:  # noqa: BLE001 - reported to the learner, which raises it
         conn.send(("error", f"producer {index} failed to build: {type(exc).__name__}: {exc}"))
         return
@@ -55,6 +58,7 @@ def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any],
         kind = msg[0]
         try:
             if kind == "stop":
+                sandbox.close()
                 return
             if kind == "load":
                 with lock:
@@ -65,7 +69,7 @@ def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any],
                 _, tasks, n = msg
                 conn.send(("ok", aio.run_sync(rollouter.run(tasks, n))))
             elif kind == "sandbox_failures":
-                conn.send(("ok", sandbox.new_failures() if sandbox is not None else []))
+                conn.send(("ok", sandbox.new_failures()))
             elif kind == "rng_get":
                 conn.send(("ok", engine.sampler_state()))
             elif kind == "rng_set":

@@ -22,8 +22,8 @@ for step t may start only with weights of version >= t-1-max_staleness, so
 look-ahead never produces a group that is stale on arrival. max_staleness 0
 submits nothing ahead: exactly the synchronous loop's order of sampling,
 with the producer's bitwise-equal weight copy (the golden test).
-Back ends beyond this machine register a `RunnerFactory` (`register_backend`; the Ray one lives in
-`distributed/ray_backend.py` and is loaded by name, never imported here).
+Back ends beyond this machine are `RunnerFactory`s the wiring layer passes in (`Backends.producers`; the Ray one
+lives in `distributed/ray_backend.py`, never imported here).
 Multi-turn episodes (an agent domain) run through the same producers: each
 turn's completion carries its version (`group_version` takes the oldest),
 and a group's episodes travel with it (`Group.episodes`) to the trainer.
@@ -33,7 +33,6 @@ Does not cover: running episodes (the rollouter's own concern, `posttrain.agent`
 from __future__ import annotations
 
 import copy
-import importlib
 import logging
 import multiprocessing
 import os
@@ -51,9 +50,11 @@ from posttrain.config import RunConfig
 from posttrain.engine.base import Engine
 from posttrain.errors import UserError
 from posttrain.rl.advantages import has_signal
+from posttrain.rl.backends import Backends
 from posttrain.rl.buffer import BufferClosed, FinishedRollout, GroupBuffer, RolloutRequest
 from posttrain.rl.follow import FollowWeights
 from posttrain.rl.rollout import Rollouter
+from posttrain.sandbox.sandboxes import Sandboxes
 from posttrain.scheduler.curriculum import Curriculum
 from posttrain.scheduler.pipeline import Filled, fill_batch, fill_draw, fill_rule
 from posttrain.types import Group
@@ -166,13 +167,15 @@ class ThreadRunner:
 class ProcessRunner:
     """A producer process (`rl/_producer.py`) and the pipe to it; calls are serialised by a lock."""
 
-    def __init__(self, cfg: RunConfig, index: int, seed: int, threads: int, board: WeightBoard) -> None:
+    def __init__(self, cfg: RunConfig, index: int, seed: int, threads: int, board: WeightBoard,
+                 backends: Backends | None = None) -> None:
         from posttrain.rl import _producer
 
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(
-            target=_producer.main, args=(cfg, index, seed, threads, board.tensors, board.lock, board.value, child),
+            target=_producer.main, args=(cfg, index, seed, threads, board.tensors, board.lock, board.value, child,
+                                         backends or Backends()),
             daemon=True, name=f"posttrain-producer-{index}")
         self.process.start()
         child.close()
@@ -244,7 +247,7 @@ class Runner(Protocol):
 
     def sandbox_failures(self) -> list[str]:
         """One line per sandbox worker of the runner's own process that died since the previous call
-        (`rollout.sandbox_backend = "ray"`; always empty otherwise)."""
+        (`sandbox.backend = "ray"`; always empty otherwise)."""
         ...
 
     def sampler_state(self) -> Any: ...
@@ -255,26 +258,16 @@ class Runner(Protocol):
 
 
 RunnerFactory = Callable[[RunConfig, int, int, WeightBoard], Runner]  # (cfg, producer index, seed, board)
-_BACKENDS: dict[str, RunnerFactory] = {}
-# Modules that register producer back ends on import (optional extras), loaded when a run asks for one.
-_PLUGINS: list[str] = ["posttrain.distributed.ray_backend"]
 
 
-def register_backend(name: str) -> Callable[[RunnerFactory], RunnerFactory]:
-    def decorate(factory: RunnerFactory) -> RunnerFactory:
-        _BACKENDS[name] = factory
-        return factory
-
-    return decorate
-
-
-def backend_factory(name: str) -> RunnerFactory:
-    if name not in _BACKENDS:
-        for module in _PLUGINS:
-            importlib.import_module(module)
-    if name not in _BACKENDS:
-        raise UserError(f"rollout.backend = {name!r}: no such producer back end (known: local, {', '.join(_BACKENDS)})")
-    return _BACKENDS[name]
+def backend_factory(name: str, backends: Backends) -> RunnerFactory:
+    """`rollout.backend`'s runner factory, among those the wiring layer supplied (`Backends.producers`)."""
+    if name not in backends.producers:
+        known = ", ".join(["local", *backends.producers])
+        raise UserError(f"rollout.backend = {name!r}: no such producer back end here (known: {known}; the `posttrain` "
+                        "commands supply ray: pass backends=posttrain.wiring.default_backends())")
+    factory: RunnerFactory = backends.producers[name]
+    return factory
 
 
 @dataclass
@@ -400,14 +393,14 @@ class AsyncLoop:
     """Producers, the buffer and the weight board of one asynchronous run (`[rollout] mode = "async"`)."""
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, make_thread_runner: Any, version: int,
-                 total_steps: int) -> None:
+                 total_steps: int, backends: Backends | None = None) -> None:
         r = cfg.rollout
         self.cfg, self.k, self.total_steps = cfg, r.max_staleness, total_steps
         self.buffer = GroupBuffer(r.buffer_groups)
         self.board = WeightBoard(model.state_dict(), version, shared=r.backend == "local" and r.producer_kind == "process")
         self.ahead: list[RolloutRequest] = []
         self.producers: list[Producer] = []
-        remote = backend_factory(r.backend) if r.backend != "local" else None
+        remote = backend_factory(r.backend, backends or Backends()) if r.backend != "local" else None
         for i in range(r.producers):
             seed = cfg.seed + i  # producer 0 samples the synchronous engine's stream (the golden test)
             if remote is not None:
@@ -416,7 +409,7 @@ class AsyncLoop:
                     return remote(cfg, i, seed, self.board)
             elif r.producer_kind == "process":
                 def make(i: int = i, seed: int = seed) -> Runner:
-                    return ProcessRunner(cfg, i, seed, r.producer_threads, self.board)
+                    return ProcessRunner(cfg, i, seed, r.producer_threads, self.board, backends or Backends())
             else:
                 def make(i: int = i, seed: int = seed) -> Runner:
                     runner: Runner = make_thread_runner(seed, self.board)
@@ -440,7 +433,9 @@ class AsyncLoop:
 
     @classmethod
     def for_components(cls, cfg: RunConfig, model: Any, tokenizer: Any, domains: list[Any], params: Any, version: int,
-                       total_steps: int) -> AsyncLoop:
+                       total_steps: int, sandboxes: Sandboxes, backends: Backends | None = None) -> AsyncLoop:
+        """Thread producers share this process's `sandboxes`; processes and Ray actors build their own from `cfg`
+        (with `backends`)."""
         from posttrain.rl.build import build_engine_for, build_rollouter
 
         def thread_runner(seed: int, board: WeightBoard) -> ThreadRunner:
@@ -448,9 +443,9 @@ class AsyncLoop:
             sampler: Engine = engine
             if cfg.rollout.on_new_weights == "update":
                 sampler = FollowWeights(engine, follow_board(board))
-            return ThreadRunner(engine, build_rollouter(cfg, sampler, domains, params, inline=True))
+            return ThreadRunner(engine, build_rollouter(cfg, sampler, domains, params, sandboxes, inline=True))
 
-        return cls(cfg, model, thread_runner, version, total_steps)
+        return cls(cfg, model, thread_runner, version, total_steps, backends)
 
     # the learner's side
     def _take(self, request: RolloutRequest, version: int) -> list[Group]:

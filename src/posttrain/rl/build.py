@@ -4,8 +4,8 @@ Covers: `Components` and `build(cfg)`, and one builder per section, so a
 worker process (an async producer, a Ray actor, a test) can build just the
 piece it needs: `build_model` (`model`: a path, a run, or the built-in base),
 `build_engine` (`engine`, in `engine/build.py`), `build_verifier` (a spec plus `reward`'s hygiene),
-`build_domains` (`domains`, or the `tasks` + `reward` sugar), `build_sandbox` (`rollout.sandbox_backend`:
-the code verifiers' executions and the agent sessions on Ray sandbox workers), `build_rollouter`
+`build_domains` (`domains`, or the `tasks` + `reward` sugar), `build_sandboxes` (`[sandbox]`: where the code
+verifiers' executions run and the agent sessions open, passed to the rollouter and the evaluations), `build_rollouter`
 (`rollout` + `sampling` + `reward.timeout_s`), `build_curriculum`, and
 `build_learner` (`rl`; `rl.lora` injects adapters into the model before the
 engine is built; under torchrun the `DataParallelLearner` of `rl.data_parallel`, each rank's engine on its
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from posttrain.config import ConfigError, DomainConfig, EngineConfig, RewardConfig, RunConfig
 from posttrain.engine.base import Engine
@@ -30,15 +30,20 @@ from posttrain.models.prompting import PromptRenderer
 from posttrain.models.tokenizer import Tokenizer
 from posttrain.rewards import build_verifier as verifier_from_spec
 from posttrain.rewards.base import Verifier
+from posttrain.rl.backends import Backends, DataParallel, OneProcess, device_for, lead_first
 from posttrain.rl.learner import Learner
 from posttrain.rl.preflight import check_answer_room, domain_rooms
 from posttrain.rl.rollout import Rollouter, SingleTurnRollouter
+from posttrain.sandbox.sandboxes import Sandboxes, local_sandboxes
 from posttrain.scheduler.curriculum import Curriculum, DomainMixture, PassRateCurriculum, UniformCurriculum
 from posttrain.store.run_store import RunStore
 from posttrain.tasks.base import split_of
 from posttrain.tasks.domains import Domain, load_domain
 from posttrain.tasks.suites import Suite
 from posttrain.types import SamplingParams
+
+if TYPE_CHECKING:
+    from posttrain.builtin import BaseBuild
 
 
 @dataclass
@@ -60,14 +65,15 @@ class Components:
     reporting: list[Suite]  # per domain: the held-out tasks kept for the final report, disjoint from held_out
     eval_suites: dict[str, Suite] = field(default_factory=dict)  # `train.eval_suites`, by eval name
     store: RunStore | None = None
-    base: Any = None  # the `BaseBuild` when the model is the built-in base
-    sandbox: InstalledSandbox | None = None  # `rollout.sandbox_backend = "ray"`: the Ray sandbox workers
-    dp: Any = None  # under torchrun: this rank (`distributed.data_parallel.DataParallel`); None in one process
+    base: BaseBuild | None = None  # the built-in base's build when the model is the built-in base
+    sandboxes: Sandboxes = field(default_factory=local_sandboxes)  # `[sandbox]`: verifications, agent sessions
+    dp: DataParallel = field(default_factory=OneProcess)  # this rank (`OneProcess` unless under torchrun)
+    backends: Backends = field(default_factory=Backends)  # the optional back ends the wiring layer supplied
     whole_model: CausalLM | None = None  # the policy with every weight in place: `model`, or FSDP's engine copy
     renderer: PromptRenderer = field(default_factory=PromptRenderer)  # how tasks are prompted: rollouts and evaluations
 
 
-def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, Any]:
+def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, BaseBuild | None]:
     """The initial policy: `model.path` (a checkpoint or a run), else the built-in base for `model.base`."""
     from posttrain.models.io import load_model
     from posttrain.resolve import locate_model
@@ -134,56 +140,19 @@ def build_domains(cfg: RunConfig) -> list[Domain]:
     return domains
 
 
-# The optional back end that runs code verification and agent sessions on Ray sandbox actors (extra `ray`), loaded by name:
-# the core never imports distributed/.
-_SANDBOX_PLUGIN = "posttrain.distributed.ray_sandbox"
-
-
-@dataclass
-class InstalledSandbox:
-    """The executor `build_sandbox` put in front of this process's code verifiers and agent sessions; `close`
-    restores the previous ones."""
-
-    executor: Any
-    previous: Any
-    previous_workspaces: Any = None
-    closed: bool = False
-    reported: int = 0  # how many of the executor's worker failures `new_failures` has returned
-
-    def new_failures(self) -> list[str]:
-        """One line per sandbox worker that died (and was rebuilt) since the previous call: for the run's log
-        and store, wherever this process is (the learner, a producer process, a Ray rollout actor)."""
-        every = self.executor.stats().failures
-        fresh, self.reported = every[self.reported:], len(every)
-        return list(fresh)
-
-    def close(self) -> None:
-        from posttrain.rewards.code import install_executor, install_workspaces
-
-        if not self.closed:
-            self.closed = True
-            install_executor(self.previous)
-            install_workspaces(self.previous_workspaces)
-            self.executor.close()
-
-
-def build_sandbox(cfg: RunConfig) -> InstalledSandbox | None:
-    """`rollout.sandbox_backend`: "ray" routes this process's code verifiers through Ray sandbox workers and
-    opens its agent sessions there (`rewards.code.session_sandbox`; None for "local": the shared sandbox).
-    Without Ray: a one-line `UserError` naming the extra."""
+def build_sandboxes(cfg: RunConfig, backends: Backends | None = None) -> Sandboxes:
+    """`[sandbox]`: where this process's code verifiers execute and its agent sessions open. "local": a sandbox of
+    this process, started on first use; "ray": the Ray sandbox workers `backends.ray_sandboxes` builds (supplied by
+    the wiring layer; without Ray, a one-line `UserError` naming the extra)."""
+    sc = cfg.sandbox
+    if sc.backend == "local":
+        return local_sandboxes(max_concurrency=sc.max_concurrency)
     r = cfg.rollout
-    if r.sandbox_backend == "local":
-        return None
     if r.mode == "async" and r.backend == "local" and r.producer_kind == "process" and r.ray_address is None:
-        raise ConfigError("config: rollout.sandbox_backend = \"ray\" with producer processes needs rollout.ray_address "
+        raise ConfigError("config: sandbox.backend = \"ray\" with producer processes needs rollout.ray_address "
                           "(each process joins that cluster; without one it would start a cluster of its own), or "
-                          "producer_kind = \"thread\" or backend = \"ray\"")
-    import importlib
-
-    from posttrain.rewards.code import install_executor, install_workspaces
-
-    pool = importlib.import_module(_SANDBOX_PLUGIN).make_pool(cfg)
-    return InstalledSandbox(pool, install_executor(pool), install_workspaces(pool))
+                          "rollout.producer_kind = \"thread\" or rollout.backend = \"ray\"")
+    return (backends or Backends()).need("ray_sandboxes", "sandbox.backend = \"ray\"")(cfg)
 
 
 def max_tokens_for(cfg: RunConfig, domains: list[Domain]) -> int:
@@ -213,19 +182,18 @@ def build_prompt_renderer(cfg: RunConfig, tokenizer: Tokenizer | None) -> Prompt
 
 
 def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], params: SamplingParams,
-                    inline: bool | None = None, renderer: PromptRenderer | None = None) -> Rollouter:
+                    sandboxes: Sandboxes, inline: bool | None = None, renderer: PromptRenderer | None = None
+                    ) -> Rollouter:
     """`inline` (default: in the synchronous mode) samples with the engine's blocking `generate`; an async
     producer that owns its engine passes True. An agent domain (`rollouter == "agent"`) gets the
     `AgentRollouter` over its `AgentSpec` (one agent domain per run; it cannot be mixed with single-turn ones),
-    its workspaces opened where `build_sandbox` put them (`rewards.code.session_sandbox`: Ray sandbox workers, or
-    the shared sandbox)."""
+    its workspaces opened on `sandboxes` (`build_sandboxes`), where the verifications of either kind execute too."""
     agents = [d for d in domains if d.rollouter == "agent"]
     if agents:
         if len(domains) > 1:
             raise ConfigError("config: an agent domain trains alone (mixing it with other domains is not supported yet)")
         from posttrain.agent.rollouter import AgentRollouter
         from posttrain.agent.spec import spec_of
-        from posttrain.rewards.code import session_sandbox
 
         spec = spec_of(agents[0])
         assert spec is not None  # an agent domain
@@ -233,11 +201,11 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
         if renderer.mode == "chat":
             raise ConfigError("config: agent episodes are written in the built-in text call format, not through a chat "
                               "template yet: set model.prompt_format = \"raw\" for an agent domain")
-        return AgentRollouter(engine, session_sandbox(), spec, params, seed=cfg.seed)
+        return AgentRollouter(engine, sandboxes.workspaces, spec, params, seed=cfg.seed, sandboxes=sandboxes)
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
     renderer = renderer or build_prompt_renderer(cfg, engine.tokenizer)  # type: ignore[arg-type]
     return SingleTurnRollouter(engine, params, domains[0].verifier, renderer, cfg.reward.timeout_s, verifiers,
-                               inline=cfg.rollout.mode == "sync" if inline is None else inline)
+                               inline=cfg.rollout.mode == "sync" if inline is None else inline, sandboxes=sandboxes)
 
 
 def build_curriculum(domains: list[Domain], seed: int, kind: str = "pass_rate",
@@ -281,52 +249,44 @@ def build_task_scheduler(cfg: RunConfig, domains: list[Domain]) -> Curriculum:
     return TaskScheduler(specs, settings, seed=cfg.seed, signal_from=cfg.train.signal_from)
 
 
-def build_learner(cfg: RunConfig, model: CausalLM, max_tokens: int, shares_weights: bool, dp: Any = None) -> Learner:
-    """The run's learner; under torchrun (`dp`), the `DataParallelLearner` of `rl.data_parallel`."""
+def build_learner(cfg: RunConfig, model: CausalLM, max_tokens: int, shares_weights: bool,
+                  dp: DataParallel | None = None, backends: Backends | None = None) -> Learner:
+    """The run's learner; over several ranks (`dp`), the `backends.learner` (`DataParallelLearner`) of
+    `rl.data_parallel`."""
     mode = cfg.rl.importance_sampling
     # async producers sample with their own copy of older weights; at max_staleness 0 the copy is bitwise the
     # learner's policy, so (like the shared module) it needs no correction
     stale = cfg.rollout.mode == "async" and cfg.rollout.max_staleness > 0
     correct = mode == "on" or (mode == "auto" and (stale or not shares_weights))
     total = cfg.train.steps * cfg.rl.epochs * cfg.rl.minibatches
-    if dp is not None:
-        DataParallelLearner = _plugin(_DP_LEARNER).DataParallelLearner
-        return DataParallelLearner(model, cfg.rl, max_tokens, cfg.sampling.temperature, importance_sampling=correct,
-                                   strategy=cfg.rl.data_parallel, total_updates=total)
+    if dp is not None and dp.world > 1:
+        make = (backends or Backends()).need("learner", "training over several ranks")
+        learner: Learner = make(model, cfg.rl, max_tokens, cfg.sampling.temperature, importance_sampling=correct,
+                                strategy=cfg.rl.data_parallel, total_updates=total)
+        return learner
     return Learner(model, cfg.rl, max_tokens, cfg.sampling.temperature, importance_sampling=correct,
                    total_updates=total)
 
 
-# torchrun's ranks (torch.distributed), loaded by name like the Ray back ends: distributed/ builds on rl/, never
-# the reverse
-_DP_RANKS = "posttrain.distributed.data_parallel"
-_DP_LEARNER = "posttrain.distributed.learner"
-
-
-def _plugin(module: str) -> Any:
-    import importlib
-
-    return importlib.import_module(module)
-
-
-def data_parallel_from_env(device: str = "cpu") -> Any:
-    """This torchrun rank (`DataParallel`, the process group joined: gloo for a CPU `device`, NCCL for CUDA), or
-    None in one process (torch.distributed is loaded only under torchrun)."""
+def data_parallel_from_env(device: str = "cpu", backends: Backends | None = None) -> DataParallel:
+    """This torchrun rank (`backends.ranks`: the process group joined, gloo for a CPU `device`, NCCL for CUDA), or
+    `OneProcess` (torch.distributed is loaded only under torchrun)."""
     import os
 
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return None
-    return _plugin(_DP_RANKS).from_env(device)
+        return OneProcess()
+    join = (backends or Backends()).need("ranks", "a run under torchrun")
+    ranks: DataParallel | None = join(device)
+    return ranks if ranks is not None else OneProcess()
 
 
 # each rank samples from its own generator: the same seed everywhere would give every rank the same completions
 RANK_SEED_STRIDE = 1_000_003
 
 
-def for_rank(cfg: RunConfig, dp: Any) -> RunConfig:
+def for_rank(cfg: RunConfig, dp: DataParallel) -> RunConfig:
     """The run's config on one torchrun rank: `cuda` devices become this rank's GPU; what cannot be spread over
     ranks yet is a one-line `ConfigError`."""
-    device_for = _plugin(_DP_RANKS).device_for
     if cfg.rollout.mode == "async":
         raise ConfigError("config: rollout.mode = \"async\" under torchrun is not supported yet: each rank runs "
                           "the synchronous loop on its share of the groups (use mode = \"sync\", or one process)")
@@ -373,57 +333,64 @@ def build_eval_suites(cfg: RunConfig) -> dict[str, Suite]:
     return {f"suite:{spec}": load_domain(spec).suite(limit=limit) for spec in cfg.train.eval_suites}
 
 
-def build(cfg: RunConfig, store: bool = True, dp: Any = None) -> Components:
+def build(cfg: RunConfig, store: bool = True, dp: DataParallel | None = None,
+          backends: Backends | None = None) -> Components:
     """Every component of the run `cfg` describes (the store opened at `<run>/run.sqlite` when `store`); `dp`:
-    this torchrun rank (`distributed.data_parallel.DataParallel`), None in one process."""
+    this rank (`OneProcess` by default); `backends`: the optional back ends the wiring layer supplies
+    (`posttrain.wiring.default_backends`), needed only when the config names one."""
     import copy
 
     import torch
 
-    if dp is not None:
-        cfg = for_rank(cfg, dp)
+    ranks: DataParallel = dp or OneProcess()
+    backends = backends or Backends()
+    if ranks.world > 1:
+        cfg = for_rank(cfg, ranks)
     torch.manual_seed(cfg.seed)
-    if dp is None:
-        model, tokenizer, init_path, base = build_model(cfg)
-    else:  # the built-in base's one-time build writes a shared cache: rank 0 first, the others then load it
-        model, tokenizer, init_path, base = _plugin(_DP_RANKS).lead_first(dp, lambda: build_model(cfg))
+    # the built-in base's one-time build writes a shared cache: rank 0 first, the others then load it
+    model, tokenizer, init_path, base = lead_first(ranks, lambda: build_model(cfg))
     if cfg.rl.lora is not None:  # before the engine: it samples with the adapters applied (the shared module)
         from posttrain.models.lora import apply_lora
 
         lora = cfg.rl.lora
         apply_lora(model, lora.r, lora.alpha, lora.targets, lora.dropout, seed=cfg.seed)
     domains = build_domains(cfg)
-    sandbox = build_sandbox(cfg)
     # FSDP shards the learner's module, which then only runs in step on every rank: each rank's engine samples
     # from a whole copy that takes the gathered weights after each update (bitwise the policy: no correction)
-    sharded = dp is not None and cfg.rl.data_parallel == "fsdp"
+    sharded = ranks.world > 1 and cfg.rl.data_parallel == "fsdp"
     whole = copy.deepcopy(model) if sharded else model
-    seed = cfg.seed + (RANK_SEED_STRIDE * dp.rank if dp is not None else 0)
+    seed = cfg.seed + RANK_SEED_STRIDE * ranks.rank
     engine, shares = build_engine_for(cfg.engine, whole, tokenizer, seed)
     params = sampling_params(cfg, domains)
     check_answer_room(domain_rooms(domains, [params.max_tokens] * len(domains), tokenizer, cfg.seed))
     renderer = build_prompt_renderer(cfg, tokenizer)
     selection, reporting = build_held_out(cfg, domains)
-    return Components(
-        cfg=cfg,
-        model=model,
-        tokenizer=tokenizer,
-        init_path=init_path,
-        engine=engine,
-        shares_weights=shares,
-        domains=domains,
-        params=params,
-        rollouter=build_rollouter(cfg, engine, domains, params, renderer=renderer),
-        curriculum=(build_task_scheduler(cfg, domains) if cfg.train.curriculum == "scheduler"
-                    else build_curriculum(domains, cfg.seed, cfg.train.curriculum, cfg.train.signal_from)),
-        learner=build_learner(cfg, model, params.max_tokens, shares, dp),
-        held_out=selection,
-        reporting=reporting,
-        eval_suites=build_eval_suites(cfg),
-        store=RunStore(cfg.path / "run.sqlite") if store else None,
-        base=base,
-        sandbox=sandbox,
-        dp=dp,
-        whole_model=whole,
-        renderer=renderer,
-    )
+    sandboxes = build_sandboxes(cfg, backends)
+    try:
+        return Components(
+            cfg=cfg,
+            model=model,
+            tokenizer=tokenizer,
+            init_path=init_path,
+            engine=engine,
+            shares_weights=shares,
+            domains=domains,
+            params=params,
+            rollouter=build_rollouter(cfg, engine, domains, params, sandboxes, renderer=renderer),
+            curriculum=(build_task_scheduler(cfg, domains) if cfg.train.curriculum == "scheduler"
+                        else build_curriculum(domains, cfg.seed, cfg.train.curriculum, cfg.train.signal_from)),
+            learner=build_learner(cfg, model, params.max_tokens, shares, ranks, backends),
+            held_out=selection,
+            reporting=reporting,
+            eval_suites=build_eval_suites(cfg),
+            store=RunStore(cfg.path / "run.sqlite") if store else None,
+            base=base,
+            sandboxes=sandboxes,
+            dp=ranks,
+            backends=backends,
+            whole_model=whole,
+            renderer=renderer,
+        )
+    except BaseException:  # a Ray pool's actors would outlive a failed build
+        sandboxes.close()
+        raise

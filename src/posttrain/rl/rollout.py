@@ -6,7 +6,8 @@ its verdict), and `SingleTurnRollouter`: render each task's prompt (one
 `PromptRenderer`, shared with evaluation and serving; its end-of-turn ids
 stop each completion), encode it once, one
 `agenerate` call for all tasks (the engine shares each group's prefix),
-then one guarded `score` call for all completions with a per-item deadline,
+then one guarded `score` call for all completions with a per-item deadline (code executed on the run's
+`sandboxes`),
 so a failing or hanging verifier is data. Tasks of several domains are
 judged each by its own domain's verifier (`verifiers`, keyed by
 `task.meta["domain"]`). `fill_draw` (how many tasks one fill round draws) is
@@ -30,6 +31,7 @@ from posttrain import aio
 from posttrain.engine.base import Engine, Prompt
 from posttrain.models.prompting import PromptRenderer
 from posttrain.rewards.base import Verifier, score
+from posttrain.sandbox.sandboxes import Sandboxes, use_sandboxes
 from posttrain.scheduler.pipeline import fill_draw  # noqa: F401 - the rule lives with the scheduler
 from posttrain.types import (
     DOMAIN_KEY,
@@ -72,6 +74,8 @@ class SingleTurnRollouter:
     synchronous loop, where nothing else shares the loop. Measured on the addition recipe: the local
     engine's worker-thread hand-off made a training step ~35% slower in wall time (torch work alternating
     between two threads), so the synchronous trainer samples inline."""
+    sandboxes: Sandboxes | None = None
+    """Where the verifiers execute code (the run's `[sandbox]`, `use_sandboxes`); None: the caller's."""
 
     async def run(self, tasks: list[Task], n: int) -> list[Group]:
         if not tasks:
@@ -90,7 +94,8 @@ class SingleTurnRollouter:
         else:
             completions = await self.engine.agenerate(sampled, params)
         flat_tasks = [tasks[i] for i, group in zip(fits, completions) for _ in group]
-        verdicts = iter(await self._judge(flat_tasks, [c.text for group in completions for c in group]))
+        with use_sandboxes(self.sandboxes):
+            verdicts = iter(await self._judge(flat_tasks, [c.text for group in completions for c in group]))
         groups = [Group(tasks[i], [Trajectory.single_turn(tasks[i], _ids(prompts[i]), c, next(verdicts)) for c in group])
                   for i, group in zip(fits, completions)]
         if len(fits) == len(prompts):

@@ -2,10 +2,10 @@
 
 Covers: `terminal_task_of(task)` (the `TerminalTask` a `Task` carries in `meta["terminal_task"]`),
 `TerminalVerifier` (the `rewards.Verifier` protocol: a response is a shell script, run as the agent
-in a fresh workspace, opened where the run's sessions open (`rewards.code.session_sandbox`: this process's
-sandbox, or Ray sandbox workers), then the task's tests judge the workspace; the oracle's `solve.sh` is the gold
-response, the empty script the do-nothing one), and the registry entries `terminal` (the built-in
-suite) and `terminal:<dir>` (a directory of Harbor or Terminal-Bench 1 task directories).
+in a fresh workspace, opened where the run's sessions open (`sandbox.sandboxes.current_sandboxes`: the
+run's `[sandbox]` back end, or this process's local sandbox), then the task's tests judge the workspace;
+the oracle's `solve.sh` is the gold response, the empty script the do-nothing one), and the registry entries
+`terminal` (the built-in suite) and `terminal:<dir>` (a directory of Harbor or Terminal-Bench 1 task directories).
 
 How an agent episode is judged: the runtime holds the session it acted in, so it calls
 `tasks.harbor.verify_workspace(session, terminal_task_of(task))` itself; `TerminalVerifier` is the
@@ -92,10 +92,10 @@ class TerminalVerifier:
                     return await judge_in_container(runner, terminal_task_of(task), script_of(response))
 
             return list(await asyncio.gather(*(in_container(t, r) for t, r in zip(tasks, responses))))
-        from posttrain.rewards.code import session_sandbox
+        from posttrain.sandbox.sandboxes import current_sandboxes
 
         try:
-            sandbox = session_sandbox()  # the shared sandbox, or the Ray sandbox workers (`rollout.sandbox_backend`)
+            sandbox = current_sandboxes().workspaces  # the run's `[sandbox]` back end (a local sandbox, Ray workers)
         except Exception as exc:  # noqa: BLE001 - no sandbox here: infrastructure, never a wrong answer
             return [Verdict(0.0, False, VerdictStatus.ERROR, details=f"sandbox unavailable: {exc}") for _ in tasks]
         gate = asyncio.Semaphore(self.max_concurrency)

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from posttrain.engine.extras import require
+from posttrain.extras import require
 
 
 class Tracker(Protocol):

@@ -52,10 +52,10 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.engine.base import CompletionDelta
-from posttrain.engine.extras import require
 from posttrain.engine.remote._vllm_worker import DTYPES, WeightSyncExtension
 from posttrain.engine.remote.weight_sync import DEFAULT_BUCKET_BYTES, SyncStats, send_weights
 from posttrain.errors import UserError
+from posttrain.extras import require
 from posttrain.types import Completion, FinishReason, SamplingParams
 
 

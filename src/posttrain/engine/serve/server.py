@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator
 from typing import Any, Self
 
 from posttrain.engine.chat import ChatTemplate
-from posttrain.engine.extras import require
 from posttrain.engine.serve.openai_protocol import (
     APIError,
     ChatCompletionRequest,
@@ -33,6 +32,7 @@ from posttrain.engine.serve.openai_protocol import (
     validation_message,
 )
 from posttrain.engine.serve.openai_service import ServeConfig, Service
+from posttrain.extras import require
 
 __all__ = ["ServeConfig", "ServerThread", "create_app", "require_serve_extra"]
 
