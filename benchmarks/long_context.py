@@ -133,7 +133,7 @@ def domain(args) -> dict:
 # ---- engine
 
 
-def engine_child(mode: str, length: int, decode: int, window: int) -> dict:
+def engine_child(mode: str, length: int, decode: int, window: int, progress: str = "") -> dict:
     from fast import random_model
 
     from posttrain.engine import LocalEngine, WindowSpec
@@ -151,11 +151,16 @@ def engine_child(mode: str, length: int, decode: int, window: int) -> dict:
     prompt = [rng.randrange(3, 100) for _ in range(length)]
     calls: list[tuple[int, float]] = []  # (tokens, CPU s) of each forward: the prefill's chunks, then decode steps
     forward = model.forward
+    # each forward's record also goes to a file as it happens: a run cut short by the time limit still tells
+    # the cost of the tokens at the positions it reached
+    sink = open(progress, "a", buffering=1) if progress else None
 
     def timed(*a, **k):
         c = time.process_time()
         out = forward(*a, **k)
         calls.append((int((a[0] if a else k["input_ids"]).shape[1]), time.process_time() - c))
+        if sink is not None:
+            sink.write(f"{mode} {length} {calls[-1][0]} {calls[-1][1]:.4f}\n")
         return out
 
     model.forward = timed  # instance attribute: the engine calls the module, which calls this
@@ -212,7 +217,7 @@ def engine(args) -> dict:
     for mode, lengths in (("window", args.window_lengths), ("full", args.full_lengths)):
         for length in lengths:
             got = run_child(["--child", "engine", "--mode", mode, "--length", str(length), "--decode", str(args.decode),
-                             "--window", str(args.window)], args.child_timeout)
+                             "--window", str(args.window), "--progress", args.progress], args.child_timeout)
             if got is None:
                 continue
             rows.append(got)
@@ -319,9 +324,10 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=8192)
     ap.add_argument("--ckpt", type=int, default=0)
     ap.add_argument("--grads", default="")
+    ap.add_argument("--progress", default="", help="append each engine forward's tokens and CPU s to this file")
     args = ap.parse_args()
     if args.child == "engine":
-        print(json.dumps(engine_child(args.mode, args.length, args.decode, args.window)))
+        print(json.dumps(engine_child(args.mode, args.length, args.decode, args.window, args.progress)))
         return
     if args.child == "learner":
         print(json.dumps(learner_child(bool(args.ckpt), args.seq, args.grads)))
