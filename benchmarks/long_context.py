@@ -20,7 +20,7 @@ Parts (each can be run alone with `--parts`):
   is also recorded (the model's `forward` wrapped in the child), so the cost of the tokens at a position is read
   off one process: `prefill_marginal_scaling_window` = CPU us/token of the chunks in the last 4,096 tokens
   before L ÷ those before 8,192, both in the longest windowed run (the whole-prompt average at 8k includes the
-  window's first 4k tokens, whose chunks attend over fewer keys: 1.25x cheaper on average by themselves).
+  window's first 4k tokens, whose chunks attend over fewer keys: benchmarks/RESULTS.md, second pass).
 - learner: one `Learner.update` (GRPO loss, one row of `--seq` tokens, the second half sampled) on benchmarks/
   engine.py's 1M shape, with and without `rl.activation_checkpointing`, each in its own process; peak RSS growth
   during the update (VmHWM reset through /proc/self/clear_refs just before it) and the gradients compared
