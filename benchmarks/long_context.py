@@ -16,7 +16,11 @@ Parts (each can be run alone with `--parts`):
   attention (the engine's context raised to L) and a sliding window with 4 sinks (`--window`). Each (mode, L) runs
   in its own process, whose peak RSS (VmHWM) is reported with its growth over the process before the request.
   `prefill_scaling_window` = (prefill s/token at the longest windowed length) / (at 8k); the same for full
-  attention beside it (`prefill_scaling_full`): the baseline measured in the same run.
+  attention beside it (`prefill_scaling_full`): the baseline measured in the same run. Each forward's CPU time
+  is also recorded (the model's `forward` wrapped in the child), so the cost of the tokens at a position is read
+  off one process: `prefill_marginal_scaling_window` = CPU us/token of the chunks in the last 4,096 tokens
+  before L ÷ those before 8,192, both in the longest windowed run (the whole-prompt average at 8k includes the
+  window's first 4k tokens, whose chunks attend over fewer keys: benchmarks/RESULTS.md, second pass).
 - learner: one `Learner.update` (GRPO loss, one row of `--seq` tokens, the second half sampled) on benchmarks/
   engine.py's 1M shape, with and without `rl.activation_checkpointing`, each in its own process; peak RSS growth
   during the update (VmHWM reset through /proc/self/clear_refs just before it) and the gradients compared
@@ -129,7 +133,7 @@ def domain(args) -> dict:
 # ---- engine
 
 
-def engine_child(mode: str, length: int, decode: int, window: int) -> dict:
+def engine_child(mode: str, length: int, decode: int, window: int, progress: str = "") -> dict:
     from fast import random_model
 
     from posttrain.engine import LocalEngine, WindowSpec
@@ -145,6 +149,21 @@ def engine_child(mode: str, length: int, decode: int, window: int) -> dict:
     warm = [rng.randrange(3, 100) for _ in range(64)]
     engine.generate([warm], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
     prompt = [rng.randrange(3, 100) for _ in range(length)]
+    calls: list[tuple[int, float]] = []  # (tokens, CPU s) of each forward: the prefill's chunks, then decode steps
+    forward = model.forward
+    # each forward's record also goes to a file as it happens: a run cut short by the time limit still tells
+    # the cost of the tokens at the positions it reached
+    sink = open(progress, "a", buffering=1) if progress else None
+
+    def timed(*a, **k):
+        c = time.process_time()
+        out = forward(*a, **k)
+        calls.append((int((a[0] if a else k["input_ids"]).shape[1]), time.process_time() - c))
+        if sink is not None:
+            sink.write(f"{mode} {length} {calls[-1][0]} {calls[-1][1]:.4f}\n")
+        return out
+
+    model.forward = timed  # instance attribute: the engine calls the module, which calls this
     base_kb = _status_kb("VmRSS")
     _reset_peak()
     wall, cpu = [], []
@@ -159,7 +178,22 @@ def engine_child(mode: str, length: int, decode: int, window: int) -> dict:
     return {"mode": mode, "length": length, "prefill_s": wall[0] - w0, "prefill_cpu_s": cpu[0] - c0,
             "prefill_cpu_s_per_token": (cpu[0] - c0) / length, "decode_cpu_s_per_token": (cpu[-1] - cpu[0]) / n,
             "decode_s_per_token": (wall[-1] - wall[0]) / n, "tokens": len(cpu), "peak_rss_mb": peak_kb / 1024,
-            "rss_growth_mb": (peak_kb - base_kb) / 1024}
+            "rss_growth_mb": (peak_kb - base_kb) / 1024,
+            "marginal_us_per_token": {str(at): marginal(calls, length, at) for at in (8192, length) if at <= length}}
+
+
+def marginal(calls: list[tuple[int, float]], length: int, at: int, span: int = 4096) -> float | None:
+    """CPU us per prompt token of the prefill forwards whose tokens end in (at - span, at]: the cost of the
+    tokens at that position, read in one process (the whole-prompt average at 8k also holds the window's
+    first 4k tokens, which attend over fewer keys)."""
+    done, tokens, seconds = 0, 0, 0.0
+    for t, s in calls:
+        if done >= length:
+            break  # decode steps
+        done += t
+        if at - span < done <= at:
+            tokens, seconds = tokens + t, seconds + s
+    return 1e6 * seconds / tokens if tokens else None
 
 
 def run_child(argv: list[str], timeout: float) -> dict | None:
@@ -183,10 +217,11 @@ def engine(args) -> dict:
     for mode, lengths in (("window", args.window_lengths), ("full", args.full_lengths)):
         for length in lengths:
             got = run_child(["--child", "engine", "--mode", mode, "--length", str(length), "--decode", str(args.decode),
-                             "--window", str(args.window)], args.child_timeout)
+                             "--window", str(args.window), "--progress", args.progress], args.child_timeout)
             if got is None:
                 continue
             rows.append(got)
+            print(f"  marginal CPU us/token (forwards ending in the 4,096 tokens before): {got['marginal_us_per_token']}")
             print(f"engine {mode:6s} L={length:7d}: prefill {got['prefill_cpu_s']:8.2f} CPU s "
                   f"({1e6 * got['prefill_cpu_s_per_token']:7.1f} us/token; wall {got['prefill_s']:.2f} s), decode "
                   f"{1e3 * got['decode_cpu_s_per_token']:7.2f} CPU ms/token (wall {1e3 * got['decode_s_per_token']:.2f}),"
@@ -203,6 +238,12 @@ def engine(args) -> dict:
             longest = measured[-1]
             out[f"prefill_scaling_{mode}"] = per_token(mode, longest) / at8k
             out[f"prefill_scaling_{mode}_at"] = longest
+    # the same ratio from the cost of the tokens at each position, both read in the longest windowed process
+    longest = max((r for r in rows if r["mode"] == "window"), key=lambda r: r["length"], default=None)
+    if longest is not None and longest["length"] > 8192:
+        m = longest["marginal_us_per_token"]
+        if m.get("8192") and m.get(str(longest["length"])):
+            out["prefill_marginal_scaling_window"] = m[str(longest["length"])] / m["8192"]
     r128 = next((r for r in rows if r["length"] >= 131072), None)
     out["prefill_128k_s"] = r128["prefill_cpu_s"] if r128 else None
     out["prefill_128k_peak_rss_mb"] = r128["peak_rss_mb"] if r128 else None
@@ -262,14 +303,18 @@ def learner(args) -> dict:
                 "learner_grad_max_rel_diff": rel, "learner_grads_equal": rel < 1e-4}
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--parts", default="domain,engine,learner")
     ap.add_argument("--tasks", type=int, default=170, help="held-out tasks per length (and per form)")
     ap.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[3000, 30000, 300000])
     ap.add_argument("--episodes", type=int, default=20, help="oracle agent episodes per length (lengths <= 100k)")
-    ap.add_argument("--window-lengths", type=lambda s: [int(x) for x in s.split(",")], default=[8192, 16384, 32768])
-    ap.add_argument("--full-lengths", type=lambda s: [int(x) for x in s.split(",")], default=[2048, 4096, 8192, 16384])
+    ap.add_argument("--window-lengths", type=_ints, default=[8192, 16384, 32768])
+    ap.add_argument("--full-lengths", type=_ints, default=[2048, 4096, 8192, 16384])
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--decode", type=int, default=17)
     ap.add_argument("--seq", type=int, default=8192)
@@ -279,9 +324,10 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=8192)
     ap.add_argument("--ckpt", type=int, default=0)
     ap.add_argument("--grads", default="")
+    ap.add_argument("--progress", default="", help="append each engine forward's tokens and CPU s to this file")
     args = ap.parse_args()
     if args.child == "engine":
-        print(json.dumps(engine_child(args.mode, args.length, args.decode, args.window)))
+        print(json.dumps(engine_child(args.mode, args.length, args.decode, args.window, args.progress)))
         return
     if args.child == "learner":
         print(json.dumps(learner_child(bool(args.ckpt), args.seq, args.grads)))

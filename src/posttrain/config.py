@@ -316,7 +316,8 @@ class RLConfig(_Section):
     """Target positions per vocabulary projection (models/logprobs.py: `chunked_logprobs`): the full [T, V]
     logits never exist, peak memory O(chunk x V)."""
     activation_checkpointing: bool = False
-    """Recompute each decoder layer's activations in backward instead of keeping them (less memory, ~1/3 more compute)."""
+    """Recompute each decoder layer's activations in backward instead of keeping them (less memory, ~1/3 more compute;
+    the attention and MLP halves apart, the MLP 1,024 positions at a time: `models/llama.py`)."""
     packing: bool = False
     """Pack sequences of unequal length into shared rows (per-segment positions and attention) instead of
     padding every row to the longest; needs loss_agg = token_mean."""

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from posttrain.models import CausalLM, ModelConfig
+from posttrain.models import CausalLM, ModelConfig, llama
 from posttrain.models.llama import packed_causal_mask
 from posttrain.models.logprobs import chunked_logprobs, token_logprobs
 
@@ -85,6 +85,45 @@ def test_activation_checkpointing_gives_the_same_gradients():
     chunked_logprobs(b, ids, 1.0, 4096)[0].sum().backward()
     for pa, pb in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(pb.grad, pa.grad, atol=1e-7, rtol=1e-6)
+
+
+def _saved_shapes(m, ids):
+    """The shapes autograd keeps for backward from one forward (a checkpoint keeps only its inputs)."""
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        out = chunked_logprobs(m, ids, 1.0, 4096)[0]
+    return out, saved
+
+
+def test_checkpointing_in_mlp_pieces_keeps_no_layer_activation(monkeypatch):
+    monkeypatch.setattr(llama, "MLP_RECOMPUTE_CHUNK", 7)  # 41 positions: pieces of 7, and a last one of 6
+    ids = _ids(2, 41)
+    a, b = _model(), _model()
+    b.gradient_checkpointing = True
+    got, saved = _saved_shapes(b, ids)
+    with torch.no_grad():
+        torch.testing.assert_close(got, chunked_logprobs(a, ids, 1.0, 4096)[0], atol=1e-6, rtol=1e-5)
+    assert not [s for s in saved if s[-1] == a.config.intermediate_size]
+    assert (2, 6, a.config.hidden_size) in saved  # the last MLP piece's input: the pieces did run
+
+
+def test_without_checkpointing_the_mlp_activations_are_kept():
+    # the check above can fail: without checkpointing, the MLP's [B, T, intermediate] tensors are saved
+    m, ids = _model(), _ids(2, 41)
+    assert [s for s in _saved_shapes(m, ids)[1] if s[-1] == m.config.intermediate_size]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("piece", [7, 41])  # the MLP recomputed in pieces of 7 positions, and whole
+def test_checkpointing_in_halves_and_mlp_pieces_gives_the_same_gradients(monkeypatch, piece):
+    monkeypatch.setattr(llama, "MLP_RECOMPUTE_CHUNK", piece)
+    ids = _ids(2, 41)
+    a, b = _model(), _model()
+    b.gradient_checkpointing = True
+    chunked_logprobs(a, ids, 1.0, 4096)[0].sum().backward()
+    chunked_logprobs(b, ids, 1.0, 4096)[0].sum().backward()
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(pb.grad, pa.grad, atol=1e-6, rtol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen3"])

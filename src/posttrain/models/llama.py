@@ -5,7 +5,8 @@ tied or untied embeddings, optional q/k/v biases (Qwen2), per-head q/k RMSNorm
 (Qwen3). Without a cache, `forward` / `hidden` also take `segment_ids` (several
 sequences packed in one row: attention stays inside a segment, positions are
 the caller's) and, when `gradient_checkpointing` is set and gradients are on,
-recompute each layer's activations in the backward pass instead of keeping them. Parameter names are
+recompute each layer's activations in the backward pass instead of keeping them (each half of a layer,
+attention and MLP, on its own). Parameter names are
 HF's (`model.layers.0.self_attn.q_proj.weight`, ...), so a `model.safetensors`
 from transformers loads with a plain `load_state_dict`. One forward serves
 both the engine (with a `KVCache`) and the learner (without one), so sampler
@@ -222,6 +223,11 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+# positions per recomputed MLP piece under activation checkpointing: 1,024 x an intermediate of 4,864 (Qwen2.5-0.5B)
+# fp32 is 19 MB per [t, intermediate] tensor, against 152 MB for the whole of an 8k sequence
+MLP_RECOMPUTE_CHUNK = 1024
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -230,9 +236,30 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, cache, layer):
+    def forward(self, x, cos, sin, mask, cache, layer, recompute: bool = False):
+        """One layer; with `recompute` (no cache, gradients on), the attention half and the MLP half are each
+        checkpointed on their own, the MLP (position-wise) `MLP_RECOMPUTE_CHUNK` positions at a time: the
+        backward pass then holds one piece's recomputed activations at a time, not the whole layer's (the MLP's
+        [T, intermediate] tensors are most of a layer's), for one more saved [B, T, H] input per layer. Called
+        through the module, so wrappers' hooks (FSDP2) still run."""
+        if recompute:
+            from torch.utils.checkpoint import checkpoint
+
+            x = x + checkpoint(self._attention_half, x, cos, sin, mask, layer, use_reentrant=False)
+            t = x.shape[1]
+            if t <= MLP_RECOMPUTE_CHUNK:
+                return x + checkpoint(self._mlp_half, x, use_reentrant=False)
+            pieces = [checkpoint(self._mlp_half, x[:, s : s + MLP_RECOMPUTE_CHUNK], use_reentrant=False)
+                      for s in range(0, t, MLP_RECOMPUTE_CHUNK)]
+            return x + torch.cat(pieces, dim=1)
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def _attention_half(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, layer: int) -> Tensor:
+        return self.self_attn(self.input_layernorm(x), cos, sin, mask, None, layer)
+
+    def _mlp_half(self, x: Tensor) -> Tensor:  # [B, t, H] -> [B, t, H], each position on its own
+        return self.mlp(self.post_attention_layernorm(x))
 
 
 class Backbone(nn.Module):
@@ -334,12 +361,7 @@ class CausalLM(nn.Module):
         cos, sin = self._rope(position_ids, h.dtype)
         recompute = self.gradient_checkpointing and cache is None and torch.is_grad_enabled()
         for i, layer in enumerate(self.model.layers):
-            if recompute:
-                from torch.utils.checkpoint import checkpoint
-
-                h = checkpoint(layer, h, cos, sin, mask, None, i, use_reentrant=False)
-            else:
-                h = layer(h, cos, sin, mask, cache, i)
+            h = layer(h, cos, sin, mask, cache, i, recompute=recompute)
         if cache is not None:
             cache.advance(t)
         return h
