@@ -103,14 +103,29 @@ def updates(browser: Browser, url: str, store: RunStore, last: int, n: int = 5) 
     return out
 
 
-def training_ab(browser: Browser, root: Path) -> dict[str, float]:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by these processes and all their descendants (Chromium's renderers)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            for p in [root, *root.children(recursive=True)]:
+                t = p.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def training_ab(browser: Browser, root: Path, phases: int = 6, per_phase: int = 8) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from posttrain.config import load_config
     from posttrain.rl.trainer import Trainer
     from tiny_models import make_tiny_model
 
     model = make_tiny_model(root / "tiny")
-    phases, per_phase = 6, 8
     cfg = load_config(None, [f"model.path='{model}'", f"run_dir='{root / 'ab'}'", "name='ab'", "tasks.digits=1",
                              "sampling.n=8", "sampling.max_tokens=6", f"train.steps={phases * per_phase + 2}",
                              "train.prompts_per_step=8", "train.eval_every=0", "train.checkpoint_every=0",
@@ -120,20 +135,32 @@ def training_ab(browser: Browser, root: Path) -> dict[str, float]:
     proc, url = serve(root / "ab")
     page = browser.open("about:blank")
     times: dict[str, list[float]] = {"closed": [], "open": []}
+    # where the reader's CPU goes: the dashboard server's and the browser's CPU seconds per wall second, per phase
+    cpu: dict[str, dict[str, float]] = {m: {"server": 0.0, "browser": 0.0, "wall": 0.0} for m in times}
     try:
         for phase in range(phases):
             mode = "open" if phase % 2 else "closed"
             page.navigate(url if mode == "open" else "about:blank")
             if mode == "open":
                 page.wait_for("document.body.dataset.ready === '1'", timeout=60)
+            c0, b0, w0 = cpu_seconds([proc.pid]), cpu_seconds([browser.proc.pid]), time.perf_counter()
             for _ in range(per_phase):
                 times[mode].append(trainer.train_step().metrics["step_s"])
+            cpu[mode]["server"] += cpu_seconds([proc.pid]) - c0
+            cpu[mode]["browser"] += cpu_seconds([browser.proc.pid]) - b0
+            cpu[mode]["wall"] += time.perf_counter() - w0
+            print(f"phase {phase} ({mode}): mean step {statistics.mean(times[mode][-per_phase:]):.4f} s", flush=True)
     finally:
         trainer.close()
         proc.terminate()
         proc.wait()
     closed, opened = statistics.mean(times["closed"]), statistics.mean(times["open"])
-    return {"step_s_closed": closed, "step_s_open": opened, "slowdown": opened / closed - 1}
+    for mode, c in cpu.items():
+        print(f"{mode}: server {c['server'] / c['wall']:.3f} and browser {c['browser'] / c['wall']:.3f} CPU-s per wall s",
+              flush=True)
+    return {"step_s_closed": closed, "step_s_open": opened, "slowdown": opened / closed - 1,
+            "server_cpu_per_s": cpu["open"]["server"] / cpu["open"]["wall"],
+            "browser_cpu_per_s": cpu["open"]["browser"] / cpu["open"]["wall"]}
 
 
 def main() -> None:
@@ -141,9 +168,18 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-ab", action="store_true", help="skip the training A/B (the render and update figures only)")
+    ap.add_argument("--ab-only", action="store_true", help="only the training A/B (diagnosing the slowdown)")
+    ap.add_argument("--phases", type=int, default=6, help="A/B phases, alternating closed/open")
+    ap.add_argument("--per-phase", type=int, default=8, help="training steps per A/B phase")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="dashboard-bench-"))
+    if args.ab_only:
+        with Browser() as browser:
+            ab = training_ab(browser, root, args.phases, args.per_phase)
+        print(f"load average at end: {os.getloadavg()}", flush=True)
+        print(json.dumps({k: round(v, 4) for k, v in ab.items()}))
+        return
     t0 = time.perf_counter()
     big = build_store(root / "big" / "run10k", 10_000, 10)
     small = build_store(root / "small" / "run100", 100, 10)
@@ -166,7 +202,7 @@ def main() -> None:
                 p.wait()
         big.close()
         small.close()
-        ab = training_ab(browser, root) if not args.no_ab else {"slowdown": float("nan"), "step_s_closed": float("nan"),
+        ab = training_ab(browser, root, args.phases, args.per_phase) if not args.no_ab else {"slowdown": float("nan"), "step_s_closed": float("nan"),
                                                                   "step_s_open": float("nan")}
         print(f"training A/B: {ab}", flush=True)
     print(f"load average at end: {os.getloadavg()}", flush=True)

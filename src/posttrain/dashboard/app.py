@@ -4,11 +4,14 @@ Covers: `create_dashboard_app(paths)`, whose runs are the run directories under 
 `/api/runs`, so a run started after the dashboard appears), the page and its bundled assets (`static/`: the
 page's script and styles, uPlot's minified build and its licence; nothing is fetched from the network), and
 one read-only JSON route per view of a run (`reader.py`). Every route reads the store with a fresh read-only
-connection in FastAPI's thread pool: a slow read never holds the event loop or the trainer.
+connection in FastAPI's thread pool: a slow read never holds the event loop or the trainer. Every JSON answer
+carries the store's version as its ETag (`Cache-Control: no-cache`): a poll of an unchanged store is a 304
+after two `stat` calls, with no SQLite read, no JSON and no body.
 Does not cover: the CLI command (`cli/dashboard.py`), what is read (`reader.py`), or drawing (`static/dashboard.js`).
 """
 
 # no `from __future__ import annotations`: FastAPI resolves the route annotations
+import hashlib
 import json
 import threading
 from importlib import resources
@@ -37,7 +40,7 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
     require_dashboard_extra()
     from contextlib import asynccontextmanager
 
-    from fastapi import FastAPI, HTTPException
+    from fastapi import FastAPI, HTTPException, Request
     from fastapi.responses import HTMLResponse, Response
 
     import posttrain.rl.advantages  # noqa: F401  (torch, for the groups' advantages: imported now, not on a first view)
@@ -64,6 +67,16 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
             readers.setdefault(d, RunReader(d))
         return [readers[d] for d in found]
 
+    def answer(request: Request, etag: str, compute) -> Response:
+        """`compute()` as compact JSON tagged `etag`, or 304 (nothing) when the page already holds that version."""
+        headers = {"ETag": etag, "Cache-Control": "no-cache"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        return Response(json.dumps(compute(), separators=(",", ":")), media_type="application/json", headers=headers)
+
+    def tagged(request: Request, r: RunReader, key: str, compute) -> Response:
+        return answer(request, f'"{r.version()}"', lambda: r.memo(key, compute))
+
     def run(i: int) -> RunReader:
         found = runs()
         if not 0 <= i < len(found):
@@ -81,30 +94,36 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         return Response(_asset(name), media_type=ASSETS[name], headers={"Cache-Control": "max-age=3600"})
 
     @app.get("/api/runs")
-    def list_runs() -> list[dict[str, Any]]:
-        return [{"id": i, **r.summary()} for i, r in enumerate(runs())]
+    def list_runs(request: Request) -> Response:
+        found = runs()
+        versions = [r.version() for r in found]  # each run's summary carries its version: the page's change test
+        etag = '"' + hashlib.blake2b("|".join(f"{r.dir}={v}" for r, v in zip(found, versions)).encode(),
+                                     digest_size=12).hexdigest() + '"'
+        return answer(request, etag, lambda: [{"id": i, "version": v, **r.memo("summary", r.summary)}
+                                              for i, (r, v) in enumerate(zip(found, versions))])
 
     @app.get("/api/runs/{i}/steps")
-    def steps(i: int, after: int = -1, max_points: int | None = None) -> Response:
+    def steps(request: Request, i: int, after: int = -1, max_points: int | None = None) -> Response:
         # compact JSON: 10,000 steps of ~30 metrics are megabytes
-        got = run(i).steps_after(after, max_points)
-        return Response(json.dumps(got, separators=(",", ":")), media_type="application/json")
+        r = run(i)
+        return answer(request, f'"{r.version()}"', lambda: r.steps_after(after, max_points))
 
     @app.get("/api/runs/{i}/evals")
-    def evals(i: int) -> list[dict[str, Any]]:
-        return run(i).evals()
+    def evals(request: Request, i: int) -> Response:
+        return tagged(request, run(i), "evals", run(i).evals)
 
     @app.get("/api/runs/{i}/alerts")
-    def alerts(i: int) -> list[dict[str, Any]]:
-        return run(i).alerts()
+    def alerts(request: Request, i: int) -> Response:
+        return tagged(request, run(i), "alerts", run(i).alerts)
 
     @app.get("/api/runs/{i}/domains")
-    def domains(i: int) -> dict[str, Any]:
-        return run(i).domains()
+    def domains(request: Request, i: int) -> Response:
+        return tagged(request, run(i), "domains", run(i).domains)
 
     @app.get("/api/runs/{i}/failures")
-    def failures(i: int) -> dict[str, Any]:
-        return run(i).failures()
+    def failures(request: Request, i: int) -> Response:
+        r = run(i)
+        return answer(request, f'"{r.version()}"', r.failures)
 
     @app.get("/api/runs/{i}/groups/{step}")
     def groups(i: int, step: int) -> dict[str, Any]:
@@ -126,7 +145,8 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         return found
 
     @app.get("/api/runs/{i}/staleness")
-    def staleness(i: int) -> dict[str, Any]:
-        return run(i).staleness()
+    def staleness(request: Request, i: int, after: int = -1, max_points: int | None = None) -> Response:
+        r = run(i)
+        return answer(request, f'"{r.version()}"', lambda: r.staleness(after, max_points))
 
     return app
