@@ -25,6 +25,9 @@ ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "uPlot
           "uPlot.min.css": "text/css", "LICENSE.uPlot": "text/plain"}
 
 
+CHART_POINTS = 1000  # points per series on a page's first load of a long run (min/max-decimated; a chart is 380 px)
+
+
 def require_dashboard_extra() -> None:
     """Raise `MissingExtraError` naming the `serve` extra unless FastAPI and uvicorn import."""
     for module in ("fastapi", "uvicorn"):
@@ -52,12 +55,15 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
 
     app = FastAPI(title="posttrain dashboard", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     readers: dict[Path, RunReader] = {}
-    page = _asset("index.html").decode().replace("{{POLL_MS}}", str(int(poll_ms)))
+    page = (_asset("index.html").decode().replace("{{POLL_MS}}", str(int(poll_ms)))
+            .replace("{{MAX_POINTS}}", str(CHART_POINTS)))
 
-    def warm() -> None:  # parse every run's steps once in the background, so a first page view finds them ready
+    def warm() -> None:  # read every run once in the background, so a first page view finds its answers ready
         for r in runs():
             try:
-                r.steps_after(-1)
+                r.steps_after(-1, CHART_POINTS)
+                r.staleness(-1, CHART_POINTS)
+                r.failures()
             except Exception:  # noqa: BLE001 - a store being created or damaged: its first request will say
                 pass
 

@@ -79,6 +79,14 @@ def _num(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
+def _numeric(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _shorts(col: list[Any]) -> list[Any]:
+    return [_short(v) for v in col]
+
+
 def _short(x: Any) -> Any:
     """A chart value: 6 significant digits (halves what the page downloads), None for NaN and missing."""
     if isinstance(x, float):
@@ -95,14 +103,18 @@ class StepColumns:
     cols: dict[str, list[Any]] = field(default_factory=dict)
 
     def append(self, step: int, t: float, metrics: dict[str, Any]) -> None:
+        # the hot loop of a first read (10,000 steps x ~30 metrics): plain values kept as they are (NaN, infinities
+        # and non-numbers as None), rounded to 6 digits only when sent (`_short`)
         n = len(self.steps)
         self.steps.append(step)
         self.times.append(t)
-        for k, v in metrics.items():
-            if k not in self.cols and isinstance(v, (int, float)) and not isinstance(v, bool):
+        for k in metrics.keys() - self.cols.keys():
+            if _numeric(metrics[k]):
                 self.cols[k] = [None] * n  # a metric that first appears now: empty before
+        get = metrics.get
         for k, col in self.cols.items():
-            col.append(_short(metrics.get(k)))
+            v = get(k)
+            col.append(v if v.__class__ is int or (v.__class__ is float and v - v == 0) else None)
 
     def decimated(self, max_points: int, reset: bool) -> dict[str, Any]:
         """All steps in at most `max_points` points per series: buckets of consecutive steps, each drawn as two
@@ -125,7 +137,7 @@ class StepColumns:
                     out.append(col[b])
                 else:
                     out += [min(vals), max(vals)] if vals else [None, None]
-            cols[key] = out + [col[n]]
+            cols[key] = _shorts(out + [col[n]])
         steps.append(self.steps[n])
         times.append(self.times[n])
         return {"reset": reset, "steps": steps, "times": times, "cols": cols, "bucket": k}
@@ -134,7 +146,7 @@ class StepColumns:
         """The columns for steps after `step`; `reset` (all steps) tells a reader to drop what it had."""
         i = 0 if reset else bisect.bisect_right(self.steps, step)
         return {"reset": reset, "steps": self.steps[i:], "times": self.times[i:],
-                "cols": {k: v[i:] for k, v in self.cols.items()} if i < len(self.steps) else {}}
+                "cols": {k: _shorts(v[i:]) for k, v in self.cols.items()} if i < len(self.steps) else {}}
 
 
 class RunReader:
@@ -274,10 +286,13 @@ class RunReader:
         return {"source": "samples", "categories": cats}
 
     def groups(self, step: int) -> dict[str, Any]:
-        """One step's groups: every completion with its reward and verdict, and the advantages the update used
+        """One step's groups (a negative step: the newest): every completion with its reward and verdict, and the
+        advantages the update used
         (recomputed from the stored rewards with the run's estimator; groups dropped for zero variance get none)."""
         cfg = self.info().get("config", {}).get("rl", {})
         with self.db() as db:
+            if step < 0:  # the newest step that stored groups
+                step = db.execute("SELECT MAX(step) FROM groups").fetchone()[0] or 0
             groups = db.execute("SELECT group_idx, task_id, rewards, used FROM groups WHERE step = ? ORDER BY group_idx",
                                 (step,)).fetchall()
             cols = "group_idx, sample_idx, completion, n_tokens, finish, score, passed, status, details, policy_version, info"
