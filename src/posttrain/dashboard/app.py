@@ -13,6 +13,7 @@ Does not cover: the CLI command (`cli/dashboard.py`), what is read (`reader.py`)
 # no `from __future__ import annotations`: FastAPI resolves the route annotations
 import hashlib
 import json
+import sqlite3
 import threading
 from importlib import resources
 from pathlib import Path
@@ -105,8 +106,13 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         versions = [r.version() for r in found]  # each run's summary carries its version: the page's change test
         etag = '"' + hashlib.blake2b("|".join(f"{r.dir}={v}" for r, v in zip(found, versions)).encode(),
                                      digest_size=12).hexdigest() + '"'
-        return answer(request, etag, lambda: [{"id": i, "version": v, **r.memo("summary", r.summary)}
-                                              for i, (r, v) in enumerate(zip(found, versions))])
+        return answer(request, etag, lambda: [{"id": i, "version": v, **summary(r)} for i, (r, v) in enumerate(zip(found, versions))])
+
+    def summary(r: RunReader) -> dict[str, Any]:
+        try:
+            return r.memo("summary", r.summary)
+        except sqlite3.Error:  # a store the trainer is creating this instant (no tables yet): listed, read next poll
+            return {"name": r.dir.name, "dir": str(r.dir), "status": "starting", "steps": 0, "alerts": 0}
 
     @app.get("/api/runs/{i}/steps")
     def steps(request: Request, i: int, after: int = -1, max_points: int | None = None) -> Response:
