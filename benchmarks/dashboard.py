@@ -202,8 +202,9 @@ def main() -> None:
                 p.wait()
         big.close()
         small.close()
-        ab = training_ab(browser, root, args.phases, args.per_phase) if not args.no_ab else {"slowdown": float("nan"), "step_s_closed": float("nan"),
-                                                                  "step_s_open": float("nan")}
+        nan = float("nan")
+        ab = training_ab(browser, root, args.phases, args.per_phase) if not args.no_ab else {
+            "slowdown": nan, "step_s_closed": nan, "step_s_open": nan}
         print(f"training A/B: {ab}", flush=True)
     print(f"load average at end: {os.getloadavg()}", flush=True)
     print(json.dumps({

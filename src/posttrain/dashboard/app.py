@@ -106,7 +106,8 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         versions = [r.version() for r in found]  # each run's summary carries its version: the page's change test
         etag = '"' + hashlib.blake2b("|".join(f"{r.dir}={v}" for r, v in zip(found, versions)).encode(),
                                      digest_size=12).hexdigest() + '"'
-        return answer(request, etag, lambda: [{"id": i, "version": v, **summary(r)} for i, (r, v) in enumerate(zip(found, versions))])
+        return answer(request, etag, lambda: [{"id": i, "version": v, **summary(r)}
+                                              for i, (r, v) in enumerate(zip(found, versions))])
 
     def summary(r: RunReader) -> dict[str, Any]:
         try:
