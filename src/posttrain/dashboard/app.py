@@ -15,6 +15,7 @@ import hashlib
 import json
 import sqlite3
 import threading
+from collections import OrderedDict
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -74,12 +75,27 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
             readers.setdefault(d, RunReader(d))
         return [readers[d] for d in found]
 
+    bodies: OrderedDict[str, tuple[str, bytes]] = OrderedDict()  # URL -> (ETag, JSON): the newest 64 answers
+    bodies_lock = threading.Lock()
+
     def answer(request: Request, etag: str, compute) -> Response:
-        """`compute()` as compact JSON tagged `etag`, or 304 (nothing) when the page already holds that version."""
+        """`compute()` as compact JSON tagged `etag`, or 304 (nothing) when the page already holds that version; an
+        answer already serialised for this URL and version is sent again as it is (each new page over a long run
+        asks the same first-load URLs)."""
         headers = {"ETag": etag, "Cache-Control": "no-cache"}
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers=headers)
-        return Response(json.dumps(compute(), separators=(",", ":")), media_type="application/json", headers=headers)
+        url = str(request.url)
+        with bodies_lock:
+            hit = bodies.get(url)
+        if hit is None or hit[0] != etag:
+            hit = (etag, json.dumps(compute(), separators=(",", ":")).encode())
+        with bodies_lock:  # the routes run in FastAPI's thread pool
+            bodies[url] = hit
+            bodies.move_to_end(url)
+            while len(bodies) > 64:
+                bodies.popitem(last=False)
+        return Response(hit[1], media_type="application/json", headers=headers)
 
     def tagged(request: Request, r: RunReader, key: str, compute) -> Response:
         return answer(request, f'"{r.version()}"', lambda: r.memo(key, compute))
