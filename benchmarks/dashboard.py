@@ -67,10 +67,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(run_dir: Path) -> tuple[subprocess.Popen, str]:
+def serve(run_dir: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "dashboard", str(run_dir), "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}/"
     import httpx
 
@@ -132,6 +132,41 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def reader_cost(browser: Browser, root: Path, seconds: float, src: str | None = None) -> dict[str, float]:
+    """CPU seconds per wall second of the dashboard server and Chromium while a writer commits one step (64 samples)
+    a second, as a trainer would: with the page open and polling, then with it on about:blank (the baseline:
+    the same processes, idle). `src` serves another tree's dashboard (e.g. the code before a change) for a
+    before/after comparison under the same load. CPU time, unlike step time, barely depends on the machine's load."""
+    store = build_store(root / f"cost-{len(list(root.glob('cost-*')))}" / "run", 50, 64)
+    last = 50
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    proc, url = serve(store.path.parent, env)
+    page = browser.open("about:blank")
+    out: dict[str, float] = {}
+    try:
+        for mode in ("open", "closed"):
+            page.navigate(url if mode == "open" else "about:blank")
+            if mode == "open":
+                page.wait_for("document.body.dataset.ready === '1'", timeout=120)
+            time.sleep(2)
+            c0, b0, w0 = cpu_seconds([proc.pid]), cpu_seconds([browser.proc.pid]), time.perf_counter()
+            while time.perf_counter() - w0 < seconds:
+                last += 1
+                store.log_step(last, {k: 0.5 for k in KEYS}, [(g, "t", [0.0, 1.0] * 4, True) for g in range(8)],
+                               [SampleRow(j // 8, j % 8, "t", "1 + 1 = 2", 6, "stop", float(j % 2), j % 2, "ok", "exact@abc",
+                                          "x", last - 1, 0.001) for j in range(64)])
+                time.sleep(1.0)
+            wall = time.perf_counter() - w0
+            out[f"server_{mode}"] = (cpu_seconds([proc.pid]) - c0) / wall
+            out[f"browser_{mode}"] = (cpu_seconds([browser.proc.pid]) - b0) / wall
+    finally:
+        proc.terminate()
+        proc.wait()
+        store.close()
+    out["reader_cores"] = out["server_open"] + out["browser_open"] - out["server_closed"] - out["browser_closed"]
+    return out
+
+
 def training_ab(browser: Browser, root: Path, phases: int = 6, per_phase: int = 8) -> dict[str, float]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from posttrain.config import load_config
@@ -191,11 +226,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-ab", action="store_true", help="skip the training A/B (the render and update figures only)")
     ap.add_argument("--ab-only", action="store_true", help="only the training A/B (diagnosing the slowdown)")
+    ap.add_argument("--cost-only", action="store_true", help="only the reader's CPU cost (a writer commits a step a second)")
+    ap.add_argument("--cost-seconds", type=float, default=60.0, help="seconds of each reader-cost phase")
+    ap.add_argument("--before-src", default="", help="also the reader cost of the dashboard in this src tree")
     ap.add_argument("--phases", type=int, default=13, help="A/B phases, alternating closed/open (odd: closed at both ends)")
     ap.add_argument("--per-phase", type=int, default=6, help="training steps per A/B phase")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="dashboard-bench-"))
+    if args.cost_only:
+        with Browser() as browser:
+            got = {"new": reader_cost(browser, root, args.cost_seconds)}
+            if args.before_src:
+                got["before"] = reader_cost(browser, root, args.cost_seconds, args.before_src)
+        for k, v in got.items():
+            print(f"reader cost ({k}): {json.dumps({m: round(x, 4) for m, x in v.items()})}", flush=True)
+        print(f"load average at end: {os.getloadavg()}", flush=True)
+        print(json.dumps({"reader_cores": round(got["new"]["reader_cores"], 4),
+                          **({"reader_cores_before": round(got["before"]["reader_cores"], 4)} if "before" in got else {})}))
+        return
     if args.ab_only:
         with Browser() as browser:
             ab = training_ab(browser, root, args.phases, args.per_phase)

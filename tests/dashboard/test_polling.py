@@ -92,12 +92,17 @@ def test_an_idle_page_asks_for_nothing_and_off_screen_charts_wait(served_runs):
         page.wait_for("window.dashboard.onScreen['reward'] === true", timeout=5)
         assert ev(f"window.dashboard.onScreen['{bottom}']") is False
         draws = ev("window.dashboard.draws")
+        ev("window.dashboard.staleCharts[0].mark = 'kept'; document.getElementById('domains').firstChild.dataset.mark = 'kept'")
         write_step(stores[0], 21)
         page.wait_for("JSON.parse(document.body.dataset.lastSteps)['0'] === 21", timeout=10)
         assert ev(count) > before
         assert ev(f"window.dashboard.dirty['{bottom}']") is True
         assert ev(f"window.dashboard.charts['{bottom}'].data[0].length") == 20  # not redrawn yet
         assert 0 < ev("window.dashboard.draws") - draws < len(ev("Object.keys(window.dashboard.charts)"))
+        # the slow views: the staleness chart extended in place; the unchanged domains table not drawn again
+        page.wait_for("window.dashboard.staleCharts[0].data[0].length === 21", timeout=10)
+        assert ev("window.dashboard.staleCharts[0].mark") == "kept"
+        assert ev("document.getElementById('domains').firstChild.dataset.mark") == "kept"
         ev(f"document.querySelector('.chart[data-key={bottom}]').scrollIntoView()")
         page.wait_for(f"window.dashboard.charts['{bottom}'].data[0].length === 21", timeout=5)
         assert page.console_errors() == []

@@ -12,8 +12,8 @@
   // Polling is incremental: /api/runs answers 304 while no store changed (then nothing else is asked or drawn); a
   // run's steps and staleness are asked only after its version changed, and only the steps after the newest held;
   // a chart off screen is marked stale and redrawn when it scrolls into view, not on every poll.
-  var state = { runs: [], data: {}, stale: {}, charts: {}, dirty: {}, onScreen: {}, heldCharts: [], staleCharts: [],
-    alertsSeen: {}, versions: {}, slowVersions: {}, runsText: "", polls: 0, busy: false, draws: 0, timings: {} };
+  var state = { runs: [], data: {}, stale: {}, charts: {}, dirty: {}, onScreen: {}, heldCharts: [], staleCharts: {},
+    alertsSeen: {}, versions: {}, slowVersions: {}, runsText: "", polls: 0, slowAt: 0, busy: false, draws: 0, timings: {} };
   var observer = "IntersectionObserver" in window ? new IntersectionObserver(function (entries) {
     entries.forEach(function (e) {
       var key = e.target.getAttribute("data-key");
@@ -42,6 +42,9 @@
     if (typeof x !== "number") return String(x);
     if (Number.isInteger(x)) return String(x);
     return Math.abs(x) >= 1000 || Math.abs(x) < 0.001 && x !== 0 ? x.toExponential(3) : x.toPrecision(4);
+  }
+  function getText(url) {
+    return fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.text(); });
   }
   function get(url) {
     return fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); });
@@ -348,14 +351,14 @@
   }
   function renderStaleness() {
     var box = clear(document.getElementById("staleness"));
-    state.staleCharts.forEach(function (c) { c.destroy(); });
-    state.staleCharts = [];
+    Object.keys(state.staleCharts).forEach(function (id) { state.staleCharts[id].destroy(); });
+    state.staleCharts = {};
     selected().forEach(function (r) {
       var s = state.stale[r.id];
       if (!s || !s.steps.length) return;
       var holder = el("div", { cls: "chart", id: "staleness-" + r.id }, el("h3", { text: r.name + ": staleness (steps behind) of each step's samples" }));
       box.appendChild(holder);
-      state.staleCharts.push(new uPlot({ width: 480, height: 190, scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 40 }],
+      state.staleCharts[r.id] = (new uPlot({ width: 480, height: 190, scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 40 }],
         series: [{ label: "step" }, { label: "min", stroke: "#16a34a" }, { label: "mean", stroke: "#2563eb" }, { label: "max", stroke: "#dc2626" }] },
         [s.steps, s.cols.min, s.cols.mean, s.cols.max], holder));
     });
@@ -369,22 +372,39 @@
   }
 
   // ---- polling
+  function slowDue() {  // the slow views refresh at most every 5th poll, when a run changed since they were drawn
+    return state.polls - state.slowAt >= 5 && selected().some(function (r) { return state.slowVersions[r.id] !== r.version; });
+  }
   function refreshSlow() {
+    state.slowAt = state.polls;
     // held-out, domains, failures and staleness of the runs whose store changed since they were last drawn
     var runs = selected(), changed = runs.filter(function (r) { return state.slowVersions[r.id] !== r.version; });
     if (!changed.length) return Promise.resolve();
     state.slow = state.slow || { evals: {}, doms: {}, fails: {} };
+    state.slowText = state.slowText || {};
+    var redo = { held: false, doms: false, fails: false, stale: false };  // only the views whose answer changed
     return Promise.all(changed.map(function (r) {
       var s = state.stale[r.id], after = s && s.steps.length ? s.steps[s.steps.length - 1] : -1;
-      return Promise.all([get("/api/runs/" + r.id + "/evals"), get("/api/runs/" + r.id + "/domains"),
-        get("/api/runs/" + r.id + "/failures"),
+      return Promise.all([getText("/api/runs/" + r.id + "/evals"), getText("/api/runs/" + r.id + "/domains"),
+        getText("/api/runs/" + r.id + "/failures"),
         get("/api/runs/" + r.id + "/staleness?after=" + after + (after < 0 ? "&max_points=" + MAX_POINTS : ""))]).then(function (x) {
-        state.slow.evals[r.id] = x[0]; state.slow.doms[r.id] = x[1]; state.slow.fails[r.id] = x[2];
-        merge(r.id, x[3], state.stale);
+        var prev = state.slowText[r.id] || [];
+        if (x[0] !== prev[0]) { state.slow.evals[r.id] = JSON.parse(x[0]); redo.held = true; }
+        if (x[1] !== prev[1]) { state.slow.doms[r.id] = JSON.parse(x[1]); redo.doms = true; }
+        if (x[2] !== prev[2]) { state.slow.fails[r.id] = JSON.parse(x[2]); redo.fails = true; }
+        state.slowText[r.id] = x.slice(0, 3);
+        if (merge(r.id, x[3], state.stale)) redo.stale = x[3].reset || !state.staleCharts[r.id] || redo.stale === "all" ? "all" : true;
         state.slowVersions[r.id] = r.version;
       });
     })).then(function () {
-      renderHeld(state.slow.evals); renderDomains(state.slow.doms); renderFailures(state.slow.fails); renderStaleness();
+      if (redo.held) renderHeld(state.slow.evals);
+      if (redo.doms) renderDomains(state.slow.doms);
+      if (redo.fails) renderFailures(state.slow.fails);
+      if (redo.stale === "all") renderStaleness();
+      else if (redo.stale) Object.keys(state.staleCharts).forEach(function (id) {
+        var d = state.stale[id];
+        state.staleCharts[id].setData([d.steps, d.cols.min, d.cols.mean, d.cols.max]);
+      });
     });
   }
   function refreshAlerts() {
@@ -403,7 +423,9 @@
       if (!r.ok) throw new Error("/api/runs: " + r.status);
       return r.text();
     }).then(function (text) {
-      if (state.polls && text === state.runsText) return polled();  // no store changed: nothing to ask or draw
+      if (state.polls && text === state.runsText) {  // no store changed: nothing to ask or draw (but slow views due)
+        return (slowDue() ? refreshSlow() : Promise.resolve()).then(polled);
+      }
       state.runsText = text;
       var runs = JSON.parse(text);
       var old = {};
@@ -428,7 +450,7 @@
         if (!state.timings.steps) state.timings.steps = performance.now();
         if (newRuns || !state.polls) rebuildCharts(); else if (any) updateCharts();
         if (state.polls && alertsChanged) jobs.push(refreshAlerts());
-        if (state.polls && state.polls % 5 === 0) jobs.push(refreshSlow());
+        if (state.polls && slowDue()) jobs.push(refreshSlow());
         return Promise.all(jobs).then(function () {
           var last = {};
           selected().forEach(function (r) { var d = state.data[r.id]; last[r.id] = d && d.steps.length ? d.steps[d.steps.length - 1] : 0; });
