@@ -74,7 +74,7 @@ def serve(run_dir: Path, env: dict[str, str] | None = None) -> tuple[subprocess.
     url = f"http://127.0.0.1:{port}/"
     import httpx
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a loaded shared machine starts Python slowly
     while time.monotonic() < deadline:
         try:
             if httpx.get(url + "static/dashboard.css", timeout=1).status_code == 200:
