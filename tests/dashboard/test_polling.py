@@ -8,6 +8,7 @@ import sqlite3
 import time
 
 import httpx
+import pytest
 from dashboard_runs import make_run, write_step
 
 from posttrain.dashboard import reader as reader_mod
@@ -75,6 +76,7 @@ def test_views_over_samples_are_incremental_and_reset_on_truncation(tmp_path):
     assert r.staleness(5)["reset"] and r.staleness(-1)["steps"] == [1, 2, 3]
 
 
+@pytest.mark.slow  # a browser: ~5 s on a loaded machine
 def test_an_idle_page_asks_for_nothing_and_off_screen_charts_wait(served_runs):
     server, stores = served_runs
     with Browser() as browser:
