@@ -51,7 +51,7 @@ def test_scheduler_tables_read_when_present_and_said_absent_when_not(tmp_path):
     f = a.failures()
     assert f["source"] == "failures" and {c["category"]: c["count"] for c in f["categories"]} == {"timeout": 4, "wrong_answer": 3}
     assert b.failures()["source"] == "samples"
-    assert a.staleness()["max"] == [0, 0, 0, 0]  # samples drawn by policy version step - 1
+    assert a.staleness()["cols"]["max"] == [0, 0, 0, 0]  # samples drawn by policy version step - 1
     assert a.summary()["alerts"] == 1 and a.alerts()[0]["kind"] == "grad_norm_spike"
     assert a.episode(3, 0)["turns"][0]["observation"] == "value=42"
 

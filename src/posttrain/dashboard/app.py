@@ -4,13 +4,18 @@ Covers: `create_dashboard_app(paths)`, whose runs are the run directories under 
 `/api/runs`, so a run started after the dashboard appears), the page and its bundled assets (`static/`: the
 page's script and styles, uPlot's minified build and its licence; nothing is fetched from the network), and
 one read-only JSON route per view of a run (`reader.py`). Every route reads the store with a fresh read-only
-connection in FastAPI's thread pool: a slow read never holds the event loop or the trainer.
+connection in FastAPI's thread pool: a slow read never holds the event loop or the trainer. Every JSON answer
+carries the store's version as its ETag (`Cache-Control: no-cache`): a poll of an unchanged store is a 304
+after two `stat` calls, with no SQLite read, no JSON and no body.
 Does not cover: the CLI command (`cli/dashboard.py`), what is read (`reader.py`), or drawing (`static/dashboard.js`).
 """
 
 # no `from __future__ import annotations`: FastAPI resolves the route annotations
+import hashlib
 import json
+import sqlite3
 import threading
+from collections import OrderedDict
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,9 @@ from posttrain.extras import require
 
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "uPlot.iife.min.js": "text/javascript",
           "uPlot.min.css": "text/css", "LICENSE.uPlot": "text/plain"}
+
+
+CHART_POINTS = 1000  # points per series on a page's first load of a long run (min/max-decimated; a chart is 380 px)
 
 
 def require_dashboard_extra() -> None:
@@ -37,7 +45,7 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
     require_dashboard_extra()
     from contextlib import asynccontextmanager
 
-    from fastapi import FastAPI, HTTPException
+    from fastapi import FastAPI, HTTPException, Request
     from fastapi.responses import HTMLResponse, Response
 
     import posttrain.rl.advantages  # noqa: F401  (torch, for the groups' advantages: imported now, not on a first view)
@@ -49,12 +57,15 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
 
     app = FastAPI(title="posttrain dashboard", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     readers: dict[Path, RunReader] = {}
-    page = _asset("index.html").decode().replace("{{POLL_MS}}", str(int(poll_ms)))
+    page = (_asset("index.html").decode().replace("{{POLL_MS}}", str(int(poll_ms)))
+            .replace("{{MAX_POINTS}}", str(CHART_POINTS)))
 
-    def warm() -> None:  # parse every run's steps once in the background, so a first page view finds them ready
+    def warm() -> None:  # read every run once in the background, so a first page view finds its answers ready
         for r in runs():
             try:
-                r.steps_after(-1)
+                r.steps_after(-1, CHART_POINTS)
+                r.staleness(-1, CHART_POINTS)
+                r.failures()
             except Exception:  # noqa: BLE001 - a store being created or damaged: its first request will say
                 pass
 
@@ -63,6 +74,31 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         for d in found:
             readers.setdefault(d, RunReader(d))
         return [readers[d] for d in found]
+
+    bodies: OrderedDict[str, tuple[str, bytes]] = OrderedDict()  # URL -> (ETag, JSON): the newest 64 answers
+    bodies_lock = threading.Lock()
+
+    def answer(request: Request, etag: str, compute) -> Response:
+        """`compute()` as compact JSON tagged `etag`, or 304 (nothing) when the page already holds that version; an
+        answer already serialised for this URL and version is sent again as it is (each new page over a long run
+        asks the same first-load URLs)."""
+        headers = {"ETag": etag, "Cache-Control": "no-cache"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        url = str(request.url)
+        with bodies_lock:
+            hit = bodies.get(url)
+        if hit is None or hit[0] != etag:
+            hit = (etag, json.dumps(compute(), separators=(",", ":")).encode())
+        with bodies_lock:  # the routes run in FastAPI's thread pool
+            bodies[url] = hit
+            bodies.move_to_end(url)
+            while len(bodies) > 64:
+                bodies.popitem(last=False)
+        return Response(hit[1], media_type="application/json", headers=headers)
+
+    def tagged(request: Request, r: RunReader, key: str, compute) -> Response:
+        return answer(request, f'"{r.version()}"', lambda: r.memo(key, compute))
 
     def run(i: int) -> RunReader:
         found = runs()
@@ -81,30 +117,42 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         return Response(_asset(name), media_type=ASSETS[name], headers={"Cache-Control": "max-age=3600"})
 
     @app.get("/api/runs")
-    def list_runs() -> list[dict[str, Any]]:
-        return [{"id": i, **r.summary()} for i, r in enumerate(runs())]
+    def list_runs(request: Request) -> Response:
+        found = runs()
+        versions = [r.version() for r in found]  # each run's summary carries its version: the page's change test
+        etag = '"' + hashlib.blake2b("|".join(f"{r.dir}={v}" for r, v in zip(found, versions)).encode(),
+                                     digest_size=12).hexdigest() + '"'
+        return answer(request, etag, lambda: [{"id": i, "version": v, **summary(r)}
+                                              for i, (r, v) in enumerate(zip(found, versions))])
+
+    def summary(r: RunReader) -> dict[str, Any]:
+        try:
+            return r.memo("summary", r.summary)
+        except sqlite3.Error:  # a store the trainer is creating this instant (no tables yet): listed, read next poll
+            return {"name": r.dir.name, "dir": str(r.dir), "status": "starting", "steps": 0, "alerts": 0}
 
     @app.get("/api/runs/{i}/steps")
-    def steps(i: int, after: int = -1, max_points: int | None = None) -> Response:
+    def steps(request: Request, i: int, after: int = -1, max_points: int | None = None) -> Response:
         # compact JSON: 10,000 steps of ~30 metrics are megabytes
-        got = run(i).steps_after(after, max_points)
-        return Response(json.dumps(got, separators=(",", ":")), media_type="application/json")
+        r = run(i)
+        return answer(request, f'"{r.version()}"', lambda: r.steps_after(after, max_points))
 
     @app.get("/api/runs/{i}/evals")
-    def evals(i: int) -> list[dict[str, Any]]:
-        return run(i).evals()
+    def evals(request: Request, i: int) -> Response:
+        return tagged(request, run(i), "evals", run(i).evals)
 
     @app.get("/api/runs/{i}/alerts")
-    def alerts(i: int) -> list[dict[str, Any]]:
-        return run(i).alerts()
+    def alerts(request: Request, i: int) -> Response:
+        return tagged(request, run(i), "alerts", run(i).alerts)
 
     @app.get("/api/runs/{i}/domains")
-    def domains(i: int) -> dict[str, Any]:
-        return run(i).domains()
+    def domains(request: Request, i: int) -> Response:
+        return tagged(request, run(i), "domains", run(i).domains)
 
     @app.get("/api/runs/{i}/failures")
-    def failures(i: int) -> dict[str, Any]:
-        return run(i).failures()
+    def failures(request: Request, i: int) -> Response:
+        r = run(i)
+        return answer(request, f'"{r.version()}"', r.failures)
 
     @app.get("/api/runs/{i}/groups/{step}")
     def groups(i: int, step: int) -> dict[str, Any]:
@@ -126,7 +174,8 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         return found
 
     @app.get("/api/runs/{i}/staleness")
-    def staleness(i: int) -> dict[str, Any]:
-        return run(i).staleness()
+    def staleness(request: Request, i: int, after: int = -1, max_points: int | None = None) -> Response:
+        r = run(i)
+        return answer(request, f'"{r.version()}"', lambda: r.staleness(after, max_points))
 
     return app

@@ -5,6 +5,10 @@ Covers: finding runs (a run directory, or a directory of runs), a read-only SQLi
 records the page shows: step metrics as columns (parsed once, then only new steps), held-out evaluations,
 alerts, the scheduler's per-domain state and failure bank (`domains`, `failures`: read when the store has
 them), one step's groups with recomputed advantages, samples, episodes and the staleness timeline.
+A poll costs the trainer nothing it can feel: `version()` is two `stat` calls (the store file and its WAL
+change on every commit), every whole-run view is memoised on it (an unchanged store is never queried), and
+the views over samples (staleness, failures without the scheduler's bank) read only the steps after the
+newest one read before (a primary-key range), so no poll scans the samples table.
 Does not cover: writing (`store/run_store.py`), HTTP (`app.py`) or the page (`static/`).
 """
 
@@ -42,6 +46,19 @@ def connect(path: Path) -> sqlite3.Connection:
     return db
 
 
+def store_version(path: Path) -> str:
+    """A token that changes whenever a commit lands: the store's and its write-ahead log's size and mtime (a WAL
+    commit appends to the log; a checkpoint rewrites the store). Two `stat` calls, no SQLite."""
+    parts = []
+    for f in (path, path.with_name(path.name + "-wal")):
+        try:
+            st = f.stat()
+            parts.append(f"{st.st_mtime_ns:x}.{st.st_size:x}")
+        except FileNotFoundError:
+            parts.append("-")
+    return "-".join(parts)
+
+
 def _tables(db: sqlite3.Connection) -> set[str]:
     return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
@@ -62,6 +79,14 @@ def _num(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
+def _numeric(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _shorts(col: list[Any]) -> list[Any]:
+    return [_short(v) for v in col]
+
+
 def _short(x: Any) -> Any:
     """A chart value: 6 significant digits (halves what the page downloads), None for NaN and missing."""
     if isinstance(x, float):
@@ -78,14 +103,18 @@ class StepColumns:
     cols: dict[str, list[Any]] = field(default_factory=dict)
 
     def append(self, step: int, t: float, metrics: dict[str, Any]) -> None:
+        # the hot loop of a first read (10,000 steps x ~30 metrics): plain values kept as they are (NaN, infinities
+        # and non-numbers as None), rounded to 6 digits only when sent (`_short`)
         n = len(self.steps)
         self.steps.append(step)
         self.times.append(t)
-        for k, v in metrics.items():
-            if k not in self.cols and isinstance(v, (int, float)) and not isinstance(v, bool):
+        for k in metrics.keys() - self.cols.keys():
+            if _numeric(metrics[k]):
                 self.cols[k] = [None] * n  # a metric that first appears now: empty before
+        get = metrics.get
         for k, col in self.cols.items():
-            col.append(_short(metrics.get(k)))
+            v = get(k)
+            col.append(v if v.__class__ is int or (v.__class__ is float and v - v == 0) else None)
 
     def decimated(self, max_points: int, reset: bool) -> dict[str, Any]:
         """All steps in at most `max_points` points per series: buckets of consecutive steps, each drawn as two
@@ -108,7 +137,7 @@ class StepColumns:
                     out.append(col[b])
                 else:
                     out += [min(vals), max(vals)] if vals else [None, None]
-            cols[key] = out + [col[n]]
+            cols[key] = _shorts(out + [col[n]])
         steps.append(self.steps[n])
         times.append(self.times[n])
         return {"reset": reset, "steps": steps, "times": times, "cols": cols, "bucket": k}
@@ -117,7 +146,7 @@ class StepColumns:
         """The columns for steps after `step`; `reset` (all steps) tells a reader to drop what it had."""
         i = 0 if reset else bisect.bisect_right(self.steps, step)
         return {"reset": reset, "steps": self.steps[i:], "times": self.times[i:],
-                "cols": {k: v[i:] for k, v in self.cols.items()} if i < len(self.steps) else {}}
+                "cols": {k: _shorts(v[i:]) for k, v in self.cols.items()} if i < len(self.steps) else {}}
 
 
 class RunReader:
@@ -127,10 +156,27 @@ class RunReader:
         self.dir = run_dir
         self.path = run_dir / STORE
         self._cols = StepColumns()
+        self._stale = StepColumns()  # per step: min/max/mean staleness and the sample count (from `samples`)
+        self._fail_step, self._fail_counts, self._fail_examples = 0, {}, {}  # failures from samples, read so far
+        self._memo: dict[str, tuple[str, Any]] = {}
         self._lock = threading.Lock()
 
     def db(self) -> closing[sqlite3.Connection]:
         return closing(connect(self.path))
+
+    def version(self) -> str:
+        """Changes whenever the trainer commits (`store_version`): what the page's polls and the memo compare."""
+        return store_version(self.path)
+
+    def memo(self, key: str, compute: Any) -> Any:
+        """`compute()`, recomputed only when the store changed since it was last computed for `key`."""
+        v = self.version()
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] == v:
+            return hit[1]
+        value = compute()
+        self._memo[key] = (v, value)
+        return value
 
     def info(self) -> dict[str, Any]:
         with self.db() as db:
@@ -148,7 +194,12 @@ class RunReader:
             for s, t, m in db.execute("SELECT step, time, metrics FROM steps WHERE step > ? ORDER BY step", (last,)):
                 self._cols.append(s, t, json.loads(m))
             if (step < 0 or reset) and max_points and len(self._cols.steps) > max_points:
-                return self._cols.decimated(max_points, reset)
+                key = (len(self._cols.steps), max_points, reset)
+                hit = self._memo.get("decimated")
+                if hit is None or hit[0] != key:  # each page opening of a long run is one decimation, not one each
+                    hit = (key, self._cols.decimated(max_points, reset))
+                    self._memo["decimated"] = hit  # type: ignore[assignment]
+                return hit[1]
             return self._cols.after(step, reset)
 
     def summary(self) -> dict[str, Any]:
@@ -201,33 +252,47 @@ class RunReader:
 
     def failures(self, examples: int = 3) -> dict[str, Any]:
         """Failure categories with counts and a few newest examples: the scheduler's `failures` bank when the store
-        has one, else the samples whose verdict is not a plain pass or fail (errors, timeouts, truncations)."""
-        with self.db() as db:
+        has one, else the samples whose verdict is not a plain pass or fail (errors, timeouts, truncations), read
+        incrementally (only steps after the last read: the samples table is never scanned whole by a poll)."""
+        return self.memo(f"failures:{examples}", lambda: self._failures(examples))
+
+    def _failures(self, examples: int) -> dict[str, Any]:
+        keys = ("step", "domain", "task_id", "detail", "response", "prompt")
+        with self._lock, self.db() as db:
             if _filled(db, "failures"):
-                source = "failures"
                 counts = db.execute("SELECT category, COUNT(*) FROM failures GROUP BY category ORDER BY 2 DESC").fetchall()
                 pick = ("SELECT step, domain, task_id, detail, response, prompt FROM failures WHERE category = ? "
                         "ORDER BY step DESC LIMIT ?")
-                keys = ("step", "domain", "task_id", "detail", "response", "prompt")
-            else:
-                source = "samples"
-                counts = db.execute("SELECT status, COUNT(*) FROM samples WHERE status != 'ok' GROUP BY status "
-                                    "ORDER BY 2 DESC").fetchall()
-                pick = ("SELECT step, '', task_id, details, completion, '' FROM samples WHERE status = ? "
-                        "ORDER BY step DESC LIMIT ?")
-                keys = ("step", "domain", "task_id", "detail", "response", "prompt")
-            cats = []
-            for cat, n in counts:
-                rows = db.execute(pick, (cat, examples)).fetchall()
-                cats.append({"category": cat, "count": n,
-                             "examples": [{k: _clip(v) if isinstance(v, str) else v for k, v in zip(keys, r)} for r in rows]})
-        return {"source": source, "categories": cats}
+                cats = []
+                for cat, n in counts:
+                    rows = db.execute(pick, (cat, examples)).fetchall()
+                    cats.append({"category": cat, "count": n, "examples": [
+                        {k: _clip(v) if isinstance(v, str) else v for k, v in zip(keys, r)} for r in rows]})
+                return {"source": "failures", "categories": cats}
+            newest = db.execute("SELECT MAX(step) FROM samples").fetchone()[0] or 0
+            if newest < self._fail_step:  # truncated by a resume: count again
+                self._fail_step, self._fail_counts, self._fail_examples = 0, {}, {}
+            rows = db.execute("SELECT step, status, task_id, details, completion FROM samples "
+                              "WHERE step > ? AND status != 'ok' ORDER BY step", (self._fail_step,)).fetchall()
+            self._fail_step = max(newest, self._fail_step)
+        for step, status, task, detail, completion in rows:
+            self._fail_counts[status] = self._fail_counts.get(status, 0) + 1
+            newest_first = self._fail_examples.setdefault(status, [])
+            newest_first.insert(0, {"step": step, "domain": "", "task_id": task, "detail": _clip(detail),
+                                    "response": _clip(completion), "prompt": ""})
+            del newest_first[examples:]
+        cats = [{"category": c, "count": n, "examples": list(self._fail_examples[c])}
+                for c, n in sorted(self._fail_counts.items(), key=lambda kv: -kv[1])]
+        return {"source": "samples", "categories": cats}
 
     def groups(self, step: int) -> dict[str, Any]:
-        """One step's groups: every completion with its reward and verdict, and the advantages the update used
+        """One step's groups (a negative step: the newest): every completion with its reward and verdict, and the
+        advantages the update used
         (recomputed from the stored rewards with the run's estimator; groups dropped for zero variance get none)."""
         cfg = self.info().get("config", {}).get("rl", {})
         with self.db() as db:
+            if step < 0:  # the newest step that stored groups
+                step = db.execute("SELECT MAX(step) FROM groups").fetchone()[0] or 0
             groups = db.execute("SELECT group_idx, task_id, rewards, used FROM groups WHERE step = ? ORDER BY group_idx",
                                 (step,)).fetchall()
             cols = "group_idx, sample_idx, completion, n_tokens, finish, score, passed, status, details, policy_version, info"
@@ -278,14 +343,26 @@ class RunReader:
             row = db.execute("SELECT transcript FROM episodes WHERE step = ? AND idx = ?", (step, idx)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def staleness(self) -> dict[str, Any]:
-        """Per step: the policy versions its samples were drawn with (min, max, mean staleness = step - 1 - version)."""
-        with self.db() as db:
-            rows = db.execute("SELECT step, MIN(policy_version), MAX(policy_version), AVG(policy_version), COUNT(*) "
-                              "FROM samples GROUP BY step ORDER BY step").fetchall()
-        return {"steps": [r[0] for r in rows], "min": [r[0] - 1 - r[2] for r in rows],
-                "max": [r[0] - 1 - r[1] for r in rows], "mean": [r[0] - 1 - r[3] for r in rows],
-                "samples": [r[4] for r in rows]}
+    def staleness(self, after: int = -1, max_points: int | None = None) -> dict[str, Any]:
+        """Per step: how stale its samples were (staleness = step - 1 - the policy version that drew a sample; min,
+        max, mean) and how many there were, as columns after step `after` (`steps_after`'s shape and decimation).
+        Read incrementally: each call aggregates only the steps stored since the previous one."""
+        with self._lock, self.db() as db:
+            last = self._stale.steps[-1] if self._stale.steps else 0
+            newest = db.execute("SELECT MAX(step) FROM samples").fetchone()[0] or 0
+            reset = newest < last or newest < after
+            if reset:
+                self._stale, last = StepColumns(), 0
+            for s, lo, hi, mean, n in db.execute(
+                    "SELECT step, MIN(policy_version), MAX(policy_version), AVG(policy_version), COUNT(*) FROM samples "
+                    "WHERE step > ? GROUP BY step ORDER BY step", (last,)):
+                self._stale.append(s, 0.0, {"min": s - 1 - hi, "max": s - 1 - lo, "mean": s - 1 - mean, "samples": n})
+        if (after < 0 or reset) and max_points and len(self._stale.steps) > max_points:
+            got = self._stale.decimated(max_points, reset)
+        else:
+            got = self._stale.after(after, reset)
+        del got["times"]
+        return got
 
 
 def _advantages(rewards: list[list[float]], rl: dict[str, Any]) -> list[list[float]]:

@@ -7,8 +7,20 @@
   var FIRST = ["reward", "pass_rate", "kl", "entropy", "completion_tokens", "clip_frac", "mismatch_mean", "mismatch_max",
     "mismatch_kl", "staleness_mean", "staleness_max", "zero_variance_frac", "groups_kept", "grad_norm", "loss",
     "step_s", "rollout_s", "learn_s", "verifier_latency_p50", "verifier_latency_p95", "verifier_errors", "env_errors"];
-  var MAX_POINTS = 4000;  // per series on a first load: longer runs come min/max-decimated (spikes stay visible)
-  var state = { runs: [], data: {}, charts: {}, alertsSeen: {}, polls: 0, busy: false };
+  // points per series on a first load (the server's CHART_POINTS): longer runs come min/max-decimated
+  var MAX_POINTS = parseInt(document.body.getAttribute("data-max-points"), 10) || 1000;
+  // Polling is incremental: /api/runs answers 304 while no store changed (then nothing else is asked or drawn); a
+  // run's steps and staleness are asked only after its version changed, and only the steps after the newest held;
+  // a chart off screen is marked stale and redrawn when it scrolls into view, not on every poll.
+  var state = { runs: [], data: {}, stale: {}, charts: {}, dirty: {}, onScreen: {}, heldCharts: [], staleCharts: {},
+    alertsSeen: {}, versions: {}, slowVersions: {}, runsText: "", polls: 0, slowAt: 0, busy: false, draws: 0, timings: {} };
+  var observer = "IntersectionObserver" in window ? new IntersectionObserver(function (entries) {
+    entries.forEach(function (e) {
+      var key = e.target.getAttribute("data-key");
+      state.onScreen[key] = e.isIntersecting;
+      if (e.isIntersecting && state.dirty[key] && state.charts[key]) draw(key);
+    });
+  }) : null;
   window.dashboard = state;
 
   function el(tag, attrs) {
@@ -31,6 +43,9 @@
     if (Number.isInteger(x)) return String(x);
     return Math.abs(x) >= 1000 || Math.abs(x) < 0.001 && x !== 0 ? x.toExponential(3) : x.toPrecision(4);
   }
+  function getText(url) {
+    return fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.text(); });
+  }
   function get(url) {
     return fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); });
   }
@@ -47,7 +62,7 @@
     state.runs.forEach(function (r) {
       var box = el("input", { type: "checkbox" });
       box.checked = r.show;
-      box.addEventListener("change", function () { r.show = box.checked; rebuildCharts(); });
+      box.addEventListener("change", function () { r.show = box.checked; state.runsText = ""; rebuildCharts(); });
       t.appendChild(el("tr", { id: "run-" + r.id, "data-steps": r.steps },
         el("td", {}, box), el("td", { cls: "l" }, el("span", { cls: "swatch", style: "background:" + color(r.id) }), r.name),
         el("td", { cls: "status-" + r.status, text: r.status }), el("td", { cls: "steps", text: r.steps + (r.planned_steps ? "/" + r.planned_steps : "") }),
@@ -82,9 +97,17 @@
     });
     return uPlot.join(tables);
   }
+  function draw(key) {
+    state.dirty[key] = false;
+    state.draws++;
+    state.charts[key].setData(chartData(key));
+  }
   function rebuildCharts() {
+    var t0 = performance.now();
     var box = clear(document.getElementById("charts"));
-    state.charts = {};
+    Object.keys(state.charts).forEach(function (k) { state.charts[k].destroy(); });
+    if (observer) observer.disconnect();
+    state.charts = {}; state.dirty = {}; state.onScreen = {};
     var runs = selected();
     if (!runs.length) return;
     keysOf().forEach(function (key) {
@@ -95,13 +118,17 @@
       }));
       state.charts[key] = new uPlot({ width: 380, height: 190, series: series, legend: { show: runs.length > 1 },
         scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 52 }] }, chartData(key), holder);
+      if (observer) observer.observe(holder);
     });
     renderLatest();
+    state.timings.charts = performance.now() - t0;  // the benchmark's breakdown of a first render
   }
   function updateCharts() {
     var keys = keysOf();
     if (keys.some(function (k) { return !state.charts[k]; })) return rebuildCharts();
-    keys.forEach(function (k) { state.charts[k].setData(chartData(k)); });
+    keys.forEach(function (k) {
+      if (!observer || state.onScreen[k]) draw(k); else state.dirty[k] = true;  // off screen: drawn when scrolled to
+    });
     renderLatest();
   }
   function renderLatest() {
@@ -131,10 +158,11 @@
     });
     box.appendChild(t);
   }
-  function merge(id, got) {
-    var d = state.data[id];
+  function merge(id, got, into) {
+    into = into || state.data;
+    var d = into[id];
     if (!d || got.reset) {
-      state.data[id] = got;  // first load, or the store was truncated by a resume
+      into[id] = got;  // first load, or the store was truncated by a resume
       return true;
     }
     if (!got.steps.length) return false;
@@ -147,7 +175,7 @@
       Array.prototype.push.apply(d.cols[k], add);
     });
     Array.prototype.push.apply(d.steps, got.steps);
-    Array.prototype.push.apply(d.times, got.times);
+    if (d.times) Array.prototype.push.apply(d.times, got.times);
     return true;
   }
 
@@ -164,6 +192,8 @@
   }
   function renderHeld(evalsByRun) {
     var box = clear(document.getElementById("held-out"));
+    state.heldCharts.forEach(function (c) { c.destroy(); });
+    state.heldCharts = [];
     var runs = selected(), names = {};
     runs.forEach(function (r) { (evalsByRun[r.id] || []).forEach(function (e) { names[e.name] = 1; }); });
     Object.keys(names).sort().forEach(function (name) {
@@ -174,9 +204,9 @@
       var data = runs.length === 1 ? tables[0] : uPlot.join(tables);
       var holder = el("div", { cls: "chart", id: "held-" + name.replace(/[^A-Za-z0-9_-]/g, "_") }, el("h3", { text: name + " pass@1" }));
       box.appendChild(holder);
-      new uPlot({ width: 380, height: 190, scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 52 }],
+      state.heldCharts.push(new uPlot({ width: 380, height: 190, scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 52 }],
         series: [{ label: "step" }].concat(runs.map(function (r) { return { label: r.name, stroke: color(r.id), spanGaps: true }; })) },
-        data, holder);
+        data, holder));
     });
     if (!Object.keys(names).length) box.appendChild(el("p", { cls: "muted", text: "no held-out evaluation stored yet" }));
   }
@@ -247,6 +277,7 @@
         box.appendChild(card);
       });
       histogram(scores);
+      if (!state.timings.groups) state.timings.groups = performance.now();
     }).catch(report);
   }
   function histogram(scores) {
@@ -318,16 +349,18 @@
       if (ep.verdict) box.appendChild(el("pre", { text: "verdict: " + ep.verdict.status + " score " + ep.verdict.score + "\n" + ep.verdict.details }));
     }).catch(report);
   }
-  function renderStaleness(byRun) {
+  function renderStaleness() {
     var box = clear(document.getElementById("staleness"));
+    Object.keys(state.staleCharts).forEach(function (id) { state.staleCharts[id].destroy(); });
+    state.staleCharts = {};
     selected().forEach(function (r) {
-      var s = byRun[r.id];
+      var s = state.stale[r.id];
       if (!s || !s.steps.length) return;
       var holder = el("div", { cls: "chart", id: "staleness-" + r.id }, el("h3", { text: r.name + ": staleness (steps behind) of each step's samples" }));
       box.appendChild(holder);
-      new uPlot({ width: 480, height: 190, scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 40 }],
+      state.staleCharts[r.id] = (new uPlot({ width: 480, height: 190, scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 40 }],
         series: [{ label: "step" }, { label: "min", stroke: "#16a34a" }, { label: "mean", stroke: "#2563eb" }, { label: "max", stroke: "#dc2626" }] },
-        [s.steps, s.min, s.mean, s.max], holder);
+        [s.steps, s.cols.min, s.cols.mean, s.cols.max], holder));
     });
     document.getElementById("per-token").textContent = "Per-token entropy and sampler-vs-learner logprob-gap overlays, and the " +
       "loss mask per token, need per-token records, which the run store does not keep (samples hold text and verdicts; " +
@@ -339,53 +372,92 @@
   }
 
   // ---- polling
+  function slowDue() {  // the slow views refresh at most every 5th poll, when a run changed since they were drawn
+    return state.polls - state.slowAt >= 5 && selected().some(function (r) { return state.slowVersions[r.id] !== r.version; });
+  }
   function refreshSlow() {
-    var runs = selected(), evals = {}, doms = {}, fails = {}, stale = {};
-    return Promise.all(runs.map(function (r) {
-      return Promise.all([get("/api/runs/" + r.id + "/evals"), get("/api/runs/" + r.id + "/domains"),
-        get("/api/runs/" + r.id + "/failures"), get("/api/runs/" + r.id + "/staleness")]).then(function (x) {
-        evals[r.id] = x[0]; doms[r.id] = x[1]; fails[r.id] = x[2]; stale[r.id] = x[3];
+    state.slowAt = state.polls;
+    // held-out, domains, failures and staleness of the runs whose store changed since they were last drawn
+    var runs = selected(), changed = runs.filter(function (r) { return state.slowVersions[r.id] !== r.version; });
+    if (!changed.length) return Promise.resolve();
+    state.slow = state.slow || { evals: {}, doms: {}, fails: {} };
+    state.slowText = state.slowText || {};
+    var redo = { held: false, doms: false, fails: false, stale: false };  // only the views whose answer changed
+    return Promise.all(changed.map(function (r) {
+      var s = state.stale[r.id], after = s && s.steps.length ? s.steps[s.steps.length - 1] : -1;
+      return Promise.all([getText("/api/runs/" + r.id + "/evals"), getText("/api/runs/" + r.id + "/domains"),
+        getText("/api/runs/" + r.id + "/failures"),
+        get("/api/runs/" + r.id + "/staleness?after=" + after + (after < 0 ? "&max_points=" + MAX_POINTS : ""))]).then(function (x) {
+        var prev = state.slowText[r.id] || [];
+        if (x[0] !== prev[0]) { state.slow.evals[r.id] = JSON.parse(x[0]); redo.held = true; }
+        if (x[1] !== prev[1]) { state.slow.doms[r.id] = JSON.parse(x[1]); redo.doms = true; }
+        if (x[2] !== prev[2]) { state.slow.fails[r.id] = JSON.parse(x[2]); redo.fails = true; }
+        state.slowText[r.id] = x.slice(0, 3);
+        if (merge(r.id, x[3], state.stale)) redo.stale = x[3].reset || !state.staleCharts[r.id] || redo.stale === "all" ? "all" : true;
+        state.slowVersions[r.id] = r.version;
       });
-    })).then(function () { renderHeld(evals); renderDomains(doms); renderFailures(fails); renderStaleness(stale); });
+    })).then(function () {
+      if (redo.held) renderHeld(state.slow.evals);
+      if (redo.doms) renderDomains(state.slow.doms);
+      if (redo.fails) renderFailures(state.slow.fails);
+      if (redo.stale === "all") renderStaleness();
+      else if (redo.stale) Object.keys(state.staleCharts).forEach(function (id) {
+        var d = state.stale[id];
+        state.staleCharts[id].setData([d.steps, d.cols.min, d.cols.mean, d.cols.max]);
+      });
+    });
   }
   function refreshAlerts() {
     return Promise.all(selected().map(function (r) {
       return get("/api/runs/" + r.id + "/alerts").then(function (a) { return a.map(function (x) { x.run = r.name; return x; }); });
     })).then(function (lists) { renderAlerts([].concat.apply([], lists)); });
   }
+  function polled() {
+    state.polls++;
+    document.getElementById("status").textContent = "live · " + state.runs.length + " run(s) · polled " + new Date().toLocaleTimeString();
+  }
   function poll() {
     if (state.busy) return;
     state.busy = true;
-    get("/api/runs").then(function (runs) {
+    fetch("/api/runs").then(function (r) {
+      if (!r.ok) throw new Error("/api/runs: " + r.status);
+      return r.text();
+    }).then(function (text) {
+      if (state.polls && text === state.runsText) {  // no store changed: nothing to ask or draw (but slow views due)
+        return (slowDue() ? refreshSlow() : Promise.resolve()).then(polled);
+      }
+      state.runsText = text;
+      var runs = JSON.parse(text);
       var old = {};
       state.runs.forEach(function (r) { old[r.id] = r; });
       var newRuns = runs.length !== state.runs.length;
       state.runs = runs.map(function (r) { r.show = old[r.id] ? old[r.id].show : r.id < 8; return r; });
       renderRuns();
-      var alertsChanged = false;
+      var alertsChanged = false, jobs = [];
+      if (!state.polls) {  // a first load asks for everything at once (each view needs only the run ids)
+        jobs.push(refreshAlerts(), refreshSlow());
+        state.runs.forEach(function (r) { state.alertsSeen[r.id] = r.alerts; });
+        loadGroups(-1); loadSamples(); loadEpisodes();  // -1: the newest step with groups
+      }
       return Promise.all(selected().map(function (r) {
         var d = state.data[r.id], after = d && d.steps.length ? d.steps[d.steps.length - 1] : -1;
         if (state.alertsSeen[r.id] !== r.alerts) { alertsChanged = true; state.alertsSeen[r.id] = r.alerts; }
+        if (d && state.versions[r.id] === r.version) return false;  // this run's store has not changed
         var url = "/api/runs/" + r.id + "/steps?after=" + after + (after < 0 ? "&max_points=" + MAX_POINTS : "");
-        return get(url).then(function (got) { return merge(r.id, got); });
+        return get(url).then(function (got) { state.versions[r.id] = r.version; return merge(r.id, got); });
       })).then(function (changed) {
         var any = changed.some(Boolean);
+        if (!state.timings.steps) state.timings.steps = performance.now();
         if (newRuns || !state.polls) rebuildCharts(); else if (any) updateCharts();
-        var jobs = [];
-        if (alertsChanged || !state.polls) jobs.push(refreshAlerts());
-        if (!state.polls || (any && state.polls % 5 === 0)) jobs.push(refreshSlow());
-        if (!state.polls) {
-          var first = selected()[0], d = first && state.data[first.id];
-          if (d && d.steps.length) loadGroups(d.steps[d.steps.length - 1]);
-          loadSamples(); loadEpisodes();
-        }
+        if (state.polls && alertsChanged) jobs.push(refreshAlerts());
+        if (state.polls && slowDue()) jobs.push(refreshSlow());
         return Promise.all(jobs).then(function () {
-          state.polls++;
           var last = {};
           selected().forEach(function (r) { var d = state.data[r.id]; last[r.id] = d && d.steps.length ? d.steps[d.steps.length - 1] : 0; });
           document.body.setAttribute("data-last-steps", JSON.stringify(last));
+          if (!state.timings.ready) state.timings.ready = performance.now();
           document.body.setAttribute("data-ready", "1");
-          document.getElementById("status").textContent = "live · " + state.runs.length + " run(s) · polled " + new Date().toLocaleTimeString();
+          return polled();
         });
       });
     }).catch(report).then(function () { state.busy = false; });
