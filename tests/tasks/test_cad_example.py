@@ -13,7 +13,7 @@ from posttrain.store import RunStore
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cad.toml"
 TINY = ["model.base.hidden_size=16", "model.base.num_layers=1", "model.base.intermediate_size=32",
         "model.base.num_heads=2", "model.base.digits=1", "model.base.batch_size=4", "model.base.max_steps=2",
-        "model.base.eval_every=2", "model.base.eval_size=16", "sampling.max_tokens=130", "train.steps=2",
+        "model.base.eval_every=2", "model.base.eval_size=16", "sampling.max_tokens=96", "train.steps=2",
         "train.prompts_per_step=2", "train.eval_size=4", "train.eval_every=2", "tensorboard=false"]
 
 
@@ -33,3 +33,14 @@ def test_the_cad_example_trains_a_few_steps(tmp_path):
         # every sampled program was judged by the cad verifier (an invalid program scores 0, it is not an error)
         assert metrics["verifier_errors"] == 0 and metrics["verifier_timeouts"] == 0 and metrics["env_errors"] == 0
         assert 0.0 <= metrics["reward"] <= 1.0 and metrics["verifier_latency_max"] > 0
+
+
+def test_the_cad_example_is_the_quickstart_cad_run():
+    from posttrain.config import load_config
+    from posttrain.quickstart import CAD_OVERRIDES
+
+    example = load_config(EXAMPLE, [])
+    preset = load_config(None, CAD_OVERRIDES)
+    skip = {"name"}
+    assert {k: v for k, v in example.model_dump().items() if k not in skip} == \
+        {k: v for k, v in preset.model_dump().items() if k not in skip}
