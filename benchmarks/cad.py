@@ -230,7 +230,7 @@ def profile(programs: list[str], tasks, v) -> dict:
     def batch_cpu(binary: str) -> tuple[float, list]:
         cpu, runs = 0.0, []
         for lo in range(0, n, 16):
-            async def one():
+            async def one(lo: int = lo):
                 class Metered:
                     async def arun(self, *a, **kw):
                         res = await sb.arun(*a, **kw)

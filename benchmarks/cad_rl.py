@@ -61,7 +61,7 @@ def main() -> None:
             base = ensure_base(cfg.model.base)
             got: dict = {}
             t0 = time.perf_counter()
-            r = run_quickstart(cfg, prepare=lambda tr: got.update(reporting=tr.reporting, verifier=tr.verifier,
+            r = run_quickstart(cfg, prepare=lambda tr, got=got: got.update(reporting=tr.reporting, verifier=tr.verifier,
                                                                   max_tokens=tr.params.max_tokens))
             best = os.path.join(r.run_dir, "best") if os.path.exists(os.path.join(r.run_dir, "best", "config.json")) \
                 else os.path.join(r.run_dir, "final")
