@@ -68,7 +68,7 @@ AGENT_OVERRIDES = [
 # `posttrain quickstart --cad`: single-turn RL on the easy CAD level, brief form (examples/cad.toml is this run)
 CAD_OVERRIDES = [
     "tasks.source=cad:parts", "tasks.options.level=1", "tasks.options.brief=true", "model.base.family=cad:parts",
-    "sampling.n=8", "sampling.temperature=1.0", "sampling.max_tokens=96", "train.steps=40",
+    "sampling.n=8", "sampling.temperature=1.0", "sampling.max_tokens=96", "train.steps=20",
     "train.prompts_per_step=8", "train.eval_every=10", "train.eval_size=200", "train.checkpoint_every=10",
     "rl.lr=3e-4", "rl.advantage=grpo",
 ]
