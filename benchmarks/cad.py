@@ -402,7 +402,11 @@ def render_trust(n_svg: int, n_cad: int) -> dict:
     c = asyncio.run(_render_all(sb, sample, settings, 60, 240.0, 20.0))[0]
     same = all(x.png == y.png == z.png for x, y, z in zip(a or [], (b or [])[::-1], c))
     print(f"render determinism: {len(sample)} renders byte-identical across 2 workers and a rerun: {same}", flush=True)
-    return {"render_fuzz_svg": len(svgs), "render_fuzz_cad": len(meshes), "render_hung": hung,
+    timeouts = sum(1 for r in runs if r is not None and r.status.value == "timeout")
+    print(f"fuzzed OpenSCAD programs: {len(programs)} run, {len(meshes)} made a mesh, {timeouts} killed at 10 s; "
+          f"fuzzed inputs in all: {len(svgs) + len(programs)}", flush=True)
+    return {"render_fuzz_inputs": len(svgs) + len(programs), "render_fuzz_cad_programs": len(programs),
+            "scad_fuzz_timeouts": timeouts, "render_fuzz_svg": len(svgs), "render_fuzz_cad": len(meshes), "render_hung": hung,
             "render_silent_blank": silent, "render_identical": same, "render_identical_n": len(sample)}
 
 
