@@ -74,9 +74,10 @@ def main() -> None:
         for seed, proc in zip(args.seeds, procs):
             text, _ = proc.communicate()
             print(text, end="", flush=True)
-            if proc.returncode != 0:
-                raise SystemExit(f"seed {seed} failed (exit {proc.returncode})")
-            rows += [json.loads(line) for line in text.splitlines() if line.startswith('{"seed"')]
+            got = [json.loads(line) for line in text.splitlines() if line.startswith('{"seed"')]
+            if proc.returncode != 0 or not got:  # the other seeds' rows are still read and reported
+                print(f"seed {seed} failed (exit {proc.returncode})", flush=True)
+            rows += got
     with tempfile.TemporaryDirectory() as runs:
         for seed in [] if rows else args.seeds:
             cfg = load_config(None, [*CAD_OVERRIDES, f"seed={seed}", f"model.base.seed={args.base_seed}",
@@ -95,25 +96,25 @@ def main() -> None:
             for name, path in (("before", str(base.path)), ("after", best)):
                 engine = _engine_for(path)
                 for how, temp in (("greedy", 0.0), ("sampled", 1.0)):
-                    row[f"{how}_{name}"] = invalid_rate(engine, got["reporting"], got["verifier"], got["max_tokens"], temp,
+                    row[f"invalid_{how}_{name}"] = invalid_rate(engine, got["reporting"], got["verifier"], got["max_tokens"], temp,
                                                         args.samples, seed + 1)
             row["seconds"] = time.perf_counter() - t0
             rows.append(row)
             print(f"seed {seed}: greedy {r.greedy_before:.3f} -> {r.greedy_after:.3f} "
                   f"({100 * (r.greedy_after - r.greedy_before):+.1f} pts, best step {r.best_step}), pass@1 "
-                  f"{r.pass1_before:.3f} -> {r.pass1_after:.3f}; invalid greedy {row['greedy_before']['invalid']:.3f} -> "
-                  f"{row['greedy_after']['invalid']:.3f}, sampled {row['sampled_before']['invalid']:.3f} -> "
-                  f"{row['sampled_after']['invalid']:.3f}; {row['seconds']:.0f}s; load {os.popen('uptime').read().strip()}",
+                  f"{r.pass1_before:.3f} -> {r.pass1_after:.3f}; invalid greedy {row['invalid_greedy_before']['invalid']:.3f} -> "
+                  f"{row['invalid_greedy_after']['invalid']:.3f}, sampled {row['invalid_sampled_before']['invalid']:.3f} -> "
+                  f"{row['invalid_sampled_after']['invalid']:.3f}; {row['seconds']:.0f}s; load {os.popen('uptime').read().strip()}",
                   flush=True)
             print(json.dumps(row), flush=True)
     gains = [100 * (r["greedy_after"] - r["greedy_before"]) for r in rows]
     print(json.dumps({
         "cad_rl_gain": statistics.mean(gains), "cad_rl_gain_min": min(gains), "cad_rl_gain_per_seed": gains,
         "cad_pass1_gain": statistics.mean(100 * (r["pass1_after"] - r["pass1_before"]) for r in rows),
-        "cad_invalid_rate": max(r["greedy_after"]["invalid"] for r in rows),
-        "cad_invalid_rate_sampled": max(r["sampled_after"]["invalid"] for r in rows),
-        "cad_invalid_rate_before": max(r["greedy_before"]["invalid"] for r in rows),
-        "cad_invalid_rate_sampled_before": max(r["sampled_before"]["invalid"] for r in rows),
+        "cad_invalid_rate": max(r["invalid_greedy_after"]["invalid"] for r in rows),
+        "cad_invalid_rate_sampled": max(r["invalid_sampled_after"]["invalid"] for r in rows),
+        "cad_invalid_rate_before": max(r["invalid_greedy_before"]["invalid"] for r in rows),
+        "cad_invalid_rate_sampled_before": max(r["invalid_sampled_before"]["invalid"] for r in rows),
         "seeds": args.seeds, "base_seed": args.base_seed, "overrides": args.overrides,
         "load_at_end": os.popen("uptime").read().strip(),
     }))
