@@ -96,15 +96,16 @@ def main() -> None:
             for name, path in (("before", str(base.path)), ("after", best)):
                 engine = _engine_for(path)
                 for how, temp in (("greedy", 0.0), ("sampled", 1.0)):
-                    row[f"invalid_{how}_{name}"] = invalid_rate(engine, got["reporting"], got["verifier"], got["max_tokens"], temp,
-                                                        args.samples, seed + 1)
+                    row[f"invalid_{how}_{name}"] = invalid_rate(engine, got["reporting"], got["verifier"], got["max_tokens"],
+                                                                temp, args.samples, seed + 1)
             row["seconds"] = time.perf_counter() - t0
             rows.append(row)
             print(f"seed {seed}: greedy {r.greedy_before:.3f} -> {r.greedy_after:.3f} "
                   f"({100 * (r.greedy_after - r.greedy_before):+.1f} pts, best step {r.best_step}), pass@1 "
                   f"{r.pass1_before:.3f} -> {r.pass1_after:.3f}; invalid greedy {row['invalid_greedy_before']['invalid']:.3f} -> "
                   f"{row['invalid_greedy_after']['invalid']:.3f}, sampled {row['invalid_sampled_before']['invalid']:.3f} -> "
-                  f"{row['invalid_sampled_after']['invalid']:.3f}; {row['seconds']:.0f}s; load {os.popen('uptime').read().strip()}",
+                  f"{row['invalid_sampled_after']['invalid']:.3f}; {row['seconds']:.0f}s; "
+                  f"load {os.popen('uptime').read().strip()}",
                   flush=True)
             print(json.dumps(row), flush=True)
     gains = [100 * (r["greedy_after"] - r["greedy_before"]) for r in rows]
