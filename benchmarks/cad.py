@@ -178,7 +178,7 @@ def speed(n: int) -> dict:
     tasks = PartsSource(level=1).take(n, "held_out", seed=21)
     programs = [extract_program(t.answer) for t in tasks]
     local = current_sandboxes()
-    v = CadVerifier()
+    v = CadVerifier(run_cache=0)  # distinct programs, each run every time (the cache would make the second round free)
     score_sync(v, tasks[:2], programs[:2])  # warm: the sandbox's fork-server and imports, not charged
     for t in tasks:  # targets are built once per task and cached; build them outside both timings
         asyncio.run(v.target(t))
@@ -207,9 +207,53 @@ def speed(n: int) -> dict:
     print(f"speed, level 1, {n} distinct programs: verifier {tv:.2f}s wall ({n / tv:.1f}/s), {cv:.2f} CPU-s "
           f"({2 * n / cv:.1f}/s on 2 free cores); bare openscad + IoU {tb:.2f}s wall ({n / tb:.1f}/s), {cb:.2f} CPU-s "
           f"({2 * n / cb:.1f}/s on 2 free cores) [best of 2 each]; load: {load()}", flush=True)
-    return {"cad_verify_per_s": n / tv, "cad_bare_per_s": n / tb, "cad_overhead": tv / tb,
+    prof = profile(programs, tasks, v)
+    return {**prof, "cad_verify_per_s": n / tv, "cad_bare_per_s": n / tb, "cad_overhead": tv / tb,
             "cad_verify_per_s_2free": 2 * n / cv, "cad_bare_per_s_2free": 2 * n / cb, "cad_overhead_cpu": cv / cb,
             "cad_speed_n": n}
+
+
+def profile(programs: list[str], tasks, v) -> dict:
+    """Where a verification's CPU goes, per program: OpenSCAD inside the sandbox (cgroup CPU of a batch, minus the
+    same batch with `true` in its place), the batch's shell wrapper (that `true` batch), the host's side (mesh
+    load, exact-boolean IoU, per-feature IoU), and building a target solid (once per task, cached)."""
+    from posttrain.rewards.cad import run_openscad
+    from posttrain.rewards.cad_geometry import compare, load_mesh, local_ious
+    from posttrain.rewards.cad_parts import part_from_dict, part_solid
+    from posttrain.sandbox.sandboxes import current_sandboxes
+
+    sb, n = current_sandboxes().executor, len(programs)
+
+    def batch_cpu(binary: str) -> tuple[float, list]:
+        cpu, runs = 0.0, []
+        for lo in range(0, n, 16):
+            async def one(lo: int = lo):
+                class Metered:
+                    async def arun(self, *a, **kw):
+                        res = await sb.arun(*a, **kw)
+                        nonlocal cpu
+                        cpu += res.cpu_s or 0.0
+                        return res
+                return await run_openscad(Metered(), programs[lo:lo + 16], binary=binary)
+            runs += asyncio.run(one())
+        return cpu / n, runs
+
+    scad_cpu, runs = batch_cpu("openscad")
+    wrap_cpu, _ = batch_cpu("true")
+    c0 = time.process_time()
+    for t, r in zip(tasks, runs):
+        solid, target = load_mesh(r.mesh, "stl"), asyncio.run(v.target(t))
+        compare(solid, target), local_ious(solid, target, v.regions(t))
+    host = (time.process_time() - c0) / n
+    c0 = time.process_time()
+    for t in tasks:
+        part_solid(part_from_dict(t.meta["target_part"]))
+    target_cpu = (time.process_time() - c0) / n
+    print(f"profile, CPU ms per program: OpenSCAD {1000 * (scad_cpu - wrap_cpu):.1f}, the batch's shell wrapper "
+          f"{1000 * wrap_cpu:.1f}, host mesh load + IoU + feature IoU {1000 * host:.1f}; a target solid {1000 * target_cpu:.1f} "
+          f"(once per task); load: {load()}", flush=True)
+    return {"cad_cpu_ms_openscad": 1000 * (scad_cpu - wrap_cpu), "cad_cpu_ms_wrapper": 1000 * wrap_cpu,
+            "cad_cpu_ms_host": 1000 * host, "cad_cpu_ms_target": 1000 * target_cpu}
 
 
 def _children_cpu() -> float:
@@ -355,7 +399,11 @@ def render_trust(n_svg: int, n_cad: int) -> dict:
     c = asyncio.run(_render_all(sb, sample, settings, 60, 240.0, 20.0))[0]
     same = all(x.png == y.png == z.png for x, y, z in zip(a or [], (b or [])[::-1], c))
     print(f"render determinism: {len(sample)} renders byte-identical across 2 workers and a rerun: {same}", flush=True)
-    return {"render_fuzz_svg": len(svgs), "render_fuzz_cad": len(meshes), "render_hung": hung,
+    timeouts = sum(1 for r in runs if r is not None and r.status.value == "timeout")
+    print(f"fuzzed OpenSCAD programs: {len(programs)} run, {len(meshes)} made a mesh, {timeouts} killed at 10 s; "
+          f"fuzzed inputs in all: {len(svgs) + len(programs)}", flush=True)
+    return {"render_fuzz_inputs": len(svgs) + len(programs), "render_fuzz_cad_programs": len(programs),
+            "scad_fuzz_timeouts": timeouts, "render_fuzz_svg": len(svgs), "render_fuzz_cad": len(meshes), "render_hung": hung,
             "render_silent_blank": silent, "render_identical": same, "render_identical_n": len(sample)}
 
 

@@ -11,7 +11,9 @@ arithmetic path, its cache keys and its results are untouched by that. And a
 base for the multi-turn agent domain (`family = "lookup"`, `agent/lookup.py`):
 pre-trained on whole oracle episodes token for token as the runtime builds them
 (loss on the sampled calls only), its band measured by real greedy episodes in
-the sandbox (held-out episode success).
+the sandbox (held-out episode success). And a base for CAD parts (`family = "cad:parts"`, `tasks/cad.py`,
+`digits` = the level): pre-trained on the gold OpenSCAD programs of the `brief` form, its band measured by the sandboxed `cad`
+verifier (held-out pass rate of greedy programs).
 Does not cover: general-purpose pre-training of larger models.
 """
 
@@ -51,6 +53,8 @@ EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
 AGENT_BASE_FORMAT = 4  # the same, for agent-domain bases (4: copy drills every other step)
 AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
+CAD_BASE_FORMAT = 1  # the same, for CAD bases (their keys include it)
+CAD_CONTEXT = 256  # positions of a CAD base: a brief level-1 prompt and its gold program are at most ~160 tokens
 
 
 @dataclass
@@ -76,6 +80,10 @@ def is_agent(cfg: BaseModelConfig) -> bool:
     return cfg.family == "lookup"
 
 
+def is_cad(cfg: BaseModelConfig) -> bool:
+    return cfg.family.startswith("cad:")
+
+
 def base_key(cfg: BaseModelConfig) -> str:
     # `worked` and `context` join the key only when set, so every base built before them keeps its key
     fields = cfg.model_dump(exclude={"cache_dir"} | (set() if cfg.worked else {"worked"})
@@ -83,6 +91,9 @@ def base_key(cfg: BaseModelConfig) -> str:
     if is_agent(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "agent_format": AGENT_BASE_FORMAT, **fields}, sort_keys=True)
         return f"agent-{cfg.family}-h{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+    if is_cad(cfg):
+        blob = json.dumps({"format": BASE_FORMAT, "cad_format": CAD_BASE_FORMAT, **fields}, sort_keys=True)
+        return f"cad-{cfg.family.split(':', 1)[1]}-l{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
     if is_code(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "code_format": CODE_BASE_FORMAT, **fields}, sort_keys=True)
         family = cfg.family.replace(":", "-")
@@ -101,6 +112,12 @@ def base_task_source(cfg: BaseModelConfig) -> Any:
         from posttrain.agent.lookup import LookupSource
 
         return LookupSource(hops=cfg.digits, min_hops=cfg.min_digits or 1, held_out_fraction=cfg.held_out_fraction)
+    if is_cad(cfg):
+        from posttrain.tasks.cad import PartsSource
+
+        # brief: the one-line feature list and program (the full prompt is ~300 characters before the program, and a
+        # pre-training step on it took ~20 s on the shared 2 cores; the brief form is a third of that length)
+        return PartsSource(level=cfg.digits, brief=True, held_out_fraction=cfg.held_out_fraction)
     if is_code(cfg):
         family = cfg.family.split(":", 1)[1]
         return CodeSource(family=family, digits=cfg.digits, held_out_fraction=cfg.held_out_fraction)  # type: ignore[arg-type]
@@ -234,7 +251,7 @@ def pretrain_base(
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=cfg.context or (AGENT_CONTEXT if agent else 128),
+        max_position_embeddings=cfg.context or (AGENT_CONTEXT if agent else CAD_CONTEXT if is_cad(cfg) else 128),
         tie_word_embeddings=True,
     )
     model = CausalLM(mcfg)
@@ -251,6 +268,11 @@ def pretrain_base(
 
         verifier = make_verifier(VERIFIER)  # the sandboxed unit-test verifier, as in RL and evaluation
         max_answer = source.max_answer_chars + 1
+    elif is_cad(cfg):
+        from posttrain.rewards.registry import make_verifier
+
+        verifier = make_verifier("cad")  # the sandboxed verifier of RL and evaluation; each task carries its pass_iou
+        max_answer = max(len(t.answer) for t in source.take(500, "train", seed=cfg.seed)) + 8
     elif not agent:
         verifier = ExactMatch(extract="last_number" if cfg.worked else "full")
         max_answer = source.max_solution_chars + 1 if cfg.worked else len(str(10 ** (cfg.digits + 1))) + 2

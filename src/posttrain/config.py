@@ -43,6 +43,10 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     # a band check is a batch of real episodes in the sandbox (64 of them every 25 steps)
     "lookup": {"target_low": 0.25, "target_high": 0.55, "batch_size": 64, "eval_every": 25, "eval_size": 64,
                "max_steps": 3000, "digits": 3},
+    # OpenSCAD parts (cad:parts, level = digits): gold programs after a ~300-character prompt (512 positions); a band
+    # check is a batch of greedy programs judged by the sandboxed `cad` verifier (64 of them every 25 steps)
+    "cad:parts": {"target_low": 0.30, "target_high": 0.60, "batch_size": 32, "eval_every": 25, "eval_size": 64,
+                  "max_steps": 3000, "digits": 1},
 }
 """Per-family defaults of the built-in base model, applied to the fields a config leaves unset."""
 _WORKED_FAMILIES = tuple(f for f, d in FAMILY_BASE_DEFAULTS.items() if d.get("worked"))
@@ -61,10 +65,12 @@ class BaseModelConfig(_Section):
     """SwiGLU hidden width."""
     num_heads: int = Field(4, ge=1)
     """Attention heads (no grouping: the base model is tiny)."""
-    family: Literal["add", "sub", "addsub", "mul", "chain", "code:ops", "code:linear", "lookup"] = "add"
+    family: Literal["add", "sub", "addsub", "mul", "chain", "code:ops", "code:linear", "lookup",
+                    "cad:parts"] = "add"
     """The arithmetic family it is pre-trained on (also the quickstart's RL task), a code-writing family
     (`code:ops`, `code:linear`; see docs/code_domain.md), whose difficulty knob is `digits` too, or `lookup`,
-    the multi-turn agent domain `agent:lookup` (pre-trained on oracle episodes; its knob is `digits` = hops)."""
+    the multi-turn agent domain `agent:lookup` (pre-trained on oracle episodes; its knob is `digits` = hops), or
+    `cad:parts`, OpenSCAD programs for generated parts (pre-trained on gold programs; `digits` = the level, 1-3)."""
     digits: int = Field(2, ge=1, le=9)
     """Operands have up to this many digits (2: a 0.86M model reaches the band in a minute or two on 2 cores)."""
     min_digits: int | None = Field(None, ge=1, le=9)
@@ -107,6 +113,8 @@ class BaseModelConfig(_Section):
         if self.worked and self.family not in _WORKED_FAMILIES:
             raise ValueError(f"worked solutions exist for the {' and '.join(_WORKED_FAMILIES)} families only, "
                              f"not {self.family!r}")
+        if self.family.startswith("cad:") and self.digits > 3:
+            raise ValueError(f"digits is the CAD level for {self.family}: 1, 2 or 3, got {self.digits}")
         if self.target_low > self.target_high:
             raise ValueError(f"target_low ({self.target_low}) must not exceed target_high ({self.target_high})")
         return self

@@ -9,7 +9,9 @@ figures (the final weights' beside them) and where the run is stored. The
 reporting problems are never the ones the checkpoint was chosen on.
 With an agent domain (`--agent`: `AGENT_OVERRIDES`, the same run as
 `examples/agent.toml`) the figures are held-out episode success: one greedy
-episode per task, and sampled episodes for pass@1, each in the sandbox.
+episode per task, and sampled episodes for pass@1, each in the sandbox. With `--cad` (`CAD_OVERRIDES`, the
+same run as `examples/cad.toml`) the task is the easy CAD level in its brief form and the figures are
+held-out pass rates of OpenSCAD programs judged by the sandboxed `cad` verifier.
 Does not cover: anything a config cannot express; it is a thin driver over
 `builtin`, `rl.trainer` and `eval`.
 """
@@ -62,6 +64,15 @@ AGENT_OVERRIDES = [
     "train.prompts_per_step=4", "train.signal_from=reward", "train.eval_every=25", "train.eval_size=200",
     "train.checkpoint_every=50", "rl.lr=5e-4", "rl.loss_agg=seq_mean_token_mean", "rl.advantage=grpo",
     "rl.std_floor=0.15", "rl.warmup_steps=8",
+]
+
+
+# `posttrain quickstart --cad`: single-turn RL on the easy CAD level, brief form (examples/cad.toml is this run)
+CAD_OVERRIDES = [
+    "tasks.source=cad:parts", "tasks.options.level=1", "tasks.options.brief=true", "model.base.family=cad:parts",
+    "sampling.n=8", "sampling.temperature=1.0", "sampling.max_tokens=96", "train.steps=20",
+    "train.prompts_per_step=8", "train.eval_every=10", "train.eval_size=200", "train.checkpoint_every=10",
+    "rl.lr=3e-4", "rl.advantage=grpo",
 ]
 
 

@@ -213,3 +213,50 @@ def test_a_missing_extra_names_it(monkeypatch):
 def test_openscad_missing_is_an_error_verdict_never_a_zero():
     (v,) = judge(CadVerifier(binary="openscad-not-installed"), TASK, GOLD)
     assert v.status is VerdictStatus.ERROR and "system-deps" in v.details
+
+
+def test_a_program_run_before_is_judged_again_without_running_it():
+    ran: list[str] = []
+
+    class Spy:
+        async def arun(self, *args, **kwargs):
+            ran.extend(kwargs["files"].values())
+            return await base.arun(*args, **kwargs)
+
+    base = current_sandboxes().executor
+    with use_sandboxes(current_sandboxes().with_executor(Spy())):
+        v, fresh = CadVerifier(), CadVerifier(run_cache=0)
+        first = judge(v, TASK, GOLD, "syntax(", "cube([20, 10, 5]);")
+        again = judge(v, TASK, "syntax(", GOLD, "cube(2);")
+        assert sorted(ran) == sorted([GOLD, "syntax(", "cube([20, 10, 5]);", "cube(2);"])  # only the new one ran
+        assert [x.passed for x in again] == [False, True, False] and again[1].score == first[0].score == 1.0
+        assert again[0].info["run"] == first[1].info["run"] == "error" and again[1].details == first[0].details
+        ran.clear()
+        judge(fresh, TASK, GOLD)
+        judge(fresh, TASK, GOLD)
+        assert ran == [GOLD, GOLD]  # run_cache=0: every time
+
+
+def test_the_run_cache_keeps_only_what_the_program_decides_within_its_budget(monkeypatch):
+    import posttrain.rewards.cad as cad
+    from posttrain.rewards.cad import ScadRun
+
+    v = CadVerifier(run_cache=2)
+    for status, log in [(RunStatus.TIMEOUT, ""), (RunStatus.UNAVAILABLE, ""), (RunStatus.ERROR, cad.KILLED)]:
+        v._keep_run(f"{status}{log}", ScadRun(status, log=log))
+    assert not v._ran  # the machine's doing (load, a lost item, no OpenSCAD), not the program's
+    for k in range(3):
+        v._keep_run(f"cube({k});", ScadRun(RunStatus.OK, b"x" * 10))
+    assert list(v._ran) == ["cube(1);", "cube(2);"] and v._ran_bytes == 20
+    monkeypatch.setattr(cad, "RUN_CACHE_BYTES", 15)
+    v._keep_run("cube(9);", ScadRun(RunStatus.OK, b"y" * 10))
+    assert list(v._ran) == ["cube(9);"] and v._ran_bytes == 10
+
+
+def test_each_execution_is_handed_over_as_it_comes_back():
+    """`_runs` reports every execution's runs when they return (`verify_batch` judges them while the rest run)."""
+    v = CadVerifier(batch_size=2, max_concurrency=1)
+    programs = [f"cube({k + 1});" for k in range(5)]
+    seen: list[tuple[int, int]] = []
+    runs = asyncio.run(v._runs(programs, on_chunk=lambda lo, got: seen.append((lo, len(got)))))
+    assert seen == [(0, 2), (2, 2), (4, 1)] and all(r.status is RunStatus.OK for r in runs)

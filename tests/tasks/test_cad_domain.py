@@ -111,3 +111,30 @@ def test_posttrain_tasks_validate_cad_parts():
     out = json.loads(res.stdout)
     assert out["ok"] and out["passed"] == out["total"] == 2 and out["verifier"].startswith("cad@")
     assert all(r["ok"] and r["null_status"] == "ok" for r in out["rows"])
+
+
+def test_the_brief_form_gives_every_number_and_its_one_line_gold_passes():
+    """`brief` (the built-in model's form): a one-line feature list, a one-line gold program for the same solid."""
+    tasks = PartsSource(level=1, brief=True).take(40)
+    for t in tasks:
+        assert t.prompt.startswith("OpenSCAD part, $fn=32: cube [") and t.prompt.count("\n") == 1
+        assert "\n" not in t.answer and " " not in t.answer and "translate([0,0,0])" not in t.answer
+        for number in re.findall(r"-?\d+", t.answer.replace("$fn=32", "")):
+            assert number in t.prompt  # every number of the program is given: copying, not arithmetic
+    plain, brief = PartsSource(level=1), PartsSource(level=1, brief=True)
+    assert all(t.meta["split_key"] == json.dumps(t.meta["target_part"], sort_keys=True) for t in tasks)
+    assert [plain.split_of(t) for t in tasks] == [brief.split_of(t) for t in tasks]  # a part's split is the form's too
+    with_hole = [t for t in tasks if "minus cylinder" in t.prompt][:3] + [t for t in tasks if "minus" not in t.prompt][:2]
+    domain = load_domain("cad:parts", level=1, brief=True)
+    verdicts = score_sync(domain.verifier, with_hole, [t.answer for t in with_hole])
+    assert all(v.passed for v in verdicts), [v.details for v in verdicts]
+    no_hole = [t.answer.replace("difference(){", "union(){") for t in with_hole[:3]]  # the hole filled: must fail
+    assert not any(v.passed for v in score_sync(domain.verifier, with_hole[:3], no_hole))
+    assert domain.sampling.max_tokens == 160 and domain.meta["brief"] is True
+
+
+def test_brief_and_derive_exclude_each_other():
+    with pytest.raises(TaskFileError, match="brief and derive"):
+        load_domain("cad:parts", brief=True, derive=True)
+    with pytest.raises(TaskFileError, match="brief"):
+        load_domain("cad:parts", brief="yes")

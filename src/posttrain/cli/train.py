@@ -128,19 +128,23 @@ def quickstart(
     config: Annotated[Optional[Path], typer.Option(help="A TOML config to start from instead of the defaults.")] = None,
     agent: Annotated[bool, typer.Option("--agent", help="Multi-turn RL instead: the built-in agent learns multi-hop "
                                         "lookups across workspace files (examples/agent.toml).")] = False,
+    cad: Annotated[bool, typer.Option("--cad", help="CAD instead: the built-in model writes OpenSCAD programs for "
+                                      "generated parts, judged by volumetric IoU in the sandbox (examples/cad.toml).")] = False,
     set_: SetOpt = None,
 ) -> None:
     """Build (or reuse) the tiny base model, run GRPO on arithmetic (or, with --agent, on multi-turn lookups in the
     sandbox), and show held-out accuracy (episode success) before and after."""
     from posttrain.config import load_config
-    from posttrain.quickstart import AGENT_OVERRIDES, run_quickstart
+    from posttrain.quickstart import AGENT_OVERRIDES, CAD_OVERRIDES, run_quickstart
 
     with friendly():
-        preset = AGENT_OVERRIDES if agent and config is None else []
+        if agent and cad:
+            raise UserError("quickstart: --agent and --cad are two different runs; choose one")
+        preset = (AGENT_OVERRIDES if agent else CAD_OVERRIDES if cad else []) if config is None else []
         overrides = [*preset, f"seed={seed}", f"model.base.seed={seed}", *(set_ or [])]
         cfg = load_config(config, overrides)
         if cfg.name == "quickstart":
-            cfg = cfg.model_copy(update={"name": f"quickstart{'-agent' if agent else ''}-seed{seed}"})
+            cfg = cfg.model_copy(update={"name": f"quickstart{'-agent' if agent else '-cad' if cad else ''}-seed{seed}"})
         with progress() as bars, alerts_shown_by_the_cli():
             base_task = bars.add_task("base model", total=cfg.model.base.max_steps, info="")
             live = TrainingProgress(bars, cfg.train)
@@ -161,14 +165,15 @@ def quickstart(
         if as_json:
             print(json.dumps(result.to_dict()))
             return
-        what = "held-out episodes" if agent else "held-out problems"
+        what = "held-out episodes" if agent else "held-out parts" if cad else "held-out problems"
         table = Table(title=f"quickstart (seed {seed}): {result.n_held_out} {what}")
         table.add_column("metric")
         table.add_column("before", justify="right")
         table.add_column("after", justify="right")
         table.add_column("change", justify="right")
         for name, b, a in [
-            ("greedy episode success" if agent else "greedy accuracy", result.greedy_before, result.greedy_after),
+            ("greedy episode success" if agent else "greedy pass rate" if cad else "greedy accuracy", result.greedy_before,
+             result.greedy_after),
             (f"sampled pass@1 (T=1, {result.pass1_samples_per_task}/task)", result.pass1_before, result.pass1_after),
         ]:
             table.add_row(name, f"{b:.1%}", f"{a:.1%}", f"{(a - b) * 100:+.1f} pts")

@@ -41,7 +41,6 @@ from typing import Any
 
 from posttrain.rewards import cad_parts
 from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, local_ious, mesh_from_task_meta, require_cad
-from posttrain.rewards.dedup import distinct
 from posttrain.rewards.registry import register_verifier
 from posttrain.sandbox.sandboxes import current_sandboxes
 from posttrain.types import Task, Verdict, VerdictStatus
@@ -54,6 +53,8 @@ _INCLUDE = re.compile(r"\b(?:include|use)\s*<([^>]*)>")
 _FILE_CALL = re.compile(r"\b(import|surface|dxf_linear_extrude|dxf_rotate_extrude|dxf_dim|dxf_cross)\b")
 _FIRST_STRING = re.compile(r"\s*\(\s*(?:file\s*=\s*)?\"([^\"\\]*)\"")
 TARGET_CACHE = 4096  # target solids kept per verifier
+RUN_CACHE_BYTES = 128 << 20  # meshes kept by the run cache, at most (a level-1 mesh is ~4 KB)
+KILLED = "the run was killed (memory or time)"
 PARTS = ("iou", "volume", "bbox", "watertight", "features")  # `Verdict.breakdown`
 
 
@@ -207,6 +208,8 @@ class CadVerifier:
     max_concurrency: int = 2  # sandbox executions at once
     render: RenderSettings = field(default_factory=RenderSettings)
     binary: str = OPENSCAD  # the OpenSCAD executable, on the sandbox's PATH
+    run_cache: int = 2048  # programs whose runs are remembered (the same text gives the same mesh): a sampled group
+    # repeats programs across steps, and an evaluation repeats the greedy one; 0 runs every program every time
     name: str = "cad"
 
     def __post_init__(self) -> None:
@@ -217,14 +220,29 @@ class CadVerifier:
             raise ValueError(f"cad: timeout_s must be > 0, got {self.timeout_s}")
         self._targets: dict[str, Solid] = {}
         self._regions: dict[str, list[Any]] = {}
+        self._ran: dict[str, ScadRun] = {}  # program text -> its run (OK or OpenSCAD's own failure), oldest first
+        self._ran_bytes = 0
 
     def version_key(self) -> str:
         here = Path(__file__).parent
         src = b"".join((here / f).read_bytes() for f in ("cad.py", "cad_geometry.py", "cad_parts.py"))
         return hashlib.sha256(src + openscad_version().encode()).hexdigest()[:12]
 
-    async def _runs(self, programs: list[str]) -> list[ScadRun]:
-        """Each program's run: batched over `max_concurrency` executions; an item a batch lost runs alone."""
+    def _keep_run(self, program: str, run: ScadRun) -> None:
+        """Remember a deterministic outcome (a mesh, OpenSCAD's own error, a mesh over the cap); never a timeout,
+        a lost item or a missing OpenSCAD, which depend on the machine, not on the program."""
+        if self.run_cache <= 0 or program in self._ran or run.status not in (RunStatus.OK, RunStatus.ERROR, RunStatus.TOO_BIG) \
+                or run.log == KILLED:
+            return
+        self._ran[program] = run
+        self._ran_bytes += len(run.mesh)
+        while len(self._ran) > self.run_cache or self._ran_bytes > RUN_CACHE_BYTES:
+            self._ran_bytes -= len(self._ran.pop(next(iter(self._ran))).mesh)
+
+    async def _runs(self, programs: list[str], on_chunk: Any = None) -> list[ScadRun]:
+        """Each program's run: batched over `max_concurrency` executions; an item a batch lost runs alone.
+        `on_chunk(lo, runs)` is called as each execution's runs come back (the caller judges them while the other
+        executions are still running)."""
         sandbox = current_sandboxes().executor  # the run's (`[sandbox]`), or this process's local default
         sem = asyncio.Semaphore(self.max_concurrency)
         size = max(1, min(self.batch_size, -(-len(programs) // self.max_concurrency)))
@@ -234,9 +252,12 @@ class CadVerifier:
                 got = await run_openscad(sandbox, programs[lo:hi], timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                                          max_mesh_bytes=self.max_mesh_bytes, binary=self.binary)
             if hi - lo > 1 and any(g is None for g in got):
-                return [g if g is not None else (await chunk(lo + k, lo + k + 1))[0] for k, g in enumerate(got)]
-            return [g if g is not None else ScadRun(RunStatus.ERROR, log="the run was killed (memory or time)")
-                    for g in got]
+                done = [g if g is not None else (await chunk(lo + k, lo + k + 1))[0] for k, g in enumerate(got)]
+            else:
+                done = [g if g is not None else ScadRun(RunStatus.ERROR, log=KILLED) for g in got]
+                if on_chunk is not None:
+                    on_chunk(lo, done)
+            return done
 
         spans = [(k, min(k + size, len(programs))) for k in range(0, len(programs), size)]
         out: list[ScadRun] = []
@@ -341,18 +362,26 @@ class CadVerifier:
                 continue
             todo.append((i, program))
         if todo:
-            # identical programs (common in a sampled group) run once
-            unique_at, slots = distinct([p for _, p in todo])
+            # identical programs (common in a sampled group) run once, and a program run before not again
+            waiting: dict[str, list[int]] = {}
+            for i, program in todo:
+                waiting.setdefault(program, []).append(i)
+
+            def judge(programs: list[str], runs: list[ScadRun]) -> None:
+                for program, run in zip(programs, runs):
+                    self._keep_run(program, run)
+                    for i in waiting.pop(program, []):
+                        out[i] = self._judge(tasks[i], targets[i], run)  # type: ignore[arg-type]
+
+            known = [p for p in waiting if p in self._ran]
+            judge(known, [self._ran[p] for p in known])
+            fresh = list(waiting)
             try:
-                ran = await self._runs([todo[k][1] for k in unique_at])
-                runs: list[ScadRun] | None = [ran[n] for n in slots]
+                ran = await self._runs(fresh, on_chunk=lambda lo, runs: judge(fresh[lo:lo + len(runs)], runs))
+                judge(fresh, ran)  # what no chunk reported (an item run again alone)
             except RuntimeError as exc:
-                runs = None
-                for i, _ in todo:
+                for i in [i for left in waiting.values() for i in left]:
                     out[i] = Verdict(0.0, False, VerdictStatus.ERROR, details=str(exc))
-            if runs is not None:
-                for (i, _), run in zip(todo, runs):
-                    out[i] = self._judge(tasks[i], targets[i], run)  # type: ignore[arg-type]
         return [v if v is not None else Verdict(0.0, False, VerdictStatus.ERROR, details="no verdict") for v in out]
 
 

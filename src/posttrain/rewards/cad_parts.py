@@ -5,7 +5,8 @@ or y) and `Part` (features applied in order: adds are unions, subs differences),
 (`Part.to_dict` / `part_from_dict`, what a task stores in `meta["target_part"]`), `part_solid` (the
 exact solid, built with manifold3d primitives and never through OpenSCAD, so a gold program
 passing is evidence that it and the specification agree), and `part_scad` (the canonical
-OpenSCAD program for a part: the gold answer), `feature_regions` (the box around each feature, for local IoU).
+OpenSCAD program for a part: the gold answer; `brief_scad` the same without whitespace or identity
+translations, the gold of the built-in model's brief prompts), `feature_regions` (the box around each feature, for local IoU).
 Does not cover: drawing parts (`tasks/cad.py`), judging programs (`cad.py`).
 """
 
@@ -178,3 +179,11 @@ def part_scad(part: Part) -> str:
     for f in feats[1:]:
         body = _block("union" if f.op == "add" else "difference", [body, feature_scad(f)])
     return body + "\n"
+
+
+def brief_scad(part: Part) -> str:
+    """`part_scad` on one line without whitespace or `translate([0,0,0])`: the same solid in ~half the characters
+    (what the built-in character-level model writes: `tasks/cad.py`, option `brief`)."""
+    import re
+
+    return re.sub(r"\s+", "", part_scad(part)).replace("translate([0,0,0])", "")

@@ -7,7 +7,8 @@ with holes through both flanges, pockets and patterns), each a `cad_parts.Part` 
 orthographic views with a feature table, as SVG text), with its canonical
 OpenSCAD program as the gold `answer`; knobs: `level`, `features` (extra holes at levels 2-3),
 `pass_iou` (the tolerance), `derive` (the prompt gives no numbers: they must be read off the
-drawing, which the prompt then carries); and the `cad:` registry family (`cad:parts`; its agent view,
+drawing, which the prompt then carries), `brief` (a one-line feature list for a prompt and a one-line gold
+program: the built-in character-level model's form, `builtin.py`); and the `cad:` registry family (`cad:parts`; its agent view,
 `cad_agent:parts`, is registered by `agent/cad_tools.py`).
 Does not cover: judging (`rewards/cad.py`), rendering (`rewards/cad_render.py`). A JSONL task brings its
 own part with `meta.verifier = "cad"` and `target_mesh` (see docs/rewards.md).
@@ -21,7 +22,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from posttrain.rewards.cad_parts import Feature, Part, feature_extent, part_scad
+from posttrain.rewards.cad_parts import Feature, Part, brief_scad, feature_extent, part_scad
 from posttrain.tasks.base import GeneratedSource, Split, split_of
 from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain, reject_unknown
 from posttrain.types import Task
@@ -121,6 +122,25 @@ def _level3(rng: random.Random, extra: int) -> tuple[list[Feature], list[str]]:
     return feats, words
 
 
+BRIEF_HEAD = "OpenSCAD part, $fn=32: "
+
+
+def _vec(v: tuple[float, ...]) -> str:
+    return "[" + ",".join(_fmt(x) for x in v) + "]"
+
+
+def brief_spec(part: Part) -> str:
+    """The part as a one-line feature list, in the order the program applies them: `cube [38,12,13]; minus
+    cylinder r=1 h=15 at [26,7,-1]` (every number given: the prompt of the built-in model's easy level)."""
+    out = []
+    for f in part.features:
+        where = "" if tuple(f.at) == (0, 0, 0) else f" at {_vec(f.at)}"
+        what = f"cube {_vec(f.size)}" if f.shape == "box" else \
+            f"cylinder r={_fmt(f.r)} h={_fmt(f.h)}" + ("" if f.axis == "z" else f" along {f.axis}")
+        out.append(("minus " if f.op == "sub" else "") + what + where)
+    return "; ".join(out)
+
+
 def _fmt(x: float) -> str:
     return f"{x:g}"
 
@@ -167,6 +187,7 @@ class PartsSource(GeneratedSource):
     features: int = 0  # extra holes at levels 2-3
     pass_iou: float | None = None  # None: the level's default (PASS_IOU)
     derive: bool = False  # the prompt gives no dimensions: read them off the drawing
+    brief: bool = False  # a one-line feature list and a one-line gold program (the built-in model's form)
     held_out_fraction: float = 0.15
 
     def __post_init__(self) -> None:
@@ -178,12 +199,17 @@ class PartsSource(GeneratedSource):
             raise ValueError(f"pass_iou must be in [0.5, 1], got {self.pass_iou!r}")
         if not isinstance(self.derive, bool):
             raise ValueError(f"derive must be true or false, got {self.derive!r}")
+        if not isinstance(self.brief, bool):
+            raise ValueError(f"brief must be true or false, got {self.brief!r}")
+        if self.brief and self.derive:
+            raise ValueError("brief and derive exclude each other (a brief prompt gives every number)")
         if not 0 < self.held_out_fraction < 1:
             raise ValueError(f"held_out_fraction must be in (0, 1), got {self.held_out_fraction}")
 
     @property
     def name(self) -> str:
-        return f"cad-parts-l{self.level}" + (f"-f{self.features}" if self.features else "") + ("-derive" if self.derive else "")
+        return f"cad-parts-l{self.level}" + (f"-f{self.features}" if self.features else "") + ("-derive" if self.derive else "") \
+            + ("-brief" if self.brief else "")
 
     def _draw(self, rng: random.Random) -> Task:
         if self.level == 1:
@@ -195,7 +221,9 @@ class PartsSource(GeneratedSource):
         part = Part(tuple(feats))
         key = json.dumps(part.to_dict(), sort_keys=True)
         drawing = drawing_svg(part)
-        if self.derive:
+        if self.brief:
+            prompt = f"{BRIEF_HEAD}{brief_spec(part)}\n"
+        elif self.derive:
             prompt = f"{INSTRUCTIONS}\nThe part is drawn below (three orthographic views and a feature table); " \
                      f"read every dimension off the drawing.\n```svg\n{drawing}\n```\n"
         else:
@@ -204,7 +232,7 @@ class PartsSource(GeneratedSource):
         return Task(
             id=f"{self.name}:{digest}",
             prompt=prompt,
-            answer=f"```openscad\n{part_scad(part)}```",
+            answer=brief_scad(part) if self.brief else f"```openscad\n{part_scad(part)}```",
             meta={"family": "cad:parts", "level": self.level, "split_key": key, "verifier": "cad",
                   "target_part": part.to_dict(), "pass_iou": self.pass_iou or PASS_IOU[self.level],
                   "drawing_svg": drawing, "spec": "; ".join(words), "null_response": NULL_PROGRAM},
@@ -214,7 +242,7 @@ class PartsSource(GeneratedSource):
         return split_of(task.meta["split_key"], self.held_out_fraction)
 
 
-_OPTIONS = ("level", "features", "pass_iou", "derive", "held_out_fraction", "limit", "seed")
+_OPTIONS = ("level", "features", "pass_iou", "derive", "brief", "held_out_fraction", "limit", "seed")
 
 
 @register_domain("cad:", "CAD parts (parts) to model in OpenSCAD, judged by volumetric IoU with the target solid")
@@ -229,6 +257,7 @@ def parts_domain(family: str, **options: Any) -> Domain:
     try:
         source = PartsSource(level=options.get("level", 1), features=options.get("features", 0),
                              pass_iou=options.get("pass_iou"), derive=options.get("derive", False),
+                             brief=options.get("brief", False),
                              held_out_fraction=options.get("held_out_fraction", 0.15))
     except ValueError as exc:
         raise TaskFileError(f"cad:{family}: {exc}") from None
@@ -238,10 +267,10 @@ def parts_domain(family: str, **options: Any) -> Domain:
         source,
         CadVerifier(),
         evaluation=lambda n, s: source.take(200 if n is None else n, "held_out", seed=s),
-        sampling=SamplingDefaults(max_tokens=384 * source.level),
+        sampling=SamplingDefaults(max_tokens=(160 if source.brief else 384) * source.level),
         description=f"held-out level-{source.level} CAD parts (OpenSCAD, IoU >= {source.pass_iou or PASS_IOU[source.level]})",
         meta={"family": family, "level": source.level, "features": source.features, "derive": source.derive,
-              "limit": limit, "seed": seed, "null_response": NULL_PROGRAM},
+              "brief": source.brief, "limit": limit, "seed": seed, "null_response": NULL_PROGRAM},
         eval_limit=limit,
         eval_seed=seed,
     )

@@ -1,0 +1,46 @@
+"""The built-in CAD base (`model.base.family = "cad:parts"`): pre-trained on the brief level's gold programs in a
+256-position model, its band checked by the sandboxed `cad` verifier, its level bounded, its key its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from posttrain.builtin import base_key, base_task_source, ensure_base
+from posttrain.config import BaseModelConfig
+from posttrain.models import load_model
+
+TINY = dict(hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2, batch_size=4, max_steps=2,
+            eval_every=2, eval_size=16)
+
+
+def test_the_cad_family_defaults_and_its_level_bound():
+    cfg = BaseModelConfig(family="cad:parts")
+    assert (cfg.digits, cfg.target_low, cfg.target_high, cfg.eval_size) == (1, 0.30, 0.60, 64)
+    assert base_key(cfg).startswith("cad-parts-l1-s0-") and base_key(cfg) != base_key(BaseModelConfig(family="cad:parts", seed=1))
+    source = base_task_source(cfg)
+    assert source.brief and source.level == 1
+    with pytest.raises(ValidationError, match="CAD level"):
+        BaseModelConfig(family="cad:parts", digits=4)
+
+
+@pytest.mark.slow
+def test_a_cad_base_is_built_and_checked_by_the_cad_verifier(tmp_path, monkeypatch):
+    import posttrain.builtin as builtin
+
+    judged = []
+    real = builtin.evaluate_accuracy
+
+    def spy(engine, tasks, verifier, max_tokens, **kw):
+        judged.append((type(verifier).__name__, len(tasks), max_tokens, tasks[0].prompt))
+        return real(engine, tasks, verifier, max_tokens, **kw)
+
+    monkeypatch.setattr(builtin, "evaluate_accuracy", spy)
+    build = ensure_base(BaseModelConfig(family="cad:parts", cache_dir=str(tmp_path), **TINY))
+    assert judged and judged[0][0] == "CadVerifier" and judged[0][1] == 16
+    assert 80 <= judged[0][2] <= 100 and judged[0][3].startswith("OpenSCAD part, $fn=32: ")  # brief, gold <= ~80 chars
+    assert load_model(build.path)[0].config.max_position_embeddings == 256
+    meta = json.loads((build.path / "base.json").read_text())
+    assert meta["config"]["family"] == "cad:parts" and not build.in_band  # 2 steps: far below its band, said so
