@@ -168,7 +168,7 @@ def engine_child(mode: str, length: int, decode: int, window: int, progress: str
     _reset_peak()
     wall, cpu = [], []
     w0, c0 = time.perf_counter(), time.process_time()
-    # sampled, not greedy: a lone greedy stream decodes 16 tokens per C call (`_decode_greedy_run`), whose deltas
+    # sampled, not greedy: a lone greedy stream decodes 16 tokens per C call (`ModelRunner.greedy_run`), whose deltas
     # arrive together, so per-token times could not be read off the stream
     for _ in engine.stream([prompt], SamplingParams(temperature=1.0, seed=0, max_tokens=decode, ignore_eos=True)):
         wall.append(time.perf_counter())
