@@ -27,8 +27,11 @@ Parts (each can be run alone with `--parts`):
   (`learner_ckpt_mem_ratio`, `learner_grad_max_rel_diff`). Children run with `MALLOC_MMAP_THRESHOLD_=65536`, so
   resident memory follows the live tensors (with glibc's growing default, freed activations stayed resident: a
   first run at 8k measured 608 vs 360 MB, 0.59, where the live tensors differ far more).
-Not measured here: llama.cpp's prefill on the same weights (needs a 10-25 minute llama.cpp build;
-benchmarks/llamacpp.py), and the RL figures (`docs_rl_gain`, `retrieval_hold`, `false_positive_rate`), which need a
+- llamacpp (`--parts llamacpp`, needs `pip install 'posttrain[llamacpp]'`, a 10-25 minute build of llama.cpp):
+  the prefill of the same `--llamacpp-length` prompt on the same 10M weights (GGUF f32) in llama.cpp, one thread,
+  f32 KV cache, flash attention off, beside the engine's full-attention and windowed prefill of that prompt, each
+  in its own process and in CPU seconds: `prefill_vs_llamacpp_32k` = posttrain's tokens/s ÷ llama.cpp's.
+Not measured here: the RL figures (`docs_rl_gain`, `retrieval_hold`, `false_positive_rate`), which need a
 pre-trained base and RL runs.
 """
 
@@ -250,6 +253,66 @@ def engine(args) -> dict:
     return out
 
 
+# ---- llama.cpp's prefill on the same weights
+
+
+def llamacpp_child(length: int, directory: str) -> dict:
+    """llama.cpp's prefill of the engine child's full-attention prompt of `length` tokens, on the same 10M weights
+    (GGUF f32), one thread, f32 KV cache, flash attention off (llama.cpp's f32 graph: benchmarks/llamacpp.py
+    checks its greedy tokens and logits against posttrain's). The prompt goes in as `llama_decode` calls of
+    n_batch tokens (llama.cpp splits each into its n_ubatch); CPU time of this process (one thread)."""
+    from fast import random_model
+    from llamacpp import LlamaCpp, quiet_llama_cpp
+
+    from posttrain.models import char_tokenizer
+    from posttrain.models.gguf_export import export_gguf
+
+    quiet_llama_cpp()
+    model, tok = random_model("10m"), char_tokenizer()
+    path = export_gguf(model, tok, Path(directory) / "10m-f32.gguf", "f32")
+    lc = LlamaCpp(path, length + 64, "f32", "off")
+    rng = random.Random(length)  # engine_child's draws: its 64-token warm-up prompt, then the prompt
+    warm = [rng.randrange(3, 100) for _ in range(64)]
+    prompt = [rng.randrange(3, 100) for _ in range(length)]
+    lc.reset()
+    lc._decode(warm)  # warm-up, untimed: pages in the mmapped weights
+    lc.reset()
+    n_batch = 2048  # llama_context_default_params' n_batch: the most tokens one llama_decode call takes
+    _reset_peak()
+    w0, c0 = time.perf_counter(), time.process_time()
+    for lo in range(0, length, n_batch):
+        logits = lc._decode(prompt[lo:lo + n_batch])
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    first = int(logits.argmax())
+    lc.close()
+    return {"length": length, "prefill_cpu_s": cpu, "prefill_s": wall, "prefill_cpu_s_per_token": cpu / length,
+            "first_token_greedy": first, "peak_rss_mb": _status_kb("VmHWM") / 1024}
+
+
+def llamacpp(args) -> dict:
+    """Prefill tokens/s at `--llamacpp-length`: posttrain's engine (full attention, and the sliding window beside it)
+    ÷ llama.cpp's, each in its own process, CPU time of one thread on both sides."""
+    length = args.llamacpp_length
+    with tempfile.TemporaryDirectory() as d:
+        lc = run_child(["--child", "llamacpp", "--length", str(length), "--dir", d], args.child_timeout)
+    ours = {mode: run_child(["--child", "engine", "--mode", mode, "--length", str(length), "--decode", "2",
+                             "--window", str(args.window)], args.child_timeout) for mode in ("full", "window")}
+    if lc is None or ours["full"] is None:
+        return {"prefill_vs_llamacpp_not_measured": "a child failed or ran over its time limit (printed above)"}
+    out = {f"llamacpp_prefill_{length}_cpu_s": round(lc["prefill_cpu_s"], 2),
+           f"posttrain_full_prefill_{length}_cpu_s": round(ours["full"]["prefill_cpu_s"], 2),
+           f"prefill_vs_llamacpp_{length // 1024}k": round(lc["prefill_cpu_s"] / ours["full"]["prefill_cpu_s"], 3)}
+    if ours["window"] is not None:
+        out[f"posttrain_window_prefill_{length}_cpu_s"] = round(ours["window"]["prefill_cpu_s"], 2)
+        out[f"prefill_window_vs_llamacpp_{length // 1024}k"] = round(lc["prefill_cpu_s"] / ours["window"]["prefill_cpu_s"], 3)
+    print(f"prefill {length} tokens, CPU s of one thread: llama.cpp {lc['prefill_cpu_s']:.1f} (wall {lc['prefill_s']:.1f}), "
+          f"posttrain full attention {ours['full']['prefill_cpu_s']:.1f}"
+          + (f", sliding window {ours['window']['prefill_cpu_s']:.1f}" if ours["window"] else "")
+          + f"; posttrain tokens/s ÷ llama.cpp's (full attention): {out[f'prefill_vs_llamacpp_{length // 1024}k']}",
+          flush=True)
+    return out
+
+
 # ---- learner
 
 
@@ -319,7 +382,9 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=17)
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--child-timeout", type=float, default=900.0)
-    ap.add_argument("--child", choices=["engine", "learner"])
+    ap.add_argument("--child", choices=["engine", "learner", "llamacpp"])
+    ap.add_argument("--llamacpp-length", type=int, default=32768, help="prompt tokens of the llama.cpp prefill part")
+    ap.add_argument("--dir", default="", help="(llamacpp child) where the GGUF file is written")
     ap.add_argument("--mode", choices=["full", "window"], default="full")
     ap.add_argument("--length", type=int, default=8192)
     ap.add_argument("--ckpt", type=int, default=0)
@@ -332,6 +397,9 @@ def main() -> None:
     if args.child == "learner":
         print(json.dumps(learner_child(bool(args.ckpt), args.seq, args.grads)))
         return
+    if args.child == "llamacpp":
+        print(json.dumps(llamacpp_child(args.length, args.dir)))
+        return
     parts = set(args.parts.split(","))
     load = os.getloadavg()
     t0 = time.time()
@@ -342,9 +410,12 @@ def main() -> None:
         out.update(learner(args))
     if "engine" in parts:
         out.update(engine(args))
+    if "llamacpp" in parts:
+        out.update(llamacpp(args))
     out["load_end"] = [round(x, 2) for x in os.getloadavg()]
     out["seconds"] = round(time.time() - t0, 1)
-    out["not_measured"] = ["prefill vs llama.cpp (needs a 10-25 min llama.cpp build)",
+    out["not_measured"] = ([] if "llamacpp" in parts else ["prefill vs llama.cpp (`--parts llamacpp`: needs "
+                                                           "pip install 'posttrain[llamacpp]', a 10-25 min build)"]) + [
                            "docs_rl_gain, retrieval_hold, false_positive_rate (need a pre-trained base and RL runs)"]
     if out.get("prefill_128k_s") is None:
         out["not_measured"].append("prefill at 128k (too slow on the shared 2-core machine); scaling is taken at the "

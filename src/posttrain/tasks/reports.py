@@ -201,130 +201,166 @@ def generate_report(seed: int, options: ReportOptions) -> Report:
     d = options.distractors
 
     f, seg_rev, seg_oi, twin_figs = _draw_figures(rng, years, segments, d)
-    prior = years[-2]
-
-    # ---- notes, numbered in a drawn order after the basis of preparation
+    # notes, numbered in a drawn order after the basis of preparation
     topics = ["segments", "taxes", "borrowings", "shares"] + (["restatement"] if d >= 1 else []) \
         + (["related"] if d >= 2 else [])
     rng.shuffle(topics)
     notes = {t: i + 2 for i, t in enumerate(topics)}
+    draw = _Drawn(rng, f, years, segments, seg_rev, seg_oi, notes, d, _Labeller(years))
 
-    ys = years
-    lab = _Labeller(ys)
-    table, para = lab.table, lab.para
+    # the sections in the order their labels are given out (T<n>, P<n> count up through them)
     sections: dict[str, list[Block]] = {}
-
-    # overview
     sections["01_overview.md"] = [
-        Block([f"# Annual report of {company}", f"Fiscal years FY{ys[0]}-FY{ys[-1]}; figures in USD millions "
+        Block([f"# Annual report of {company}", f"Fiscal years FY{years[0]}-FY{years[-1]}; figures in USD millions "
                "unless stated otherwise. Tables are labelled T<n> and paragraphs P<n>."]),
-        para(f"{company} operates through {len(segments)} segments: {', '.join(segments)}."),
+        draw.lab.para(f"{company} operates through {len(segments)} segments: {', '.join(segments)}."),
     ]
-    # statements
-    ncols = lambda key: [f[f"{key}:{y}"] for y in ys]  # noqa: E731 - a one-line lookup used only below
-    restated = [f"(r) FY{prior} revenue restated, see Note {notes['restatement']}."] if d >= 1 else []
-    income = table("Consolidated income statement", [
-        ("Revenue" + (" (r)" if d >= 1 else ""), ncols("revenue"), "revenue"),
-        ("Cost of sales", ncols("cost_of_sales"), "cost_of_sales"),
-        ("Gross profit", ncols("gross_profit"), "gross_profit"),
-        ("Operating expenses", ncols("operating_expenses"), "operating_expenses"),
-        ("Operating income", ncols("operating_income"), "operating_income"),
-        ("Interest expense", ncols("interest"), "interest"),
-        ("Profit before tax", ncols("pretax_income"), "pretax_income"),
-        ("Income tax", ncols("income_tax"), "income_tax"),
-        ("Net income", ncols("net_income"), "net_income"),
+    sections["03_statements.md"] = _statements(draw)
+    sections["02_management_discussion.md"] = _discussion(draw, compact)
+    sections["04_notes.md"] = _notes(draw, twin, twin_figs)
+    if d >= 3:
+        sections["05_quarterly.md"] = _quarterly(draw)
+
+    planted = _plant(rng, options.plant, sections, f, len(years)) if options.plant else None
+    size = sum(len(line) + 1 for blocks in sections.values() for b in blocks for line in b.text)
+    sections.update(_schedules(rng, draw.lab, f"{stem} {trade}", size, options.length))
+    files, facts, relabel = _render(sections, f)
+    planted = relabel[planted] if planted else None
+    contents = ["# Contents", f"{company}: annual report FY{years[-1]}", ""] + [
+        f"- {name}: {body.splitlines()[0].lstrip('# ')} ({len(body.splitlines())} lines)" for name, body in files.items()]
+    files = {"00_contents.md": "\n".join(contents), **files}
+    return Report(company, twin, years, segments, files, facts, notes, planted, options.plant)
+
+
+@dataclass
+class _Drawn:
+    """What the section builders share: the report's draws so far, its figures and its labeller."""
+
+    rng: random.Random
+    f: dict[str, int]  # "<figure>:<year>" -> value (USD millions)
+    ys: list[int]
+    segments: list[str]
+    seg_rev: dict[str, dict[int, int]]
+    seg_oi: dict[str, dict[int, int]]
+    notes: dict[str, int]  # topic -> note number
+    d: int  # distractor level
+    lab: _Labeller
+
+    def cols(self, key: str) -> list[int]:
+        return [self.f[f"{key}:{y}"] for y in self.ys]
+
+
+def _statements(w: _Drawn) -> list[Block]:
+    """The income statement and the balance sheet."""
+    prior = w.ys[-2]
+    restated = [f"(r) FY{prior} revenue restated, see Note {w.notes['restatement']}."] if w.d >= 1 else []
+    income = w.lab.table("Consolidated income statement", [
+        ("Revenue" + (" (r)" if w.d >= 1 else ""), w.cols("revenue"), "revenue"),
+        ("Cost of sales", w.cols("cost_of_sales"), "cost_of_sales"),
+        ("Gross profit", w.cols("gross_profit"), "gross_profit"),
+        ("Operating expenses", w.cols("operating_expenses"), "operating_expenses"),
+        ("Operating income", w.cols("operating_income"), "operating_income"),
+        ("Interest expense", w.cols("interest"), "interest"),
+        ("Profit before tax", w.cols("pretax_income"), "pretax_income"),
+        ("Income tax", w.cols("income_tax"), "income_tax"),
+        ("Net income", w.cols("net_income"), "net_income"),
     ], restated)
     balance_rows = [("Cash", "cash"), ("Receivables", "receivables"), ("Inventories", "inventories"),
                     ("Property, plant and equipment", "ppe"), ("Total assets", "total_assets"),
                     ("Borrowings", "borrowings"), ("Trade payables", "payables"), ("Shareholders' equity", "equity"),
                     ("Total liabilities and equity", "total_le")]
-    balance = table("Consolidated balance sheet at year end", [(n, ncols(k), k) for n, k in balance_rows],
-                    [f"Borrowings are analysed in Note {notes['borrowings']}."])
-    sections["03_statements.md"] = [Block(["# Financial statements"]), income, balance]
+    balance = w.lab.table("Consolidated balance sheet at year end", [(n, w.cols(k), k) for n, k in balance_rows],
+                          [f"Borrowings are analysed in Note {w.notes['borrowings']}."])
+    return [Block(["# Financial statements"]), income, balance]
 
-    # management discussion: paragraphs restating the statements and the segment note
-    y0, y1 = ys[-2], ys[-1]
+
+def _discussion(w: _Drawn, compact: bool) -> list[Block]:
+    """Management discussion: paragraphs restating the statements and the segment note."""
+    f, para, (y0, y1) = w.f, w.lab.para, w.ys[-2:]
     mdna = [Block(["# Management discussion"]),
             para(f"Group revenue was {_fmt(f[f'revenue:{y1}'])} million in FY{y1}, compared with "
                  f"{_fmt(f[f'revenue:{y0}'])} million in FY{y0}.", (f"revenue:{y1}", f"revenue:{y0}"))]
-    for s in segments:
-        mdna.append(para(f"{s} revenue was {_fmt(seg_rev[s][y1])} million in FY{y1} and its operating income "
-                         f"{_fmt(seg_oi[s][y1])} million.", (f"segment_revenue:{s}:{y1}", f"segment_oi:{s}:{y1}")))
+    for s in w.segments:
+        mdna.append(para(f"{s} revenue was {_fmt(w.seg_rev[s][y1])} million in FY{y1} and its operating income "
+                         f"{_fmt(w.seg_oi[s][y1])} million.", (f"segment_revenue:{s}:{y1}", f"segment_oi:{s}:{y1}")))
     mdna.append(para(f"Net income was {_fmt(f[f'net_income:{y1}'])} million in FY{y1}.", (f"net_income:{y1}",)))
     mdna.append(para(f"Borrowings stood at {_fmt(f[f'borrowings:{y1}'])} million at the end of FY{y1}.",
                      (f"borrowings:{y1}",)))
-    if d >= 1:
-        mdna.append(para(f"FY{prior} revenue was originally reported as {_fmt(f[f'original_revenue:{prior}'])} "
-                         f"million (see Note {notes['restatement']}).", (f"original_revenue:{prior}",)))
+    if w.d >= 1:
+        mdna.append(para(f"FY{y0} revenue was originally reported as {_fmt(f[f'original_revenue:{y0}'])} "
+                         f"million (see Note {w.notes['restatement']}).", (f"original_revenue:{y0}",)))
     if not compact:
-        mdna += [para(text) for text in rng.sample(_FILLER, 2)]
-    sections["02_management_discussion.md"] = mdna
+        mdna += [para(text) for text in w.rng.sample(_FILLER, 2)]
+    return mdna
 
-    # notes
+
+def _notes(w: _Drawn, twin: str, twin_figs: dict[int, tuple[int, int]]) -> list[Block]:
+    """The notes to the statements, in their drawn order (adds the segment totals to the figures)."""
+    f, ys, table, para, y1 = w.f, w.ys, w.lab.table, w.lab.para, w.ys[-1]
     for y in ys:
-        f[f"segment_total:{y}"] = sum(seg_rev[s][y] for s in segments)
-    seg_table = table("Segment revenue", [(s, [seg_rev[s][y] for y in ys], f"segment_revenue:{s}") for s in segments]
-                      + [("Total segments", ncols("segment_total"), "segment_total")],
+        f[f"segment_total:{y}"] = sum(w.seg_rev[s][y] for s in w.segments)
+    seg_table = table("Segment revenue", [(s, [w.seg_rev[s][y] for y in ys], f"segment_revenue:{s}") for s in w.segments]
+                      + [("Total segments", w.cols("segment_total"), "segment_total")],
                       ["(a) Consolidated revenue is total segment revenue less inter-segment eliminations of "
                        + ", ".join(f"{_fmt(f[f'eliminations:{y}'])} (FY{y})" for y in ys) + "."])
     seg_table.facts += [(len(seg_table.text) - 1, f"eliminations:{y}") for y in ys]
-    note_blocks: dict[str, list[Block]] = {
+    blocks: dict[str, list[Block]] = {
         "segments": [
             seg_table,
-            table("Segment operating income", [(s, [seg_oi[s][y] for y in ys], f"segment_oi:{s}") for s in segments]
-                  + [("Total segments", ncols("operating_income"), "")]),
+            table("Segment operating income", [(s, [w.seg_oi[s][y] for y in ys], f"segment_oi:{s}") for s in w.segments]
+                  + [("Total segments", w.cols("operating_income"), "")]),
         ],
         "taxes": [para(f"The effective tax rate (income tax over profit before tax) was "
                        f"{100 * f[f'income_tax:{y1}'] / f[f'pretax_income:{y1}']:.1f}% in FY{y1}.")],
-        "borrowings": [table("Borrowings", [("Term loan", ncols("term_loan"), "term_loan"),
-                                            ("Senior notes", ncols("senior_notes"), "senior_notes"),
-                                            ("Revolving facility", ncols("revolver"), "revolver"),
-                                            ("Total borrowings", ncols("borrowings"), "")])],
+        "borrowings": [table("Borrowings", [("Term loan", w.cols("term_loan"), "term_loan"),
+                                            ("Senior notes", w.cols("senior_notes"), "senior_notes"),
+                                            ("Revolving facility", w.cols("revolver"), "revolver"),
+                                            ("Total borrowings", w.cols("borrowings"), "")])],
         "shares": [para("The weighted average number of shares in issue (millions) was "
                         + ", ".join(f"{_fmt(f[f'shares:{y}'])} in FY{y}" for y in ys) + ".",
                         tuple(f"shares:{y}" for y in ys))],
     }
-    if d >= 1:
-        note_blocks["restatement"] = [para(
+    blocks.update(_distractor_notes(w, twin, twin_figs))
+    nblocks = [Block(["# Notes to the financial statements", "## Note 1. Basis of preparation"]),
+               para("The statements are prepared under the historical cost convention.")]
+    for topic in sorted(w.notes, key=w.notes.get):
+        nblocks.append(Block([f"## Note {w.notes[topic]}. {_NOTE_TITLES[topic]}"]))
+        nblocks += blocks[topic]
+    return nblocks
+
+
+_NOTE_TITLES = {"segments": "Segment information", "taxes": "Income taxes", "borrowings": "Borrowings",
+                "shares": "Share capital", "restatement": "Restatement of prior-year figures",
+                "related": "Related parties"}
+
+
+def _distractor_notes(w: _Drawn, twin: str, twin_figs: dict[int, tuple[int, int]]) -> dict[str, list[Block]]:
+    """The restatement note (distractors >= 1) and the near-duplicate entity's note (>= 2)."""
+    f, ys, prior, out = w.f, w.ys, w.ys[-2], {}
+    if w.d >= 1:
+        out["restatement"] = [w.lab.para(
             f"FY{prior} revenue was originally reported as {_fmt(f[f'original_revenue:{prior}'])} million. It has "
             f"been restated to {_fmt(f[f'revenue:{prior}'])} million after a change in the timing of recognition "
             "of service contracts.", (f"original_revenue:{prior}",))]
-    if d >= 2:
-        note_blocks["related"] = [para(
+    if w.d >= 2:
+        out["related"] = [w.lab.para(
             f"{twin}, a company under common control and not part of the group, reported revenue of "
             + ", ".join(f"{_fmt(twin_figs[y][0])} million in FY{y}" for y in ys) + " and net income of "
             + ", ".join(f"{_fmt(twin_figs[y][1])} million in FY{y}" for y in ys) + ".",
             tuple(f"twin_revenue:{y}" for y in ys))]
-    titles = {"segments": "Segment information", "taxes": "Income taxes", "borrowings": "Borrowings",
-              "shares": "Share capital", "restatement": "Restatement of prior-year figures",
-              "related": "Related parties"}
-    nblocks = [Block(["# Notes to the financial statements", "## Note 1. Basis of preparation"]),
-               para("The statements are prepared under the historical cost convention.")]
-    for topic in sorted(notes, key=notes.get):
-        nblocks.append(Block([f"## Note {notes[topic]}. {titles[topic]}"]))
-        nblocks += note_blocks[topic]
-    sections["04_notes.md"] = nblocks
+    return out
 
-    if d >= 3:  # quarterly figures: they sum to the year, columns that are not the year's
-        qs = []
-        for y in (y0, y1):
-            q_rev, q_ni = _split(rng, f[f"revenue:{y}"], 4), _split(rng, f[f"net_income:{y}"], 4)
-            label = f"T{next(lab.labels)}"
-            qs.append(Block([f"Table {label}. Quarterly results FY{y} (USD millions)", "| Quarter | Revenue | Net income |",
-                             "|---|---|---|"] + [f"| Q{i + 1} | {_fmt(q_rev[i])} | {_fmt(q_ni[i])} |" for i in range(4)],
-                            label))
-        sections["05_quarterly.md"] = [Block(["# Quarterly results (unaudited)"])] + qs
 
-    planted = _plant(rng, options.plant, sections, f, len(ys)) if options.plant else None
-
-    size = sum(len(line) + 1 for blocks in sections.values() for b in blocks for line in b.text)
-    sections.update(_schedules(rng, lab, f"{stem} {trade}", size, options.length))
-    files, facts, relabel = _render(sections, f)
-    planted = relabel[planted] if planted else None
-    contents = ["# Contents", f"{company}: annual report FY{ys[-1]}", ""] + [
-        f"- {name}: {body.splitlines()[0].lstrip('# ')} ({len(body.splitlines())} lines)" for name, body in files.items()]
-    files = {"00_contents.md": "\n".join(contents), **files}
-    return Report(company, twin, years, segments, files, facts, notes, planted, options.plant)
+def _quarterly(w: _Drawn) -> list[Block]:
+    """Quarterly figures of the last two years: they sum to the year, columns that are not the year's."""
+    qs = []
+    for y in w.ys[-2:]:
+        q_rev, q_ni = _split(w.rng, w.f[f"revenue:{y}"], 4), _split(w.rng, w.f[f"net_income:{y}"], 4)
+        label = f"T{next(w.lab.labels)}"
+        qs.append(Block([f"Table {label}. Quarterly results FY{y} (USD millions)", "| Quarter | Revenue | Net income |",
+                         "|---|---|---|"] + [f"| Q{i + 1} | {_fmt(q_rev[i])} | {_fmt(q_ni[i])} |" for i in range(4)],
+                        label))
+    return [Block(["# Quarterly results (unaudited)"])] + qs
 
 
 def _schedules(rng: random.Random, lab: _Labeller, stem: str, size: int, length: int) -> dict[str, list[Block]]:
