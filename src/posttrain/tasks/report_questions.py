@@ -62,85 +62,103 @@ def _pct(a: int, b: int) -> str:
 
 
 def _draw_question(rng: random.Random, kind: Kind, r: Report, hops: int, distractors: int) -> Question:
-    ys, co = r.years, r.company
-    y1, y0 = ys[-1], ys[-2]
-    v = {k: fact.value for k, fact in r.facts.items()}
     if kind == "lookup":
-        y = rng.choice(ys)
-        choice = rng.randrange(4 if distractors >= 1 else 3)
-        if choice == 0:
-            seg = rng.choice(r.segments)
-            what = rng.choice(["revenue", "oi"])
-            key = f"segment_{what}:{seg}:{y}"
-            name = "revenue" if what == "revenue" else "operating income"
-            text = f"What was the {name} of {co}'s {seg} segment in FY{y}, in USD millions?"
-        elif choice == 1:
-            key = f"shares:{y}"
-            text = f"What was {co}'s weighted average number of shares in issue in FY{y}, in millions?"
-        elif choice == 2:
-            item = rng.choice(sorted(_LOOKUPS))
-            key = f"{item}:{y}"
-            text = f"What was {co}'s consolidated {_LOOKUPS[item]} in FY{y}, in USD millions?"
-        else:
-            key = f"original_revenue:{y0}"
-            text = f"What revenue did {co} originally report for FY{y0}, before any restatement, in USD millions?"
-        return Question(kind, text, str(v[key]), True, 0.5, 1, (key,))
+        return _lookup(rng, r, distractors)
     if kind == "cross_table":
-        y = rng.choice(ys)
-        if distractors >= 1 and rng.random() < 0.4:
-            note = r.notes["restatement"]
-            text = (f"{co}'s FY{y0} revenue in this report differs from the figure first published. Which note "
-                    "explains the difference? Answer with the note number.")
-            return Question(kind, text, str(note), False, 0.0, 2, (f"revenue:{y0}", f"original_revenue:{y0}"))
-        text = (f"By how much does the total of {co}'s segment revenues exceed its consolidated revenue in FY{y}, "
-                "in USD millions?")
-        keys = (f"segment_total:{y}", f"revenue:{y}")
-        return Question(kind, text, str(v[keys[0]] - v[keys[1]]), True, 0.5, 2, keys, f"{v[keys[0]]} - {v[keys[1]]}")
+        return _cross_table(rng, r, distractors)
     if kind == "computed":
-        three = hops >= 3 and rng.random() < 0.5
-        if three:
-            pick = rng.randrange(2)
-            if pick == 0:
-                keys = (f"operating_income:{y1}", f"revenue:{y1}", f"operating_income:{y0}", f"revenue:{y0}")
-                a, b, c, d = (v[k] for k in keys)
-                text = (f"By how many percentage points did {co}'s operating margin (operating income over revenue) "
-                        f"change from FY{y0} to FY{y1}? Answer to one decimal place (negative for a fall).")
-                exact = 100 * a / b - 100 * c / d
-                return Question(kind, text, f"{exact:.1f}", True, 0.051, 4, keys, f"100 * {a} / {b} - 100 * {c} / {d}")
-            keys = (f"net_income:{y1}", f"shares:{y1}", f"net_income:{y0}", f"shares:{y0}")
-            a, b, c, d = (v[k] for k in keys)
-            text = (f"By what percentage did {co}'s earnings per share (net income over the weighted average shares) "
-                    f"change from FY{y0} to FY{y1}? Answer to one decimal place (negative for a fall).")
-            exact = 100 * (a / b) / (c / d) - 100
-            return Question(kind, text, f"{exact:.1f}", True, 0.051, 4, keys, f"100 * ({a} / {b}) / ({c} / {d}) - 100")
-        pick = rng.randrange(4)
-        if pick == 0:
-            keys = (f"revenue:{y1}", f"revenue:{y0}")
-            a, b = v[keys[0]], v[keys[1]]
-            text = (f"By what percentage did {co}'s consolidated revenue grow from FY{y0} to FY{y1}? Answer to one "
-                    "decimal place (negative for a fall).")
-            return Question(kind, text, f"{100 * a / b - 100:.1f}", True, 0.051, 2, keys, f"100 * {a} / {b} - 100")
-        if pick == 1:
-            seg = rng.choice(r.segments)
-            keys = (f"segment_oi:{seg}:{y1}", f"segment_revenue:{seg}:{y1}")
-            a, b = v[keys[0]], v[keys[1]]
-            text = (f"What was the operating margin (operating income over revenue) of {co}'s {seg} segment in "
-                    f"FY{y1}, in percent to one decimal place?")
-            return Question(kind, text, _pct(a, b), True, 0.051, 2, keys, f"100 * {a} / {b}")
-        y = rng.choice(ys)
-        if pick == 2:
-            keys = (f"net_income:{y}", f"shares:{y}")
-            text = (f"What were {co}'s earnings per share in FY{y} (net income over the weighted average number of "
-                    "shares), in USD to two decimal places?")
-        else:
-            keys = (f"equity:{y}", f"shares:{y}")
-            text = (f"What was {co}'s book value per share at the end of FY{y} (shareholders' equity over the "
-                    "weighted average number of shares of that year), in USD to two decimal places?")
-        a, b = v[keys[0]], v[keys[1]]
-        return Question(kind, text, f"{a / b:.2f}", True, 0.0051, 2, keys, f"{a} / {b}")
+        return _computed_three(rng, r) if hops >= 3 and rng.random() < 0.5 else _computed(rng, r)
     # inconsistency and none: the same question; the report decides the answer
-    label = r.planted or NONE
-    return Question(kind, AUDIT, label, False, 0.0, 2, ())
+    return Question(kind, AUDIT, r.planted or NONE, False, 0.0, 2, ())
+
+
+def _values(r: Report) -> dict[str, int]:
+    return {k: fact.value for k, fact in r.facts.items()}
+
+
+def _lookup(rng: random.Random, r: Report, distractors: int) -> Question:
+    co, y0 = r.company, r.years[-2]
+    y = rng.choice(r.years)
+    choice = rng.randrange(4 if distractors >= 1 else 3)
+    if choice == 0:
+        seg = rng.choice(r.segments)
+        what = rng.choice(["revenue", "oi"])
+        key = f"segment_{what}:{seg}:{y}"
+        name = "revenue" if what == "revenue" else "operating income"
+        text = f"What was the {name} of {co}'s {seg} segment in FY{y}, in USD millions?"
+    elif choice == 1:
+        key = f"shares:{y}"
+        text = f"What was {co}'s weighted average number of shares in issue in FY{y}, in millions?"
+    elif choice == 2:
+        item = rng.choice(sorted(_LOOKUPS))
+        key = f"{item}:{y}"
+        text = f"What was {co}'s consolidated {_LOOKUPS[item]} in FY{y}, in USD millions?"
+    else:
+        key = f"original_revenue:{y0}"
+        text = f"What revenue did {co} originally report for FY{y0}, before any restatement, in USD millions?"
+    return Question("lookup", text, str(_values(r)[key]), True, 0.5, 1, (key,))
+
+
+def _cross_table(rng: random.Random, r: Report, distractors: int) -> Question:
+    co, y0, v = r.company, r.years[-2], _values(r)
+    y = rng.choice(r.years)
+    if distractors >= 1 and rng.random() < 0.4:
+        text = (f"{co}'s FY{y0} revenue in this report differs from the figure first published. Which note "
+                "explains the difference? Answer with the note number.")
+        return Question("cross_table", text, str(r.notes["restatement"]), False, 0.0, 2,
+                        (f"revenue:{y0}", f"original_revenue:{y0}"))
+    text = (f"By how much does the total of {co}'s segment revenues exceed its consolidated revenue in FY{y}, "
+            "in USD millions?")
+    keys = (f"segment_total:{y}", f"revenue:{y}")
+    return Question("cross_table", text, str(v[keys[0]] - v[keys[1]]), True, 0.5, 2, keys, f"{v[keys[0]]} - {v[keys[1]]}")
+
+
+def _computed_three(rng: random.Random, r: Report) -> Question:
+    """A figure computed from four facts: the change of a margin, or of earnings per share, over two years."""
+    co, (y0, y1), v = r.company, r.years[-2:], _values(r)
+    if rng.randrange(2) == 0:
+        keys = (f"operating_income:{y1}", f"revenue:{y1}", f"operating_income:{y0}", f"revenue:{y0}")
+        a, b, c, d = (v[k] for k in keys)
+        text = (f"By how many percentage points did {co}'s operating margin (operating income over revenue) "
+                f"change from FY{y0} to FY{y1}? Answer to one decimal place (negative for a fall).")
+        exact = 100 * a / b - 100 * c / d
+        return Question("computed", text, f"{exact:.1f}", True, 0.051, 4, keys, f"100 * {a} / {b} - 100 * {c} / {d}")
+    keys = (f"net_income:{y1}", f"shares:{y1}", f"net_income:{y0}", f"shares:{y0}")
+    a, b, c, d = (v[k] for k in keys)
+    text = (f"By what percentage did {co}'s earnings per share (net income over the weighted average shares) "
+            f"change from FY{y0} to FY{y1}? Answer to one decimal place (negative for a fall).")
+    exact = 100 * (a / b) / (c / d) - 100
+    return Question("computed", text, f"{exact:.1f}", True, 0.051, 4, keys, f"100 * ({a} / {b}) / ({c} / {d}) - 100")
+
+
+def _computed(rng: random.Random, r: Report) -> Question:
+    """A figure computed from two facts: growth, a segment margin, earnings or book value per share."""
+    co, (y0, y1), v = r.company, r.years[-2:], _values(r)
+    pick = rng.randrange(4)
+    if pick == 0:
+        keys = (f"revenue:{y1}", f"revenue:{y0}")
+        a, b = v[keys[0]], v[keys[1]]
+        text = (f"By what percentage did {co}'s consolidated revenue grow from FY{y0} to FY{y1}? Answer to one "
+                "decimal place (negative for a fall).")
+        return Question("computed", text, f"{100 * a / b - 100:.1f}", True, 0.051, 2, keys, f"100 * {a} / {b} - 100")
+    if pick == 1:
+        seg = rng.choice(r.segments)
+        keys = (f"segment_oi:{seg}:{y1}", f"segment_revenue:{seg}:{y1}")
+        a, b = v[keys[0]], v[keys[1]]
+        text = (f"What was the operating margin (operating income over revenue) of {co}'s {seg} segment in "
+                f"FY{y1}, in percent to one decimal place?")
+        return Question("computed", text, _pct(a, b), True, 0.051, 2, keys, f"100 * {a} / {b}")
+    y = rng.choice(r.years)
+    if pick == 2:
+        keys = (f"net_income:{y}", f"shares:{y}")
+        text = (f"What were {co}'s earnings per share in FY{y} (net income over the weighted average number of "
+                "shares), in USD to two decimal places?")
+    else:
+        keys = (f"equity:{y}", f"shares:{y}")
+        text = (f"What was {co}'s book value per share at the end of FY{y} (shareholders' equity over the "
+                "weighted average number of shares of that year), in USD to two decimal places?")
+    a, b = v[keys[0]], v[keys[1]]
+    return Question("computed", text, f"{a / b:.2f}", True, 0.0051, 2, keys, f"{a} / {b}")
 
 
 def verifier_spec(q: Question, form: Form) -> dict[str, Any]:
