@@ -236,16 +236,10 @@ def stopping_set(cfg: BaseModelConfig, source: Any = None) -> list:
     return source.take(cfg.eval_size, "train", seed=cfg.seed)
 
 
-def pretrain_base(
-    cfg: BaseModelConfig, out_dir: Path, on_eval: Callable[[int, float], None] | None = None
-) -> tuple[float, int]:
-    """Train from scratch until held-out greedy accuracy reaches the band; returns (accuracy, steps)."""
-    torch.manual_seed(cfg.seed)
-    tokenizer = char_tokenizer()
-    source = base_task_source(cfg)
-    agent = is_agent(cfg)
+def _fresh_model(cfg: BaseModelConfig, vocab_size: int, agent: bool) -> CausalLM:
+    """The untrained base of `cfg`, its weights drawn from the config's seed."""
     mcfg = ModelConfig(
-        vocab_size=tokenizer.vocab_size,
+        vocab_size=vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers,
@@ -256,26 +250,56 @@ def pretrain_base(
     )
     model = CausalLM(mcfg)
     model.init_weights(torch.Generator().manual_seed(cfg.seed))
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
-    rng = random.Random(cfg.seed)
-    held_out = stopping_set(cfg, source)
-    engine = build_engine(None, model, tokenizer)
-    verifier: Any = None
-    max_answer = 0
+    return model
+
+
+def _stopping_verifier(cfg: BaseModelConfig, source: Any, agent: bool) -> tuple[Any, int]:
+    """The verifier the band check grades with and the answer's token budget (None, 0 for agent episodes,
+    which are judged by their own success)."""
     if isinstance(source, CodeSource):
         from posttrain.rewards.registry import make_verifier
         from posttrain.tasks.codegen import VERIFIER
 
-        verifier = make_verifier(VERIFIER)  # the sandboxed unit-test verifier, as in RL and evaluation
-        max_answer = source.max_answer_chars + 1
-    elif is_cad(cfg):
+        return make_verifier(VERIFIER), source.max_answer_chars + 1  # the sandboxed unit tests, as in RL and evaluation
+    if is_cad(cfg):
         from posttrain.rewards.registry import make_verifier
 
-        verifier = make_verifier("cad")  # the sandboxed verifier of RL and evaluation; each task carries its pass_iou
-        max_answer = max(len(t.answer) for t in source.take(500, "train", seed=cfg.seed)) + 8
-    elif not agent:
-        verifier = ExactMatch(extract="last_number" if cfg.worked else "full")
-        max_answer = source.max_solution_chars + 1 if cfg.worked else len(str(10 ** (cfg.digits + 1))) + 2
+        # the sandboxed verifier of RL and evaluation; each task carries its pass_iou
+        return make_verifier("cad"), max(len(t.answer) for t in source.take(500, "train", seed=cfg.seed)) + 8
+    if agent:
+        return None, 0
+    verifier = ExactMatch(extract="last_number" if cfg.worked else "full")
+    return verifier, source.max_solution_chars + 1 if cfg.worked else len(str(10 ** (cfg.digits + 1))) + 2
+
+
+def _sgd_step(model: CausalLM, opt: torch.optim.Optimizer, ids: torch.Tensor, mask: torch.Tensor, lr: float) -> None:
+    """One next-token step on `ids` [B, T], the loss counted where `mask` [B, T-1] is 1."""
+    model.train()
+    logits = model(ids)[:, :-1]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+    loss = (loss * mask.reshape(-1)).sum() / mask.sum()
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def pretrain_base(
+    cfg: BaseModelConfig, out_dir: Path, on_eval: Callable[[int, float], None] | None = None
+) -> tuple[float, int]:
+    """Train from scratch until held-out greedy accuracy reaches the band; returns (accuracy, steps)."""
+    torch.manual_seed(cfg.seed)
+    tokenizer = char_tokenizer()
+    source = base_task_source(cfg)
+    agent = is_agent(cfg)
+    model = _fresh_model(cfg, tokenizer.vocab_size, agent)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    rng = random.Random(cfg.seed)
+    held_out = stopping_set(cfg, source)
+    engine = build_engine(None, model, tokenizer)
+    verifier, max_answer = _stopping_verifier(cfg, source, agent)
 
     def measure() -> float:
         # the weights moved since the last check: the engine must forget KV it cached with the old ones (an agent's
@@ -298,18 +322,7 @@ def pretrain_base(
     check_every, below, refined = cfg.eval_every, None, False
     step = 1
     while step <= cfg.max_steps:
-        model.train()
-        ids, mask = batch([source.sample(rng) for _ in range(cfg.batch_size)])
-        logits = model(ids)[:, :-1]
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
-        loss = (loss * mask.reshape(-1)).sum() / mask.sum()
-        warm = min(1.0, step / 50)
-        for group in opt.param_groups:
-            group["lr"] = cfg.lr * warm
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        _sgd_step(model, opt, *batch([source.sample(rng) for _ in range(cfg.batch_size)]), cfg.lr * min(1.0, step / 50))
         if step % check_every == 0 or step == cfg.max_steps:
             accuracy = measure()
             if on_eval:
