@@ -15,7 +15,8 @@ from posttrain.models.lora import (  # noqa: E402
     merged_state_dict,
     save_adapter,
 )
-from posttrain.rl.learner import Learner, TrainBatch  # noqa: E402
+from posttrain.rl.learner import Learner  # noqa: E402
+from posttrain.rl.train_batch import TrainBatch  # noqa: E402
 
 
 def _randomise_adapters(model, seed=3):

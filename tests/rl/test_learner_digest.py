@@ -15,7 +15,9 @@ import torch
 
 from posttrain.config import RLConfig
 from posttrain.models import CausalLM, ModelConfig
-from posttrain.rl.learner import Learner, TrainBatch
+from posttrain.rl.learner import Learner
+from posttrain.rl.reducer import IdentityReducer
+from posttrain.rl.train_batch import TrainBatch
 
 
 def _model() -> CausalLM:
@@ -92,3 +94,32 @@ def test_the_digest_sees_one_changed_float():
         assert update_digest("nudged") != update_digest("default")
     finally:
         del CONFIGS["nudged"]
+
+
+class _CountingReducer:
+    """One process counting what the update asks of it; its sums are doubled, as two identical ranks' would be."""
+
+    world = 1
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.sums = 0
+        self.max, self.whole = IdentityReducer().max, IdentityReducer().whole
+
+    def local_rows(self, rows):
+        self.rows.append(rows.numel())
+        return rows
+
+    def sum(self, values):
+        self.sums += 1
+        return [2 * v for v in values]
+
+
+def test_the_update_goes_through_the_reducer_it_is_given():
+    cfg = RLConfig(lr=1e-2, minibatches=2, micro_batches=2, share_prefix=False)
+    plain = Learner(_model(), cfg, max_tokens=11).update(_batch(0))
+    reducer = _CountingReducer()
+    doubled = Learner(_model(), cfg, max_tokens=11, reducer=reducer).update(_batch(0))
+    assert reducer.rows == [2, 2, 2, 2]  # two minibatches of two micro-batches of two rows
+    assert reducer.sums == 2 + 1  # one per optimizer step, one for the mismatch
+    assert doubled["pg_loss"] == 2 * plain["pg_loss"] and doubled["mismatch_mean"] == plain["mismatch_mean"]
