@@ -8,8 +8,8 @@ Modules loaded by name are edges too (`string_plugins`: the entries of `_PLUGINS
 tables, and `importlib.import_module("posttrain....")` calls): a cycle hidden in a string is a cycle. In the
 package graph every one counts; in the module graph a registry naming a self-registering plugin of its own
 package (which imports the registry back by construction) does not. No module names a module of another package
-in a string (the wiring layer hands registries their plugins, `posttrain/wiring.py`), so any new one fails. Imports under `if TYPE_CHECKING:` are not edges: they never
-run, they only name types for the checker.
+in a string (the wiring layer hands registries their plugins, `posttrain/wiring.py`), so any new one fails.
+Imports under `if TYPE_CHECKING:` are not edges: they never run, they only name types for the checker.
 """
 
 from __future__ import annotations

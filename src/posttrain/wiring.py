@@ -1,15 +1,15 @@
 """The wiring layer: which implementations the core is handed, the domains of the registry and the optional back ends.
 
 Covers: `register_domains()`, which hands `tasks/domains.py` a `DomainPlugin` for every built-in domain module
-(tasks' own and the agent domains, above tasks), each imported on first use; importing the `posttrain` package
-runs it, so the CLI, the Python API, spawned producer processes and Ray actors alike find every domain, and
-`tasks/` names no module above it. `default_backends()`: one `rl.backends.Backends` whose factories import
-`distributed/` (extras `ray`, torch.distributed) only when a run asks for them: Ray sandbox workers
-(`[sandbox] backend = "ray"`), Ray rollout producers (`rollout.backend = "ray"`), torchrun's ranks and their
-data-parallel learner. `rl/` declares what it needs and never imports `distributed/` (which builds on it); this
-module, above both, is where they meet. Its factories are module-level functions, so a `Backends` travels to a
-spawned producer process. Importing this module imports `tasks/domains.py` alone (no torch): the package's
-`__init__` imports it.
+(tasks' own and the agent domains, above tasks), each imported on first use; the package's `__init__` leaves it
+in `posttrain/hooks.py` for the registry to run before it is first read, so the CLI, the Python API, spawned
+producer processes and Ray actors alike find every domain, and `tasks/` names no module above it.
+`default_backends()`: one `rl.backends.Backends` whose factories import `distributed/` (extras `ray`,
+torch.distributed) only when a run asks for them: Ray sandbox workers (`[sandbox] backend = "ray"`), Ray rollout
+producers (`rollout.backend = "ray"`), torchrun's ranks and their data-parallel learner. `rl/` declares what it
+needs and never imports `distributed/` (which builds on it); this module, above both, is where they meet. Its
+factories are module-level functions, so a `Backends` travels to a spawned producer process. Importing this
+module imports `tasks/domains.py` alone (no torch).
 Does not cover: what each back end does (`distributed/`), when a run needs one (`rl/build.py`).
 """
 
@@ -105,5 +105,5 @@ BUILTIN_DOMAINS = (
 
 
 def register_domains() -> None:
-    """Hand the registry every built-in domain plugin (idempotent; the `posttrain` package runs it on import)."""
+    """Hand the registry every built-in domain plugin (idempotent; run through `posttrain/hooks.py`)."""
     add_plugins(BUILTIN_DOMAINS)

@@ -12,8 +12,8 @@ held-out view (`Domain.suite()`), so training rewards and `posttrain eval`
 judge with the same verifier object, built once from the same spec.
 The built-in entries here are the arithmetic generators and JSONL files;
 the others are `DomainPlugin`s handed in by the wiring layer (`add_plugins`: `posttrain/wiring.py:
-register_domains`, which importing the `posttrain` package runs), each loaded on first use: this package
-names no module above it.
+register_domains`, which the package's root leaves in `posttrain/hooks.py` for the registry to run before it
+is first read), each loaded on first use: this package names no module above it.
 Does not cover: which domain or task to train on next (the curriculum and
 the scheduler), or running an evaluation (`posttrain.eval`).
 """
@@ -25,10 +25,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from posttrain import hooks
 from posttrain.tasks.base import TaskSource
 from posttrain.tasks.jsonl import ListSource, TaskFileError, load_jsonl
 from posttrain.tasks.suites import Suite
 from posttrain.types import Task
+
 
 @dataclass(frozen=True)
 class SamplingDefaults:
@@ -135,8 +137,17 @@ def add_plugins(plugins: Iterable[DomainPlugin]) -> None:
 
 
 def plugins() -> list[DomainPlugin]:
-    """The plugins handed in so far, in order."""
+    """The plugins handed in, in order."""
+    _wire()
     return list(_plugins)
+
+
+def _wire() -> None:
+    """Run, once each, what the wiring layer left for this registry (`posttrain/hooks.py`)."""
+    for hook in list(hooks.domains):  # removed after it ran: a thread reading meanwhile runs it too (idempotent)
+        hook()
+        if hook in hooks.domains:
+            hooks.domains.remove(hook)
 
 
 def _load(plugin: DomainPlugin) -> None:
@@ -146,6 +157,7 @@ def _load(plugin: DomainPlugin) -> None:
 
 
 def _load_plugins() -> None:
+    _wire()
     for plugin in list(_plugins):
         _load(plugin)
 
@@ -166,6 +178,7 @@ def load_domain(spec: str, **options: Any) -> Domain:
     """The domain a spec names; unknown names fail with the list of known ones, bad options with the
     allowed ones. `limit` (tasks in the evaluation view) is understood by every domain."""
     name = spec if ":" not in spec else spec.split(":", 1)[0] + ":"
+    _wire()
     for plugin in [p for p in _plugins if name in p.names and name not in _REGISTRY]:
         _load(plugin)
     if name not in _REGISTRY:
