@@ -116,6 +116,15 @@ class _CountingReducer:
 
 
 def test_the_update_goes_through_the_reducer_it_is_given():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the digests: a tiny model, where a second thread only waits on a loaded machine
+    try:
+        _updates_through_a_counting_reducer()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _updates_through_a_counting_reducer() -> None:
     cfg = RLConfig(lr=1e-2, minibatches=2, micro_batches=2, share_prefix=False)
     plain = Learner(_model(), cfg, max_tokens=11).update(_batch(0))
     reducer = _CountingReducer()
