@@ -97,7 +97,8 @@ def _sync(device: str) -> None:
 
 def learner_mfu(model, device: str, rows: int, width: int) -> dict:
     from posttrain.config import RLConfig
-    from posttrain.rl.learner import Learner, TrainBatch
+    from posttrain.rl.learner import Learner
+    from posttrain.rl.train_batch import TrainBatch
 
     dtype = "bf16" if device.startswith("cuda") else "fp32"
     learner = Learner(model, RLConfig(device=device, dtype=dtype, logprob_chunk=2048), max_tokens=width,

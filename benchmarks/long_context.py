@@ -321,7 +321,8 @@ def learner_child(ckpt: bool, seq: int, grads_path: str) -> dict:
 
     from posttrain.config import RLConfig
     from posttrain.models.logprobs import chunked_logprobs
-    from posttrain.rl.learner import Learner, TrainBatch
+    from posttrain.rl.learner import Learner
+    from posttrain.rl.train_batch import TrainBatch
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -7,9 +7,9 @@ between two packages (`posttrain.rl` -> `posttrain.eval` -> `posttrain.rl`), fai
 Modules loaded by name are edges too (`string_plugins`: the entries of `_PLUGINS` lists and `_PLUGIN_OF`
 tables, and `importlib.import_module("posttrain....")` calls): a cycle hidden in a string is a cycle. In the
 package graph every one counts; in the module graph a registry naming a self-registering plugin of its own
-package (which imports the registry back by construction) does not. One cross-package exception is listed by
-name (`KNOWN_STRING_EDGES`), so any new one fails. Imports under `if TYPE_CHECKING:` are not edges: they never
-run, they only name types for the checker.
+package (which imports the registry back by construction) does not. No module names a module of another package
+in a string (the wiring layer hands registries their plugins, `posttrain/wiring.py`), so any new one fails.
+Imports under `if TYPE_CHECKING:` are not edges: they never run, they only name types for the checker.
 """
 
 from __future__ import annotations
@@ -68,12 +68,6 @@ def _is_type_checking_block(node: ast.AST) -> bool:
 
 PLUGIN_TABLES = ("_PLUGINS", "_PLUGIN_OF")
 
-# Registry entries that still name a module of a package above the registry's, and why they are not fixed yet:
-# the agent domains register in the task registry (`tasks/domains.py`), and agent/ builds on tasks/.
-KNOWN_STRING_EDGES = {("posttrain.tasks.domains", "posttrain.agent.lookup"),
-                      ("posttrain.tasks.domains", "posttrain.agent.cad_tools"),
-                      ("posttrain.tasks.domains", "posttrain.agent.reports")}
-
 
 def string_plugins(root: Path = ROOT) -> dict[str, set[str]]:
     """Per module, the project modules it loads by name: `_PLUGINS` / `_PLUGIN_OF` entries, and string literals
@@ -81,7 +75,10 @@ def string_plugins(root: Path = ROOT) -> dict[str, set[str]]:
     modules = _modules(root)
     out: dict[str, set[str]] = {}
     for mod, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        text = path.read_text()
+        if "import_module" not in text and not any(t in text for t in PLUGIN_TABLES):
+            continue  # neither construct can occur: no need to parse
+        tree = ast.parse(text, str(path))
         names: list[str] = []
         for node in ast.walk(tree):
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -207,8 +204,6 @@ def _path(graph: dict[str, set[str]], comp: list[str]) -> str:
 @pytest.mark.slow
 def test_no_cycles_between_modules():
     graph = import_graph(plugins="modules")
-    for a, b in KNOWN_STRING_EDGES:
-        graph[a].discard(b)
     cycles = [_path(graph, c) for c in _cycles(graph)]
     assert not cycles, "import cycles between modules:\n" + "\n".join(cycles)
 
@@ -216,8 +211,6 @@ def test_no_cycles_between_modules():
 @pytest.mark.slow
 def test_no_cycles_between_packages():
     graph = import_graph(plugins="all")
-    for a, b in KNOWN_STRING_EDGES:
-        graph[a].discard(b)
     packages = _package_graph(graph)
     cycles = [_path(packages, c) for c in _cycles(packages)]
     assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
@@ -247,10 +240,26 @@ def test_string_loaded_plugins_are_edges_and_a_planted_one_is_a_cycle(tmp_path):
     assert not _cycles(_package_graph(import_graph(pkg)))  # what the test saw before strings counted
 
 
-def test_no_core_package_loads_modules_by_name():
-    """The core chooses no implementations by name: `rl/` names no module in a string (the wiring layer,
-    `posttrain/wiring.py` and `cli/`, passes them in); the rest are in-package registries or known edges."""
+def cross_package_string_edges(found: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(module, the module of another package it loads by name) in `string_plugins`' answer: none are allowed."""
+    return {(m, d) for m, deps in found.items() for d in deps if _package(d) != _package(m)}
+
+
+def test_no_module_loads_another_packages_module_by_name():
+    """The core chooses no implementations by name: `rl/` names no module in a string, and no registry names a
+    module of another package (the wiring layer, `posttrain/wiring.py` and `cli/`, passes them in); what is
+    left are registries naming their own package's plugins (`rewards/registry.py`)."""
     found = string_plugins()
     assert not {m: d for m, d in found.items() if m.startswith("posttrain.rl")}
-    cross = {(m, d) for m, deps in found.items() for d in deps if _package(d) != _package(m)}
-    assert cross <= KNOWN_STRING_EDGES, cross - KNOWN_STRING_EDGES
+    assert cross_package_string_edges(found) == set()
+
+
+def test_a_planted_string_import_of_another_package_fails_the_check(tmp_path):
+    pkg = tmp_path / "posttrain"
+    for d in ("", "tasks", "agent"):
+        (pkg / d).mkdir(exist_ok=True)
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "tasks" / "domains.py").write_text('import importlib\n\ndef load():\n'
+                                              '    importlib.import_module("posttrain.agent.lookup")\n')
+    (pkg / "agent" / "lookup.py").write_text("")
+    assert cross_package_string_edges(string_plugins(pkg)) == {("posttrain.tasks.domains", "posttrain.agent.lookup")}

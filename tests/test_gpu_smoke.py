@@ -10,7 +10,8 @@ import torch
 from posttrain.config import RLConfig
 from posttrain.models import load_model
 from posttrain.models.logprobs import chunked_logprobs
-from posttrain.rl.learner import Learner, TrainBatch
+from posttrain.rl.learner import Learner
+from posttrain.rl.train_batch import TrainBatch
 
 
 def test_bf16_learner_on_a_gpu(tiny_model_dir):

@@ -7,12 +7,14 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-import posttrain
+from posttrain.version import __version__
+
+ROOT = Path(__file__).parent  # the package's directory
 
 
 @functools.cache
 def source_hash() -> str:
-    root = Path(posttrain.__file__).parent
+    root = ROOT
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode())
@@ -22,7 +24,7 @@ def source_hash() -> str:
 
 @functools.cache
 def git_commit() -> str | None:
-    root = Path(posttrain.__file__).resolve().parents[2]
+    root = ROOT.resolve().parents[1]
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
@@ -35,4 +37,4 @@ def git_commit() -> str | None:
 
 
 def code_version() -> dict[str, str | None]:
-    return {"version": posttrain.__version__, "git": git_commit(), "source_sha": source_hash()}
+    return {"version": __version__, "git": git_commit(), "source_sha": source_hash()}

@@ -55,6 +55,7 @@ class StandInServer:
         return httpx.Response(200, json=reply([self.script.pop(0)]))
 
 
+@pytest.mark.slow
 def test_generate_observe_correct_with_images_reaching_the_endpoint(sandbox):
     verifier = CadVerifier()
     server = StandInServer([
@@ -93,6 +94,7 @@ def test_a_text_only_endpoint_gets_no_image_parts(sandbox):
     assert "IoU with the target 1.000 (passes)" in server.requests[-1]["messages"][-1]["content"]
 
 
+@pytest.mark.slow
 def test_render_reports_failures_and_refusals(sandbox):
     tool = render_tool()
 
@@ -118,6 +120,7 @@ def test_render_reports_failures_and_refusals(sandbox):
     assert not missing.ok and not outside.ok
 
 
+@pytest.mark.slow
 def test_the_agent_view_of_cad_parts_runs_write_render_submit_episodes(sandbox):
     from posttrain.agent.scripted import ScriptedAgent, call
     from posttrain.agent.spec import spec_of

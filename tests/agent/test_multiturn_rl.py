@@ -22,7 +22,7 @@ from posttrain.engine.mock import MockEngine
 from posttrain.models import char_tokenizer
 from posttrain.models.tokenizer import CHARSET, Tokenizer
 from posttrain.rl.advantages import group_relative_advantages
-from posttrain.rl.learner import pack_groups
+from posttrain.rl.train_batch import pack_groups
 from posttrain.types import Completion, FinishReason, RolloutStatus, SamplingParams
 
 

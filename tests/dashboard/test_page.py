@@ -7,6 +7,7 @@ import json
 import time
 
 import httpx
+import pytest
 from dashboard_runs import make_run, write_step
 
 from posttrain.dashboard.headless import Browser
@@ -29,6 +30,7 @@ def test_console_check_catches_a_broken_page(tmp_path):
     assert any("boom" in e for e in errors) and any("notDefined" in e for e in errors)
 
 
+@pytest.mark.slow
 def test_page_renders_the_stored_run(served_runs):
     server, _ = served_runs
     html = httpx.get(server.url + "/").text
@@ -65,6 +67,7 @@ def test_page_renders_the_stored_run(served_runs):
         assert page.console_errors() == []
 
 
+@pytest.mark.slow
 def test_page_updates_as_steps_are_appended_and_runs_start(served_runs, tmp_path):
     server, stores = served_runs
     with Browser() as browser:

@@ -375,6 +375,7 @@ def test_chunked_prefill_bounds_tokens_per_step(tiny_model_dir):
     assert eng2.generate([prompt], _greedy(5, ignore_eos=True))[0][0].token_ids == ref.token_ids
 
 
+@pytest.mark.slow
 def test_stream_deltas_rebuild_the_completions(engine):
     params = SamplingParams(n=3, max_tokens=6, seed=7, temperature=1.0)
     expected = engine.generate(["4+4=", "abc"], params)

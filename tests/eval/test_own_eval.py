@@ -49,7 +49,7 @@ def _eval(*args):
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("step", [1, 2])
+@pytest.mark.parametrize("step", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_run_at_step_on_the_selection_half_reproduces_the_in_training_figure(trained, tmp_path, step):
     cfg, _ = trained
     out = tmp_path / f"sel{step}"

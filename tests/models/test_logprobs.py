@@ -52,6 +52,7 @@ def test_chunked_entropy_matches_the_full_distribution():
     torch.testing.assert_close(ent, ref, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_chunked_gradients_match_unchunked():
     ids = _ids()
     a, b = _model(), _model()

@@ -3,11 +3,9 @@
 import pytest
 import torch
 
-peft = pytest.importorskip("peft")
-
-from posttrain.config import LoRAConfig, RLConfig  # noqa: E402
-from posttrain.models import load_model  # noqa: E402
-from posttrain.models.lora import (  # noqa: E402
+from posttrain.config import LoRAConfig, RLConfig
+from posttrain.models import load_model
+from posttrain.models.lora import (
     adapter_state_dict,
     apply_lora,
     has_lora,
@@ -15,7 +13,12 @@ from posttrain.models.lora import (  # noqa: E402
     merged_state_dict,
     save_adapter,
 )
-from posttrain.rl.learner import Learner, TrainBatch  # noqa: E402
+from posttrain.rl.learner import Learner
+from posttrain.rl.train_batch import TrainBatch
+
+# Every test here builds peft adapters (importing peft costs ~3 s of CPU): the whole suite runs them, the fast
+# subset does not (`tests/test_extras.py` keeps a fast test of models/lora.py's missing-extra error).
+pytestmark = pytest.mark.slow
 
 
 def _randomise_adapters(model, seed=3):
@@ -46,6 +49,8 @@ def test_only_adapters_are_trainable_and_start_as_the_base(tiny_model_dir):
 
 @pytest.mark.slow
 def test_peft_format_round_trip(tiny_model_dir, tmp_path):
+    import peft
+
     model, _ = load_model(tiny_model_dir)
     apply_lora(model, r=4, alpha=8, targets=["q_proj", "v_proj", "down_proj"])
     _randomise_adapters(model)

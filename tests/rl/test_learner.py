@@ -3,7 +3,8 @@ import torch
 
 from posttrain.config import RLConfig
 from posttrain.models import load_model
-from posttrain.rl.learner import Learner, pack_groups
+from posttrain.rl.learner import Learner
+from posttrain.rl.train_batch import pack_groups
 from posttrain.types import Completion, FinishReason, Group, Task, Trajectory, Verdict, VerdictStatus
 
 

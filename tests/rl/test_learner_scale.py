@@ -5,7 +5,8 @@ import torch
 
 from posttrain.config import ConfigError, RLConfig, load_config
 from posttrain.models import load_model
-from posttrain.rl.learner import Learner, pack_groups, pack_rows
+from posttrain.rl.learner import Learner
+from posttrain.rl.train_batch import pack_groups, pack_rows
 from posttrain.types import Completion, FinishReason, Group, Task, Trajectory, Verdict
 
 

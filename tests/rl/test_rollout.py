@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from posttrain.engine.build import build_engine
 from posttrain.models import load_model
 from posttrain.rewards import ExactMatch, SyncVerifier
@@ -44,6 +46,7 @@ def test_tasks_of_several_domains_use_their_own_verifier(tiny_model_dir):
     assert groups[0].rewards == [1.0, 1.0] and groups[1].rewards == [0.0, 0.0]
 
 
+@pytest.mark.slow
 def test_inline_and_worker_sampling_give_the_same_groups(tiny_model_dir):
     model, tok = load_model(tiny_model_dir)
     tasks = [Task("a", "1+1=", "2"), Task("b", "2+2=", "4")]

@@ -106,14 +106,56 @@ def test_worked_multiplication_domain_reads_the_last_number():
         load_domain("arith:mul", worked="yes")
 
 
-def test_every_built_in_plugin_name_maps_to_the_module_that_registers_it():
+def test_every_built_in_plugin_registers_exactly_the_names_it_declares():
+    """The wiring layer's plugins (handed in when the package is imported) declare the names their modules
+    register: every name a plugin registers is declared, and one plugin's names come from one module."""
     from posttrain.tasks import domains
 
-    domains._load_plugins()
-    builtin = {name for name, e in domains._REGISTRY.items() if e.factory.__module__ in domains._PLUGINS}
-    assert builtin == set(domains._PLUGIN_OF)
-    for name, module in domains._PLUGIN_OF.items():
-        assert domains._REGISTRY[name].factory.__module__ == module
+    entries = {e.name: e for e in domains.registry_entries()}  # loads every plugin
+    declared = {name for p in domains.plugins() for name in p.names}
+    assert {n for n, e in entries.items() if e.factory.__module__ != domains.__name__} == declared
+    assert {"humaneval", "agent:", "cad:", "docs:", "rg:", "terminal"} <= declared
+    for p in domains.plugins():
+        assert len({entries[n].factory.__module__ for n in p.names}) == 1, p.names
+
+
+def test_a_plugin_is_loaded_on_first_use_only_and_once():
+    from posttrain.tasks import domains
+
+    loads = []
+
+    @domains.register_domain("plugin_probe:", "a probe")
+    def probe(arg, **options):
+        return domains.load_domain("arith:add")
+
+    plugin = domains.DomainPlugin(("plugin_probe:",), lambda: loads.append(1))
+    try:
+        domains.add_plugins([plugin, plugin])
+        assert domains.plugins().count(plugin) == 1 and loads == []
+        domains.load_domain("plugin_probe:x")  # registered already: nothing to load
+        assert loads == []
+        del domains._REGISTRY["plugin_probe:"]
+        with pytest.raises(TaskFileError, match="unknown domain"):
+            domains.load_domain("plugin_probe:x")  # its plugin loaded, and registered nothing
+        assert loads == [1]
+    finally:
+        domains._plugins.remove(plugin)
+        domains._REGISTRY.pop("plugin_probe:", None)
+
+
+@pytest.mark.slow
+def test_a_fresh_interpreter_importing_only_the_public_api_finds_every_domain(tmp_path):
+    """Library use without the CLI (the README's `from posttrain.tasks import load_domain`), as in a spawned
+    process or a Ray actor: the package's import wires the registry."""
+    import subprocess
+    import sys
+
+    specs = ["agent:lookup", "cad:parts", "docs:reports", "rg:leg_counting", "humaneval", "terminal", "code:ops",
+             "cad_agent:parts"]
+    code = f"from posttrain.tasks import load_domain\nfor s in {specs!r}:\n    print(load_domain(s).name)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == specs
 
 
 @pytest.mark.slow

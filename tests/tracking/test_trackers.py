@@ -96,6 +96,7 @@ def test_wandb_offline(tmp_path, monkeypatch):
     assert rows == [METRICS[1], METRICS[2]]  # the same names and values as every other back end
 
 
+@pytest.mark.slow
 def test_mlflow_file_store(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     from mlflow.tracking import MlflowClient
@@ -110,6 +111,7 @@ def test_mlflow_file_store(tmp_path, monkeypatch):
     assert run.info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_trackio_local(tmp_path, monkeypatch):
     import sqlite3
 

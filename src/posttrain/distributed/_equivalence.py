@@ -25,7 +25,7 @@ def _model(seed: int = 0):
 
 
 def _batch(step: int, rows: int = 8, width: int = 12):
-    from posttrain.rl.learner import TrainBatch
+    from posttrain.rl.train_batch import TrainBatch
 
     g = torch.Generator().manual_seed(100 + step)
     ids = torch.randint(0, 48, (rows, width), generator=g)

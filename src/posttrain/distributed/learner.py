@@ -2,9 +2,10 @@
 
 Covers: wrapping the native model (DDP: one replica per rank, gradients all-reduced; FSDP2: each decoder
 layer and the root sharded over the ranks, parameters gathered for forward and backward, gradients
-reduce-scattered), each micro-batch split into one contiguous share of rows per rank, the loss scaled by
-the world size so the wrappers' gradient average is the whole batch's gradient, and metrics summed over
-ranks; `init_from_env`: the process group from torchrun's environment.
+reduce-scattered) and `RankReducer`, the reducer `Learner.update` is given: each micro-batch split into one
+contiguous share of rows per rank, the loss scaled by the world size so the wrappers' gradient average is
+the whole batch's gradient, metrics all-reduced over the ranks, FSDP shards gathered whole; the whole
+policy's state and gradients gathered; `init_from_env`: the process group from torchrun's environment.
 Does not cover: the KL reference model under FSDP (refused), checkpointing sharded optimizer state (a
 FSDP run under `posttrain train` refuses `train.checkpoint_every`).
 """
@@ -12,6 +13,7 @@ FSDP run under `posttrain train` refuses `train.checkpoint_every`).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -43,8 +45,40 @@ def init_from_env(backend: str | None = None, device: str = "cpu") -> tuple[int,
     return dist.get_rank(), dist.get_world_size()
 
 
+@dataclass(frozen=True)
+class RankReducer:
+    """The `rl.reducer.Reducer` of one rank: its contiguous share of each micro-batch's rows, sums and maxima
+    all-reduced over the process group (in float64, on the run's GPU for NCCL), shards gathered whole."""
+
+    rank: int
+    world: int
+    device: torch.device
+
+    def local_rows(self, rows: Tensor) -> Tensor:
+        share = rows.tensor_split(self.world)[self.rank]
+        if share.numel() == 0:
+            raise DistributedSetupError(f"a micro-batch of {rows.numel()} rows over {self.world} ranks leaves rank "
+                                        f"{self.rank} none: use fewer micro_batches or ranks")
+        return share
+
+    def sum(self, values: list[float]) -> list[float]:
+        return self._all_reduce(values, dist.ReduceOp.SUM)
+
+    def max(self, values: list[float]) -> list[float]:
+        return self._all_reduce(values, dist.ReduceOp.MAX)
+
+    def whole(self, t: Tensor) -> Tensor:
+        return _whole(t)
+
+    def _all_reduce(self, values: list[float], op: dist.ReduceOp.RedOpType) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=self.device if self.device.type == "cuda" else "cpu")
+        dist.all_reduce(t, op=op)
+        return t.tolist()
+
+
 class DataParallelLearner(Learner):
-    """`Learner.update` over the ranks: every rank is given the same whole batch and computes its share."""
+    """`Learner.update` over the ranks: every rank is given the same whole batch and computes its share (the
+    update is the plain learner's, given a `RankReducer`); this class wraps the model and gathers its state."""
 
     def __init__(
         self,
@@ -76,28 +110,13 @@ class DataParallelLearner(Learner):
             # the root (embeddings, final norm, lm_head) stays gathered after forward: the learner projects
             # the hidden states through lm_head chunk by chunk, outside the root's forward
             fully_shard(model, mesh=mesh, reshard_after_forward=False)
-        super().__init__(model, cfg, max_tokens, temperature, importance_sampling, total_updates)
+        reducer = RankReducer(self.rank, self.world, torch.device(cfg.device))
+        super().__init__(model, cfg, max_tokens, temperature, importance_sampling, total_updates, reducer=reducer)
         if strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel
 
             device_ids = [self.device.index or 0] if self.device.type == "cuda" else None
             self.forward_module = DistributedDataParallel(model, device_ids=device_ids)
-        self.loss_scale = float(self.world)  # DDP and FSDP average gradients; each rank's loss is its part of the sum
-
-    def local_rows(self, rows: Tensor) -> Tensor:
-        share = rows.tensor_split(self.world)[self.rank]
-        if share.numel() == 0:
-            raise DistributedSetupError(f"a micro-batch of {rows.numel()} rows over {self.world} ranks leaves rank "
-                                        f"{self.rank} none: use fewer micro_batches or ranks")
-        return share
-
-    def reduce_stats(self, values: list[float], op: str = "sum") -> list[float]:
-        t = torch.tensor(values, dtype=torch.float64, device=self.device if self.device.type == "cuda" else "cpu")
-        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
-        return t.tolist()
-
-    def clip_gradients(self) -> float:
-        return float(_whole(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)))
 
     def full_state(self) -> dict[str, Tensor]:
         """Every parameter, gathered whole (FSDP shards), on the CPU: what an engine loads or a checkpoint saves."""

@@ -1,23 +1,18 @@
-"""The learner: turns scored groups into one policy update.
+"""The learner: turns a batch of scored token rows into one policy update.
 
-Covers: packing trajectories' token views (`Trajectory.segments()`: one row
-per append-only segment, each carrying its episode's advantage) into
-right-padded batches with sampled-token masks and behaviour logprobs; the
-clipped policy-gradient update with token-level (or other) aggregation,
-optional k3 KL to a frozen reference, gradient clipping, warm-up, several
-epochs / minibatches, gradient accumulation over micro-batches (the same
-update as one pass, within float tolerance); truncated importance sampling
-when the sampler is not the learner's own module; and train-inference
-mismatch metrics (|learner logp - sampler logp|) on the first pass, before
-any parameter moves. Memory and precision (`[rl]`): logprobs in chunks of
-`logprob_chunk` positions (never the full [T, V] logits), `device`, `dtype`
-(bf16 autocast over fp32 master weights), activation checkpointing, and
-`packing` (`pack_rows`: several sequences per row, per-segment positions and
-attention, per-token advantages) in place of padding; `share_prefix` (each
-group's rows as one prefix tree: the prompt runs once for its n completions,
-where that costs fewer FLOPs than the padded rows).
-Does not cover: distributed data parallelism (posttrain/distributed/ wraps this
-learner), building LoRA adapters (models/lora.py: the learner then trains only
+Covers: the update as a loop of typed steps: `rl.epochs` passes over `rl.minibatches` minibatches, each one
+optimizer step whose gradients accumulate over `rl.micro_batches` micro-steps (`Learner.micro_step`: one
+`MicroBatch` in, its `MicroStats` out; the same update as one pass, within float tolerance). The loss is the
+clipped policy gradient with token-level (or other) aggregation, optional k3 KL to a frozen reference, gradient
+clipping, warm-up and a schedule; truncated importance sampling when the sampler is not the learner's own
+module; train-inference mismatch metrics (|learner logp - sampler logp|, `Mismatch`) on the first minibatch,
+before any parameter moves. How processes combine is the `Reducer` passed in (`rl/reducer.py`: the identity in
+one process). Memory and precision (`[rl]`): logprobs in chunks of `logprob_chunk` positions (never the full
+[T, V] logits), `device`, `dtype` (bf16 autocast over fp32 master weights), activation checkpointing,
+`packing` (`train_batch.pack_rows`) in place of padding, and `share_prefix` (each group's rows as one prefix
+tree where that costs fewer FLOPs than the padded rows).
+Does not cover: building the batch (`rl/train_batch.py`), data parallelism (`distributed/learner.py` wraps the
+model and passes its all-reducing reducer), building LoRA adapters (models/lora.py: the learner then trains only
 the parameters that require grad).
 """
 
@@ -26,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import torch
@@ -43,117 +38,55 @@ from posttrain.rl.losses import (
     loss_normalizer,
     truncated_importance_weights,
 )
-from posttrain.types import Group
+from posttrain.rl.reducer import IdentityReducer, Reducer
+from posttrain.rl.train_batch import TrainBatch, pack_rows
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-step's input: this process's rows of a minibatch and what its loss compares against."""
+
+    rows: TrainBatch  # [b, T] this process's rows
+    old: Tensor  # [b, T-1] the old policy's logprobs: the clip's reference
+    behaviour: Tensor  # [b, T-1] the sampler's logprobs
+    normalizer: Tensor  # 0-d: the whole minibatch's loss denominator (`loss_normalizer`), on every process
 
 
 @dataclass
-class TrainBatch:
-    input_ids: Tensor  # [B, T] token views, right-padded
-    mask: Tensor  # [B, T-1] 1.0 where target t+1 is a sampled token of a trainable trajectory
-    old_logp: Tensor  # [B, T-1] behaviour logprobs at those positions (0 elsewhere)
-    advantages: Tensor  # [B] each row's episode advantage, or [B, T-1] per target (packed rows)
-    lengths: Tensor | None = None  # [B] real tokens per row (what `pack_rows` packs by)
-    position_ids: Tensor | None = None  # [B, T] packed rows: positions restart at each segment
-    segment_ids: Tensor | None = None  # [B, T] packed rows: attention stays inside equal ids
-    groups: Tensor | None = None  # [B] the group each row came from: its rows share a prefix (`rl.share_prefix`)
+class MicroStats:
+    """Sums over the sampled tokens of a micro-step's rows; added up over a minibatch, then over the processes."""
 
-    def to(self, device: torch.device) -> "TrainBatch":
-        def move(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t.to(device)
+    pg_loss: float = 0.0  # the aggregated policy-gradient loss
+    clip: float = 0.0  # clipped tokens
+    tokens: float = 0.0  # sampled tokens
+    kl: float = 0.0  # the aggregated KL to the reference (0 without one)
+    entropy: float = 0.0  # the policy's entropy, summed over sampled tokens
+    loss: float = 0.0  # what was back-propagated: pg_loss + kl_beta x kl
 
-        return TrainBatch(self.input_ids.to(device), self.mask.to(device), self.old_logp.to(device),
-                          self.advantages.to(device), move(self.lengths), move(self.position_ids), move(self.segment_ids),
-                          move(self.groups))
-
-    def rows(self, index: Tensor) -> "TrainBatch":
-        def pick(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t[index]
-
-        return replace(self, input_ids=self.input_ids[index], mask=self.mask[index], old_logp=self.old_logp[index],
-                       advantages=self.advantages[index], lengths=pick(self.lengths),
-                       position_ids=pick(self.position_ids), segment_ids=pick(self.segment_ids), groups=pick(self.groups))
+    def add(self, other: "MicroStats") -> None:
+        self.pg_loss += other.pg_loss
+        self.clip += other.clip
+        self.tokens += other.tokens
+        self.kl += other.kl
+        self.entropy += other.entropy
+        self.loss += other.loss
 
 
-def pack_groups(groups: list[Group], advantages: Tensor, valid: Tensor, pad_id: int) -> TrainBatch:
-    """G groups of n trajectories (advantages, valid: [G, n]) -> a TrainBatch with one row per segment.
+@dataclass
+class Mismatch:
+    """Sampler vs learner on identical tokens, before any parameter moved: sums and the largest gap."""
 
-    A single-turn trajectory is one row; a trajectory whose history was
-    rewritten contributes one row per segment, all with its advantage. Rows of
-    trajectories that are not valid stay in the batch fully masked.
-    """
-    flat_adv = advantages.reshape(-1).float()
-    flat_valid = valid.reshape(-1).tolist()
-    views, row_traj, row_valid, row_group = [], [], [], []
-    for i, (gi, t) in enumerate((gi, t) for gi, g in enumerate(groups) for t in g.trajectories):
-        for view in t.segments():
-            views.append(view)
-            row_traj.append(i)
-            row_valid.append(bool(flat_valid[i]))
-            row_group.append(gi)
-    width = max(len(v) for v in views)
-    ids, mask, lp = [], [], []  # built as padded lists, each made a tensor once
-    zeros = [0.0] * (width - 1)
-    for v, ok in zip(views, row_valid):
-        ids.append([*v.ids, *[pad_id] * (width - len(v))])
-        if ok and len(v) > 1:
-            tail = [0.0] * (width - len(v))
-            mask.append([*map(float, v.mask[1:]), *tail])
-            lp.append([*v.logprobs[1:], *tail])
-        else:
-            mask.append(zeros)
-            lp.append(zeros)
-    mask_t = torch.tensor(mask, dtype=torch.float).reshape(len(views), width - 1)
-    old = torch.tensor(lp, dtype=torch.float).reshape(len(views), width - 1) * mask_t
-    lengths = torch.tensor([len(v) for v in views], dtype=torch.long)
-    return TrainBatch(torch.tensor(ids, dtype=torch.long), mask_t, old,
-                      flat_adv[torch.tensor(row_traj, dtype=torch.long)] if row_traj else torch.zeros(0), lengths,
-                      groups=torch.tensor(row_group, dtype=torch.long))
+    num: float = 0.0  # sum of |learner logp - sampler logp| over sampled tokens
+    den: float = 0.0  # sampled tokens
+    largest: float = 0.0
+    kl: float = 0.0  # sum of KL(sampler || learner), k3 estimator (>= 0)
 
-
-def pack_rows(batch: TrainBatch, width: int | None = None, pad_id: int = 0) -> TrainBatch:
-    """A padded batch -> the same sequences packed first-fit-decreasing into rows of `width` tokens (at least
-    the longest sequence). Each sequence keeps its tokens, mask, behaviour logprobs and advantage (now per
-    target); positions restart at 0 per sequence and attention stays inside it (`segment_ids`); the target
-    that would cross from one sequence into the next is masked. Padding is a segment of its own."""
-    if batch.lengths is None:
-        raise ValueError("pack_rows needs the batch's row lengths (pack_groups records them)")
-    lengths = [int(n) for n in batch.lengths]
-    width = max(width or 0, max(lengths))
-    bins: list[list[int]] = []
-    fill: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        for j, used in enumerate(fill):
-            if used + lengths[i] <= width:
-                bins[j].append(i)
-                fill[j] += lengths[i]
-                break
-        else:
-            bins.append([i])
-            fill.append(lengths[i])
-    r = len(bins)
-    ids = torch.full((r, width), pad_id, dtype=torch.long)
-    pos = torch.zeros((r, width), dtype=torch.long)
-    seg = torch.zeros((r, width), dtype=torch.long)
-    mask = torch.zeros((r, width - 1))
-    old = torch.zeros((r, width - 1))
-    adv = torch.zeros((r, width - 1))
-    row_adv = batch.advantages if batch.advantages.dim() == 1 else None
-    if row_adv is None:
-        raise ValueError("pack_rows packs a padded batch (one advantage per row)")
-    for j, members in enumerate(bins):
-        at = 0
-        for k, i in enumerate(members):
-            n = lengths[i]
-            ids[j, at : at + n] = batch.input_ids[i, :n]
-            pos[j, at : at + n] = torch.arange(n)
-            seg[j, at : at + n] = k
-            mask[j, at : at + n - 1] = batch.mask[i, : n - 1]
-            old[j, at : at + n - 1] = batch.old_logp[i, : n - 1]
-            adv[j, at : at + n - 1] = row_adv[i]
-            at += n
-        seg[j, at:] = len(members)  # padding attends only to padding: no all-masked (NaN) rows
-        pos[j, at:] = torch.arange(width - at)
-    return TrainBatch(ids, mask, old, adv, torch.tensor(fill), pos, seg)
+    def observe(self, logp: Tensor, behaviour: Tensor, mask: Tensor) -> None:
+        diff = (logp - behaviour).abs() * mask
+        self.num += float(diff.sum())
+        self.den += float(mask.sum())
+        self.largest = max(self.largest, float(diff.max()) if diff.numel() else 0.0)
+        self.kl += float((k3_kl(behaviour, logp) * mask).sum())
 
 
 def scheduled_lr(lr: float, update: int, warmup: int, schedule: str, total: int | None, min_ratio: float) -> float:
@@ -177,6 +110,7 @@ class Learner:
     pre-update logprobs, clips against those and weights each token by the
     truncated ratio to the behaviour logprobs (`rl.tis_cap`). Off (the local
     engine shares this module), the behaviour logprobs are the old policy.
+    `reducer`: how the processes sharing each update combine (`IdentityReducer`: this process alone).
     """
 
     def __init__(
@@ -187,8 +121,10 @@ class Learner:
         temperature: float = 1.0,
         importance_sampling: bool = False,
         total_updates: int | None = None,
+        reducer: Reducer | None = None,
     ) -> None:
         self.model = model
+        self.reducer: Reducer = reducer or IdentityReducer()
         self.cfg = cfg
         self.max_tokens = max_tokens
         self.temperature = temperature if temperature > 0 else 1.0
@@ -207,7 +143,6 @@ class Learner:
         self.total_updates = total_updates
         # what the policy's forward goes through: the model, or a DDP / FSDP wrapper (posttrain/distributed/)
         self.forward_module: torch.nn.Module = model
-        self.loss_scale = 1.0  # the data-parallel learner's world size: the wrappers average gradients over ranks
 
     def _lr(self) -> float:
         return scheduled_lr(self.cfg.lr, self.updates, self.cfg.warmup_steps, self.cfg.lr_schedule,
@@ -254,14 +189,6 @@ class Learner:
         tree += head * trees.targets.numel()
         return trees if tree < flat else None
 
-    def local_rows(self, rows: Tensor) -> Tensor:
-        """The rows of a micro-batch this process computes (all of them; a data-parallel learner's share)."""
-        return rows
-
-    def reduce_stats(self, values: list[float], op: str = "sum") -> list[float]:
-        """Per-process sums (or maxima) -> the totals over every process (one process: as they are)."""
-        return values
-
     @torch.no_grad()
     def _learner_old(self, batch: TrainBatch) -> Tensor:
         """[B, T-1] the learner's own logprobs of the batch before any parameter moves."""
@@ -277,81 +204,83 @@ class Learner:
         return batch.to(self.device)
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
+        """One policy update: `rl.epochs` passes over the batch's `rl.minibatches` minibatches, one optimizer
+        step each (a minibatch without a sampled token is skipped); metrics are the steps' means, and the
+        sampler-learner mismatch is measured on the first step's micro-batches, before any parameter moves."""
         self.model.train()
-        cfg = self.cfg
         batch = self.prepare(batch)
-        b = batch.input_ids.shape[0]
-        behaviour = batch.old_logp
-        old_policy = self._learner_old(batch) if self.importance_sampling else behaviour
-        chunks = torch.arange(b).chunk(cfg.minibatches)
-        sums: dict[str, float] = {}
-        n_mb = 0
-        mismatch_num = mismatch_den = mismatch_max = mismatch_kl = 0.0
-        first = True
-        for _ in range(cfg.epochs):
-            for rows in chunks:
-                mb_mask = batch.mask[rows]
-                if mb_mask.sum() == 0:
+        old_policy = self._learner_old(batch) if self.importance_sampling else batch.old_logp
+        mismatch = Mismatch()
+        steps: list[dict[str, float]] = []
+        for _ in range(self.cfg.epochs):
+            for rows in torch.arange(batch.input_ids.shape[0]).chunk(self.cfg.minibatches):
+                if batch.mask[rows].sum() == 0:
                     continue
-                norm = loss_normalizer(mb_mask, cfg.loss_agg, self.max_tokens)
-                stats: dict[str, Any] = {"pg_loss": 0.0, "clip": 0.0, "tokens": 0.0, "entropy": 0.0, "kl": 0.0}
-                self.optimizer.zero_grad(set_to_none=True)
-                loss_total = 0.0
-                for whole in rows.chunk(cfg.micro_batches):
-                    if batch.mask[whole].sum() == 0:  # every process sees the whole batch: they all skip together
-                        continue
-                    micro = self.local_rows(whole)
-                    mask = batch.mask[micro]
-                    part = batch.rows(micro)
-                    logp, ent = self._logp(part, entropy=True)
-                    old = old_policy[micro]
-                    if first:  # before any parameter moved: sampler vs learner on identical tokens
-                        diff = (logp.detach() - behaviour[micro]).abs() * mask
-                        mismatch_num += float(diff.sum())
-                        mismatch_den += float(mask.sum())
-                        mismatch_max = max(mismatch_max, float(diff.max()) if diff.numel() else 0.0)
-                        # KL(sampler || learner) on the sampler's tokens, k3 estimator (>= 0)
-                        mismatch_kl += float((k3_kl(behaviour[micro], logp.detach()) * mask).sum())
-                    pg, clipped = clipped_policy_loss(logp, old, batch.advantages[micro], cfg.clip_low, cfg.clip_high)
-                    if self.importance_sampling:
-                        pg = pg * truncated_importance_weights(old, behaviour[micro], cfg.tis_cap)
-                    loss = aggregate_loss(pg, mask, cfg.loss_agg, self.max_tokens, normalizer=norm)
-                    stats["pg_loss"] += loss.item()
-                    stats["clip"] += float((clipped.float() * mask).sum())
-                    stats["tokens"] += float(mask.sum())
-                    if self.ref_model is not None:
-                        with torch.no_grad():
-                            ref_logp = self._logp(part, reference=True)[0]
-                        kl = aggregate_loss(k3_kl(logp, ref_logp), mask, cfg.loss_agg, self.max_tokens, normalizer=norm)
-                        loss = loss + cfg.kl_beta * kl
-                        stats["kl"] += kl.item()
-                    assert ent is not None
-                    stats["entropy"] += float((ent * mask).sum())
-                    (loss * self.loss_scale).backward()
-                    loss_total += loss.item()
-                first = False
-                grad_norm = self.clip_gradients()
-                keys = ("pg_loss", "clip", "tokens", "kl", "entropy")
-                totals = self.reduce_stats([float(stats[k]) for k in keys] + [loss_total])
-                stats, loss_total = dict(zip(keys, totals[:-1])), totals[-1]
-                for group in self.optimizer.param_groups:
-                    group["lr"] = self._lr()
-                self.optimizer.step()
-                self.updates += 1
-                tokens = max(stats["tokens"], 1.0)
-                step_stats = {"pg_loss": stats["pg_loss"], "clip_frac": stats["clip"] / tokens,
-                              "entropy": stats["entropy"] / tokens, "grad_norm": grad_norm, "loss": loss_total}
-                if self.ref_model is not None:
-                    step_stats["kl"] = stats["kl"]
-                for k, v in step_stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                n_mb += 1
-        metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
-        mismatch_num, mismatch_den, mismatch_kl = self.reduce_stats([mismatch_num, mismatch_den, mismatch_kl])
-        (mismatch_max,) = self.reduce_stats([mismatch_max], op="max")
-        metrics.update(mismatch_mean=mismatch_num / mismatch_den if mismatch_den else 0.0, mismatch_max=mismatch_max,
-                       mismatch_kl=mismatch_kl / mismatch_den if mismatch_den else 0.0,
-                       lr=self._lr(), optimizer_steps=n_mb)
+                steps.append(self.minibatch_step(batch, old_policy, rows, mismatch if not steps else None))
+        return self._metrics(steps, mismatch)
+
+    def minibatch_step(self, batch: TrainBatch, old_policy: Tensor, rows: Tensor,
+                       mismatch: Mismatch | None) -> dict[str, float]:
+        """One optimizer step over the minibatch `rows` ([r] indices into `batch`): its micro-steps' gradients
+        accumulated, the per-process sums reduced, the gradients clipped and applied -> the step's metrics."""
+        normalizer = loss_normalizer(batch.mask[rows], self.cfg.loss_agg, self.max_tokens)
+        self.optimizer.zero_grad(set_to_none=True)
+        stats = MicroStats()
+        for whole in rows.chunk(self.cfg.micro_batches):
+            if batch.mask[whole].sum() == 0:  # every process sees the whole batch: they all skip together
+                continue
+            mine = self.reducer.local_rows(whole)
+            micro = MicroBatch(batch.rows(mine), old_policy[mine], batch.old_logp[mine], normalizer)
+            stats.add(self.micro_step(micro, mismatch))
+        grad_norm = self.clip_gradients()
+        stats = MicroStats(*self.reducer.sum(list(astuple(stats))))
+        for group in self.optimizer.param_groups:
+            group["lr"] = self._lr()
+        self.optimizer.step()
+        self.updates += 1
+        tokens = max(stats.tokens, 1.0)
+        out = {"pg_loss": stats.pg_loss, "clip_frac": stats.clip / tokens, "entropy": stats.entropy / tokens,
+               "grad_norm": grad_norm, "loss": stats.loss}
+        if self.ref_model is not None:
+            out["kl"] = stats.kl
+        return out
+
+    def micro_step(self, micro: MicroBatch, mismatch: Mismatch | None = None) -> MicroStats:
+        """Forward and backward over one micro-batch, gradients accumulating; `mismatch` observes the
+        sampler-learner gap first when given. The loss is scaled by the reducer's world: the data-parallel
+        wrappers average gradients over the processes, and each process's loss is its part of the sum."""
+        cfg, mask = self.cfg, micro.rows.mask
+        logp, ent = self._logp(micro.rows, entropy=True)
+        assert ent is not None
+        if mismatch is not None:
+            mismatch.observe(logp.detach(), micro.behaviour, mask)
+        pg, clipped = clipped_policy_loss(logp, micro.old, micro.rows.advantages, cfg.clip_low, cfg.clip_high)
+        if self.importance_sampling:
+            pg = pg * truncated_importance_weights(micro.old, micro.behaviour, cfg.tis_cap)
+        loss = aggregate_loss(pg, mask, cfg.loss_agg, self.max_tokens, normalizer=micro.normalizer)
+        stats = MicroStats(pg_loss=loss.item(), clip=float((clipped.float() * mask).sum()), tokens=float(mask.sum()))
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logp = self._logp(micro.rows, reference=True)[0]
+            kl = aggregate_loss(k3_kl(logp, ref_logp), mask, cfg.loss_agg, self.max_tokens, normalizer=micro.normalizer)
+            loss = loss + cfg.kl_beta * kl
+            stats.kl = kl.item()
+        stats.entropy = float((ent * mask).sum())
+        (loss * float(self.reducer.world)).backward()
+        stats.loss = loss.item()
+        return stats
+
+    def _metrics(self, steps: list[dict[str, float]], mismatch: Mismatch) -> dict[str, float]:
+        """The update's metrics: each step figure's mean over the optimizer steps, the mismatch over every process."""
+        sums: dict[str, float] = {}
+        for step in steps:
+            for k, v in step.items():
+                sums[k] = sums.get(k, 0.0) + v
+        metrics = {k: v / max(len(steps), 1) for k, v in sums.items()}
+        num, den, kl = self.reducer.sum([mismatch.num, mismatch.den, mismatch.kl])
+        (largest,) = self.reducer.max([mismatch.largest])
+        metrics.update(mismatch_mean=num / den if den else 0.0, mismatch_max=largest,
+                       mismatch_kl=kl / den if den else 0.0, lr=self._lr(), optimizer_steps=len(steps))
         return metrics
 
     def policy_state(self) -> dict[str, Any]:
@@ -360,7 +289,7 @@ class Learner:
 
     def clip_gradients(self) -> float:
         """Clip the global gradient norm to `rl.grad_clip`; the norm before clipping."""
-        return float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
+        return float(self.reducer.whole(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)))
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}

@@ -34,11 +34,11 @@ from posttrain.rl.backends import Backends
 from posttrain.rl.build import Components, build, data_parallel_from_env
 from posttrain.rl.colocation import Colocation
 from posttrain.rl.held_out import HeldOutEvaluation
-from posttrain.rl.learner import pack_groups
 from posttrain.rl.rollout import run_sync
 from posttrain.rl.run_log import describe_run, open_run_log, open_writer, record_infrastructure, step_metrics
 from posttrain.rl.scheduling import record_scheduler
 from posttrain.rl.selection import Best
+from posttrain.rl.train_batch import pack_groups
 from posttrain.scheduler.curriculum import level_metrics
 from posttrain.scheduler.pipeline import fill_batch, fill_rule
 from posttrain.scheduler.task_scheduler import TaskScheduler

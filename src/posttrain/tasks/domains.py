@@ -11,35 +11,25 @@ and `parse_options` for `KEY=VALUE` option lists. A suite is a domain's
 held-out view (`Domain.suite()`), so training rewards and `posttrain eval`
 judge with the same verifier object, built once from the same spec.
 The built-in entries here are the arithmetic generators and JSONL files;
-other modules register theirs on import (see `_PLUGINS`).
+the others are `DomainPlugin`s handed in by the wiring layer (`add_plugins`: `posttrain/wiring.py:
+register_domains`, which the package's root leaves in `posttrain/hooks.py` for the registry to run before it
+is first read), each loaded on first use: this package names no module above it.
 Does not cover: which domain or task to train on next (the curriculum and
 the scheduler), or running an evaluation (`posttrain.eval`).
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from posttrain import hooks
 from posttrain.tasks.base import TaskSource
 from posttrain.tasks.jsonl import ListSource, TaskFileError, load_jsonl
 from posttrain.tasks.suites import Suite
 from posttrain.types import Task
-
-# Modules that register domains when imported; each is imported lazily, the first time the registry is read.
-_PLUGINS: list[str] = ["posttrain.tasks.humaneval", "posttrain.tasks.codegen", "posttrain.tasks.reasoning_gym",
-                        "posttrain.tasks.terminal", "posttrain.agent.lookup", "posttrain.tasks.cad",
-                        "posttrain.agent.cad_tools", "posttrain.agent.reports"]
-_PLUGIN_OF: dict[str, str] = {"humaneval": "posttrain.tasks.humaneval", "code:": "posttrain.tasks.codegen",
-                              "rg:": "posttrain.tasks.reasoning_gym", "terminal": "posttrain.tasks.terminal",
-                              "terminal:": "posttrain.tasks.terminal", "agent:": "posttrain.agent.lookup",
-                              "cad:": "posttrain.tasks.cad", "cad_agent:": "posttrain.agent.cad_tools",
-                              "docs:": "posttrain.agent.reports"}
-"""The plugin module that registers each built-in name, so that loading one domain imports only its own
-module (`posttrain eval --suite humaneval` need not import the agent runtime); anything else loads them all."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +96,20 @@ class _Entry:
     members: Members | None = None  # a family's members, for globs in `[[domains]]` (`rg:*`)
 
 
+@dataclass(frozen=True)
+class DomainPlugin:
+    """Domains registered by code outside this module: the names and `family:` prefixes it registers, and the
+    function that registers them (it imports a module whose factories carry `@register_domain`). Loaded the
+    first time one of its names is asked for, or when the whole registry is read, so that loading one domain
+    loads only its own plugin (`posttrain eval --suite humaneval` need not import the agent runtime)."""
+
+    names: tuple[str, ...]
+    load: Callable[[], object]
+
+
 _REGISTRY: dict[str, _Entry] = {}
-_plugins_loaded = False
+_plugins: list[DomainPlugin] = []  # handed in by the wiring layer (`add_plugins`)
+_loaded: set[DomainPlugin] = set()
 
 
 def register_domain(name: str, description: str, knob: str | None = None,
@@ -129,13 +131,35 @@ def register_domain(name: str, description: str, knob: str | None = None,
     return decorate
 
 
+def add_plugins(plugins: Iterable[DomainPlugin]) -> None:
+    """Hand the registry plugins it loads on first use (the wiring layer does, for every built-in domain)."""
+    _plugins.extend(p for p in plugins if p not in _plugins)
+
+
+def plugins() -> list[DomainPlugin]:
+    """The plugins handed in, in order."""
+    _wire()
+    return list(_plugins)
+
+
+def _wire() -> None:
+    """Run, once each, what the wiring layer left for this registry (`posttrain/hooks.py`)."""
+    for hook in list(hooks.domains):  # removed after it ran: a thread reading meanwhile runs it too (idempotent)
+        hook()
+        if hook in hooks.domains:
+            hooks.domains.remove(hook)
+
+
+def _load(plugin: DomainPlugin) -> None:
+    if plugin not in _loaded:
+        plugin.load()
+        _loaded.add(plugin)
+
+
 def _load_plugins() -> None:
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for module in _PLUGINS:
-        importlib.import_module(module)
+    _wire()
+    for plugin in list(_plugins):
+        _load(plugin)
 
 
 def list_domains() -> list[tuple[str, str]]:
@@ -154,8 +178,9 @@ def load_domain(spec: str, **options: Any) -> Domain:
     """The domain a spec names; unknown names fail with the list of known ones, bad options with the
     allowed ones. `limit` (tasks in the evaluation view) is understood by every domain."""
     name = spec if ":" not in spec else spec.split(":", 1)[0] + ":"
-    if name not in _REGISTRY and name in _PLUGIN_OF:
-        importlib.import_module(_PLUGIN_OF[name])
+    _wire()
+    for plugin in [p for p in _plugins if name in p.names and name not in _REGISTRY]:
+        _load(plugin)
     if name not in _REGISTRY:
         _load_plugins()
     if spec in _REGISTRY and not _REGISTRY[spec].family:
