@@ -45,15 +45,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from posttrain import aio
 from posttrain.config import RunConfig
 from posttrain.engine.base import Engine
 from posttrain.errors import UserError
 from posttrain.rl.advantages import has_signal
 from posttrain.rl.backends import Backends
 from posttrain.rl.buffer import BufferClosed, FinishedRollout, GroupBuffer, RolloutRequest
-from posttrain.rl.follow import FollowWeights
-from posttrain.rl.rollout import Rollouter
+from posttrain.rl.producer import ProducerBody, ProducerParts
 from posttrain.sandbox.sandboxes import Sandboxes
 from posttrain.scheduler.curriculum import Curriculum
 from posttrain.scheduler.pipeline import Filled, fill_batch, fill_draw, fill_rule
@@ -123,45 +121,40 @@ class WeightBoard:
         return v
 
 
-def follow_board(board: WeightBoard) -> Callable[[Engine], None]:
-    """A `FollowWeights` refresh that loads the board's newest weights when they are newer than the engine's."""
-
-    def refresh(engine: Engine) -> None:
-        if board.version > engine.policy_version:
-            board.load_into(engine)
-
-    return refresh
-
-
 class RunnerDied(RuntimeError):
     """The runner's process is gone (its in-flight request is re-queued)."""
 
 
 class ThreadRunner:
-    """A producer in this process: an engine over a private copy of the model."""
+    """A producer in this process: the producer body (`rl/producer.py`) over a private copy of the model, called
+    directly; its weights are the board's."""
 
-    def __init__(self, engine: Engine, rollouter: Rollouter) -> None:
-        self.engine, self.rollouter = engine, rollouter
+    def __init__(self, body: ProducerBody) -> None:
+        self.body = body
         self.version = -1
 
+    @property
+    def engine(self) -> Engine:
+        return self.body.engine
+
     def load(self, board: WeightBoard) -> int:
-        self.version = board.load_into(self.engine)
+        self.version = self.body.load()
         return self.version
 
     def run(self, request: RolloutRequest) -> list[Group]:
-        return aio.run_sync(self.rollouter.run(request.tasks, request.n))
+        return self.body.run(request.tasks, request.n)
 
     def sandbox_failures(self) -> list[str]:
-        return []  # this process's sandbox workers are the learner's: the trainer reports them itself
+        return self.body.sandbox_failures()  # this process's sandbox workers are the learner's: none of its own
 
     def sampler_state(self) -> Any:
-        return self.engine.sampler_state()
+        return self.body.sampler_state()
 
     def load_sampler_state(self, state: Any) -> None:
-        self.engine.load_sampler_state(state)
+        self.body.load_sampler_state(state)
 
     def close(self) -> None:
-        pass
+        self.body.close()
 
 
 class ProcessRunner:
@@ -436,14 +429,9 @@ class AsyncLoop:
                        total_steps: int, sandboxes: Sandboxes, backends: Backends | None = None) -> AsyncLoop:
         """Thread producers share this process's `sandboxes`; processes and Ray actors build their own from `cfg`
         (with `backends`)."""
-        from posttrain.rl.build import build_engine_for, build_rollouter
-
         def thread_runner(seed: int, board: WeightBoard) -> ThreadRunner:
-            engine, _ = build_engine_for(cfg.engine, copy.deepcopy(model), tokenizer, seed)
-            sampler: Engine = engine
-            if cfg.rollout.on_new_weights == "update":
-                sampler = FollowWeights(engine, follow_board(board))
-            return ThreadRunner(engine, build_rollouter(cfg, sampler, domains, params, sandboxes, inline=True))
+            parts = ProducerParts(copy.deepcopy(model), tokenizer, domains, params, sandboxes, owns_sandboxes=False)
+            return ThreadRunner(ProducerBody(cfg, parts, seed, board))
 
         return cls(cfg, model, thread_runner, version, total_steps, backends)
 
