@@ -143,9 +143,16 @@ class ProducerBody:
         self.engine = build_engine(cfg.engine, parts.model, parts.tokenizer, seed)
         sampler: Engine = self.engine
         if cfg.rollout.on_new_weights == "update":  # each engine call first adopts newer published weights
-            sampler = FollowWeights(self.engine, follow(weights))
+            sampler = FollowWeights(self.engine, self._follow)
         self.rollouter = build_rollouter(cfg, sampler, parts.domains, parts.params, parts.sandboxes, inline=True)
-        self.version = -1
+        self._refresh = follow(weights)
+        self.version = -1  # the newest version loaded (by `load`, or adopted during a rollout)
+
+    def _follow(self, engine: Engine) -> None:
+        before = engine.policy_version
+        self._refresh(engine)
+        if engine.policy_version != before:
+            self.version = engine.policy_version
 
     def load(self) -> int:
         """Load the newest published weights; the version actually loaded (an exception leaves the old one)."""
