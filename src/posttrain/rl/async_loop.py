@@ -518,7 +518,8 @@ class AsyncLoop:
         outside the long lane (they sample side by side), then the long ones in one piece of the lane (a
         `TaskScheduler` says which are long). With one producer and no lane a round is one request, sampled as the
         synchronous loop samples it."""
-        short, long = tasks, []
+        short: list[Task] = tasks
+        long: list[Task] = []
         if self.long_slots and isinstance(curriculum, TaskScheduler):
             short, long = curriculum.lanes(tasks)
         ways = max(1, min(len(self.producers) - self.long_slots, len(short)))

@@ -79,22 +79,22 @@ class OfferedWeights:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._arrays: dict[str, Any] | None = None
-        self._version = -1
+        self._newest = -1
 
     @property
     def version(self) -> int:
-        return self._version
+        return self._newest
 
     def offer(self, arrays: dict[str, Any], version: int) -> None:
         with self._lock:
-            if version > self._version:
-                self._arrays, self._version = arrays, version
+            if version > self._newest:
+                self._arrays, self._newest = arrays, version
 
     def load_into(self, engine: Engine) -> int:
         import torch
 
         with self._lock:
-            arrays, version = self._arrays, self._version
+            arrays, version = self._arrays, self._newest
             self._arrays = None
         if arrays is None:  # loaded already (or never offered): the engine holds the newest
             return engine.policy_version
