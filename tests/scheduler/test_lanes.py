@@ -1,5 +1,6 @@
 """The long-task lane never starves short tasks (a property test) and cuts the tail."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,6 +63,7 @@ def _dispatch(jobs, workers, long_slots):
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(tasks=tasks_st, workers=st.integers(2, 8), long_factor=st.floats(30.0, 1000.0), data=st.data())
 def test_the_async_loops_pick_never_lets_long_work_hold_short_work_back(tasks, workers, long_factor, data):
