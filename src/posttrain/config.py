@@ -442,7 +442,17 @@ class RolloutConfig(_Section):
     """async: a rollout in flight when new weights arrive finishes under the weights it started with (continue),
     adopts them from its next engine call on, so each turn of an episode keeps its own version (update: threads,
     processes and Ray actors alike), or is discarded, counted and sampled again under the new weights (requeue)."""
+    long_lane_producers: int = Field(0, ge=0)
+    """async, with `train.curriculum = "scheduler"`: producers that may hold rollouts of long tasks at once (those
+    the scheduler expects to take `scheduler.long_factor` times the median domain's seconds); the others always
+    take short ones, so long episodes never hold short ones back. 0: no lane (one queue, in order)."""
 
+    @model_validator(mode="after")
+    def _lane_leaves_short_producers(self) -> RolloutConfig:
+        if self.long_lane_producers and self.long_lane_producers >= self.producers:
+            raise ValueError(f"long_lane_producers = {self.long_lane_producers} must be below producers = "
+                             f"{self.producers}: short tasks need producers of their own")
+        return self
 
     @model_validator(mode="before")
     @classmethod

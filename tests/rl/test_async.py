@@ -371,13 +371,13 @@ def test_scheduler_hooks_submit_cancel_and_durations(cfg):
 def test_update_mode_samples_each_turn_with_the_newest_weights_and_keeps_its_version():
     from posttrain.engine.base import Engine
     from posttrain.engine.mock import MockEngine
-    from posttrain.rl.async_loop import follow_board
     from posttrain.rl.follow import FollowWeights
+    from posttrain.rl.producer import follow
     from posttrain.types import SamplingParams, Turn
 
     board = WeightBoard({"w": torch.zeros(2)}, 0, shared=False)
     mock = MockEngine(["x"], cycle=True)
-    engine = FollowWeights(mock, follow_board(board))
+    engine = FollowWeights(mock, follow(board))
     assert isinstance(engine, Engine)
     first = engine.generate(["turn 1"], SamplingParams(n=1))[0][0]
     board.publish({"w": torch.ones(2)}, 1)  # the learner publishes between the episode's two turns

@@ -1,5 +1,6 @@
 """The long-task lane never starves short tasks (a property test) and cuts the tail."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,3 +41,50 @@ def test_without_a_lane_long_tasks_block_short_ones():
     last_short = lambda ran: max(r.end for r in ran if not jobs[r.index][1])  # noqa: E731
     assert last_short(no_lane) >= 101.0  # the shorts waited for the first long ones
     assert last_short(lane) <= 3.0 + 1e-9
+
+
+def _dispatch(jobs, workers, long_slots):
+    """Every job (duration, is_long) queued at time 0, each free worker taking what `pick_next` (the async loop's
+    rule, `rl/async_loop.py: lane_pick`) chooses: [(index, start, end, long)]."""
+    import heapq
+
+    from posttrain.scheduler.lanes import pick_next
+
+    queue, running, out, now = list(range(len(jobs))), [], [], 0.0
+    while queue or running:
+        while len(running) < workers:
+            i = pick_next([jobs[j][1] for j in queue], sum(jobs[j][1] for _, j in running), long_slots)
+            if i is None:
+                break
+            j = queue.pop(i)
+            heapq.heappush(running, (now + jobs[j][0], j))
+            out.append((j, now, now + jobs[j][0], jobs[j][1]))
+        now, _ = heapq.heappop(running)
+    return out
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None)
+@given(tasks=tasks_st, workers=st.integers(2, 8), long_factor=st.floats(30.0, 1000.0), data=st.data())
+def test_the_async_loops_pick_never_lets_long_work_hold_short_work_back(tasks, workers, long_factor, data):
+    long_slots = data.draw(st.integers(1, workers - 1))
+    jobs = [(d * long_factor if lg else d, lg) for d, lg in tasks]
+    ran = _dispatch(jobs, workers, long_slots)
+    assert sorted(j for j, *_ in ran) == list(range(len(jobs)))  # everything runs, once
+    for _, s0, _, _ in ran:  # at every start, at most long_slots long jobs run
+        assert sum(1 for _, s, e, lg in ran if lg and s <= s0 < e) <= long_slots
+    longest_short = max((d for d, lg in jobs if not lg), default=0.0)
+    free = workers - long_slots
+    shorts = sorted((j, s) for j, s, _, lg in ran if not lg)
+    for rank, (_, start) in enumerate(shorts):  # the bound of run_lanes' property: long durations do not enter it
+        assert start <= (rank // free) * longest_short + 1e-9
+
+
+def test_pick_next_by_hand():
+    from posttrain.scheduler.lanes import pick_next
+
+    assert pick_next([False, True, False], long_running=0, long_slots=1) == 1  # the lane has room: the long one
+    assert pick_next([True, False, True], long_running=1, long_slots=1) == 1  # the lane is full: the oldest short
+    assert pick_next([True, True], long_running=1, long_slots=1) is None  # only long work waits: stay free
+    assert pick_next([True, False], long_running=5, long_slots=0) == 0  # no lane: in order
+    assert pick_next([], 0, 1) is None

@@ -1,7 +1,8 @@
 """Rollout producers as Ray actors (`[rollout] mode = "async"`, `backend = "ray"`; extra `ray`).
 
-Covers: `RolloutWorker`, an actor that builds its own model copy, engine,
-domains and rollouter from the run's config alone (`rl/build.py`) and
+Covers: `RolloutWorker`, an actor around the one producer body
+(`rl/producer.py`: model copy, engine, domains and rollouter built from the
+run's config alone, the same body a thread or a process runs) that
 answers `load` (adopt the weights of one version and acknowledge it),
 `run` (one rollout request), `offer` (with `on_new_weights = "update"`: newer
 weights handed over while a rollout runs, adopted before its next engine
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from typing import Any
 
 from posttrain.config import RunConfig
@@ -30,6 +30,7 @@ from posttrain.extras import MissingExtraError, require
 from posttrain.rl.async_loop import Runner, RunnerDied, WeightBoard
 from posttrain.rl.backends import Backends
 from posttrain.rl.buffer import RolloutRequest
+from posttrain.rl.producer import OfferedWeights, ProducerBody, own_parts
 from posttrain.types import Group
 
 
@@ -74,71 +75,46 @@ def publish_ref(board: WeightBoard) -> tuple[Any, int]:
 
 
 class RolloutWorker:
-    """The actor's body (wrapped by `ray.remote` in `RayRunner`): one engine and rollouter, built from `cfg`."""
+    """The actor's body (wrapped by `ray.remote` in `RayRunner`): the one producer body (`rl/producer.py`), built
+    from `cfg`, its weights the ones the learner offers (`OfferedWeights`)."""
 
     def __init__(self, cfg: RunConfig, index: int, seed: int, threads: int, backends: Backends | None = None) -> None:
-        import torch
-
-        torch.set_num_threads(threads)
-        from posttrain.engine.build import build_engine
-        from posttrain.rl.build import build_domains, build_model, build_rollouter, build_sandboxes, sampling_params
-
-        model, tokenizer, _, _ = build_model(cfg)
-        domains = build_domains(cfg)
-        # this actor's verifiers' own (`sandbox.backend = "ray"`: on sandbox actors it owns, from the `backends`
-        # the learner's wiring passed along)
-        self.sandbox = build_sandboxes(cfg, backends)
-        self.engine = build_engine(cfg.engine, model, tokenizer, seed)
-        self._offered: tuple[Any, int] | None = None
-        self._offer_lock = threading.Lock()
-        sampler: Any = self.engine
-        if cfg.rollout.on_new_weights == "update":  # each engine call first adopts weights offered meanwhile
-            from posttrain.rl.follow import FollowWeights
-
-            sampler = FollowWeights(self.engine, self._adopt_offered)
-        self.rollouter = build_rollouter(cfg, sampler, domains, sampling_params(cfg, domains), self.sandbox, inline=True)
+        self.weights = OfferedWeights()
+        self.body = ProducerBody(cfg, own_parts(cfg, threads, backends), seed, self.weights)
         self.index = index
-        self.version = -1
+
+    @property
+    def engine(self) -> Any:
+        return self.body.engine
+
+    @property
+    def version(self) -> int:
+        return self.body.version
 
     def offer(self, arrays: dict[str, Any], version: int) -> None:
-        """Newer weights, published while a rollout runs (`on_new_weights = "update"`)."""
-        with self._offer_lock:
-            if self._offered is None or version > self._offered[1]:
-                self._offered = (arrays, version)
-
-    def _adopt_offered(self, engine: Any) -> None:
-        with self._offer_lock:
-            offered, self._offered = self._offered, None
-        if offered is not None and offered[1] > engine.policy_version:
-            self.load(*offered)
+        """Newer weights, published while a rollout runs (`on_new_weights = "update"` adopts them at its next
+        engine call)."""
+        self.weights.offer(arrays, version)
 
     def ready(self) -> int:
         return self.index
 
     def load(self, arrays: dict[str, Any], version: int) -> int:
-        """Adopt `arrays` as version `version`; the version now held (an exception leaves the old one)."""
-        import torch
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the object store's arrays are read-only; they are only copied from
-            state = {k: torch.from_numpy(a) for k, a in arrays.items()}
-        self.engine.load_weights(state, version)
-        self.version = version
-        return version
+        """Adopt `arrays` (or a newer offer) as its version; the version now held (an exception leaves the old one)."""
+        self.weights.offer(arrays, version)
+        return self.body.load()
 
     def run(self, tasks: list[Any], n: int) -> list[Group]:
-        from posttrain import aio
-
-        return aio.run_sync(self.rollouter.run(tasks, n))
+        return self.body.run(tasks, n)
 
     def sandbox_failures(self) -> list[str]:
-        return self.sandbox.new_failures()
+        return self.body.sandbox_failures()
 
     def sampler_state(self) -> Any:
-        return self.engine.sampler_state()
+        return self.body.sampler_state()
 
     def load_sampler_state(self, state: Any) -> None:
-        self.engine.load_sampler_state(state)
+        self.body.load_sampler_state(state)
 
 
 class RayRunner:
@@ -172,9 +148,14 @@ class RayRunner:
         return self.version
 
     def run(self, request: RolloutRequest) -> list[Group]:
+        offered = self.version
+        if self.follow and self.board.version > offered:  # published since the load: in hand before the first turn
+            weights, offered = publish_ref(self.board)
+            self._get(self.actor.offer.remote(weights, offered))
+            self.offers += 1
         ref = self.actor.run.remote(request.tasks, request.n)
         if self.follow:  # hand newer weights over while the rollout runs
-            ray, offered = _ray(), self.version
+            ray = _ray()
             while not ray.wait([ref], timeout=0.1)[0]:
                 if self.board.version > offered:
                     weights, offered = publish_ref(self.board)

@@ -1,16 +1,13 @@
-"""The body of one rollout producer process (runs in its own interpreter, spawned by `rl/async_loop.py`).
+"""The request loop of one rollout producer process (runs in its own interpreter, spawned by `rl/async_loop.py`).
 
-Covers: building the producer's own model copy, engine, domains and
-rollouter from the run's config alone (`rl/build.py`), its own torch thread
-count, and a request loop over one pipe: `load` (copy the newest published
-weights out of shared memory under the board's lock and acknowledge the
-version actually loaded), `run` (one rollout request, scored groups back; with `on_new_weights =
-"update"` each engine call first adopts newer weights, so each turn keeps its own version),
-`sandbox_failures` (this process's Ray sandbox workers that died since the last ask),
-`rng_get` / `rng_set` (the sampler state, for exact resume), `stop`. Any
-exception is answered as `("error", message)`; a closed pipe (the learner
-died, even by SIGKILL) ends the process.
-Does not cover: scheduling, staleness, the buffer (the learner side owns them).
+Covers: the pipe around the one producer body (`rl/producer.py`: engine, rollouter and weight following, the
+same as a thread's or a Ray actor's), built from the run's config alone with its own torch thread count and
+the board's shared-memory weights (`SharedWeights`). Messages: `load` (copy the newest published weights out
+under the board's lock and acknowledge the version actually loaded), `run` (one rollout request, scored groups
+back), `sandbox_failures` (this process's Ray sandbox workers that died since the last ask), `rng_get` /
+`rng_set` (the sampler state, for exact resume), `stop`. Any exception is answered as `("error", message)`; a
+closed pipe (the learner died, even by SIGKILL) ends the process.
+Does not cover: what the body does (`rl/producer.py`); scheduling, staleness, the buffer (the learner side).
 """
 
 from __future__ import annotations
@@ -23,29 +20,10 @@ if TYPE_CHECKING:
 
 def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any], lock: Any, version: Any,
          conn: Any, backends: Backends | None = None) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
-    from posttrain import aio
-    from posttrain.engine.build import build_engine
-    from posttrain.rl.build import build_domains, build_model, build_rollouter, build_sandboxes, sampling_params
+    from posttrain.rl.producer import ProducerBody, SharedWeights, own_parts
 
     try:
-        model, tokenizer, _, _ = build_model(cfg)
-        domains = build_domains(cfg)
-        sandbox = build_sandboxes(cfg, backends)  # this process's verifiers' own; Ray actors die with the process
-        engine = build_engine(cfg.engine, model, tokenizer, seed)
-        sampler = engine
-        if cfg.rollout.on_new_weights == "update":  # each turn samples with the newest published weights
-            from posttrain.rl.follow import FollowWeights
-
-            def refresh(target: Any) -> None:
-                with lock:
-                    if int(version.value) > target.policy_version:
-                        target.load_weights(tensors, int(version.value))
-
-            sampler = FollowWeights(engine, refresh)
-        rollouter = build_rollouter(cfg, sampler, domains, sampling_params(cfg, domains), sandbox, inline=True)
+        body = ProducerBody(cfg, own_parts(cfg, threads, backends), seed, SharedWeights(tensors, lock, version))
     except Exception as exc:  # noqa: BLE001 - reported to the learner, which raises it
         conn.send(("error", f"producer {index} failed to build: {type(exc).__name__}: {exc}"))
         return
@@ -58,22 +36,19 @@ def main(cfg: Any, index: int, seed: int, threads: int, tensors: dict[str, Any],
         kind = msg[0]
         try:
             if kind == "stop":
-                sandbox.close()
+                body.close()
                 return
             if kind == "load":
-                with lock:
-                    v = int(version.value)
-                    engine.load_weights(tensors, v)
-                conn.send(("ok", v))
+                conn.send(("ok", body.load()))
             elif kind == "run":
                 _, tasks, n = msg
-                conn.send(("ok", aio.run_sync(rollouter.run(tasks, n))))
+                conn.send(("ok", body.run(tasks, n)))
             elif kind == "sandbox_failures":
-                conn.send(("ok", sandbox.new_failures()))
+                conn.send(("ok", body.sandbox_failures()))
             elif kind == "rng_get":
-                conn.send(("ok", engine.sampler_state()))
+                conn.send(("ok", body.sampler_state()))
             elif kind == "rng_set":
-                engine.load_sampler_state(msg[1])
+                body.load_sampler_state(msg[1])
                 conn.send(("ok", None))
             else:
                 conn.send(("error", f"unknown producer message {kind!r}"))

@@ -6,15 +6,20 @@ copy out under a lock), `Producer` (one thread per producer that takes
 requests from the `GroupBuffer`, waits for the staleness gate, makes its
 runner load the newest weights and acknowledge the version, samples, and
 hands the groups back; a runner that dies or fails to load has its request
-re-queued and is rebuilt), the two runners (`ThreadRunner`: an engine over a
-private model copy in this process; `ProcessRunner`: `rl/_producer.py` in a
-spawned process with its own torch threads), and `AsyncLoop`, which the
-trainer calls instead of its synchronous `collect`: the same fill-and-refill
-rule, with each step's first request submitted up to `max_staleness` steps
-ahead so that it samples during the learner's updates, and the per-step
-metrics (staleness max/mean/histogram, buffer occupancy, learner and
-producer idle fractions, dropped and re-queued groups, producer failures,
-rollout durations).
+re-queued and is rebuilt; with `long_lane_producers` it starts what the
+long-task lane picks, `scheduler/lanes.py: pick_next`), the two local runners
+around the one producer body, `rl/producer.py` (`ThreadRunner`: called
+directly, over a private model copy in this process; `ProcessRunner`:
+`rl/_producer.py` in a spawned process with its own torch threads), and
+`AsyncLoop`, which the trainer calls instead of its synchronous `collect`:
+the pipeline's fill-and-refill rule (`scheduler/pipeline.py`) over requests
+(`StepRollouts`: a round split into pieces, the long tasks' piece in the
+lane; surplus pieces cancelled and counted, a running long one carried to
+the next step), with each step's first requests submitted up to
+`max_staleness` steps ahead so that they sample during the learner's
+updates, and the per-step metrics (staleness max/mean/histogram, buffer
+occupancy, learner and producer idle fractions, dropped, re-queued and
+cancelled groups, producer failures, rollout durations).
 Semantics (docs/async.md): a group's version is the oldest version that
 sampled any of its tokens; at learner step s the learner holds version s-1
 and consumes only groups with (s-1) - version <= max_staleness. A request
@@ -45,19 +50,19 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from posttrain import aio
 from posttrain.config import RunConfig
 from posttrain.engine.base import Engine
 from posttrain.errors import UserError
 from posttrain.rl.advantages import has_signal
 from posttrain.rl.backends import Backends
-from posttrain.rl.buffer import BufferClosed, FinishedRollout, GroupBuffer, RolloutRequest
-from posttrain.rl.follow import FollowWeights
-from posttrain.rl.rollout import Rollouter
+from posttrain.rl.buffer import BufferClosed, FinishedRollout, GroupBuffer, Pick, RequestState, RolloutRequest
+from posttrain.rl.producer import ProducerBody, ProducerParts
 from posttrain.sandbox.sandboxes import Sandboxes
 from posttrain.scheduler.curriculum import Curriculum
-from posttrain.scheduler.pipeline import Filled, fill_batch, fill_draw, fill_rule
-from posttrain.types import Group
+from posttrain.scheduler.lanes import pick_next
+from posttrain.scheduler.pipeline import Filled, Piece, fill_batch, fill_draw, fill_rule
+from posttrain.scheduler.task_scheduler import TaskScheduler
+from posttrain.types import Group, Task
 
 log = logging.getLogger(__name__)
 
@@ -123,45 +128,40 @@ class WeightBoard:
         return v
 
 
-def follow_board(board: WeightBoard) -> Callable[[Engine], None]:
-    """A `FollowWeights` refresh that loads the board's newest weights when they are newer than the engine's."""
-
-    def refresh(engine: Engine) -> None:
-        if board.version > engine.policy_version:
-            board.load_into(engine)
-
-    return refresh
-
-
 class RunnerDied(RuntimeError):
     """The runner's process is gone (its in-flight request is re-queued)."""
 
 
 class ThreadRunner:
-    """A producer in this process: an engine over a private copy of the model."""
+    """A producer in this process: the producer body (`rl/producer.py`) over a private copy of the model, called
+    directly; its weights are the board's."""
 
-    def __init__(self, engine: Engine, rollouter: Rollouter) -> None:
-        self.engine, self.rollouter = engine, rollouter
+    def __init__(self, body: ProducerBody) -> None:
+        self.body = body
         self.version = -1
 
+    @property
+    def engine(self) -> Engine:
+        return self.body.engine
+
     def load(self, board: WeightBoard) -> int:
-        self.version = board.load_into(self.engine)
+        self.version = self.body.load()
         return self.version
 
     def run(self, request: RolloutRequest) -> list[Group]:
-        return aio.run_sync(self.rollouter.run(request.tasks, request.n))
+        return self.body.run(request.tasks, request.n)
 
     def sandbox_failures(self) -> list[str]:
-        return []  # this process's sandbox workers are the learner's: the trainer reports them itself
+        return self.body.sandbox_failures()  # this process's sandbox workers are the learner's: none of its own
 
     def sampler_state(self) -> Any:
-        return self.engine.sampler_state()
+        return self.body.sampler_state()
 
     def load_sampler_state(self, state: Any) -> None:
-        self.engine.load_sampler_state(state)
+        self.body.load_sampler_state(state)
 
     def close(self) -> None:
-        pass
+        self.body.close()
 
 
 class ProcessRunner:
@@ -307,9 +307,10 @@ def learner_thread_budget(producer_threads: int, cores: int | None = None) -> in
 class Producer:
     """One producer thread: request -> staleness gate -> newest weights (acknowledged) -> rollout -> buffer."""
 
-    def __init__(self, index: int, make_runner: Any, buffer: GroupBuffer, board: WeightBoard, requeue_on_new: bool) -> None:
+    def __init__(self, index: int, make_runner: Any, buffer: GroupBuffer, board: WeightBoard, requeue_on_new: bool,
+                 pick: Pick | None = None) -> None:
         self.index, self.make_runner, self.buffer, self.board = index, make_runner, buffer, board
-        self.requeue_on_new = requeue_on_new
+        self.requeue_on_new, self.pick = requeue_on_new, pick  # pick: the long-task lane's rule (None: in order)
         self.runner: Runner = make_runner()
         self.stop = threading.Event()
         self.idle_s = 0.0
@@ -325,7 +326,7 @@ class Producer:
     def _loop(self) -> None:
         while not self.stop.is_set():
             t0 = time.perf_counter()
-            request = self.buffer.next_request(timeout=0.2)
+            request = self.buffer.next_request(timeout=0.2, pick=self.pick)
             if request is None:
                 self.idle_s += time.perf_counter() - t0
                 if self.buffer.closed:
@@ -389,6 +390,41 @@ class Producer:
 Collected = Filled  # what `collect` returns: the pipeline's filled batch
 
 
+def lane_pick(long_slots: int) -> Pick:
+    """The long-task lane (`scheduler/lanes.py: pick_next`) over the buffer's queued and running requests."""
+
+    def pick(queued: list[RolloutRequest], running: list[RolloutRequest]) -> int | None:
+        return pick_next([r.long for r in queued], sum(r.long for r in running), long_slots)
+
+    return pick
+
+
+@dataclass
+class StepRollouts:
+    """The pipeline's `Rollouts` for one learner step: each piece a request to the producers, all of a round's
+    pieces submitted at once, taken in order (staleness-checked), withdrawn when surplus (`AsyncLoop.withdraw`)."""
+
+    loop: AsyncLoop
+    step: int
+    n: int
+    curriculum: Curriculum
+
+    def split(self, tasks: list[Task]) -> list[list[Task]]:
+        return self.loop.split(tasks, self.curriculum)
+
+    def start(self, tasks: list[Task]) -> Piece:
+        long = self.loop.is_long(tasks, self.curriculum)
+        request = self.loop.buffer.submit(tasks, self.n, self.step, self.step - 1, long=long)
+        assert request is not None  # critical-path requests are always admitted
+        return Piece(tasks, request)
+
+    def take(self, piece: Piece) -> list[Group]:
+        return self.loop._take(piece.handle, self.step - 1)
+
+    def cancel(self, piece: Piece) -> int:
+        return self.loop.withdraw(piece.handle)
+
+
 class AsyncLoop:
     """Producers, the buffer and the weight board of one asynchronous run (`[rollout] mode = "async"`)."""
 
@@ -398,8 +434,13 @@ class AsyncLoop:
         self.cfg, self.k, self.total_steps = cfg, r.max_staleness, total_steps
         self.buffer = GroupBuffer(r.buffer_groups)
         self.board = WeightBoard(model.state_dict(), version, shared=r.backend == "local" and r.producer_kind == "process")
-        self.ahead: list[RolloutRequest] = []
+        self.ahead: dict[int, list[Piece]] = {}  # learner step -> its look-ahead pieces, submitted
+        self.carried: list[Piece] = []  # long-lane requests running when their step's batch filled: the next step's
+        self.long_slots = r.long_lane_producers
+        self.cancelled_groups = 0  # surplus work withdrawn (queued: never sampled; running: its result discarded)
+        self._cancelled_mark = 0
         self.producers: list[Producer] = []
+        pick = lane_pick(self.long_slots) if self.long_slots else None
         remote = backend_factory(r.backend, backends or Backends()) if r.backend != "local" else None
         for i in range(r.producers):
             seed = cfg.seed + i  # producer 0 samples the synchronous engine's stream (the golden test)
@@ -414,7 +455,7 @@ class AsyncLoop:
                 def make(i: int = i, seed: int = seed) -> Runner:
                     runner: Runner = make_thread_runner(seed, self.board)
                     return runner
-            self.producers.append(Producer(i, make, self.buffer, self.board, r.on_new_weights == "requeue"))
+            self.producers.append(Producer(i, make, self.buffer, self.board, r.on_new_weights == "requeue", pick))
         self._threads_before = torch.get_num_threads()  # restored by close()
         if r.backend == "local" and r.producer_kind == "process":
             learner_thread_budget(r.producers * r.producer_threads)
@@ -436,14 +477,9 @@ class AsyncLoop:
                        total_steps: int, sandboxes: Sandboxes, backends: Backends | None = None) -> AsyncLoop:
         """Thread producers share this process's `sandboxes`; processes and Ray actors build their own from `cfg`
         (with `backends`)."""
-        from posttrain.rl.build import build_engine_for, build_rollouter
-
         def thread_runner(seed: int, board: WeightBoard) -> ThreadRunner:
-            engine, _ = build_engine_for(cfg.engine, copy.deepcopy(model), tokenizer, seed)
-            sampler: Engine = engine
-            if cfg.rollout.on_new_weights == "update":
-                sampler = FollowWeights(engine, follow_board(board))
-            return ThreadRunner(engine, build_rollouter(cfg, sampler, domains, params, sandboxes, inline=True))
+            parts = ProducerParts(copy.deepcopy(model), tokenizer, domains, params, sandboxes, owns_sandboxes=False)
+            return ThreadRunner(ProducerBody(cfg, parts, seed, board))
 
         return cls(cfg, model, thread_runner, version, total_steps, backends)
 
@@ -463,22 +499,44 @@ class AsyncLoop:
         return next((p.error for p in self.producers if p.error), None)
 
     def collect(self, step: int, curriculum: Curriculum, n: int, informative_rate: float) -> Collected:
-        """Step `step`'s groups: the synchronous fill-and-refill rule over requests to the producers, then the
-        look-ahead requests for the next `max_staleness` steps (they sample while the learner updates)."""
-        version = step - 1
-
-        def rollout(k: int, round_: int) -> list[Group]:
-            if round_ == 0 and self.ahead and self.ahead[0].for_step == step:
-                request = self.ahead.pop(0)
-            else:
-                submitted = self.buffer.submit(curriculum.sample(k), n, step, version)
-                assert submitted is not None  # critical-path requests are always admitted
-                request = submitted
-            return self._take(request, version)
-
-        got = fill_batch(fill_rule(self.cfg), curriculum, rollout, informative_rate, step, has_signal)
+        """Step `step`'s groups: the pipeline's fill-and-refill rule (`scheduler/pipeline.py`) over requests to the
+        producers, then the look-ahead requests for the next `max_staleness` steps (they sample while the learner
+        updates). Round 0 takes what is in flight for it: carried long-lane work that has finished (no wait), the
+        step's look-ahead pieces, then carried work still running (last: the learner waits for it only when the
+        batch needs it)."""
+        done = [p for p in self.carried if self.buffer.state_of(p.handle.id) is RequestState.DONE]
+        first = done + self.ahead.pop(step, []) + [p for p in self.carried if p not in done]
+        self.carried = []
+        got = fill_batch(fill_rule(self.cfg), curriculum, StepRollouts(self, step, n, curriculum), informative_rate,
+                         step, has_signal, first=first)
+        self.cancelled_groups += got.cancelled
         self._look_ahead(step, curriculum, n, got.informative_rate)
         return got
+
+    def split(self, tasks: list[Task], curriculum: Curriculum) -> list[list[Task]]:
+        """A round's tasks as producer requests, taken in this order: the short tasks in one piece per producer
+        outside the long lane (they sample side by side), then the long ones in one piece of the lane (a
+        `TaskScheduler` says which are long). With one producer and no lane a round is one request, sampled as the
+        synchronous loop samples it."""
+        short: list[Task] = tasks
+        long: list[Task] = []
+        if self.long_slots and isinstance(curriculum, TaskScheduler):
+            short, long = curriculum.lanes(tasks)
+        ways = max(1, min(len(self.producers) - self.long_slots, len(short)))
+        size = max(1, -(-len(short) // ways))
+        return [short[i:i + size] for i in range(0, len(short), size)] + ([long] if long else [])
+
+    def is_long(self, tasks: list[Task], curriculum: Curriculum) -> bool:
+        """Whether a piece belongs in the long lane (`split` never mixes the lanes in one piece)."""
+        return bool(self.long_slots and tasks and isinstance(curriculum, TaskScheduler) and curriculum.is_long(tasks[0]))
+
+    def withdraw(self, request: RolloutRequest) -> int:
+        """Surplus work of a filled batch, cancelled; the groups withdrawn. A long-lane request already running is
+        instead carried to the next step (with `max_staleness` >= 1: its groups are still fresh enough there)."""
+        if request.long and self.k > 0 and self.buffer.state_of(request.id) in (RequestState.RUNNING, RequestState.DONE):
+            self.carried.append(Piece(request.tasks, request))
+            return 0
+        return len(request.tasks) if self.buffer.cancel(request.id) else 0
 
     def _look_ahead(self, step: int, curriculum: Curriculum, n: int, informative_rate: float) -> None:
         """Requests for steps step+1 .. step+max_staleness, each allowed to start at version t-1-max_staleness.
@@ -489,14 +547,19 @@ class AsyncLoop:
         per_step = cfg.prompts_per_step
         if cfg.drop_zero_variance:
             per_step = fill_draw(per_step, informative_rate)
-        last = max((r.for_step for r in self.ahead), default=step)
+        last = max(self.ahead, default=step)
         for t in range(max(last, step) + 1, min(step + self.k, self.total_steps) + 1):
             if self.buffer.occupancy() + per_step > self.buffer.capacity:
                 break  # backpressure: checked before sampling tasks, so a refused request costs no curriculum draw
-            request = self.buffer.submit(curriculum.sample(per_step), n, t, t - 1 - self.k, ahead=True)
-            if request is None:
+            pieces = []
+            for part in self.split(curriculum.sample(per_step), curriculum):
+                long = self.is_long(part, curriculum)
+                request = self.buffer.submit(part, n, t, t - 1 - self.k, ahead=True, long=long)
+                if request is not None:  # the pieces fit together (checked above)
+                    pieces.append(Piece(part, request))
+            if not pieces:
                 break
-            self.ahead.append(request)
+            self.ahead[t] = pieces
 
     def publish(self, state: Mapping[str, torch.Tensor], version: int) -> None:
         self.board.publish(state, version)
@@ -521,6 +584,7 @@ class AsyncLoop:
             "dropped_pending_total": float(self.buffer.dropped_pending + self.resume_dropped),
             "requeued_requests": float(self.buffer.requeued - self._requeued_mark),
             "producer_failures": float(failures - self._failures_mark),
+            "surplus_cancelled_groups": float(self.cancelled_groups - self._cancelled_mark),
             "rollout_duration_mean": sum(durations) / len(durations) if durations else 0.0,
             "weight_publish_ms": 1000 * self.board.publish_s[-1] if self.board.publish_s else 0.0,
         }
@@ -529,6 +593,7 @@ class AsyncLoop:
         self._mark, self._idle_mark, self._waited, self._dropped = now, idle, 0.0, 0
         self._requeued_mark, self._failures_mark = self.buffer.requeued, failures
         self._durations_mark = len(self.buffer.finished_durations)
+        self._cancelled_mark = self.cancelled_groups
         self._staleness = []
         return m
 
@@ -562,15 +627,17 @@ class AsyncLoop:
             p.runner.load_sampler_state(rng)
         self.resume_dropped = int(state.get("pending_groups", 0))
 
-    # hooks for a scheduler (a later issue): work beyond the loop's own, and what each rollout took
-    def submit(self, tasks: list[Any], n: int, for_step: int, ahead: bool = True) -> RolloutRequest | None:
-        """Queue tasks for consumption at `for_step` (gated like look-ahead); None when the bound refuses it."""
-        return self.buffer.submit(tasks, n, for_step, for_step - 1 - self.k, ahead=ahead)
+    # hooks for a scheduler: work beyond the loop's own, and what each rollout took
+    def submit(self, tasks: list[Any], n: int, for_step: int, ahead: bool = True, long: bool = False
+               ) -> RolloutRequest | None:
+        """Queue tasks for consumption at `for_step` (gated like look-ahead; `long`: in the long-task lane); None
+        when the bound refuses it."""
+        return self.buffer.submit(tasks, n, for_step, for_step - 1 - self.k, ahead=ahead, long=long)
 
     def cancel(self, request: RolloutRequest) -> bool:
         """Withdraw a request (queued: removed; running or finished: its groups discarded), counted as cancelled."""
-        if request in self.ahead:
-            self.ahead.remove(request)
+        for t, pieces in self.ahead.items():
+            self.ahead[t] = [p for p in pieces if p.handle is not request]
         return self.buffer.cancel(request.id)
 
     def durations(self) -> list[float]:

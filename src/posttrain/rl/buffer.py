@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from posttrain.types import Group, Task
@@ -59,6 +60,11 @@ class RolloutRequest:
     min_version: int  # a producer may start it only with weights at least this version (the staleness gate)
     submitted_s: float = field(default_factory=time.perf_counter)
     requeues: int = 0
+    long: bool = False  # in the long-task lane (`scheduler/lanes.py`): at most a few producers hold such requests
+
+
+# (queued in order, running) -> the index of the queued request a free producer starts (None: it waits)
+Pick = Callable[[list[RolloutRequest], list[RolloutRequest]], "int | None"]
 
 
 @dataclass
@@ -145,12 +151,13 @@ class GroupBuffer:
         return (sum(len(r.tasks) for r in self._queue) + sum(len(r.tasks) for r in self._running.values())
                 + sum(len(f.request.tasks) for f in self._done.values()))
 
-    def submit(self, tasks: list[Task], n: int, for_step: int, min_version: int, ahead: bool = False) -> RolloutRequest | None:
+    def submit(self, tasks: list[Task], n: int, for_step: int, min_version: int, ahead: bool = False,
+               long: bool = False) -> RolloutRequest | None:
         """Queue a request; None when it is look-ahead work (`ahead`) that does not fit in `capacity`."""
         with self._cond:
             if ahead and self._pending_groups() + len(tasks) > self.capacity:
                 return None
-            request = RolloutRequest(self._next_id, list(tasks), n, for_step, min_version)
+            request = RolloutRequest(self._next_id, list(tasks), n, for_step, min_version, long=long)
             self._next_id += 1
             self.submitted_groups += len(tasks)
             self._sizes[request.id] = len(tasks)
@@ -226,21 +233,27 @@ class GroupBuffer:
                 self._end(r, RequestState.LOST)
 
     # producer side
-    def next_request(self, timeout: float | None = None) -> RolloutRequest | None:
-        """The oldest queued request, now running (None when closed or after `timeout`)."""
+    def next_request(self, timeout: float | None = None, pick: Pick | None = None) -> RolloutRequest | None:
+        """The oldest queued request (or the one `pick` chooses among the queued and running ones), now running
+        (None when closed or after `timeout`)."""
         with self._cond:
             deadline = None if timeout is None else time.monotonic() + timeout
-            while not self._queue:
+            while (i := self._choose(pick)) is None:
                 if self._closed:
                     return None
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return None
                 self._cond.wait(left)
-            request = self._queue.pop(0)
+            request = self._queue.pop(i)
             self._running[request.id] = request
             self._state[request.id] = RequestState.RUNNING
             return request
+
+    def _choose(self, pick: Pick | None) -> int | None:
+        if not self._queue:
+            return None
+        return 0 if pick is None else pick(self._queue, list(self._running.values()))
 
     def finish(self, done: FinishedRollout) -> None:
         with self._cond:

@@ -40,7 +40,7 @@ from posttrain.rl.scheduling import record_scheduler
 from posttrain.rl.selection import Best
 from posttrain.rl.train_batch import pack_groups
 from posttrain.scheduler.curriculum import level_metrics
-from posttrain.scheduler.pipeline import fill_batch, fill_rule
+from posttrain.scheduler.pipeline import InlineRollouts, fill_batch, fill_rule
 from posttrain.scheduler.task_scheduler import TaskScheduler
 from posttrain.store.checkpoints import latest_checkpoint
 from posttrain.store.run_store import RunStore
@@ -154,8 +154,8 @@ class Trainer:
         """Groups to train on (informative, at most prompts_per_step), all groups sampled, rounds used,
         and how many sampled groups had zero reward variance: the pipeline's refill rule
         (`scheduler/pipeline.py`), each round rolled out here."""
-        got = fill_batch(fill_rule(self.cfg), self.curriculum, lambda k, _round: self._rollout(self.curriculum.sample(k)),
-                         self.informative_rate, self.step, has_signal)
+        got = fill_batch(fill_rule(self.cfg), self.curriculum, InlineRollouts(self._rollout), self.informative_rate,
+                         self.step, has_signal)
         self.informative_rate = got.informative_rate
         return got.kept, got.sampled, got.rounds, got.silent
 

@@ -5,7 +5,8 @@ Covers: `plan_starts`, the dispatch rule (long tasks may occupy at most
 short tasks always have `workers - long_slots` workers of their own, whatever
 the long ones do; short tasks may use idle lane slots), and `run_lanes`, its event loop over known durations (the reference
 the scheduler's tests and `benchmarks/scheduler.py` measure it with: start
-and end of every task).
+and end of every task), and `pick_next`, the same rule for one free worker choosing among queued work (what a
+producer of the asynchronous loop starts next, `rl/async_loop.py`).
 Does not cover: which tasks are long (`scheduler/cost.py`), running rollouts.
 """
 
@@ -28,6 +29,23 @@ def plan_starts(free: int, long_running: int, short_waiting: int, long_waiting: 
     task can claim."""
     long_room = max(0, min(free, long_slots - long_running, long_waiting))
     return Starts(min(free - long_room, short_waiting), long_room)
+
+
+def pick_next(queued_long: list[bool], long_running: int, long_slots: int) -> int | None:
+    """Which queued item (oldest first; True: long) one free worker starts under `plan_starts`: the oldest long
+    one while the lane has room, else the oldest short one; None when only long work waits and the lane is full
+    (the worker stays free for short work). No lane (`long_slots` 0): the oldest item, whatever it is."""
+    if not queued_long:
+        return None
+    if long_slots == 0:
+        return 0
+    long_waiting = sum(queued_long)
+    plan = plan_starts(1, long_running, len(queued_long) - long_waiting, long_waiting, long_slots)
+    if plan.long:
+        return queued_long.index(True)
+    if plan.short:
+        return queued_long.index(False)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
