@@ -12,7 +12,8 @@ keys' pointers and values beside the task's own line in every file, so following
 
 Covers: `LookupSource` (the generator; the split and the canonical problem are the task's chain of
 files and its value, `twin_key`: two tasks that differ only in the key's name or the distractors ask
-for the same reads and the same answer, so no held-out task has such a twin in training), the domain's two compact tools (`read`, `submit`: short schemas keep the stable prefix small
+for the same reads and the same answer, so no held-out task has such a twin in training), the domain's
+two compact tools (`read`, `submit`: short schemas keep the stable prefix small
 and the compact signature listing keep the stable prefix near 120 characters for the built-in
 character-level model), `agent_task_of` (the `AgentTask` a `Task` carries: files and
 gold answer, judged on the submitted answer by exact match), `oracle_calls` (the calls that solve a
