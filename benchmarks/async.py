@@ -19,6 +19,7 @@ weight publication, and a producer killed mid-run.
    producer's request sampled again.
 
     nice -n 5 python benchmarks/async.py [--steps 30] [--repeats 1] [--skip-code]
+    nice -n 10 python benchmarks/async.py --fault-only     # figure 4 alone (no Ray, a minute or two)
 
 Measured on whatever else the machine runs: the load average is printed and goes in the JSON.
 """
@@ -172,8 +173,15 @@ def main() -> None:
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "posttrain-async-bench-cache"))
     ap.add_argument("--skip-code", action="store_true")
     ap.add_argument("--skip-quick", action="store_true", help="only the code-domain comparison")
+    ap.add_argument("--fault-only", action="store_true", help="only the killed producer (worker_fault_lost_groups)")
     args = ap.parse_args()
     out: dict = {"cpus": os.cpu_count(), "load_avg_start": _load()}
+    if args.fault_only:
+        with tempfile.TemporaryDirectory() as runs:
+            fault(out, runs)
+        out["load_avg_end"] = _load()
+        print(json.dumps(out))
+        return
     import ray
 
     ray.init(address="local", num_cpus=2, object_store_memory=256 * 1024 * 1024, include_dashboard=False, log_to_driver=False)
@@ -191,15 +199,19 @@ def quick(out: dict, runs: str) -> None:
     local_ms, ray_ms = publish_ms()
     out.update(weight_publish_ms=round(local_ms, 2), weight_publish_ray_ms=round(ray_ms, 2))
     print(f"weight publish, 10M parameters: shared memory {local_ms:.1f} ms, ray.put {ray_ms:.1f} ms", flush=True)
-    ledger = fault_lost(runs)
-    out["worker_fault_lost_groups"] = ledger["lost"] + ledger["taken_twice"]
-    out["worker_fault_ledger"] = ledger
-    print(f"producer killed at step 2: {ledger}", flush=True)
+    fault(out, runs)
     local = steps_per_s("process", 10, runs)
     remote = steps_per_s("ray", 10, runs)
     out.update(ray_overhead_ratio=round(remote / local, 3), ray_steps_per_s=round(remote, 3),
                process_steps_per_s=round(local, 3))
     print(f"steps/s: ray {remote:.3f}, producer processes {local:.3f}, ratio {remote / local:.3f}", flush=True)
+
+
+def fault(out: dict, runs: str) -> None:
+    ledger = fault_lost(runs)
+    out["worker_fault_lost_groups"] = ledger["lost"] + ledger["taken_twice"]  # both counted directly, each >= 0
+    out["worker_fault_ledger"] = ledger
+    print(f"producer killed at step 2: {ledger}", flush=True)
 
 
 def code(out: dict, args: argparse.Namespace, runs: str) -> None:

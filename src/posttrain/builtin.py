@@ -51,7 +51,8 @@ BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3
 # and the quickstart's before/after figures); the base model's band checks draw the ones after them.
 EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
-AGENT_BASE_FORMAT = 4  # the same, for agent-domain bases (4: copy drills every other step)
+AGENT_BASE_FORMAT = 5  # the same, for agent-domain bases (4: copy drills every other step; 5: 3 lines per file with
+# distractors, the split on the chain and value)
 AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
 CAD_BASE_FORMAT = 1  # the same, for CAD bases (their keys include it)
 CAD_CONTEXT = 256  # positions of a CAD base: a brief level-1 prompt and its gold program are at most ~160 tokens
@@ -144,27 +145,39 @@ AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from wha
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
 
 
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 AGENT_DRILL_EVERY = 2  # every 2nd step is a batch of copy drills (short, cheap: most of what the base must learn)
 
 
-def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """n short copy drills: an observation line (`qx -> k` or `qx = 7`), a random-length tail of the text that
     follows it in an episode, then the copied character, the only token with loss. The varying gap makes the
-    model find the character by what precedes it (content), which is what an episode needs at any distance."""
+    model find the character by what precedes it (content), which is what an episode needs at any distance.
+    With `lines` > 1 the observation holds other keys' lines too, and the drill opens with the task's instruction:
+    the line to copy from is the one whose key the instruction names, as in an episode with distractors."""
     from posttrain.agent import format as fmt
     from posttrain.agent.episode import ToolCall
     from posttrain.agent.lookup import SYMBOLS, instruction
 
     rows = []
     for _ in range(n):
-        key = rng.choice("abcdefghijklmnopqrstuvwxyz") + rng.choice("abcdefghijklmnopqrstuvwxyz")
+        key = rng.choice(_LETTERS) + rng.choice(_LETTERS)
         x = rng.choice(SYMBOLS)
         pointer = rng.random() < 0.5
         line = f"{key} -> {x}" if pointer else f"{key} = {x}"
         call = ToolCall("read", {"path": "\0"}) if pointer else ToolCall("submit", {"answer": "\0"})
-        head = fmt.render_observation("read", line)
+        if lines > 1:
+            others = [k for k in (rng.choice(_LETTERS) + rng.choice(_LETTERS) for _ in range(2 * lines)) if k != key]
+            shown = [line] + [f"{k} -> {rng.choice(SYMBOLS)}" if rng.random() < 0.5 else f"{k} = {rng.choice(SYMBOLS)}"
+                              for k in others[: lines - 1]]
+            rng.shuffle(shown)
+            head = fmt.render_observation("read", "\n".join(shown))
+            lead = instruction(key) + "\n"
+        else:
+            head = fmt.render_observation("read", line)
         tail = fmt.render_call(call).split("\\u0000")[0]
-        lead = instruction(key)[: rng.randint(0, 40)] if rng.random() < 0.3 else ""
+        if lines <= 1:
+            lead = instruction(key)[: rng.randint(0, 40)] if rng.random() < 0.3 else ""
         text = lead + head + tail[rng.randint(0, len(tail) - 1):]
         ids = tokenizer.encode(text, add_bos=False) + tokenizer.encode(x, add_bos=False)
         rows.append((ids, [0.0] * (len(ids) - 1) + [1.0]))
@@ -315,7 +328,7 @@ def pretrain_base(
         if step % AGENT_FULL_EVERY == 0:  # whole episodes, a quarter as many (they are ~4x longer)
             return _trace_batch(tokenizer, tasks[: max(1, len(tasks) // 4)])
         if step % AGENT_DRILL_EVERY == 1:
-            return _copy_drills(tokenizer, rng, 2 * len(tasks))
+            return _copy_drills(tokenizer, rng, 2 * len(tasks), source.lines)
         return _trace_batch(tokenizer, tasks, rng, AGENT_WINDOW)
 
     accuracy, step = 0.0, 0

@@ -59,7 +59,8 @@ class QuickstartResult:
 
 # `posttrain quickstart --agent`: multi-turn RL on the built-in lookup domain (examples/agent.toml is this run)
 AGENT_OVERRIDES = [
-    "tasks.source=agent:lookup", "tasks.digits=3", "tasks.options.process_weight=0.25", "model.base.family=lookup",
+    "tasks.source=agent:lookup", "tasks.digits=3", "tasks.options.process_weight=0.25", "tasks.options.lines=3",
+    "model.base.family=lookup",
     "sampling.n=8", "sampling.temperature=0.5", "sampling.max_tokens=80", "train.steps=50",
     "train.prompts_per_step=4", "train.signal_from=reward", "train.eval_every=25", "train.eval_size=200",
     "train.checkpoint_every=50", "rl.lr=5e-4", "rl.loss_agg=seq_mean_token_mean", "rl.advantage=grpo",

@@ -22,6 +22,7 @@ from posttrain.agent.scripted import ScriptedAgent, call
 from posttrain.agent.spec import well_formed
 from posttrain.models.tokenizer import char_tokenizer
 from posttrain.rewards.base import safe_verify
+from posttrain.tasks.base import split_of
 from posttrain.tasks.domains import load_domain
 from posttrain.tasks.jsonl import TaskFileError
 from posttrain.types import Task
@@ -55,6 +56,32 @@ def test_the_split_is_by_content_and_disjoint():
     assert len(held) == 100 and not {t.id for t in held} & {t.id for t in train}
     assert all(source.split_of(t) == "held_out" for t in held)
     assert [t.id for t in source.take(100, "held_out", seed=0)] == [t.id for t in held]
+
+
+def twins(held: list[Task], train: list[Task]) -> int:
+    """Held-out tasks with a training twin: the same chain of files and the same value (the same actions solve both)."""
+    seen = {(tuple(t.meta["chain"]), t.answer) for t in train}
+    return sum((tuple(t.meta["chain"]), t.answer) in seen for t in held)
+
+
+def test_no_held_out_task_has_a_training_twin():
+    source = LookupSource()
+    assert source.lines == 3 and load_domain("agent:lookup").meta["lines"] == 3  # distractors by default
+    rng = random.Random(1)
+    train = [source.sample(rng) for _ in range(1000)]
+    held = source.take(100, "held_out", seed=0)
+    assert all(len(text.splitlines()) == 3 for t in held for text in t.meta["files"].values())
+    assert twins(held, train) == 0
+
+    class ByContent(LookupSource):  # the earlier split: a hash of the key and the files
+        def split_of(self, task: Task):
+            return split_of(task.id, self.held_out_fraction)
+
+    planted = ByContent()
+    rng = random.Random(1)
+    assert twins(planted.take(100, "held_out", seed=0), [planted.sample(rng) for _ in range(1000)]) >= 10
+    with pytest.raises(ValueError, match="hops x"):
+        LookupSource(hops=8, lines=8)
 
 
 def test_the_oracle_solves_and_a_guess_fails(sandbox):

@@ -8,8 +8,6 @@ import dataclasses
 
 import pytest
 import torch
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models
 
 from posttrain.agent import ContextPolicy, EpisodeStatus, run_agent_task
 from posttrain.agent import format as fmt
@@ -20,26 +18,10 @@ from posttrain.agent.scripted import call
 from posttrain.agent.tito import Call, RecordingEngine, tito_mismatch
 from posttrain.engine.mock import MockEngine
 from posttrain.models import char_tokenizer
-from posttrain.models.tokenizer import CHARSET, Tokenizer
+from posttrain.models.tokenizer import merging_tokenizer
 from posttrain.rl.advantages import group_relative_advantages
 from posttrain.rl.train_batch import pack_groups
 from posttrain.types import Completion, FinishReason, RolloutStatus, SamplingParams
-
-
-def merging_tokenizer() -> Tokenizer:
-    """Characters plus merged tokens ("read", "submit", "tool_call"): a text has several encodings."""
-    specials = ["<pad>", "<s>", "</s>", "<unk>"]
-    vocab = {t: i for i, t in enumerate([*specials, *CHARSET])}
-    merges = []
-    for word in ("read", "submit", "tool_call"):
-        for k in range(2, len(word) + 1):
-            left, right = word[: k - 1], word[k - 1]
-            merges.append((left, right))
-            vocab.setdefault(word[:k], len(vocab))
-    backend = HFTokenizer(models.BPE(vocab, merges, unk_token="<unk>"))
-    backend.decoder = decoders.Fuse()
-    backend.add_special_tokens(specials)
-    return Tokenizer(backend, "<s>", "</s>", "<pad>")
 
 
 class CharSampler(MockEngine):

@@ -109,3 +109,17 @@ def test_interval_edges():
     assert one.mean == 0.5 and math.isnan(one.lo)
     iv = task_mean_ci([0, 1, 1, 0, math.nan])
     assert iv.n == 4 and iv.lo < 0.5 < iv.hi
+
+
+def test_wilson_interval_by_hand():
+    from posttrain.eval.metrics import wilson_interval
+
+    # p = 0.3, n = 100, z = 1.95996: centre (p + z^2/2n) / (1 + z^2/n) = 0.30740, half-width 0.08845
+    i = wilson_interval(30, 100)
+    assert (i.mean, round(i.lo, 4), round(i.hi, 4), i.n) == (0.3, 0.2189, 0.3958, 100)
+    # at 0 successes the interval is [0, z^2 / (n + z^2)], not the empty normal interval
+    zero = wilson_interval(0, 50)
+    assert zero.lo == 0.0 and zero.hi == pytest.approx(1.959964**2 / (50 + 1.959964**2), rel=1e-5)
+    assert wilson_interval(50, 50).hi == 1.0 and wilson_interval(50, 50).lo == pytest.approx(1 - zero.hi)
+    with pytest.raises(ValueError, match="successes"):
+        wilson_interval(3, 2)

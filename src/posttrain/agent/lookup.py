@@ -7,10 +7,13 @@ value, the other lines are distractors for other keys. File names and values are
 (a letter or a digit: the built-in character-level model copies one token per decision, which it
 learns in minutes; a longer copy takes it far longer). The value exists only in the workspace, so a
 single-turn answer is right one time in 36; an agent must read the files in order (`read`), follow
-its own key and `submit` the value. `hops` is the difficulty knob.
+its own key and `submit` the value. `hops` is the difficulty knob; `lines` (3 by default) puts other
+keys' pointers and values beside the task's own line in every file, so following the chain means reading it.
 
-Covers: `LookupSource` (the generator: a hash split on the task's content, like every generated
-source), the domain's two compact tools (`read`, `submit`: short schemas keep the stable prefix small
+Covers: `LookupSource` (the generator; the split and the canonical problem are the task's chain of
+files and its value, `twin_key`: two tasks that differ only in the key's name or the distractors ask
+for the same reads and the same answer, so no held-out task has such a twin in training), the domain's
+two compact tools (`read`, `submit`: short schemas keep the stable prefix small
 and the compact signature listing keep the stable prefix near 120 characters for the built-in
 character-level model), `agent_task_of` (the `AgentTask` a `Task` carries: files and
 gold answer, judged on the submitted answer by exact match), `oracle_calls` (the calls that solve a
@@ -64,11 +67,12 @@ TOOLS = (read, submit_answer)
 
 @dataclass(frozen=True)
 class LookupSource(GeneratedSource):
-    """Lookup tasks of `min_hops`..`hops` hops, `lines` lines per file (one is the task's key)."""
+    """Lookup tasks of `min_hops`..`hops` hops, `lines` lines per file (one is the task's key, the others
+    distractors)."""
 
     hops: int = 3
     min_hops: int = 1
-    lines: int = 1
+    lines: int = 3
     held_out_fraction: float = 0.15
 
     def __post_init__(self) -> None:
@@ -76,6 +80,9 @@ class LookupSource(GeneratedSource):
             raise ValueError(f"need 1 <= min_hops <= hops <= 8, got min_hops={self.min_hops}, hops={self.hops}")
         if not 1 <= self.lines <= 8:
             raise ValueError(f"lines must be in 1..8, got {self.lines}")
+        if self.hops * (self.lines + 1) > len(SYMBOLS):  # the file names a task draws, all distinct symbols
+            raise ValueError(f"hops x (lines + 1) must be at most {len(SYMBOLS)} (one-character file names), "
+                             f"got hops={self.hops}, lines={self.lines}")
         if not 0 < self.held_out_fraction < 1:
             raise ValueError(f"held_out_fraction must be in (0, 1), got {self.held_out_fraction}")
 
@@ -105,12 +112,19 @@ class LookupSource(GeneratedSource):
             id=f"lookup:{digest}",
             prompt=instruction(key),
             answer=value,
-            meta={"files": files, "key": key, "hops": hops, "chain": chain, "split_key": digest,
+            meta={"files": files, "key": key, "hops": hops, "chain": chain, "split_key": twin_key(chain, value),
                   "difficulty": hops, "rollouter": "agent"},
         )
 
     def split_of(self, task: Task) -> Split:
         return split_of(f"lookup:{task.meta['split_key']}", self.held_out_fraction)
+
+
+def twin_key(chain: list[str], value: str) -> str:
+    """The canonical problem of a lookup: the files it reads, in order, and the answer it submits. Tasks that share
+    it (another key name, other distractors) are twins: the same actions solve them, so they share a split."""
+    blob = json.dumps({"chain": list(chain), "value": value})
+    return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
 
 
 def instruction(key: str) -> str:
@@ -207,7 +221,7 @@ def _agent_domain(name: str, **options: Any) -> Domain:
     reject_unknown(f"agent:{name}", options, _OPTIONS)
     try:
         source = LookupSource(hops=options.get("hops", 3), min_hops=options.get("min_hops", 1),
-                              lines=options.get("lines", 1), held_out_fraction=options.get("held_out_fraction", 0.15))
+                              lines=options.get("lines", 3), held_out_fraction=options.get("held_out_fraction", 0.15))
     except ValueError as exc:
         raise TaskFileError(f"agent:lookup: {exc}") from None
     weight = options.get("process_weight", SPEC.process_weight)

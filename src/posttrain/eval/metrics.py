@@ -3,7 +3,7 @@
 Covers: the unbiased pass@k estimator of Chen et al. (2021),
 1 - C(n-c, k) / C(n, k), computed as a stable running product (NaN when
 n < k); pass^k, the chance that k draws all succeed, C(c, k) / C(n, k);
-means over tasks with a confidence interval that treats each task as a
+the Wilson interval of a proportion; means over tasks with a confidence interval that treats each task as a
 cluster of its samples (a t interval on the task-level estimates, or a
 percentile bootstrap over tasks); Student-t quantiles without scipy;
 percentiles for latency. `Price` and `price_for` are re-exported from
@@ -171,6 +171,24 @@ def task_mean_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
     skew = math.fsum(d * d * d for d in dev) / m / pop_sd**3 if pop_sd > 0 else 0.0
     shift = skew * (2 * t * t + 1) / (6 * math.sqrt(m))
     return Interval(mean, mean - se * (t - shift), mean + se * (t + shift), se, m)
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interval:
+    """The Wilson score interval of a binomial proportion (one sample per task: greedy pass rates), which stays
+    inside [0, 1] and is not empty at 0 or n successes, unlike the normal interval.
+
+    >>> i = wilson_interval(30, 100)
+    >>> round(i.lo, 4), round(i.hi, 4)
+    (0.2189, 0.3958)
+    """
+    if n <= 0 or not 0 <= successes <= n:
+        raise ValueError(f"wilson_interval: need 0 <= successes <= n and n > 0, got {successes} of {n}")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return Interval(p, max(0.0, mid - half), min(1.0, mid + half), math.sqrt(p * (1 - p) / n), n)
 
 
 def bootstrap_indices(n_items: int, reps: int, seed: int) -> "np.ndarray":

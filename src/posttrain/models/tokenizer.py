@@ -110,3 +110,19 @@ def char_tokenizer() -> Tokenizer:
     backend.decoder = decoders.Fuse()
     backend.add_special_tokens([PAD, BOS, EOS, UNK])
     return Tokenizer(backend, BOS, EOS, PAD)
+
+
+def merging_tokenizer(words: tuple[str, ...] = ("read", "submit", "tool_call")) -> Tokenizer:
+    """The built-in characters plus BPE merges that spell each of `words` as one token: a text has several
+    encodings (one id per character, or the merged ids), so a runtime that re-encoded sampled text would change
+    the ids. The test double for "nothing is ever re-tokenised" (`agent/tito.py`, `benchmarks/tito.py`)."""
+    vocab = {tok: i for i, tok in enumerate([PAD, BOS, EOS, UNK, *CHARSET])}
+    merges = []
+    for word in words:
+        for k in range(2, len(word) + 1):
+            merges.append((word[: k - 1], word[k - 1]))
+            vocab.setdefault(word[:k], len(vocab))
+    backend = HFTokenizer(models.BPE(vocab, merges, unk_token=UNK))
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens([PAD, BOS, EOS, UNK])
+    return Tokenizer(backend, BOS, EOS, PAD)
