@@ -3,7 +3,8 @@
 Covers: the command-line side of `rl/own_eval.py`: each of the run's domains on `--split` (default: reporting,
 the held-out half training never selected on), graded by the verifier the run trained with unless `--verifier`
 overrides it, sampled as the in-training evaluation samples (greedy, the rollouts' max tokens, the run's engine
-settings, the run's prompt format, one engine call per suite unless `--batch` says otherwise); one result
+settings, the run's prompt format, one engine call per suite unless `--batch` says otherwise; an agent domain's
+tasks as greedy episodes, through the same `eval.run.run_eval`); one result
 directory per domain under OUT; every summary says the split and the verifier it used.
 Does not cover: evaluating a model on a named suite (`cli/eval.py`) or the harness itself.
 """
@@ -36,7 +37,8 @@ def eval_own(model: str, cfg: Any, split: Optional[str], verifier: Optional[str]
              label: Optional[str]) -> list[OwnResult]:
     """Evaluate the run `model` (RUN or RUN@STEP; `cfg` its `RunConfig`) on its own domains; `out(split)`: the
     results directory (one subdirectory per domain when there are several)."""
-    from posttrain.eval.harness import EvalSpec, evaluate
+    from posttrain.eval.harness import EvalSpec
+    from posttrain.eval.run import run_eval
     from posttrain.pricing import price_of
     from posttrain.resolve import resolve_model
     from posttrain.rl.own_eval import DEFAULT_SPLIT, own_evaluation
@@ -59,7 +61,7 @@ def eval_own(model: str, cfg: Any, split: Optional[str], verifier: Optional[str]
                   highlight=False)
         extra = {"model_info": resolved.info, "prices": table, **used}
         where = root / re.sub(r"[^A-Za-z0-9_.-]+", "_", suite.name) if len(own.suites) > 1 else root
-        run = evaluate(resolved.engine, suite, spec, where, price_of({**spec.meta(), **extra}), extra_meta=extra,
+        run = run_eval(resolved.engine, suite, spec, where, price_of({**spec.meta(), **extra}), extra_meta=extra,
                        renderer=resolved.renderer)
         err.print(f"results in {where}")
         results.append(OwnResult(f"{suite.name} ({own.split} split, verifier {used['verifier']}): {model}", run.summary,
