@@ -148,9 +148,9 @@ def build_sandboxes(cfg: RunConfig, backends: Backends | None = None) -> Sandbox
     if sc.backend == "local":
         return local_sandboxes(max_concurrency=sc.max_concurrency)
     r = cfg.rollout
-    if r.mode == "async" and r.backend == "local" and r.producer_kind == "process" and r.ray_address is None:
-        raise ConfigError("config: sandbox.backend = \"ray\" with producer processes needs rollout.ray_address "
-                          "(each process joins that cluster; without one it would start a cluster of its own), or "
+    if r.mode == "async" and r.backend == "local" and r.producer_kind == "process" and cfg.ray.address is None:
+        raise ConfigError("config: sandbox.backend = \"ray\" with producer processes needs ray.address (rollout.ray_address "
+                          "before; each process joins that cluster; without one it would start a cluster of its own), or "
                           "rollout.producer_kind = \"thread\" or rollout.backend = \"ray\"")
     return (backends or Backends()).need("ray_sandboxes", "sandbox.backend = \"ray\"")(cfg)
 
