@@ -56,7 +56,7 @@ def own_evaluation(cfg: RunConfig, split: str = DEFAULT_SPLIT, verifier: str | N
         domains = [d.with_verifier(override) for d in domains]
     max_tokens = max_tokens_for(cfg, build_domains(cfg))  # over every domain, as the rollouts' cap is
     if split in ("selection", "reporting"):
-        selection, reporting = build_held_out(cfg, domains)
+        selection, reporting = build_held_out(cfg.train, domains, cfg.seed)
         suites = selection if split == "selection" else reporting
     else:
         suites = [s for s in (_split_suite(cfg, d, split) for d in domains) if s is not None]
