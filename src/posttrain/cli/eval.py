@@ -218,13 +218,16 @@ def _eval_own_run(model: str, suite: Optional[str], split: Optional[str], verifi
     if cfg is None or (suite is not None and suite not in [dc.source for dc in cfg.domain_configs()]):
         return False  # not a training run, or a suite it did not train on
     # a run, on its own domains: what it trained on, graded as it was rewarded, on its held-out split
-    from posttrain.cli.eval_run import eval_own
+    from posttrain.rl.own_eval import evaluate_own
 
     def own_out(used_split: str) -> Path:
         return out or Path("evals") / f"{slug(model)}-{used_split}-{time.strftime('%Y%m%d-%H%M%S')}"
 
-    for r in eval_own(model, cfg, split, verifier, suite, samples, k_values, temperature, top_p, seed, max_tokens,
-                      repeat, batch, own_out, table, verify_timeout, label):
+    def say(line: str) -> None:
+        err.print(escape(line), highlight=False, soft_wrap=True)
+
+    for r in evaluate_own(model, cfg, split, verifier, suite, samples, k_values, temperature, top_p, seed, max_tokens,
+                          repeat, batch, own_out, table, verify_timeout, label, say):
         emit(r.summary, as_json, r.title, r.extra)
     return True
 
