@@ -32,13 +32,14 @@ import time
 
 def invalid_rate(engine, tasks, verifier, max_tokens: int, temperature: float, samples: int, seed: int) -> dict:
     """Pass rate and the share of programs without a valid solid, over `tasks` (greedy, or `samples` each at T)."""
-    from posttrain.eval.harness import EvalSpec, evaluate
+    from posttrain.eval.harness import EvalSpec
+    from posttrain.eval.run import run_eval
     from posttrain.tasks.suites import Suite
 
     n = 1 if temperature == 0 else samples
     spec = EvalSpec(model="in-process", suite="reporting", n=n, temperature=temperature, max_tokens=max_tokens, seed=seed,
                     batch=len(tasks))
-    run = evaluate(engine, Suite("reporting", list(tasks), verifier), spec)
+    run = run_eval(engine, Suite("reporting", list(tasks), verifier), spec)
     recs = run.records
     bad = [r for r in recs if r.ok and (r.info.get("run") != "ok" or r.info.get("watertight") is not True)]
     return {"n": len(recs), "passed": sum(r.ok and r.passed for r in recs) / len(recs), "invalid": len(bad) / len(recs),

@@ -162,7 +162,7 @@ def held_out_tasks() -> list:
     from posttrain.rl.build import build_domains, build_held_out
 
     cfg = load_config()
-    selection, _ = build_held_out(cfg, build_domains(cfg))
+    selection, _ = build_held_out(cfg.train, build_domains(cfg), cfg.seed)
     return list(selection[0].tasks)
 
 

@@ -213,12 +213,17 @@ def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None,
 
 def _episode_success(engine, tasks) -> float:
     """Held-out greedy episode success: one real episode per task, in the sandbox, as RL will run them."""
-    from posttrain.agent.evaluate import evaluate_agent
     from posttrain.agent.lookup import SPEC
-    from posttrain.sandbox.sandboxes import current_sandboxes
+    from posttrain.eval.harness import EvalSpec
+    from posttrain.eval.run import run_eval
+    from posttrain.tasks.suites import Suite
 
-    # built before (and apart from) any run: this process's local sandbox, started at the first check
-    return evaluate_agent(engine, tasks, SPEC, current_sandboxes().workspaces).summary.pass1
+    # built before (and apart from) any run: this process's local sandbox (`current_sandboxes`), started at the first
+    # check; the episodes verify themselves, so the suite needs no verifier of its own
+    spec = EvalSpec(model="in-process", suite="held-out", max_tokens=SPEC.max_tokens)
+    run = run_eval(engine, Suite("held-out", list(tasks), None, agent=SPEC), spec)
+    assert run.summary is not None  # run_eval always summarizes
+    return run.summary.pass1
 
 
 def stopping_set(cfg: BaseModelConfig, source: Any = None) -> list:

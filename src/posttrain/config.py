@@ -433,9 +433,7 @@ class RolloutConfig(_Section):
     """async: groups submitted ahead and not yet consumed, at most (backpressure on the look-ahead)."""
     backend: Literal["local", "ray"] = "local"
     """async: where producers run. local: `producer_kind` on this machine; ray: Ray actors (extra `ray`), each
-    building its engine and rollouter from this config, on the cluster at `ray_address` (none: a local one)."""
-    ray_address: str | None = None
-    """backend = ray: `ray.init(address=...)` joins an existing cluster; None starts (or reuses) a local one."""
+    building its engine and rollouter from this config, on the cluster at `ray.address` (none: a local one)."""
     ray_worker_cpus: float = Field(1.0, gt=0.0)
     """backend = ray: CPUs each rollout actor reserves."""
     on_new_weights: Literal["continue", "update", "requeue"] = "continue"
@@ -478,7 +476,7 @@ class SandboxConfig(_Section):
 
     backend: Literal["local", "ray"] = "local"
     """local: a sandbox of each process that verifies (started on first use); ray: `workers` Ray actors, each
-    owning a sandbox pool on its node (extra `ray`; the cluster at `rollout.ray_address`), a session pinned to the
+    owning a sandbox pool on its node (extra `ray`; the cluster at `ray.address`), a session pinned to the
     worker that opened it (lost, and its episode an env_error, if that worker dies)."""
     workers: int = Field(2, ge=1)
     """backend = ray: sandbox actors each process that builds the domains spreads its executions and sessions over."""
@@ -489,6 +487,48 @@ class SandboxConfig(_Section):
     wait)."""
     max_concurrency: int = Field(16, ge=1)
     """Executions at once in one sandbox (the local one, or each Ray actor's pool)."""
+
+
+class RayConfig(_Section):
+    """The Ray cluster every Ray component of the run joins: the rollout actors (`rollout.backend = "ray"`) and the
+    sandbox actors (`sandbox.backend = "ray"`) alike. What each places there is in its own section."""
+
+    address: str | None = None
+    """`ray.init(address=...)` joins an existing cluster; None starts (or reuses) a local one."""
+
+
+RENAMED_KEYS = {("rollout", "ray_address"): ("ray", "address")}
+"""Keys that moved to their component's section: (section, key) -> (section, key). The old spelling still loads for
+one release, with a one-line `ConfigDeprecation` note naming the new place."""
+
+
+class ConfigDeprecation(FutureWarning):
+    """A config key written at its old place (`RENAMED_KEYS`): it still works, the note says where it lives now."""
+
+
+def _move_renamed_keys(data: Any) -> Any:
+    """`RunConfig`'s raw input with every renamed key moved to its new place (a note each); the old and the new
+    key both given with different values is a one-line error."""
+    import warnings
+
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for (section, key), (new_section, new_key) in RENAMED_KEYS.items():
+        old = data.get(section)
+        if not isinstance(old, dict) or key not in old:
+            continue
+        value = old[key]
+        data[section] = {k: v for k, v in old.items() if k != key}
+        target = dict(data.get(new_section) or {})
+        if new_key in target and target[new_key] != value:
+            raise ValueError(f"{section}.{key} (old) and {new_section}.{new_key} (new) disagree: keep only "
+                             f"{new_section}.{new_key}")
+        target[new_key] = value
+        data[new_section] = target
+        warnings.warn(f"config: {section}.{key} is now {new_section}.{new_key} (the old key works for this release)",
+                      ConfigDeprecation, stacklevel=2)
+    return data
 
 
 class MonitorsConfig(_Section):
@@ -673,6 +713,13 @@ class RunConfig(_Section):
     default a file store in <run>/mlruns), trackio (its local database)."""
     tracker_project: str = "posttrain"
     """The project (W&B, trackio) or experiment (MLflow) the trackers file runs under."""
+    ray: RayConfig = RayConfig()
+    """`[ray]`: the cluster the Ray back ends join (`rollout.backend`, `sandbox.backend` = "ray")."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        return _move_renamed_keys(data)
 
     @model_validator(mode="after")
     def _one_way_to_say_domains(self) -> "RunConfig":

@@ -29,7 +29,7 @@ from posttrain.engine.base import Engine
 from posttrain.eval.accuracy import evaluate_accuracy
 from posttrain.rl.backends import Backends
 from posttrain.rl.trainer import StepResult, Trainer
-from posttrain.sandbox.sandboxes import Sandboxes, use_sandboxes
+from posttrain.sandbox.sandboxes import Sandboxes
 
 
 @dataclass
@@ -82,18 +82,21 @@ def _measure(engine: Engine, tasks, verifier, max_tokens: int, samples: int, see
     """(greedy accuracy, sampled pass@1 with `samples` per task); for an agent domain, episode success. Code runs
     on `sandboxes`, the trainer's own (`[sandbox]`), as in its training episodes and evaluations."""
     if agent is not None:
-        from posttrain.agent.evaluate import evaluate_agent
-        from posttrain.types import SamplingParams
+        from posttrain.eval.harness import EvalSpec
+        from posttrain.eval.run import run_eval
+        from posttrain.tasks.suites import Suite
 
-        greedy = evaluate_agent(engine, tasks, agent, sandboxes.workspaces, sandboxes=sandboxes,
-                                params=SamplingParams(temperature=0.0, max_tokens=max_tokens)).summary.pass1
-        sampled = evaluate_agent(engine, tasks, agent, sandboxes.workspaces, sandboxes=sandboxes, n=samples, seed=seed,
-                                 params=SamplingParams(temperature=1.0, max_tokens=max_tokens)).summary.pass1
-        return greedy, sampled
-    with use_sandboxes(sandboxes):
-        greedy = evaluate_accuracy(engine, tasks, verifier, max_tokens).accuracy
-        sampled = evaluate_accuracy(engine, tasks, verifier, max_tokens, temperature=1.0, samples=samples,
-                                    seed=seed).accuracy
+        suite = Suite("held-out", list(tasks), verifier, agent=agent)
+        greedy_spec = EvalSpec(model="in-process", suite="held-out", max_tokens=max_tokens)
+        sampled_spec = EvalSpec(model="in-process", suite="held-out", n=samples, temperature=1.0, max_tokens=max_tokens,
+                                seed=seed)
+        greedy = run_eval(engine, suite, greedy_spec, sandboxes=sandboxes).summary
+        sampled = run_eval(engine, suite, sampled_spec, sandboxes=sandboxes).summary
+        assert greedy is not None and sampled is not None  # run_eval always summarizes
+        return greedy.pass1, sampled.pass1
+    greedy = evaluate_accuracy(engine, tasks, verifier, max_tokens, sandboxes=sandboxes).accuracy
+    sampled = evaluate_accuracy(engine, tasks, verifier, max_tokens, temperature=1.0, samples=samples, seed=seed,
+                                sandboxes=sandboxes).accuracy
     return greedy, sampled
 
 

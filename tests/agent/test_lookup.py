@@ -142,7 +142,7 @@ def test_the_process_score_credits_the_chain_read_in_order(sandbox):
 
 
 def test_the_process_weight_option_shapes_training_not_evaluation(sandbox):
-    from posttrain.agent.evaluate import evaluate_agent
+    from posttrain.eval.episodes import evaluate_agent
 
     d = load_domain("agent:lookup", hops=3, process_weight=0.25, limit=4)
     assert d.agent.process is chain_progress and d.agent.process_weight == 0.25

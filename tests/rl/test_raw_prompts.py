@@ -19,7 +19,7 @@ def test_quickstart_prompts_are_the_raw_prompts_before_chat_templates(tiny_model
     # the quickstart's own config (the defaults), pointed at a template-less checkpoint as the quickstart points at its base
     cfg = load_config(None, [f"model.path='{tiny_model_dir}'", f"run_dir='{tmp_path}'"])
     _, tokenizer = load_model(tiny_model_dir)
-    renderer = build_prompt_renderer(cfg, tokenizer)
+    renderer = build_prompt_renderer(cfg.model, tokenizer)
     assert renderer.mode == "raw" and renderer.system_prompt is None and renderer.end_of_turn == ()
     domains = build_domains(cfg)
     params = sampling_params(cfg, domains)
@@ -32,7 +32,7 @@ def test_quickstart_prompts_are_the_raw_prompts_before_chat_templates(tiny_model
     assert [bytes(tokenizer.decode(p), "utf-8") for p in prompts] == [t.prompt.encode() for t in tasks]
     assert used.stop_token_ids == params.stop_token_ids == () and used.stop == params.stop
 
-    selection, _ = build_held_out(cfg, domains)
+    selection, _ = build_held_out(cfg.train, domains, cfg.seed)
     engine = MockEngine(["1"], tokenizer=tokenizer, cycle=True)
     with RunStore(tmp_path / "run.sqlite") as store:
         evaluate_in_training(engine, selection[0], "held_out", store, 0, params.max_tokens, renderer)

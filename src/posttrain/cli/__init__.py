@@ -2,7 +2,7 @@
 
 Covers: the app and its entry point (`app.py`), shared plumbing (`common.py`: one-line user errors, progress on
 stderr), and one module per group of commands: `train.py` (quickstart, base, train, config), `serve.py` (serve),
-`eval.py` (eval, compare, report; `eval_run.py`: eval of a run on its own terms), `tasks.py` (tasks list /
+`eval.py` (eval, compare, report), `tasks.py` (tasks list /
 validate), `sandbox.py` (sandbox run), `agent.py` (agent run / show), `export.py` (export to GGUF), `draft.py` (draft).
 Does not cover: what the commands do; each calls plain functions of the domain packages, which never import from here.
 """

@@ -10,7 +10,8 @@ Does not cover: which exceptions are user errors: the domain packages decide tha
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, Optional
 
@@ -35,7 +36,9 @@ def friendly(interrupted: str = "") -> Iterator[None]:
     """Run a command body: a `UserError` becomes one `error:` line and exit code 2; Ctrl-C exits 130 with
     `interrupted` (what is kept, how to go on) after the note."""
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_config_notes(warnings.showwarning)
+            yield
     except UserError as exc:
         # escaped: a message such as "pip install 'posttrain[serve]'" is text, not rich markup
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
@@ -43,6 +46,20 @@ def friendly(interrupted: str = "") -> Iterator[None]:
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]" + (f": {escape(interrupted)}" if interrupted else ""))
         raise typer.Exit(INTERRUPTED_EXIT) from None
+
+
+def _one_line_config_notes(shown: Callable[..., None]) -> Callable[..., None]:
+    """`warnings.showwarning` that prints a config key's move (`config.ConfigDeprecation`) as one `note:` line."""
+
+    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        from posttrain.config import ConfigDeprecation  # here: only a shown warning pays for pydantic
+
+        if issubclass(category, ConfigDeprecation):
+            err.print(f"[yellow]note:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+        else:
+            shown(message, category, *args, **kwargs)
+
+    return show
 
 
 def progress() -> Progress:

@@ -4,8 +4,8 @@ Covers: `eval` (sample a model on a suite, or grade a responses file, or re-grad
 `compare A B` (paired comparison; exit 1 on a significant regression, so it gates CI) and `report X [Y ...]`
 (one self-contained HTML file): their options, tables and JSON. User errors print one line and exit 2;
 progress goes to stderr so `--json` stays clean.
-Does not cover: the computations (the `eval` package's harness, summary, compare and report modules) or
-prices (`posttrain.pricing`).
+Does not cover: the computations (`eval/modes.py`: each mode as a function over `eval.run.run_eval`, which runs an
+agent suite as episodes by itself; the summary, compare and report modules) or prices (`posttrain.pricing`).
 """
 
 from __future__ import annotations
@@ -122,8 +122,8 @@ def eval_cmd(
     verify_timeout: Optional[float] = typer.Option(None, "--verify-timeout", help="Bound on one batch's grading, seconds."),
     label: Optional[str] = typer.Option(None, "--label", help="A name for this result in comparisons and reports."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (metrics and per-task results under 'tasks')."),
-    episodes: bool = typer.Option(False, "--episodes", help="Run each task of an agent suite (agent:lookup, terminal) as "
-                                  "agent episodes in the sandbox: pass@k over episodes (-n episodes per task)."),
+    episodes: bool = typer.Option(False, "--episodes", help="Not needed any more: an agent suite (agent:lookup, "
+                                  "terminal) runs as agent episodes by itself. Accepted, with a note."),
     split: Optional[str] = typer.Option(
         None, "--split", help="With --model RUN: which of the run's own tasks: selection, reporting (default), held_out, "
         "train or all."),
@@ -134,11 +134,8 @@ def eval_cmd(
     """Evaluate a model on a suite (pass@k with intervals, cost, latency), or grade given responses."""
     with friendly():
         from posttrain.engine.remote.errors import EngineRequestError
-        from posttrain.eval.harness import EvalSpec, evaluate, rescore
-        from posttrain.eval.records import EvalDir
-        from posttrain.pricing import price_for, price_of, price_table, prices_from_table
-        from posttrain.rewards.base import Prewarmable
-        from posttrain.tasks.domains import load_domain, parse_options
+        from posttrain.pricing import price_table
+        from posttrain.tasks.domains import parse_options
 
         k_values = parse_ks(ks)
         table = price_table(price, prices)
@@ -150,92 +147,35 @@ def eval_cmd(
             raise UserError("eval: give exactly one of --model (sample), --responses FILE (grade) or --rescore DIR (re-grade)")
         try:
             if rescore_dir is not None:
-                run, changed = rescore(rescore_dir, load_domain(suite, **options).suite() if suite else None,
-                                       price_of(EvalDir(rescore_dir).meta()), verify_timeout)
+                from posttrain.eval.modes import rescore_dir as rescore
+
+                run, changed = rescore(rescore_dir, _suite(suite, options, None)[1] if suite else None, verify_timeout)
                 err.print(f"re-graded {len(run.records)} responses in {rescore_dir}: {changed} verdicts changed")
                 emit(run.summary, as_json, f"{run.meta.get('suite')} (re-graded)", {"changed": changed})
                 return
-            if model is not None and responses is None:
-                from posttrain.resolve import ModelSpecError, run_config
-
-                try:
-                    cfg = run_config(model)
-                except ModelSpecError:
-                    if suite is None:  # only its own terms were asked for: say why they cannot be had
-                        raise
-                    cfg = None  # an old run's stored config: evaluate it on the named suite all the same
-                sources = [dc.source for dc in cfg.domain_configs()] if cfg is not None else []
-                if cfg is not None and (suite is None or suite in sources) and not episodes:
-                    # a run, on its own domains: what it trained on, graded as it was rewarded, on its held-out split
-                    from posttrain.cli.eval_run import eval_own
-
-                    def own_out(used_split: str) -> Path:
-                        return out or Path("evals") / f"{slug(model)}-{used_split}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-                    for r in eval_own(model, cfg, split, verifier, suite, samples, k_values, temperature, top_p, seed,
-                                      max_tokens, repeat, batch, own_out, table, verify_timeout, label):
-                        emit(r.summary, as_json, r.title, r.extra)
-                    return
+            if model is not None and _eval_own_run(model, suite, split, verifier, samples, k_values, temperature, top_p,
+                                                   seed, max_tokens, repeat, batch, out, table, verify_timeout, label,
+                                                   as_json):
+                return
             if suite is None:
                 raise UserError("eval: --suite is required (or --model RUN, a training run: its own domains)")
             if split is not None:
                 raise UserError("eval: --split applies to a training run's own domains (--model RUN, without another --suite)")
-            domain = load_domain(suite, **options)
-            if verifier is not None:
-                from posttrain.config import RewardConfig, parse_literal
-                from posttrain.rl.build import build_verifier
-
-                domain = domain.with_verifier(build_verifier(parse_literal(verifier), RewardConfig()))
-            loaded = domain.suite()
-            if isinstance(loaded.verifier, Prewarmable):
-                loaded.verifier.prewarm()  # start the verifier's sandbox while the responses load
+            domain, loaded = _suite(suite, options, verifier)
             if responses is not None:
-                from posttrain.eval.responses import read_responses, score_responses
-                from posttrain.eval.summary import summarize
+                from posttrain.eval.modes import grade_responses
 
-                records = score_responses(loaded, read_responses(responses), verify_timeout)
-                pr = price_for(label or "", prices_from_table(table))
-                summary = summarize(records, k_values, pr, [t.id for t in loaded.tasks])
-                if out is not None:
-                    from posttrain.rewards.base import verifier_id
-
-                    store = EvalDir(out)
-                    meta = {"model": label or str(responses), "label": label, "suite": suite, "suite_options": options,
-                            "suite_name": loaded.name, "responses": str(responses), "verifier": verifier_id(loaded.verifier),
-                            "ks": list(k_values), "prices": table, "created": time.time()}
-                    store.start(meta, ({"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in loaded.tasks))
-                    store.rewrite(records)
-                    store.write_summary(summary)
-                emit(summary, as_json, f"{loaded.name}: {responses.name}", {"suite": suite})
+                run = grade_responses(loaded, responses, k_values, suite, options, table, out, label, verify_timeout)
+                emit(run.summary, as_json, f"{loaded.name}: {responses.name}", {"suite": suite})
                 return
-            from posttrain.resolve import resolve_model
-
+            assert model is not None  # one of the three modes
             if episodes:
-                _eval_episodes(domain, loaded, model, samples, k_values, temperature, seed, max_tokens, limit, out,
-                               label, as_json)
-                return
-            # the domain's default is the one training samples with: an arithmetic answer needs 8 tokens, not 256
-            cap = max_tokens if max_tokens is not None else domain.sampling.max_tokens
-            spec = EvalSpec(model=model, suite=suite, n=samples, ks=k_values, temperature=temperature, top_p=top_p,
-                            max_tokens=cap, seed=seed, repeat=repeat, batch=batch or 32, suite_options=options,
-                            verify_timeout_s=verify_timeout, label=label)
-            resolved = resolve_model(model, seed=seed)
-            if resolved.info.get("note"):  # a run's best/ (or its newest checkpoint) was chosen: say which
-                err.print(escape(resolved.info["note"]), highlight=False, soft_wrap=True)
-            out = out or Path("evals") / f"{slug(suite)}-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"
-            extra = {"model_info": resolved.info, "prices": table}
-            price_obj = price_of({**spec.meta(), **extra})
-            try:
-                with Progress(console=err, transient=True) as progress:
-                    bar = progress.add_task(f"eval {loaded.name}", total=None)
-                    run = evaluate(resolved.engine, loaded, spec, out, price_obj,
-                                   on_progress=lambda done, total: progress.update(bar, completed=done, total=total),
-                                   extra_meta=extra, renderer=resolved.renderer)
-            except KeyboardInterrupt:
-                err.print(f"[yellow]interrupted[/]: finished samples are kept in {out}; rerun the same command to resume")
-                raise typer.Exit(INTERRUPTED_EXIT) from None
-            err.print(f"results in {out} (rescore with: posttrain eval --rescore {out})")
-            emit(run.summary, as_json, f"{loaded.name}: {model}", {"out": str(out), "suite": suite, "model": model})
+                if loaded.agent is None:
+                    raise UserError(f"eval --episodes: {loaded.name} is not an agent suite (agent:lookup, terminal, "
+                                    "terminal:DIR)")
+                err.print("note: --episodes is no longer needed: an agent suite runs as episodes by itself")
+            _sample(domain, loaded, model, suite, options, samples, k_values, temperature, top_p, seed, max_tokens, repeat,
+                    batch, out, table, verify_timeout, label, as_json)
         except UserError:
             raise
         except ValueError as exc:
@@ -246,50 +186,85 @@ def eval_cmd(
             raise UserError(f"the model endpoint failed: {exc} (finished samples are kept; rerun to resume)") from None
 
 
-def _eval_episodes(domain: Any, loaded: Any, model: str, samples: int, ks: tuple[int, ...], temperature: float,
-                   seed: int, max_tokens: Optional[int], limit: Optional[int], out: Optional[Path], label: Optional[str],
-                   as_json: bool) -> None:
-    """`eval --episodes`: n agent episodes per task through the training rollouter, recorded like any eval (and
-    every transcript in OUT/episodes.jsonl)."""
-    from posttrain.agent.evaluate import evaluate_agent
-    from posttrain.agent.spec import spec_of
-    from posttrain.eval.records import EvalDir
+def _suite(suite: str, options: dict[str, Any], verifier: Optional[str]) -> tuple[Any, Any]:
+    """The named suite's domain and its evaluation `Suite` (`eval.modes.suite_of`), judged by `--verifier` when
+    given (built by the wiring, as a config's verifier is)."""
+    from posttrain.eval.modes import suite_of
+    from posttrain.tasks.domains import load_domain
+
+    domain = load_domain(suite, **options)
+    if verifier is not None:
+        from posttrain.config import RewardConfig, parse_literal
+        from posttrain.rl.build import build_verifier
+
+        domain = domain.with_verifier(build_verifier(parse_literal(verifier), RewardConfig()))
+    return domain, suite_of(domain)
+
+
+def _eval_own_run(model: str, suite: Optional[str], split: Optional[str], verifier: Optional[str], samples: int,
+                  k_values: tuple[int, ...], temperature: float, top_p: float, seed: int, max_tokens: Optional[int],
+                  repeat: int, batch: Optional[int], out: Optional[Path], table: Any, verify_timeout: Optional[float],
+                  label: Optional[str], as_json: bool) -> bool:
+    """`--model RUN` with no other suite (or one of its own): the run evaluated on its own terms, printed; False
+    when `model` is not a training run to evaluate so."""
+    from posttrain.resolve import ModelSpecError, run_config
+
+    try:
+        cfg = run_config(model)
+    except ModelSpecError:
+        if suite is None:  # only its own terms were asked for: say why they cannot be had
+            raise
+        return False  # an old run's stored config: evaluate it on the named suite all the same
+    if cfg is None or (suite is not None and suite not in [dc.source for dc in cfg.domain_configs()]):
+        return False  # not a training run, or a suite it did not train on
+    # a run, on its own domains: what it trained on, graded as it was rewarded, on its held-out split
+    from posttrain.rl.own_eval import evaluate_own
+
+    def own_out(used_split: str) -> Path:
+        return out or Path("evals") / f"{slug(model)}-{used_split}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    def say(line: str) -> None:
+        err.print(escape(line), highlight=False, soft_wrap=True)
+
+    for r in evaluate_own(model, cfg, split, verifier, suite, samples, k_values, temperature, top_p, seed, max_tokens,
+                          repeat, batch, own_out, table, verify_timeout, label, say):
+        emit(r.summary, as_json, r.title, r.extra)
+    return True
+
+
+def _sample(domain: Any, loaded: Any, model: str, suite: str, options: dict[str, Any], samples: int,
+            k_values: tuple[int, ...], temperature: float, top_p: float, seed: int, max_tokens: Optional[int],
+            repeat: int, batch: Optional[int], out: Optional[Path], table: Any, verify_timeout: Optional[float],
+            label: Optional[str], as_json: bool) -> None:
+    """`eval --model M --suite S`: the model resolved, `eval.modes.sample` under a progress bar, the summary printed
+    (an agent suite's episode figures with it)."""
+    from posttrain.eval.harness import EvalSpec
+    from posttrain.eval.modes import default_max_tokens, sample
     from posttrain.resolve import resolve_model
-    from posttrain.sandbox.sandboxes import local_sandboxes
-    from posttrain.types import SamplingParams
 
-    spec = spec_of(domain)
-    if spec is None:
-        raise UserError(f"eval --episodes: {loaded.name} is not an agent suite (agent:lookup, terminal, terminal:DIR)")
-    tasks = loaded.tasks[:limit] if limit else loaded.tasks
+    spec = EvalSpec(model=model, suite=suite, n=samples, ks=k_values, temperature=temperature, top_p=top_p,
+                    max_tokens=max_tokens if max_tokens is not None else default_max_tokens(domain, loaded), seed=seed,
+                    repeat=repeat, batch=batch or 32, suite_options=options, verify_timeout_s=verify_timeout, label=label)
     resolved = resolve_model(model, seed=seed)
-    if resolved.renderer is not None:  # a run's system prompt opens its agent prefix, as in training
-        from posttrain.agent.spec import with_system_prompt
-
-        spec = with_system_prompt(spec, resolved.renderer.system_prompt)
-    params = SamplingParams(temperature=temperature, max_tokens=max_tokens or spec.max_tokens)
-    out = out or Path("evals") / f"{slug(loaded.name)}-episodes-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    store = EvalDir(out)
-    store.start({"model": model, "label": label, "suite": loaded.name, "mode": "episodes", "n": samples,
-                 "temperature": temperature, "seed": seed, "max_tokens": params.max_tokens, "max_steps": spec.max_steps,
-                 "created": time.time()}, ({"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in tasks))
-    with Progress(console=err, transient=True) as progress:
-        progress.add_task(f"episodes on {loaded.name}", total=None)
-        sandboxes = local_sandboxes()
-        try:
-            result = evaluate_agent(resolved.engine, tasks, spec, sandboxes.workspaces, n=samples, ks=ks, params=params,
-                                    seed=seed)
-        finally:
-            sandboxes.close()
-    store.append(result.records)
-    store.write_summary(result.summary)
-    with (out / "episodes.jsonl").open("w", encoding="utf-8") as f:
-        for eps in result.episodes:
-            for ep in eps:
-                f.write(json.dumps(ep.to_dict()) + "\n")
-    err.print(f"results in {out} (episodes.jsonl holds every transcript)")
-    emit(result.summary, as_json, f"{loaded.name} (episodes): {model}",
-         {"out": str(out), "suite": loaded.name, "model": model, "episode_metrics": result.metrics})
+    if resolved.info.get("note"):  # a run's best/ (or its newest checkpoint) was chosen: say which
+        err.print(escape(resolved.info["note"]), highlight=False, soft_wrap=True)
+    out = out or Path("evals") / f"{slug(suite)}-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    kind = "episodes on" if loaded.agent is not None else "eval"
+    try:
+        with Progress(console=err, transient=True) as progress:
+            bar = progress.add_task(f"{kind} {loaded.name}", total=None)
+            run = sample(resolved.engine, loaded, spec, out, resolved.info, table, resolved.renderer,
+                         on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted[/]: finished samples are kept in {out}; rerun the same command to resume")
+        raise typer.Exit(INTERRUPTED_EXIT) from None
+    extra: dict[str, Any] = {"out": str(out), "suite": suite, "model": model}
+    if run.episodes is not None:
+        err.print(f"results in {out} (episodes.jsonl holds every transcript)")
+        emit(run.summary, as_json, f"{loaded.name} (episodes): {model}", {**extra, "episode_metrics": run.episode_metrics})
+        return
+    err.print(f"results in {out} (rescore with: posttrain eval --rescore {out})")
+    emit(run.summary, as_json, f"{loaded.name}: {model}", extra)
 
 
 def compare_cmd(

@@ -122,7 +122,7 @@ class RayRunner:
 
     def __init__(self, cfg: RunConfig, index: int, seed: int, board: WeightBoard, backends: Backends | None = None) -> None:
         ray = _ray()
-        connect(cfg.rollout.ray_address)
+        connect(cfg.ray.address)
         self.follow = cfg.rollout.on_new_weights == "update"
         # update: a second call (`offer`) must reach the actor while `run` executes
         actor_cls = ray.remote(num_cpus=cfg.rollout.ray_worker_cpus, max_restarts=0,

@@ -624,10 +624,10 @@ def _why(exc: BaseException) -> str:
 
 def make_pool(cfg: RunConfig) -> RaySandboxPool:
     """The `[sandbox]` section's Ray sandbox workers, each a pre-forked sandbox with common modules preloaded
-    (`sandbox.max_concurrency` executions at once), on the cluster at `rollout.ray_address`."""
+    (`sandbox.max_concurrency` executions at once), on the cluster at `ray.address`."""
     sc = cfg.sandbox
     return RaySandboxPool(sc.workers, max_concurrency=sc.max_concurrency, inflight=sc.inflight,
-                          worker_cpus=sc.worker_cpus, address=cfg.rollout.ray_address, prefork=True, preload=PRELOAD)
+                          worker_cpus=sc.worker_cpus, address=cfg.ray.address, prefork=True, preload=PRELOAD)
 
 
 def sandboxes_for(cfg: RunConfig) -> Sandboxes:

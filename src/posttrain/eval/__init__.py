@@ -1,5 +1,7 @@
 """Evaluation: pass@k with intervals, cost and latency, resumable recorded runs, paired comparison, reports.
 
+`run_eval` (`run.py`) is the one entry point: it runs single-turn and agent suites alike.
+
 Public names are imported lazily, so `from posttrain.eval import pass_at_k`
 does not load torch.
 """
@@ -25,6 +27,7 @@ _EXPORTS = {
     "EvalSummary": "posttrain.eval.results",
     "TaskResult": "posttrain.eval.results",
     "Estimate": "posttrain.eval.results",
+    "run_eval": "posttrain.eval.run",
     "evaluate": "posttrain.eval.harness",
     "EvalSpec": "posttrain.eval.harness",
     "rescore": "posttrain.eval.harness",
@@ -57,6 +60,7 @@ __all__ = [
     "pass_at_k",
     "pass_hat_k",
     "rescore",
+    "run_eval",
     "score_responses",
     "summarize",
     "task_mean_ci",

@@ -1,8 +1,8 @@
 """Held-out accuracy of a model on a task list: greedy accuracy and sampled pass@1, through the harness.
 
 Covers: the two numbers the quickstart and the built-in base model's band
-check report, computed by the evaluation harness (`harness.evaluate`, the one
-evaluation path: the same guarded verifier call as the reward, errored
+check report, computed through `run.run_eval` (the one evaluation entry
+point: the same guarded verifier call as the reward, errored
 verdicts counted apart rather than scored as wrong), all tasks in one engine
 call.
 Does not cover: pass@k, confidence intervals, cost or comparisons (the
@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.engine.base import Engine
-from posttrain.eval.harness import EvalSpec, evaluate
+from posttrain.eval.harness import EvalSpec
+from posttrain.eval.run import run_eval
 from posttrain.rewards.base import Verifier
 from posttrain.tasks.suites import Suite
 from posttrain.types import Task
@@ -40,18 +41,19 @@ def evaluate_accuracy(
     samples: int = 1,
     seed: int = 0,
     renderer: Any = None,
+    sandboxes: Any = None,
 ) -> AccuracyResult:
     """Greedy accuracy with temperature 0; sampled pass@1 (mean over `samples` draws) otherwise.
 
     Sampled draws are seeded by the harness from `seed` (its per-chunk seed), so they do not touch the
-    engine's own sampling RNG.
+    engine's own sampling RNG. `sandboxes`: where code verifiers execute (None: the caller's).
     """
     if not tasks:
         raise ValueError("evaluate_accuracy needs at least one task")
     n = 1 if temperature == 0 else samples
     spec = EvalSpec(model="in-process", suite="held-out", n=n, temperature=temperature, max_tokens=max_tokens,
                     seed=seed, batch=len(tasks))
-    run = evaluate(engine, Suite("held-out", list(tasks), verifier), spec, renderer=renderer)
+    run = run_eval(engine, Suite("held-out", list(tasks), verifier), spec, renderer=renderer, sandboxes=sandboxes)
     per_task: dict[str, list[bool]] = {}
     errors = 0
     for r in run.records:

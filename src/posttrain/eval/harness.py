@@ -11,8 +11,9 @@ without redoing finished samples); `rescore` (re-grade recorded responses
 with the suite's current verifier, no model); and per-response tokens and
 latency (an engine's own per-request figures when it keeps them, else the
 chunk's wall time shared out).
-Does not cover: resolving a model name to an engine (see `posttrain.resolve`),
-scoring response files (see `responses.py`) or metrics (see `summary.py`).
+Does not cover: choosing this path over agent episodes (`run.py: run_eval`, the entry point callers use),
+resolving a model name to an engine (see `posttrain.resolve`), scoring response files (see `responses.py`) or
+metrics (see `summary.py`).
 
 Repeats reuse the same seeds: `--repeat R` asks whether the same request
 gives the same verdict again, which a deterministic local engine always
@@ -148,6 +149,29 @@ def _check_resumable(old: dict[str, Any], new: dict[str, Any], path: Path) -> No
             )
 
 
+def open_eval_dir(out: str | Path | None, meta: dict[str, Any],
+                  tasks: Sequence[Task]) -> tuple[EvalDir | None, dict[tuple[str, int, int], SampleRecord]]:
+    """The output directory started with `meta` (None: nothing stored) and the records it already holds, when it
+    holds an evaluation made with the same sampling settings (another one is an `EvalDirError`); `meta` gains the
+    first run's `created` and a `resumed` count."""
+    store = EvalDir(out) if out is not None else None
+    done: dict[tuple[str, int, int], SampleRecord] = {}
+    if store is not None and store.exists():
+        old = store.meta()
+        _check_resumable(old, meta, store.path)
+        meta["created"] = old.get("created", meta["created"])
+        meta["resumed"] = old.get("resumed", 0) + 1
+        done = {r.key: r for r in store.records()}
+    if store is not None:
+        store.start(meta, task_rows(tasks))
+    return store, done
+
+
+def task_rows(tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    """The tasks as an evaluation stores them (`tasks.jsonl`, `EvalRun.tasks`)."""
+    return [{"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in tasks]
+
+
 def evaluate(
     engine: Engine,
     suite: Any,
@@ -160,23 +184,14 @@ def evaluate(
 ) -> EvalRun:
     """Sample and grade every (task, repeat, sample) not already recorded in `out`; return the whole run.
     `renderer`: how tasks become prompts (default: the raw prompt), the training run's own for a trained model.
+    A single-turn suite's leg of `run_eval` (`eval/run.py`), which callers go through.
 
     The summary is `run.summary` (and `out/summary.json`).
     """
     tasks: list[Task] = list(suite.tasks)
     meta = {**spec.meta(), "suite_name": suite.name, "n_suite_tasks": len(tasks), "verifier": verifier_id(suite.verifier),
             "engine": type(engine).__name__, "created": time.time(), **(extra_meta or {})}
-    store = EvalDir(out) if out is not None else None
-    done: dict[tuple[str, int, int], SampleRecord] = {}
-    if store is not None and store.exists():
-        old = store.meta()
-        _check_resumable(old, meta, store.path)
-        meta["created"] = old.get("created", meta["created"])
-        meta["resumed"] = old.get("resumed", 0) + 1
-        done = {r.key: r for r in store.records()}
-    if store is not None:
-        store.start(meta, ({"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in tasks))
-
+    store, done = open_eval_dir(out, meta, tasks)
     chunks = [tasks[i : i + spec.batch] for i in range(0, len(tasks), spec.batch)]
     total, finished = len(chunks) * spec.repeat, 0
     for repeat in range(spec.repeat):
@@ -197,8 +212,7 @@ def evaluate(
     summary = summarize(records, spec.ks, price, [t.id for t in tasks])
     if store is not None:
         store.write_summary(summary)
-    return EvalRun(meta, records, [{"id": t.id, "prompt": t.prompt, "answer": t.answer} for t in tasks],
-                   store.path if store else None, summary)
+    return EvalRun(meta, records, task_rows(tasks), store.path if store else None, summary)
 
 
 def regrade(suite: Any, records: Sequence[SampleRecord], timeout: float | None = None) -> list[SampleRecord]:
@@ -228,6 +242,9 @@ def rescore(path: str | Path, suite: Any | None = None, price: Price | None = No
 
     store = EvalDir(path)
     run = store.load()
+    if run.meta.get("mode") == "episodes":
+        raise EvalDirError(f"{path} holds agent episodes, judged in their sandbox as they ran: an episode cannot be "
+                           "re-graded from its answer alone; rerun the evaluation instead")
     suite = suite or load_domain(run.meta["suite"], **run.meta.get("suite_options", {})).suite()
     fresh = regrade(suite, run.records, timeout)
     old = {r.key: (r.passed, r.status) for r in run.records}

@@ -7,6 +7,7 @@ Covers: `SampleRecord` (a response, its verdict with the verifier's structured f
     DIR/meta.json       model, suite spec and options, sampling settings, verifier id, code version
     DIR/tasks.jsonl     the suite's tasks (id, prompt, answer) as they were, for reports
     DIR/samples.jsonl   one SampleRecord per line, appended and flushed per graded batch
+    DIR/episodes.jsonl  an agent suite's episodes, one transcript per line (`Episode.to_dict()`)
     DIR/summary.json    the metrics, `EvalSummary.to_dict()` (rewritten at the end; derived: resuming and
                         re-grading read the records, never this file; `EvalDir.summary()` reads it back)
 
@@ -24,10 +25,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from posttrain.errors import UserError
 from posttrain.eval.results import EvalSummary
+
+if TYPE_CHECKING:
+    from posttrain.agent.episode import Episode
 
 META, TASKS, SAMPLES, SUMMARY = "meta.json", "tasks.jsonl", "samples.jsonl", "summary.json"
 
@@ -85,8 +89,10 @@ class SampleRecord:
 class EvalRun:
     """An evaluation's settings (`meta`), the tasks it asked about, and every graded response.
 
-    `summary` holds the figures when this process computed them (`evaluate`, `rescore`); a run loaded from
+    `summary` holds the figures when this process computed them (`run_eval`, `rescore`); a run loaded from
     disk leaves it None (`summarize(run.records, ...)` recomputes them; `EvalDir.summary()` reads the stored ones).
+    An agent suite's run also holds the episodes this process ran (`episodes`, per task in suite order; on disk in
+    `episodes.jsonl`) and their turn figures (`episode_metrics`); a single-turn run leaves them None and empty.
     """
 
     meta: dict[str, Any]
@@ -94,6 +100,8 @@ class EvalRun:
     tasks: list[dict[str, Any]] = field(default_factory=list)  # {"id", "prompt", "answer"} in suite order
     path: Path | None = None
     summary: EvalSummary | None = None
+    episodes: list[list[Episode]] | None = None  # agent suites: per task, its episodes (None: single-turn)
+    episode_metrics: dict[str, float] = field(default_factory=dict)  # `agent.metrics.episode_metrics` of them
 
     @property
     def name(self) -> str:

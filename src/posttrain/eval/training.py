@@ -1,7 +1,7 @@
 """Evaluation inside a training run: held-out suites every K steps, per-task series, lost-capability flags.
 
 Covers: `evaluate_in_training` (one greedy pass of a suite with the
-trainer's own engine through the same harness `posttrain eval` uses,
+trainer's own engine through `run_eval`, the entry point `posttrain eval` uses,
 stored in the run store: headline metrics, per-task pass rates, every
 response): the one path of the trainer's held-out evaluation and of
 `train.eval_suites`; `task_series` (each task's pass rate across the evaluated
@@ -15,24 +15,30 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from posttrain.eval.harness import EvalSpec, evaluate
+from posttrain.eval.harness import EvalSpec
+from posttrain.eval.run import run_eval
 from posttrain.store.run_store import EvalSampleRow, RunStore
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.sandboxes import Sandboxes
 
 PASS = 0.5  # a task "passes" at an evaluation when at least half its samples do (greedy: the one sample)
 
 
 def evaluate_in_training(engine: Any, suite: Any, name: str, store: RunStore, step: int, max_tokens: int,
-                         renderer: Any = None) -> dict[str, float]:
-    """Greedy pass@1 of `suite` at `step`, stored under eval `name` (metrics, per-task rates, every response);
-    returns the stored metrics (`pass@1`, `mean_score`, `n_tasks`, `n_errors`, `regressed_tasks`, ...).
-    Agent suites run episodes instead (`agent.evaluate.evaluate_agent_in_training`), stored by the same
-    `record_evaluation`."""
+                         renderer: Any = None, sandboxes: Sandboxes | None = None) -> dict[str, float]:
+    """Greedy pass@1 of `suite` at `step` through `run_eval` (an agent suite: one greedy episode per task, its turn
+    figures stored beside pass@1 as `agent/...`), on the run's `sandboxes`, stored under eval `name` (metrics,
+    per-task rates, every response); returns the stored metrics (`pass@1`, `mean_score`, `n_tasks`, `n_errors`,
+    `regressed_tasks`, ...)."""
     spec = EvalSpec(model=f"step {step}", suite=name, n=1, temperature=0.0, max_tokens=max_tokens, batch=len(suite.tasks))
-    run = evaluate(engine, suite, spec, renderer=renderer)  # the rollouts' renderer: prompted as in training
-    assert run.summary is not None  # evaluate always summarizes
-    return record_evaluation(store, name, step, run.records, run.summary)
+    # the rollouts' renderer and sandboxes: prompted and verified as in training
+    run = run_eval(engine, suite, spec, renderer=renderer, sandboxes=sandboxes)
+    assert run.summary is not None  # run_eval always summarizes
+    extra = {f"agent/{k}": v for k, v in run.episode_metrics.items()}
+    return record_evaluation(store, name, step, run.records, run.summary, extra)
 
 
 def record_evaluation(store: RunStore, name: str, step: int, records: list, summary: Any,

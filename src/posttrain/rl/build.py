@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from posttrain.config import ConfigError, DomainConfig, EngineConfig, RewardConfig, RunConfig
+from posttrain.config import ConfigError, DomainConfig, EngineConfig, ModelSection, RewardConfig, RunConfig, TrainConfig
 from posttrain.engine.base import Engine
 from posttrain.engine.build import build_engine
 from posttrain.models.llama import CausalLM
@@ -148,9 +148,9 @@ def build_sandboxes(cfg: RunConfig, backends: Backends | None = None) -> Sandbox
     if sc.backend == "local":
         return local_sandboxes(max_concurrency=sc.max_concurrency)
     r = cfg.rollout
-    if r.mode == "async" and r.backend == "local" and r.producer_kind == "process" and r.ray_address is None:
-        raise ConfigError("config: sandbox.backend = \"ray\" with producer processes needs rollout.ray_address "
-                          "(each process joins that cluster; without one it would start a cluster of its own), or "
+    if r.mode == "async" and r.backend == "local" and r.producer_kind == "process" and cfg.ray.address is None:
+        raise ConfigError("config: sandbox.backend = \"ray\" with producer processes needs ray.address (rollout.ray_address "
+                          "before; each process joins that cluster; without one it would start a cluster of its own), or "
                           "rollout.producer_kind = \"thread\" or rollout.backend = \"ray\"")
     return (backends or Backends()).need("ray_sandboxes", "sandbox.backend = \"ray\"")(cfg)
 
@@ -170,13 +170,12 @@ def sampling_params(cfg: RunConfig, domains: list[Domain]) -> SamplingParams:
                           max_tokens=max_tokens_for(cfg, domains), stop=stops)
 
 
-def build_prompt_renderer(cfg: RunConfig, tokenizer: Tokenizer | None) -> PromptRenderer:
+def build_prompt_renderer(m: ModelSection, tokenizer: Tokenizer | None) -> PromptRenderer:
     """`model.prompt_format` and `model.system_prompt` over the initial checkpoint: the one renderer of the run's
     rollouts and evaluations (`engine/prompt_format.py`; the built-in base has no template: raw)."""
     from posttrain.engine.prompt_format import build_renderer
     from posttrain.resolve import locate_model
 
-    m = cfg.model
     checkpoint = locate_model(m.path).path if m.path is not None else None
     return build_renderer(checkpoint, tokenizer, m.prompt_format, m.system_prompt)
 
@@ -197,13 +196,13 @@ def build_rollouter(cfg: RunConfig, engine: Engine, domains: list[Domain], param
 
         spec = spec_of(agents[0])
         assert spec is not None  # an agent domain
-        renderer = renderer or build_prompt_renderer(cfg, engine.tokenizer)  # type: ignore[arg-type]
+        renderer = renderer or build_prompt_renderer(cfg.model, engine.tokenizer)  # type: ignore[arg-type]
         if renderer.mode == "chat":
             raise ConfigError("config: agent episodes are written in the built-in text call format, not through a chat "
                               "template yet: set model.prompt_format = \"raw\" for an agent domain")
         return AgentRollouter(engine, sandboxes.workspaces, spec, params, seed=cfg.seed, sandboxes=sandboxes)
     verifiers = {d.name: d.verifier for d in domains} if len(domains) > 1 else {}
-    renderer = renderer or build_prompt_renderer(cfg, engine.tokenizer)  # type: ignore[arg-type]
+    renderer = renderer or build_prompt_renderer(cfg.model, engine.tokenizer)  # type: ignore[arg-type]
     return SingleTurnRollouter(engine, params, domains[0].verifier, renderer, cfg.reward.timeout_s, verifiers,
                                inline=cfg.rollout.mode == "sync" if inline is None else inline, sandboxes=sandboxes)
 
@@ -298,17 +297,17 @@ def for_rank(cfg: RunConfig, dp: DataParallel) -> RunConfig:
     return cfg.model_copy(update={"rl": rl, "engine": engine})
 
 
-def build_held_out(cfg: RunConfig, domains: list[Domain]) -> tuple[list[Suite], list[Suite]]:
-    """Each domain's `train.eval_size` held-out tasks (fewer when its split is smaller), split by a hash of
-    the task id into the selection part (evaluated during training; selects best/) and the reporting part
+def build_held_out(train: TrainConfig, domains: list[Domain], seed: int) -> tuple[list[Suite], list[Suite]]:
+    """Each domain's `train.eval_size` held-out tasks, drawn with the run's `seed` (fewer when its split is smaller),
+    split by a hash of the task id into the selection part (evaluated during training; selects best/) and the reporting part
     (evaluated at the end), both judged by the domain's verifier."""
     from posttrain.agent.spec import spec_of
 
     selection, reporting = [], []
-    fraction = cfg.train.selection_fraction
+    fraction = train.selection_fraction
     for d in domains:
         agent = spec_of(d)
-        tasks = d.held_out(cfg.train.eval_size, seed=cfg.seed)
+        tasks = d.held_out(train.eval_size, seed=seed)
         if not tasks:
             continue
         if fraction == 0:
@@ -327,10 +326,9 @@ def build_held_out(cfg: RunConfig, domains: list[Domain]) -> tuple[list[Suite], 
     return selection, reporting
 
 
-def build_eval_suites(cfg: RunConfig) -> dict[str, Suite]:
+def build_eval_suites(train: TrainConfig) -> dict[str, Suite]:
     """`train.eval_suites`, each the registry's own domain view (its own verifier), loaded at start-up."""
-    limit = cfg.train.eval_suite_limit
-    return {f"suite:{spec}": load_domain(spec).suite(limit=limit) for spec in cfg.train.eval_suites}
+    return {f"suite:{spec}": load_domain(spec).suite(limit=train.eval_suite_limit) for spec in train.eval_suites}
 
 
 def build(cfg: RunConfig, store: bool = True, dp: DataParallel | None = None,
@@ -363,8 +361,8 @@ def build(cfg: RunConfig, store: bool = True, dp: DataParallel | None = None,
     engine, shares = build_engine_for(cfg.engine, whole, tokenizer, seed)
     params = sampling_params(cfg, domains)
     check_answer_room(domain_rooms(domains, [params.max_tokens] * len(domains), tokenizer, cfg.seed))
-    renderer = build_prompt_renderer(cfg, tokenizer)
-    selection, reporting = build_held_out(cfg, domains)
+    renderer = build_prompt_renderer(cfg.model, tokenizer)
+    selection, reporting = build_held_out(cfg.train, domains, cfg.seed)
     sandboxes = build_sandboxes(cfg, backends)
     try:
         return Components(
@@ -382,7 +380,7 @@ def build(cfg: RunConfig, store: bool = True, dp: DataParallel | None = None,
             learner=build_learner(cfg, model, params.max_tokens, shares, ranks, backends),
             held_out=selection,
             reporting=reporting,
-            eval_suites=build_eval_suites(cfg),
+            eval_suites=build_eval_suites(cfg.train),
             store=RunStore(cfg.path / "run.sqlite") if store else None,
             base=base,
             sandboxes=sandboxes,

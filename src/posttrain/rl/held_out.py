@@ -1,7 +1,7 @@
 """The trainer's held-out evaluation: every domain's selection half and `train.eval_suites`, best/ and the replicas.
 
-Covers: `HeldOutEvaluation.evaluate(step)` (each suite greedily through the evaluation harness, or greedy
-episodes for an agent suite, on the run's own `Sandboxes`; responses stored like any eval; the metrics the
+Covers: `HeldOutEvaluation.evaluate(step)` (each suite greedily through `eval.run.run_eval`, greedy episodes
+for an agent suite, on the run's own `Sandboxes`; responses stored like any eval; the metrics the
 trainer reports: `greedy_accuracy` (the mean over domains), per-suite pass@1 and regressed tasks, an agent
 suite's turn figures), best/ kept on the configured metric with a warning on a sustained drop
 (`rl/selection.py`, pure), and `check_replicas` (DDP: whether every rank still holds the same weights).
@@ -25,7 +25,6 @@ from posttrain.rl.backends import DataParallel
 from posttrain.rl.build import Components
 from posttrain.rl.run_log import RunLog
 from posttrain.rl.selection import Best, HeldOutRegression, observe
-from posttrain.sandbox.sandboxes import use_sandboxes
 
 
 @dataclass
@@ -68,13 +67,8 @@ class HeldOutEvaluation:
 
     def _suite(self, suite: Any, name: str, step: int, max_tokens: int) -> dict[str, float]:
         """One suite's in-training evaluation: greedy responses, or greedy episodes for an agent suite."""
-        p = self.parts
-        if suite.agent is not None:
-            from posttrain.agent.evaluate import evaluate_agent_in_training
-
-            return evaluate_agent_in_training(p.engine, suite, name, self.log.store, step, max_tokens, p.sandboxes)
-        with use_sandboxes(p.sandboxes):  # code verifiers execute where the training rollouts' do
-            return evaluate_in_training(p.engine, suite, name, self.log.store, step, max_tokens, p.renderer)
+        p = self.parts  # code verifiers and agent sessions run where the training rollouts' do
+        return evaluate_in_training(p.engine, suite, name, self.log.store, step, max_tokens, p.renderer, p.sandboxes)
 
     def _track_best(self, step: int, metrics: dict[str, float]) -> None:
         """Keep best/ (the best held-out metric so far, ties to the later step) and warn on a sustained drop."""

@@ -7,12 +7,17 @@ verifier training rewarded with (unless `verifier` overrides it), on one split:
   step's in-training figure exactly (same tasks, verifier, greedy sampling, max tokens, one engine call);
 - `reporting` (the default): the held-out half training never looked at, the quickstart's reported figure;
 - `held_out`: both halves; `train`: `train.eval_size` problems of the training split (memorisation); `all`: both.
-Does not cover: sampling and grading (`eval/harness.py`), resolving RUN@STEP (`resolve.py`), the command line.
+`evaluate_own` runs them: the model resolved with the run's engine settings, each suite through `eval.run.run_eval`
+(an agent domain's tasks as greedy episodes) into its own directory, sampled as in-training evaluation samples.
+Does not cover: sampling and grading (`eval/`), resolving RUN@STEP (`resolve.py`), printing (the command line).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from posttrain.config import ConfigError, RunConfig, parse_literal
@@ -56,7 +61,7 @@ def own_evaluation(cfg: RunConfig, split: str = DEFAULT_SPLIT, verifier: str | N
         domains = [d.with_verifier(override) for d in domains]
     max_tokens = max_tokens_for(cfg, build_domains(cfg))  # over every domain, as the rollouts' cap is
     if split in ("selection", "reporting"):
-        selection, reporting = build_held_out(cfg, domains)
+        selection, reporting = build_held_out(cfg.train, domains, cfg.seed)
         suites = selection if split == "selection" else reporting
     else:
         suites = [s for s in (_split_suite(cfg, d, split) for d in domains) if s is not None]
@@ -77,3 +82,48 @@ def _split_suite(cfg: RunConfig, domain: Any, split: str) -> Suite | None:
         return None
     return Suite(domain.name, tasks, domain.verifier, agent=spec_of(domain),
                  description=f"{len(tasks)} {split} {domain.name} tasks")
+
+
+@dataclass
+class OwnResult:
+    """One domain's evaluation, for the caller to print: a title, the summary, and what it used."""
+
+    title: str
+    summary: Any  # an `EvalSummary`
+    extra: dict[str, Any]  # out, model, split, verifier, verifier_source, prompt_format, domain
+
+
+def evaluate_own(model: str, cfg: RunConfig, split: str | None, verifier: str | None, source: str | None, samples: int,
+                 ks: tuple[int, ...], temperature: float, top_p: float, seed: int, max_tokens: int | None, repeat: int,
+                 batch: int | None, out: Callable[[str], Path], prices: dict[str, Any], verify_timeout: float | None,
+                 label: str | None, say: Callable[[str], None] = lambda _line: None) -> list[OwnResult]:
+    """Evaluate the run `model` (RUN or RUN@STEP; `cfg` its `RunConfig`) on its own domains; `out(split)`: the
+    results directory (one subdirectory per domain when there are several); `say`: a line of progress for people."""
+    from posttrain.eval.harness import EvalSpec
+    from posttrain.eval.run import run_eval
+    from posttrain.pricing import price_of
+    from posttrain.resolve import resolve_model
+
+    own = own_evaluation(cfg, split or DEFAULT_SPLIT, verifier, source)
+    resolved = resolve_model(model, seed=seed, engine_options=cfg.engine.model_dump())
+    if resolved.info.get("note"):  # a run's best/ (or its newest checkpoint) was chosen: say which
+        say(resolved.info["note"])
+    root = out(own.split)
+    results = []
+    for suite in own.suites:
+        # in-training evaluation samples a suite in one engine call: the same chunking by default, for the same figures
+        spec = EvalSpec(model=model, suite=f"{model}#{own.split}:{suite.name}", n=samples, ks=ks, temperature=temperature,
+                        top_p=top_p, max_tokens=max_tokens or own.max_tokens, seed=seed, repeat=repeat,
+                        batch=batch or len(suite.tasks), verify_timeout_s=verify_timeout, label=label)
+        used = {"split": own.split, "verifier": own.verifiers()[suite.name], "verifier_source": own.verifier_source,
+                "prompt_format": resolved.info.get("prompt_format"), "domain": suite.name}
+        say(f"{suite.name}: {len(suite.tasks)} tasks of the run's {own.split} split, graded by {used['verifier']} "
+            f"({'the run' + chr(39) + 's own' if own.verifier_source == 'run' else '--verifier'})")
+        extra = {"model_info": resolved.info, "prices": prices, **used}
+        where = root / re.sub(r"[^A-Za-z0-9_.-]+", "_", suite.name) if len(own.suites) > 1 else root
+        run = run_eval(resolved.engine, suite, spec, where, price_of({**spec.meta(), **extra}), extra_meta=extra,
+                       renderer=resolved.renderer)
+        say(f"results in {where}")
+        results.append(OwnResult(f"{suite.name} ({own.split} split, verifier {used['verifier']}): {model}", run.summary,
+                                 {"out": str(where), "model": model, **used}))
+    return results
