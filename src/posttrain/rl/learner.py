@@ -119,17 +119,7 @@ def pack_rows(batch: TrainBatch, width: int | None = None, pad_id: int = 0) -> T
         raise ValueError("pack_rows needs the batch's row lengths (pack_groups records them)")
     lengths = [int(n) for n in batch.lengths]
     width = max(width or 0, max(lengths))
-    bins: list[list[int]] = []
-    fill: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        for j, used in enumerate(fill):
-            if used + lengths[i] <= width:
-                bins[j].append(i)
-                fill[j] += lengths[i]
-                break
-        else:
-            bins.append([i])
-            fill.append(lengths[i])
+    bins, fill = pack_bins(lengths, width)
     r = len(bins)
     ids = torch.full((r, width), pad_id, dtype=torch.long)
     pos = torch.zeros((r, width), dtype=torch.long)
@@ -154,6 +144,44 @@ def pack_rows(batch: TrainBatch, width: int | None = None, pad_id: int = 0) -> T
         seg[j, at:] = len(members)  # padding attends only to padding: no all-masked (NaN) rows
         pos[j, at:] = torch.arange(width - at)
     return TrainBatch(ids, mask, old, adv, torch.tensor(fill), pos, seg)
+
+
+def pack_bins(lengths: list[int], width: int) -> tuple[list[list[int]], list[int]]:
+    """First-fit-decreasing: the sequences (by index) of each packed row of `width` tokens, and each row's fill."""
+    bins: list[list[int]] = []
+    fill: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for j, used in enumerate(fill):
+            if used + lengths[i] <= width:
+                bins[j].append(i)
+                fill[j] += lengths[i]
+                break
+        else:
+            bins.append([i])
+            fill.append(lengths[i])
+    return bins, fill
+
+
+def unpack_rows(packed: Tensor, lengths: Tensor, width: int) -> Tensor:
+    """Per-target values of a packed batch ([r, W-1], `pack_rows` of sequences of `lengths` into rows of `width`)
+    -> the same values per sequence ([N, max(lengths)-1] right-padded with NaN): `pack_rows`' placement undone."""
+    n = [int(x) for x in lengths]
+    out = packed.new_full((len(n), max(n) - 1), float("nan"))
+    for j, members in enumerate(pack_bins(n, max(width, max(n)))[0]):
+        at = 0
+        for i in members:
+            out[i, : n[i] - 1] = packed[j, at : at + n[i] - 1]
+            at += n[i]
+    return out
+
+
+@dataclass
+class TokenValues:
+    """The learner's own per-target figures from an update, in the rows of the batch it was given (NaN where
+    none was computed): what the run store's per-token records keep (`rl/token_record.py`)."""
+
+    logp: Tensor  # [B, T-1] log p of each target before any parameter moved (the mismatch metrics' value)
+    entropy: Tensor  # [B, T-1] the entropy at each target's position, from the first epoch's forward
 
 
 def scheduled_lr(lr: float, update: int, warmup: int, schedule: str, total: int | None, min_ratio: float) -> float:
@@ -208,6 +236,10 @@ class Learner:
         # what the policy's forward goes through: the model, or a DDP / FSDP wrapper (posttrain/distributed/)
         self.forward_module: torch.nn.Module = model
         self.loss_scale = 1.0  # the data-parallel learner's world size: the wrappers average gradients over ranks
+        # keep the first pass's per-token logprobs and entropies (already computed for the loss and the mismatch
+        # metrics) in `token_values` after each update: the trainer stores them with the step's samples
+        self.record_tokens = False
+        self.token_values: TokenValues | None = None
 
     def _lr(self) -> float:
         return scheduled_lr(self.cfg.lr, self.updates, self.cfg.warmup_steps, self.cfg.lr_schedule,
@@ -279,16 +311,23 @@ class Learner:
     def update(self, batch: TrainBatch) -> dict[str, float]:
         self.model.train()
         cfg = self.cfg
+        given = batch
         batch = self.prepare(batch)
         b = batch.input_ids.shape[0]
         behaviour = batch.old_logp
         old_policy = self._learner_old(batch) if self.importance_sampling else behaviour
+        # per-token record (`record_tokens`): the pre-update logprobs (the importance-sampling pass's when it ran,
+        # else the first minibatch's forward, as the mismatch metrics) and the first epoch's entropies
+        kept_logp = kept_ent = None
+        if self.record_tokens:
+            kept_logp = old_policy.clone() if self.importance_sampling else torch.full_like(behaviour, math.nan)
+            kept_ent = torch.full_like(behaviour, math.nan)
         chunks = torch.arange(b).chunk(cfg.minibatches)
         sums: dict[str, float] = {}
         n_mb = 0
         mismatch_num = mismatch_den = mismatch_max = mismatch_kl = 0.0
         first = True
-        for _ in range(cfg.epochs):
+        for epoch in range(cfg.epochs):
             for rows in chunks:
                 mb_mask = batch.mask[rows]
                 if mb_mask.sum() == 0:
@@ -305,6 +344,11 @@ class Learner:
                     part = batch.rows(micro)
                     logp, ent = self._logp(part, entropy=True)
                     old = old_policy[micro]
+                    if kept_logp is not None and kept_ent is not None and epoch == 0:
+                        assert ent is not None
+                        kept_ent[micro] = ent.detach().float()
+                        if first and not self.importance_sampling:
+                            kept_logp[micro] = logp.detach()
                     if first:  # before any parameter moved: sampler vs learner on identical tokens
                         diff = (logp.detach() - behaviour[micro]).abs() * mask
                         mismatch_num += float(diff.sum())
@@ -347,6 +391,15 @@ class Learner:
                     sums[k] = sums.get(k, 0.0) + v
                 n_mb += 1
         metrics = {k: v / max(n_mb, 1) for k, v in sums.items()}
+        self.token_values = None
+        if kept_logp is not None and kept_ent is not None:
+            values = TokenValues(kept_logp.cpu(), kept_ent.cpu())
+            if batch.segment_ids is not None and given.segment_ids is None:  # packed here: back to the given rows
+                assert given.lengths is not None
+                width = batch.input_ids.shape[1]
+                values = TokenValues(unpack_rows(values.logp, given.lengths, width),
+                                     unpack_rows(values.entropy, given.lengths, width))
+            self.token_values = values
         mismatch_num, mismatch_den, mismatch_kl = self.reduce_stats([mismatch_num, mismatch_den, mismatch_kl])
         (mismatch_max,) = self.reduce_stats([mismatch_max], op="max")
         metrics.update(mismatch_mean=mismatch_num / mismatch_den if mismatch_den else 0.0, mismatch_max=mismatch_max,
