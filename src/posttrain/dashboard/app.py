@@ -155,12 +155,12 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         return answer(request, f'"{r.version()}"', r.failures)
 
     @app.get("/api/runs/{i}/groups/{step}")
-    def groups(i: int, step: int) -> dict[str, Any]:
-        return run(i).groups(step)
+    def groups(i: int, step: int, tokens: bool = False) -> dict[str, Any]:
+        return run(i).groups(step, tokens)
 
     @app.get("/api/runs/{i}/samples")
-    def samples(i: int, q: str = "", failed: bool = False, limit: int = 100) -> list[dict[str, Any]]:
-        return run(i).samples(q, failed, min(max(limit, 1), 1000))
+    def samples(i: int, q: str = "", failed: bool = False, limit: int = 100, tokens: bool = False) -> list[dict[str, Any]]:
+        return run(i).samples(q, failed, min(max(limit, 1), 1000), tokens)
 
     @app.get("/api/runs/{i}/episodes")
     def episodes(i: int, step: int | None = None) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@
   // Polling is incremental: /api/runs answers 304 while no store changed (then nothing else is asked or drawn); a
   // run's steps and staleness are asked only after its version changed, and only the steps after the newest held;
   // a chart off screen is marked stale and redrawn when it scrolls into view, not on every poll.
-  var state = { runs: [], data: {}, stale: {}, charts: {}, dirty: {}, onScreen: {}, heldCharts: [], staleCharts: {},
+  var state = { overlay: "none", runs: [], data: {}, stale: {}, charts: {}, dirty: {}, onScreen: {}, heldCharts: [], staleCharts: {},
     alertsSeen: {}, versions: {}, slowVersions: {}, runsText: "", polls: 0, slowAt: 0, busy: false, draws: 0, timings: {} };
   var observer = "IntersectionObserver" in window ? new IntersectionObserver(function (entries) {
     entries.forEach(function (e) {
@@ -253,7 +253,7 @@
   function loadGroups(step) {
     var run = document.getElementById("groups-run").value;
     if (run === "" || !step) return;
-    get("/api/runs/" + run + "/groups/" + step).then(function (g) {
+    get("/api/runs/" + run + "/groups/" + step + (state.overlay !== "none" ? "?tokens=true" : "")).then(function (g) {
       document.getElementById("groups-step").value = g.step;
       var box = clear(document.getElementById("groups"));
       var scores = [];
@@ -269,7 +269,7 @@
           row.appendChild(el("div", { cls: "cell" },
             el("div", {}, el("span", { cls: s.passed ? "pass" : (s.status === "ok" ? "fail" : "err"), text: s.status + " " }),
               "reward ", el("b", { cls: "reward", text: fmt(grp.rewards[j]) }), "  adv ", el("b", { cls: "adv", text: fmt(adv) })),
-            el("pre", { text: s.completion }), el("div", { cls: "muted", text: s.tokens + " tokens, " + s.finish + ", v" + s.policy_version }),
+            completionNode(s.completion, s.per_token), el("div", { cls: "muted", text: s.tokens + " tokens, " + s.finish + ", v" + s.policy_version }),
             s.details ? el("pre", { cls: "muted", text: s.details }) : null,
             s.info && Object.keys(s.info).length ? el("pre", { cls: "muted", text: JSON.stringify(s.info) }) : null));
         });
@@ -295,20 +295,66 @@
     box.appendChild(h);
   }
 
+  // ---- per-token overlays on a completion (the store's sample_tokens): entropy, the sampler-vs-learner logprob gap,
+  // or the tokens the loss left out; each token's figures in its tooltip
+  var GAP_HOT = 0.5, ENTROPY_HOT = 1.0;  // nats: a token at or over these is marked (class "hot")
+  function legend() {
+    var o = state.overlay;
+    return o === "gap" ? "shaded by |learner - sampler| logprob (full colour at 1 nat; outlined at >= " + GAP_HOT + ")" :
+      o === "entropy" ? "shaded by the learner's entropy (full colour at 2 nats; outlined at >= " + ENTROPY_HOT + ")" :
+      o === "mask" ? "struck through: tokens the loss left out (dropped group, masked or invalid sample)" : "";
+  }
+  function completionNode(text, tok) {
+    var o = state.overlay;
+    if (o === "none" || tok === undefined) return el("pre", { text: text });
+    if (tok === null) return el("pre", { text: text, title: "no per-token record stored for this sample" });
+    var pre = el("pre", { cls: "tokens overlay-" + o });
+    tok.pieces.forEach(function (piece, i) {
+      var lp = tok.learner_logp[i], sp = tok.sampler_logp[i], ent = tok.entropy[i], inLoss = tok.loss_mask[i] === 1;
+      var gap = lp === null || sp === null ? null : lp - sp;
+      var span = el("span", { cls: "tok", "data-i": i, text: piece === "" ? "\u2404" : piece,
+        title: "sampler " + fmt(sp) + " · learner " + fmt(lp) + " · gap " + fmt(gap) + " · entropy " + fmt(ent) +
+          (inLoss ? " · in the loss" : " · not in the loss") });
+      if (piece === "") span.classList.add("special");
+      if (gap !== null) span.setAttribute("data-gap", gap.toFixed(3));
+      if (ent !== null) span.setAttribute("data-entropy", ent.toFixed(3));
+      if (!inLoss) span.setAttribute("data-masked", "1");
+      var v = o === "gap" ? gap : o === "entropy" ? ent : null;
+      if (o === "mask") { if (!inLoss) span.classList.add("masked"); }
+      else if (v === null) span.classList.add("na");
+      else {
+        var a = Math.min(1, Math.abs(v) / (o === "gap" ? 1 : 2));
+        span.style.background = (o === "gap" ? "rgba(220,38,38," : "rgba(37,99,235,") + a.toFixed(3) + ")";
+        if (Math.abs(v) >= (o === "gap" ? GAP_HOT : ENTROPY_HOT)) span.classList.add("hot");
+      }
+      pre.appendChild(span);
+    });
+    if (tok.more) pre.appendChild(el("span", { cls: "muted", text: " ... [" + tok.more + " more tokens]" }));
+    return pre;
+  }
+  function setOverlay(value) {
+    state.overlay = value;
+    Array.prototype.forEach.call(document.querySelectorAll(".overlay-select"), function (s) { s.value = value; });
+    Array.prototype.forEach.call(document.querySelectorAll(".overlay-legend"), function (p) { p.textContent = legend(); });
+    loadSamples();
+    var step = parseInt(document.getElementById("groups-step").value, 10);
+    loadGroups(step > 0 ? step : -1);
+  }
+
   // ---- samples, episodes
   function loadSamples() {
     var run = document.getElementById("samples-run").value;
     if (run === "") return;
     var q = encodeURIComponent(document.getElementById("samples-q").value);
     var failed = document.getElementById("samples-failed").checked;
-    get("/api/runs/" + run + "/samples?q=" + q + "&failed=" + failed + "&limit=100").then(function (rows) {
+    get("/api/runs/" + run + "/samples?q=" + q + "&failed=" + failed + "&limit=100" + (state.overlay !== "none" ? "&tokens=true" : "")).then(function (rows) {
       var t = clear(document.getElementById("samples"));
       t.appendChild(el("tr", {}, el("th", { text: "step" }), el("th", { text: "group" }), el("th", { cls: "l", text: "task" }),
         el("th", { text: "score" }), el("th", { cls: "l", text: "status" }), el("th", { cls: "l", text: "completion" }), el("th", { cls: "l", text: "verdict" })));
       rows.forEach(function (s) {
         t.appendChild(el("tr", { cls: "sample" }, el("td", { text: s.step }), el("td", { text: s.group + ":" + s.sample }),
           el("td", { cls: "l", text: s.task_id }), el("td", { cls: s.passed ? "pass" : "fail", text: fmt(s.score) }),
-          el("td", { cls: "l", text: s.status }), el("td", { cls: "l" }, el("pre", { text: s.completion })),
+          el("td", { cls: "l", text: s.status }), el("td", { cls: "l" }, completionNode(s.completion, s.per_token)),
           el("td", { cls: "l" }, el("pre", { text: s.verifier + "\n" + s.details }))));
       });
     }).catch(report);
@@ -362,9 +408,6 @@
         series: [{ label: "step" }, { label: "min", stroke: "#16a34a" }, { label: "mean", stroke: "#2563eb" }, { label: "max", stroke: "#dc2626" }] },
         [s.steps, s.cols.min, s.cols.mean, s.cols.max], holder));
     });
-    document.getElementById("per-token").textContent = "Per-token entropy and sampler-vs-learner logprob-gap overlays, and the " +
-      "loss mask per token, need per-token records, which the run store does not keep (samples hold text and verdicts; " +
-      "the step metrics hold mismatch_mean/max and entropy averaged per step, charted above).";
   }
 
   function report(e) {
@@ -475,6 +518,9 @@
   document.getElementById("samples-failed").addEventListener("change", loadSamples);
   document.getElementById("samples-run").addEventListener("change", loadSamples);
   document.getElementById("episodes-run").addEventListener("change", loadEpisodes);
+  Array.prototype.forEach.call(document.querySelectorAll(".overlay-select"), function (s) {
+    s.addEventListener("change", function () { setOverlay(s.value); });
+  });
   poll();
   setInterval(poll, POLL);
 })();
