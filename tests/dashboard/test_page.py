@@ -46,7 +46,13 @@ def test_page_renders_the_stored_run(served_runs):
         assert last_steps(page) == {"0": 20, "1": 12}
         keys = ev("Array.from(document.querySelectorAll('#charts .chart')).map(c => c.dataset.key)")
         assert keys[:4] == ["reward", "pass_rate", "kl", "entropy"] and "verifier_errors" in keys
+        built = ev("document.querySelectorAll('#charts canvas').length")
+        assert 0 < built < len(keys)  # the first screen's charts; the rest are built when scrolled to
+        for key in keys:
+            ev(f"document.querySelector('.chart[data-key={key}]').scrollIntoView()")
+            page.wait_for(f"window.dashboard.charts['{key}'] !== undefined", timeout=5)
         assert ev("document.querySelectorAll('#charts canvas').length") == len(keys)
+        page.wait_for("document.body.dataset.complete === '1'")  # the panels below the fold have loaded
         assert ev("document.querySelector('td[data-key=reward][data-run=\"0\"]').textContent") == "0.3000"
         assert ev("document.querySelector('td[data-key=kl][data-run=\"1\"]').textContent") == "0.1200"
         assert ev("document.querySelectorAll('#alerts tr.alert[data-kind=grad_norm_spike]').length") == 2
