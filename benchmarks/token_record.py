@@ -11,7 +11,9 @@ Figures: ``token_record_cpu_ratio`` (mean CPU per step on / off), ``token_record
 phases. A step's work varies with how many groups it samples and keeps, so the record's own cost is also measured
 where it is spent: ``record_cpu_ms_per_sample`` (the CPU of `RunLog.record_step`, which builds and writes the
 records, per stored sample, on and off) and ``update_cpu_ms_per_token`` (the learner's update per trained token, on
-and off); ``record_share_of_step``: the added record_step CPU over the mean step CPU.
+and off); ``record_share_of_step``: the added record_step CPU over the mean step CPU. ``update_cpu_ratio``: the
+learner's update alone on one fixed batch (64 completions of 12 tokens), record on and off in alternation (ABBA, 30
+each, one torch thread), the median CPU on over the median off: the learner-side cost without the run's step-to-step variation.
 Run: ``nice -n 10 python benchmarks/token_record.py [--phases 7 --per-phase 3]``. Last line: one JSON object.
 """
 
@@ -27,10 +29,48 @@ import time
 from pathlib import Path
 
 
+def update_ab(model_dir: Path, rounds: int = 30) -> dict[str, float]:
+    """The learner's update CPU on one fixed batch with the per-token record on and off, alternating."""
+    import torch
+
+    from posttrain.config import RLConfig
+    from posttrain.models import load_model
+    from posttrain.rl.learner import Learner, pack_groups
+    from posttrain.types import Completion, FinishReason, Group, Task, Trajectory, Verdict
+
+    model, tok = load_model(model_dir)
+    learner = Learner(model, RLConfig(lr=1e-6), max_tokens=12)
+    gen = torch.Generator().manual_seed(0)
+    groups = []
+    for g in range(8):
+        task = Task(id=f"t{g}", prompt=f"{g}+{g}=", answer="0")
+        trajs = []
+        for j in range(8):
+            ids = torch.randint(4, tok.vocab_size, (12,), generator=gen).tolist()
+            trajs.append(Trajectory.single_turn(task, tok.encode(task.prompt), Completion(ids, "", [-1.0] * 12,
+                                                                                           FinishReason.LENGTH),
+                                                Verdict(float(j % 2), bool(j % 2))))
+        groups.append(Group(task, trajs))
+    batch = pack_groups(groups, torch.randn(8, 8), torch.ones(8, 8, dtype=torch.bool), tok.pad_id)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: idle OpenMP workers spinning on a loaded machine would count as CPU
+    learner.update(batch)  # warm-up
+    for i in range(2 * rounds):
+        learner.record_tokens = bool(i % 2) != bool(i // 2 % 2)  # ABBA: neither side always goes first
+        c = time.process_time()
+        learner.update(batch)
+        times[learner.record_tokens].append(time.process_time() - c)
+    torch.set_num_threads(threads)
+    off, on = statistics.median(times[False]), statistics.median(times[True])
+    return {"update_cpu_s_off": off, "update_cpu_s_on": on, "update_cpu_ratio": on / off}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phases", type=int, default=7, help="alternating phases, off first and last (odd)")
     ap.add_argument("--per-phase", type=int, default=3, help="training steps per phase")
+    ap.add_argument("--update-only", action="store_true", help="only the learner's update on a fixed batch")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -41,6 +81,12 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="token-record-bench-"))
     model = make_tiny_model(root / "tiny")
+    upd_ab = update_ab(model)
+    print(f"update on a fixed batch: {json.dumps({k: round(v, 4) for k, v in upd_ab.items()})}", flush=True)
+    if args.update_only:
+        print(f"load average at end: {os.getloadavg()}", flush=True)
+        print(json.dumps({k: round(v, 4) for k, v in upd_ab.items()}))
+        return
     cfg = load_config(None, [f"model.path='{model}'", f"run_dir='{root}'", "name='tr'", "tasks.digits=1",
                              "sampling.n=8", "sampling.max_tokens=8", f"train.steps={args.phases * args.per_phase + 2}",
                              "train.prompts_per_step=8", "train.eval_every=0", "train.checkpoint_every=0",
@@ -104,7 +150,7 @@ def main() -> None:
         "record_cpu_ms_per_sample_off": round(rec["off"], 4), "record_cpu_ms_per_sample_on": round(rec["on"], 4),
         "update_cpu_ms_per_token_off": round(upd["off"], 4), "update_cpu_ms_per_token_on": round(upd["on"], 4),
         "record_share_of_step": round(added / statistics.mean(cpu["off"] + cpu["on"]), 5),
-        "token_rows_stored": stored}))
+        "token_rows_stored": stored, **{k: round(v, 4) for k, v in upd_ab.items()}}))
 
 
 if __name__ == "__main__":
