@@ -7,6 +7,7 @@ import json
 import time
 
 import httpx
+import pytest
 from dashboard_runs import make_run, write_step
 
 from posttrain.dashboard.headless import Browser
@@ -88,6 +89,7 @@ def test_page_updates_as_steps_are_appended_and_runs_start(served_runs, tmp_path
         assert page.console_errors() == []
 
 
+@pytest.mark.slow
 def test_per_token_overlays_mark_the_planted_gap_entropy_and_masked_tokens(served_runs):
     from dashboard_runs import PLANTED_GAP
 

@@ -32,6 +32,7 @@ def _learner_values(model, batch):
     return logp, ent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("packing", [False, True])
 def test_learner_keeps_its_pre_update_logprobs_and_entropies(tiny_model_dir, packing):
     model, tok = load_model(tiny_model_dir)
