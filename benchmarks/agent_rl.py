@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO / "src"))
 def by_hops(engine, tasks, spec, sandboxes) -> dict[int, list[int]]:
     """Greedy episode success per hop count: {hops: [solved, tasks]}."""
     from posttrain.agent.evaluate import evaluate_agent
+
     from posttrain.types import SamplingParams
 
     result = evaluate_agent(engine, tasks, spec, sandboxes.workspaces, sandboxes=sandboxes,

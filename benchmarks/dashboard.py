@@ -1,19 +1,23 @@
 """The dashboard's figures, in headless Chromium over the DevTools pipe (`posttrain.dashboard.headless`).
 
-- ``dashboard_first_render_s``: from navigating to the page until it has drawn everything of a 10,000-step run
-  with 100,000 stored samples (`data-ready`: runs, every metric's chart, alerts, held-out, domains, failures,
-  the newest step's groups), the server a separate `posttrain dashboard` process as a user starts it, the page
-  opened as soon as the server answers (the server parses every run's steps in the background from its start;
-  `dashboard_first_render_warm_s`: the best of two more openings). Baseline: the same page over a 100-step run,
-  same server and browser.
+- ``dashboard_first_render_s``: from navigating to the page until it has drawn the first screen of a 10,000-step run
+  with 100,000 stored samples (`data-ready`: the runs, alerts, the newest figures and every chart on or near the first
+  screen; the other charts are built when scrolled to), the server a separate `posttrain dashboard` process as a user
+  starts it, the page opened as soon as the server answers (the server parses every run's steps in the background from
+  its start; `dashboard_first_render_warm_s`: the best of two more openings). Baseline: the same page over a 100-step
+  run, same server and browser. ``dashboard_complete_s``: until the panels below the fold (held-out, domains,
+  failures, the newest step's groups, samples, episodes, staleness), which load once the first screen is drawn, are
+  drawn too. ``first_render_cpu_ms``: the CPU the server and all Chromium processes used for the first render (psutil;
+  much less load-dependent than the wall time).
 - ``dashboard_update_s``: from a new step committed to the store until the page shows it (median of 5; the
   page polls every second, the default). Baseline: the poll interval.
-- ``training_slowdown``: mean step time of a tiny-model training run with the dashboard open and polling that
-  run, over the mean with no page open, in interleaved phases of one run (ABAB...A, 13 phases of 6 steps by
-  default); ``slowdown_paired_median``: each open phase against the closed phases either side of it (cancels a
-  drift in the machine's load), the median; ``reader_cores``: the CPU the dashboard server and Chromium used per
-  wall second while open (psutil, all their processes), the cost a poll puts on the machine whatever the noise;
-  the dashboard server and Chromium are separate processes, as in use.
+- ``training_slowdown``: mean step time of a tiny-model training run with the dashboard open and polling that run,
+  over the mean with no page open, in interleaved phases of one run (ABAB...A, by default 21 phases of 5 steps, one
+  sampling round a step); ``slowdown_paired_median`` (and ``_mean``): each open phase against the closed phases either
+  side of it (cancels a drift in the machine's load), the median, with ``slowdown_paired_se``, its standard error (the
+  A/B resolves 2% when that is well under 0.01); ``reader_cores``: the CPU the dashboard server and Chromium used per
+  wall second while open (psutil, all their processes), the cost a poll puts on the machine whatever the noise; the
+  dashboard server and Chromium are separate processes, as in use.
 - ``dashboard_first_render_page_ms``: the same first render on the page's own clock (navigation start to ready),
   with a breakdown (runs listed, steps merged, groups drawn, each request) printed above.
 The load average is printed at start and end: on a shared 2-core machine speed figures are indicative.
@@ -37,7 +41,8 @@ from pathlib import Path
 from posttrain.dashboard.headless import Browser
 from posttrain.store.run_store import RunStore, SampleRow
 
-READY = "document.body.dataset.ready === '1' && document.querySelectorAll('.group').length > 0"
+READY = "document.body.dataset.ready === '1'"
+COMPLETE = "document.body.dataset.complete === '1' && document.querySelectorAll('.group').length > 0"
 KEYS = ["reward", "pass_rate", "entropy", "kl", "completion_tokens", "clip_frac", "mismatch_mean", "mismatch_max",
         "mismatch_kl", "grad_norm", "loss", "pg_loss", "lr", "groups_sampled", "groups_kept", "zero_variance_frac",
         "fill_rounds", "verifier_errors", "env_errors", "verifier_latency_p50", "verifier_latency_p95", "rollout_s",
@@ -84,15 +89,23 @@ def serve(run_dir: Path, env: dict[str, str] | None = None) -> tuple[subprocess.
     raise RuntimeError("the dashboard did not start")
 
 
-def first_render(browser: Browser, url: str, breakdown: list | None = None) -> float:
+def first_render(browser: Browser, url: str, breakdown: list | None = None, server: int | None = None,
+                 more: list | None = None) -> float:
     """Seconds from navigating to everything drawn, measured from here (a DevTools poll every 20 ms: polling
     faster competes with the page for the same cores); `breakdown` gets the page's own clock (ms since navigation
-    start: runs listed, steps merged, groups drawn, ready) and each request's start and duration."""
+    start: runs listed, steps merged, groups drawn, ready) and each request's start and duration; `more` gets
+    (seconds until the panels below the fold are drawn, CPU ms of Chromium and of the `server` process until ready)."""
     page = browser.open("about:blank")
+    pids = [browser.proc.pid]
+    c0, s0 = cpu_seconds(pids), cpu_seconds([server]) if server else 0.0
     t0 = time.perf_counter()
     page.navigate(url)
     page.wait_for(READY, timeout=120, interval=0.02)
     seconds = time.perf_counter() - t0
+    c1, s1 = cpu_seconds(pids), cpu_seconds([server]) if server else 0.0
+    page.wait_for(COMPLETE, timeout=120, interval=0.02)
+    if more is not None:
+        more.append((time.perf_counter() - t0, 1000 * (c1 - c0), 1000 * (s1 - s0)))
     errors = page.console_errors()
     assert not errors, errors
     if breakdown is not None:
@@ -177,7 +190,10 @@ def training_ab(browser: Browser, root: Path, phases: int = 6, per_phase: int = 
     cfg = load_config(None, [f"model.path='{model}'", f"run_dir='{root / 'ab'}'", "name='ab'", "tasks.digits=1",
                              "sampling.n=8", "sampling.max_tokens=6", f"train.steps={phases * per_phase + 2}",
                              "train.prompts_per_step=8", "train.eval_every=0", "train.checkpoint_every=0",
-                             "tensorboard=false", "reward.verifier='numeric'", "reward.tolerance=4.0"])
+                             "tensorboard=false", "reward.verifier='numeric'", "reward.tolerance=4.0",
+                             # one sampling round per step: every step rolls out the same number of groups, so step
+                             # times differ by the page, the machine and the kept groups only, not by refills
+                             "train.max_fill_rounds=1"])
     trainer = Trainer(cfg)
     trainer.run(stop_at=2)  # warm-up, and the store exists for the dashboard
     proc, url = serve(root / "ab")
@@ -215,6 +231,9 @@ def training_ab(browser: Browser, root: Path, phases: int = 6, per_phase: int = 
     reader = (cpu["open"]["server"] + cpu["open"]["browser"]) / cpu["open"]["wall"]
     return {"step_s_closed": closed, "step_s_open": opened, "slowdown": opened / closed - 1,
             "slowdown_paired_median": statistics.median(paired) if paired else float("nan"),
+            "slowdown_paired_mean": statistics.mean(paired) if paired else float("nan"),
+            # the paired estimate's standard error: the A/B resolves a 2% slowdown when this is well under 0.01
+            "slowdown_paired_se": statistics.stdev(paired) / len(paired) ** 0.5 if len(paired) > 1 else float("nan"),
             "reader_cores": reader, "reader_share_of_2_cores": reader / 2,
             "server_cpu_per_s": cpu["open"]["server"] / cpu["open"]["wall"],
             "browser_cpu_per_s": cpu["open"]["browser"] / cpu["open"]["wall"]}
@@ -229,8 +248,8 @@ def main() -> None:
     ap.add_argument("--cost-only", action="store_true", help="only the reader's CPU cost (a writer commits a step a second)")
     ap.add_argument("--cost-seconds", type=float, default=60.0, help="seconds of each reader-cost phase")
     ap.add_argument("--before-src", default="", help="also the reader cost of the dashboard in this src tree")
-    ap.add_argument("--phases", type=int, default=13, help="A/B phases, alternating closed/open (odd: closed at both ends)")
-    ap.add_argument("--per-phase", type=int, default=6, help="training steps per A/B phase")
+    ap.add_argument("--phases", type=int, default=21, help="A/B phases, alternating closed/open (odd: closed at both ends)")
+    ap.add_argument("--per-phase", type=int, default=5, help="training steps per A/B phase")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="dashboard-bench-"))
@@ -262,11 +281,17 @@ def main() -> None:
             p_small, url_small = serve(root / "small")
             procs = [p_big, p_small]
             pages: list = []
-            first_big = [first_render(browser, url_big, pages) for _ in range(3)]  # the first: the server's cold parse
+            more_big: list = []
+            more_small: list = []
+            # the first: the server's cold parse
+            first_big = [first_render(browser, url_big, pages, p_big.pid, more_big) for _ in range(3)]
             print(f"first render breakdown (page clock, ms): {pages[0]}", flush=True)
-            first_small = [first_render(browser, url_small) for _ in range(3)]
+            first_small = [first_render(browser, url_small, None, p_small.pid, more_small) for _ in range(3)]
             print(f"first render 10k steps: {[round(x, 3) for x in first_big]} s; 100 steps: "
                   f"{[round(x, 3) for x in first_small]} s", flush=True)
+            for name, more in (("10k steps", more_big), ("100 steps", more_small)):
+                print(f"{name}: complete (below the fold too) {[round(m[0], 3) for m in more]} s; first render CPU ms: "
+                      f"chromium {[round(m[1]) for m in more]}, server {[round(m[2]) for m in more]}", flush=True)
             upd = updates(browser, url_big, big, 10_000)
             print(f"update latencies: {[round(x, 3) for x in upd]} s", flush=True)
         finally:
@@ -284,10 +309,14 @@ def main() -> None:
         "dashboard_first_render_s": round(first_big[0], 3), "dashboard_first_render_warm_s": round(min(first_big[1:]), 3),
         "baseline_100_step_render_s": round(first_small[0], 3), "first_render_ratio": round(first_big[0] / first_small[0], 2),
         "dashboard_first_render_page_ms": round(json.loads(pages[0])["page"]["ready"]),
+        "dashboard_complete_s": round(more_big[0][0], 3), "baseline_100_step_complete_s": round(more_small[0][0], 3),
+        "first_render_cpu_ms": round(statistics.median(m[1] + m[2] for m in more_big)),
+        "baseline_100_step_first_render_cpu_ms": round(statistics.median(m[1] + m[2] for m in more_small)),
         "dashboard_update_s": round(statistics.median(upd), 3), "dashboard_update_max_s": round(max(upd), 3),
         "baseline_poll_s": 1.0, "training_slowdown": round(ab["slowdown"], 4), "step_s_closed": round(ab["step_s_closed"], 4),
         "step_s_open": round(ab["step_s_open"], 4),
-        **{k: round(ab[k], 4) for k in ("slowdown_paired_median", "reader_cores", "reader_share_of_2_cores") if k in ab}}))
+        **{k: round(ab[k], 4) for k in ("slowdown_paired_median", "slowdown_paired_mean", "slowdown_paired_se", "reader_cores",
+                                        "reader_share_of_2_cores") if k in ab}}))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ the store's schema; the dashboard must read them when present)."""
 from __future__ import annotations
 
 import json
+import math
 
 from posttrain.store.run_store import EpisodeRow, RunStore, SampleRow
+from posttrain.store.tokens import TokenRow
 
 EVIL = '</pre><script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'">'
 
@@ -21,14 +23,30 @@ def step_metrics(step: int) -> dict[str, float]:
             "completion_tokens": 5.0, "clip_frac": 0.02, "grad_norm": 0.3, "groups_sampled": 2.0, "verifier_errors": 0.0}
 
 
+PLANTED_GAP = (0, 1, 2, 3.0)  # group, sample, token, learner - sampler logprob: one token the overlay must mark
+
+
+def token_row(g: int, j: int, text: str) -> TokenRow:
+    """A completion's per-token record: one token per character, sampler and learner agreeing (gap 0.001) but for
+    the planted token; group 1 was dropped (no learner values, nothing in the loss)."""
+    n = len(text)
+    sampler = [-0.1 - 0.01 * i for i in range(n)]
+    learner = [x + 0.001 for x in sampler] if g == 0 else [math.nan] * n
+    if (g, j) == PLANTED_GAP[:2]:
+        learner[PLANTED_GAP[2]] = sampler[PLANTED_GAP[2]] + PLANTED_GAP[3]
+    entropy = [0.2 + 0.1 * i for i in range(n)] if g == 0 else [math.nan] * n
+    return TokenRow(g, j, list(text), sampler, learner, entropy, [g == 0] * n)
+
+
 def write_step(store: RunStore, step: int, samples: bool = True) -> None:
-    rows = []
+    rows, tokens = [], []
     if samples:
         rows = [SampleRow(g, j, f"t{g}", EVIL if (g, j) == (0, 0) else f"{step}+{j}", 3, "stop", float(j % 2), j % 2,
                           "ok", "exact@abc", f"expected {g}", step - 1, 0.01, {"got": str(j)})
                 for g in range(2) for j in range(4)]
+        tokens = [token_row(r.group_idx, r.sample_idx, r.completion) for r in rows]
     store.log_step(step, step_metrics(step), [(0, "t0", [0.0, 1.0, 0.0, 1.0], True), (1, "t1", [0.0, 0.0, 0.0, 0.0], False)],
-                   rows)
+                   rows, tokens)
 
 
 def make_run(path, steps: int = 20, name: str = "demo", domains: bool = True) -> RunStore:

@@ -48,7 +48,13 @@ def test_page_renders_the_stored_run(served_runs):
         assert last_steps(page) == {"0": 20, "1": 12}
         keys = ev("Array.from(document.querySelectorAll('#charts .chart')).map(c => c.dataset.key)")
         assert keys[:4] == ["reward", "pass_rate", "kl", "entropy"] and "verifier_errors" in keys
+        built = ev("document.querySelectorAll('#charts canvas').length")
+        assert 0 < built < len(keys)  # the first screen's charts; the rest are built when scrolled to
+        for key in keys:
+            ev(f"document.querySelector('.chart[data-key={key}]').scrollIntoView()")
+            page.wait_for(f"window.dashboard.charts['{key}'] !== undefined", timeout=5)
         assert ev("document.querySelectorAll('#charts canvas').length") == len(keys)
+        page.wait_for("document.body.dataset.complete === '1'")  # the panels below the fold have loaded
         assert ev("document.querySelector('td[data-key=reward][data-run=\"0\"]').textContent") == "0.3000"
         assert ev("document.querySelector('td[data-key=kl][data-run=\"1\"]').textContent") == "0.1200"
         assert ev("document.querySelectorAll('#alerts tr.alert[data-kind=grad_norm_spike]').length") == 2
@@ -60,7 +66,6 @@ def test_page_renders_the_stored_run(served_runs):
         assert ev("document.getElementById('reward-hist').dataset.n") == "8"
         assert ev("document.querySelectorAll('#held-out canvas').length") == 1
         assert ev("document.querySelectorAll('#staleness canvas').length") == 2
-        assert "does not keep" in ev("document.getElementById('per-token').textContent")
         assert 'document.title="pwned"' in ev("document.getElementById('groups').textContent")  # shown as text
         ev("document.querySelector('tr.episode a').click()")
         page.wait_for("document.getElementById('transcript').textContent.includes('value=42')")
@@ -83,4 +88,50 @@ def test_page_updates_as_steps_are_appended_and_runs_start(served_runs, tmp_path
         late = make_run(tmp_path / "runs" / "c", 3, "c", domains=False)  # a run started after the page opened
         page.wait_for("JSON.parse(document.body.dataset.lastSteps)['2'] === 3", timeout=5)
         late.close()
+        assert page.console_errors() == []
+
+
+@pytest.mark.slow
+def test_per_token_overlays_mark_the_planted_gap_entropy_and_masked_tokens(served_runs):
+    from dashboard_runs import PLANTED_GAP
+
+    server, _ = served_runs
+    g, j, k, gap = PLANTED_GAP
+    planted = f"#groups .group[data-group=\"{g}\"] .cell:nth-child({j + 1}) pre.tokens"
+    with Browser() as browser:
+        page = browser.open(server.url + "/")
+        page.wait_for(READY)
+        page.wait_for("document.querySelectorAll('.group').length === 2")
+        ev = page.evaluate
+        assert ev("document.querySelectorAll('pre.tokens').length") == 0  # off until toggled: plain text
+        ev("(s => { s.value = 'gap'; s.dispatchEvent(new Event('change')); })(document.getElementById('overlay'))")
+        page.wait_for(f"document.querySelector('{planted}') !== null && "
+                      "document.querySelectorAll('#samples pre.tokens').length > 0")
+        spans = f"Array.from(document.querySelectorAll('{planted} .tok'))"
+        assert ev(f"{spans}.map(s => s.textContent).join('')") == "20+1"
+        hot = ev(f"{spans}.filter(s => s.classList.contains('hot')).map(s => +s.dataset.i)")
+        assert hot == [k]  # the planted token alone, among tokens whose gap is 0.001
+        assert abs(float(ev(f"{spans}[{k}].dataset.gap")) - gap) < 0.01
+        assert ev(f"{spans}[{k}].style.background") != ev(f"{spans}[0].style.background")
+        assert "gap 3.0" in ev(f"{spans}[{k}].title")
+        # every planted token in the samples browser is marked too, and nothing else is
+        marked = ev("Array.from(document.querySelectorAll('#samples pre.tokens .hot'))"
+                    ".map(s => s.closest('tr').children[1].textContent + '@' + s.dataset.i)")
+        rows = ev("Array.from(document.querySelectorAll('#samples tr.sample')).map(r => r.children[1].textContent)")
+        assert marked == [f"{g}:{j}@{k}"] * rows.count(f"{g}:{j}") and marked
+        # the dropped group has no learner values: shown as missing, never as a gap of 0
+        assert ev("document.querySelectorAll('#groups .group[data-group=\"1\"] .tok.na').length") > 0
+        assert ev("document.querySelectorAll('#groups .group[data-group=\"1\"] .tok.hot').length") == 0
+        ev("(s => { s.value = 'mask'; s.dispatchEvent(new Event('change')); })(document.getElementById('overlay'))")
+        page.wait_for("document.querySelectorAll('#groups pre.overlay-mask').length === 8")
+        assert ev("document.querySelectorAll('#groups .group[data-group=\"0\"] .tok.masked').length") == 0
+        assert ev("document.querySelectorAll('#groups .group[data-group=\"1\"] .tok.masked').length") == \
+            ev("document.querySelectorAll('#groups .group[data-group=\"1\"] .tok').length") > 0
+        ev("(s => { s.value = 'entropy'; s.dispatchEvent(new Event('change')); })(document.getElementById('overlay'))")
+        page.wait_for("document.querySelectorAll('#groups pre.overlay-entropy').length === 8")
+        # entropy 0.2 + 0.1 i: tokens from the 9th on reach 1 nat
+        ents = ev(f"Array.from(document.querySelectorAll('{planted.replace('gap', 'entropy')} .tok'))"
+                  ".map(s => +s.dataset.entropy)")
+        assert ents == [0.2, 0.3, 0.4, 0.5]
+        assert ev("document.title") == "posttrain dashboard"  # the planted script among the tokens never ran
         assert page.console_errors() == []

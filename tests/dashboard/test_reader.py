@@ -68,3 +68,22 @@ def test_a_long_run_comes_decimated_with_spikes_and_the_newest_step_kept(tmp_pat
     assert got["steps"][-1] == 5000 and got["cols"]["reward"][-1] == 0.5  # the newest value exactly
     assert got["steps"] == sorted(got["steps"])
     assert RunReader(tmp_path / "a").steps_after(-1, max_points=10_000)["steps"] == list(range(1, 5001))  # short: all
+
+
+def test_per_token_records_are_sent_only_when_asked_and_read_as_absent_from_an_older_store(tmp_path):
+    from dashboard_runs import PLANTED_GAP
+
+    store = make_run(tmp_path / "a", 3)
+    reader = RunReader(tmp_path / "a")
+    assert "per_token" not in reader.samples()[0] and "per_token" not in reader.groups(3)["groups"][0]["samples"][0]
+    g, j, k, gap = PLANTED_GAP
+    row = next(s for s in reader.samples(tokens=True) if (s["step"], s["group"], s["sample"]) == (3, g, j))
+    tok = row["per_token"]
+    assert "".join(tok["pieces"]) == row["completion"] == "3+1"
+    assert tok["learner_logp"][k] - tok["sampler_logp"][k] == pytest.approx(gap, abs=0.01)
+    dropped = reader.groups(3, tokens=True)["groups"][1]["samples"][0]["per_token"]
+    assert dropped["learner_logp"] == [None] * 3 and dropped["loss_mask"] == [0, 0, 0]
+    with store.db:  # a store from before the per-token records
+        store.db.execute("DROP TABLE sample_tokens")
+    assert all(s["per_token"] is None for s in reader.samples(tokens=True))
+    assert reader.groups(3, tokens=True)["groups"][0]["samples"][0]["per_token"] is None

@@ -4,6 +4,7 @@ episodes in the store, per-turn metrics, and held-out episode success evaluated 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -47,6 +48,12 @@ def test_five_multi_turn_steps_store_episodes_and_turn_metrics(agent_config):
         t = episodes[0][1].transcript
         assert t["turns"] and json.dumps(t)
         assert store.eval_samples(limit=100)  # held-out episodes graded and stored
+        # each multi-turn sample's last turn token by token; where the update trained on it, the learner's values
+        used = {(s, g) for s, g, u in store.db.execute("SELECT step, group_idx, used FROM groups") if u}
+        rows = [(s, r) for s in range(1, 6) for r in store.sample_tokens(s)]
+        assert len(rows) == store.count("samples")
+        trained = [r for s, r in rows if (s, r.group_idx) in used and any(r.loss_mask)]
+        assert trained and all(not math.isnan(x) for r in trained for x, m in zip(r.learner_logp, r.loss_mask) if m)
 
 
 def _agent_run(cfg, name, **rollout):

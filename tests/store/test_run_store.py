@@ -106,3 +106,50 @@ def test_agent_episodes_round_trip(tmp_path):
         assert rows[1][1].reward is None
         store.truncate_after(1)
         assert store.count("episodes") == 2
+
+
+def test_per_token_records_round_trip_within_float16(tmp_path):
+    import math
+
+    from posttrain.store.tokens import TokenRow
+
+    sampler = [-0.1234, -2.5, -17.25, -0.0]
+    learner = [-0.1236, -5.75, math.nan, -0.001]
+    entropy = [0.01, 2.4567, math.nan, 1e-5]
+    row = TokenRow(1, 3, ["4", "2", "", "<"], sampler, learner, entropy, [True, True, False, True])
+    with RunStore(tmp_path / "run.sqlite") as s:
+        s.log_step(4, {"reward": 1.0}, tokens=[row, TokenRow(0, 0, [], [], [], [], [])])
+        back = {(r.group_idx, r.sample_idx): r for r in s.sample_tokens(4)}
+        assert s.sample_tokens(3) == [] and back[(0, 0)].pieces == []
+        got = back[(1, 3)]
+        assert got.pieces == row.pieces and got.loss_mask == row.loss_mask
+        for want, have in ((sampler, got.sampler_logp), (learner, got.learner_logp), (entropy, got.entropy)):
+            for a, b in zip(want, have):
+                assert (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 2e-3 * max(1.0, abs(a))  # float16: 11 bits
+        assert got.to_json()["learner_logp"] == [-0.124, -5.75, None, -0.001]
+        # 2 bytes per value, one per mask entry: 4 tokens x 3 series + 4
+        (size,) = s.db.execute("SELECT length(sampler_logp) + length(learner_logp) + length(entropy) + length(loss_mask) "
+                               "FROM sample_tokens WHERE group_idx = 1").fetchone()
+        assert size == 28
+        s.truncate_after(3)
+        assert s.count("sample_tokens") == 0
+
+
+def test_float16_blobs_clamp_infinities_and_keep_nan():
+    import math
+
+    from posttrain.store.tokens import pack_f16, unpack_f16
+
+    back = unpack_f16(pack_f16([-math.inf, 1e9, math.nan, 0.5]))
+    assert back[:2] == [-65504.0, 65504.0] and math.isnan(back[2]) and back[3] == 0.5
+    assert unpack_f16(None) == []
+
+
+def test_a_store_from_before_per_token_records_gains_the_table(tmp_path):
+    path = tmp_path / "run.sqlite"
+    old = sqlite3.connect(path)
+    old.execute("CREATE TABLE steps (step INTEGER PRIMARY KEY, time REAL NOT NULL, metrics TEXT NOT NULL)")
+    old.commit()
+    old.close()
+    with RunStore(path) as s:
+        assert s.sample_tokens(1) == [] and s.count("sample_tokens") == 0

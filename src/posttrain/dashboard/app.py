@@ -27,7 +27,9 @@ ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "uPlot
           "uPlot.min.css": "text/css", "LICENSE.uPlot": "text/plain"}
 
 
-CHART_POINTS = 1000  # points per series on a page's first load of a long run (min/max-decimated; a chart is 380 px)
+# points per series on a page's first load of a long run, min/max-decimated: a chart's plot is ~320 px wide, so two
+# points (the bucket's minimum and maximum) per pixel column draw the same picture as every step
+CHART_POINTS = 640
 
 
 def require_dashboard_extra() -> None:
@@ -135,7 +137,10 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
     def steps(request: Request, i: int, after: int = -1, max_points: int | None = None) -> Response:
         # compact JSON: 10,000 steps of ~30 metrics are megabytes
         r = run(i)
-        return answer(request, f'"{r.version()}"', lambda: r.steps_after(after, max_points))
+        try:
+            return answer(request, f'"{r.version()}"', lambda: r.steps_after(after, max_points))
+        except sqlite3.OperationalError:  # a store the trainer is creating this instant (no tables yet): none yet
+            return Response(json.dumps({"reset": False, "steps": [], "times": [], "cols": {}}), media_type="application/json")
 
     @app.get("/api/runs/{i}/evals")
     def evals(request: Request, i: int) -> Response:
@@ -155,12 +160,12 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
         return answer(request, f'"{r.version()}"', r.failures)
 
     @app.get("/api/runs/{i}/groups/{step}")
-    def groups(i: int, step: int) -> dict[str, Any]:
-        return run(i).groups(step)
+    def groups(i: int, step: int, tokens: bool = False) -> dict[str, Any]:
+        return run(i).groups(step, tokens)
 
     @app.get("/api/runs/{i}/samples")
-    def samples(i: int, q: str = "", failed: bool = False, limit: int = 100) -> list[dict[str, Any]]:
-        return run(i).samples(q, failed, min(max(limit, 1), 1000))
+    def samples(i: int, q: str = "", failed: bool = False, limit: int = 100, tokens: bool = False) -> list[dict[str, Any]]:
+        return run(i).samples(q, failed, min(max(limit, 1), 1000), tokens)
 
     @app.get("/api/runs/{i}/episodes")
     def episodes(i: int, step: int | None = None) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@ Covers: finding runs (a run directory, or a directory of runs), a read-only SQLi
 (`file:...?mode=ro` URI, `query_only`: under WAL a reader never blocks the trainer's writes), and the
 records the page shows: step metrics as columns (parsed once, then only new steps), held-out evaluations,
 alerts, the scheduler's per-domain state and failure bank (`domains`, `failures`: read when the store has
-them), one step's groups with recomputed advantages, samples, episodes and the staleness timeline.
+them), one step's groups with recomputed advantages, samples (with their per-token records, `sample_tokens`,
+when asked and stored), episodes and the staleness timeline.
 A poll costs the trainer nothing it can feel: `version()` is two `stat` calls (the store file and its WAL
 change on every commit), every whole-run view is memoised on it (an unchanged store is never queried), and
 the views over samples (staleness, failures without the scheduler's bank) read only the steps after the
@@ -24,8 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from posttrain.store.tokens import TokenRow
+
 STORE = "run.sqlite"
 MAX_TEXT = 4000  # characters of a completion or prompt sent to the page (the store keeps all of it)
+MAX_TOKENS = 2000  # tokens of a completion's per-token record sent to the page
+TOKEN_COLS = "pieces, sampler_logp, learner_logp, entropy, loss_mask"
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -72,6 +77,18 @@ def _filled(db: sqlite3.Connection, table: str) -> bool:
 def _clip(text: str | None) -> str:
     text = text or ""
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f" ... [{len(text) - MAX_TEXT} more characters]"
+
+
+def _tokens(group: int, sample: int, cols: tuple | None) -> dict[str, Any] | None:
+    """A sample's per-token record for the page (`TokenRow.to_json`, at most MAX_TOKENS tokens), None if not stored."""
+    if cols is None or cols[0] is None:
+        return None
+    out = TokenRow.from_columns(group, sample, *cols).to_json()
+    n = len(out["pieces"])
+    if n > MAX_TOKENS:
+        out = {k: v[:MAX_TOKENS] for k, v in out.items()}
+        out["more"] = n - MAX_TOKENS
+    return out
 
 
 def _num(x: Any) -> Any:
@@ -285,10 +302,11 @@ class RunReader:
                 for c, n in sorted(self._fail_counts.items(), key=lambda kv: -kv[1])]
         return {"source": "samples", "categories": cats}
 
-    def groups(self, step: int) -> dict[str, Any]:
+    def groups(self, step: int, tokens: bool = False) -> dict[str, Any]:
         """One step's groups (a negative step: the newest): every completion with its reward and verdict, and the
         advantages the update used
-        (recomputed from the stored rewards with the run's estimator; groups dropped for zero variance get none)."""
+        (recomputed from the stored rewards with the run's estimator; groups dropped for zero variance get none);
+        with `tokens`, each completion's per-token record (None where the store has none)."""
         cfg = self.info().get("config", {}).get("rl", {})
         with self.db() as db:
             if step < 0:  # the newest step that stored groups
@@ -299,13 +317,17 @@ class RunReader:
             samples = db.execute(f"SELECT {cols} FROM samples WHERE step = ? ORDER BY group_idx, sample_idx",
                                  (step,)).fetchall()
             bounds = db.execute("SELECT MIN(step), MAX(step) FROM groups").fetchone()
+            per_token = {}
+            if tokens and "sample_tokens" in _tables(db):
+                per_token = {(r[0], r[1]): r[2:] for r in db.execute(
+                    f"SELECT group_idx, sample_idx, {TOKEN_COLS} FROM sample_tokens WHERE step = ?", (step,))}
         advantages = _advantages([json.loads(r) for _, _, r, u in groups if u], cfg)
         by_group: dict[int, list[dict[str, Any]]] = {}
         for g, j, text, n_tok, finish, score, passed, status, details, version, info in samples:
             by_group.setdefault(g, []).append({
                 "sample": j, "completion": _clip(text), "tokens": n_tok, "finish": finish, "score": _num(score),
                 "passed": passed, "status": status, "details": _clip(details), "policy_version": version,
-                "info": json.loads(info or "{}")})
+                "info": json.loads(info or "{}"), **({"per_token": _tokens(g, j, per_token.get((g, j)))} if tokens else {})})
         out, used_i = [], 0
         for g, task, rewards, used in groups:
             adv = advantages[used_i] if used else None
@@ -315,21 +337,32 @@ class RunReader:
         return {"step": step, "first_step": bounds[0], "last_step": bounds[1], "estimator": cfg.get("advantage", "grpo"),
                 "groups": out}
 
-    def samples(self, query: str = "", only_failed: bool = False, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest samples, optionally whose task id or completion contains `query`, optionally failed only."""
+    def samples(self, query: str = "", only_failed: bool = False, limit: int = 100, tokens: bool = False
+                ) -> list[dict[str, Any]]:
+        """The newest samples, optionally whose task id or completion contains `query`, optionally failed only; with
+        `tokens`, each one's per-token record (`per_token`, None where the store has none)."""
         where, args = ["1=1"], []
         if query:
             where.append("(task_id LIKE ? OR completion LIKE ?)")
             args += [f"%{query}%", f"%{query}%"]
         if only_failed:
             where.append("(passed IS NULL OR passed = 0)")
-        with self.db() as db:
-            rows = db.execute(
-                "SELECT step, group_idx, sample_idx, task_id, completion, score, passed, status, verifier, details "
-                f"FROM samples WHERE {' AND '.join(where)} ORDER BY step DESC, group_idx, sample_idx LIMIT ?",
-                (*args, limit)).fetchall()
         keys = ("step", "group", "sample", "task_id", "completion", "score", "passed", "status", "verifier", "details")
-        return [{k: _clip(v) if isinstance(v, str) else _num(v) for k, v in zip(keys, r)} for r in rows]
+        with self.db() as db:
+            join = tokens and "sample_tokens" in _tables(db)
+            extra, table = (f", {TOKEN_COLS}", "samples LEFT JOIN sample_tokens USING (step, group_idx, sample_idx)") \
+                if join else ("", "samples")
+            rows = db.execute(
+                "SELECT step, group_idx, sample_idx, task_id, completion, score, passed, status, verifier, details"
+                f"{extra} FROM {table} WHERE {' AND '.join(where)} ORDER BY step DESC, group_idx, sample_idx LIMIT ?",
+                (*args, limit)).fetchall()
+        out = []
+        for r in rows:
+            row = {k: _clip(v) if isinstance(v, str) else _num(v) for k, v in zip(keys, r)}
+            if tokens:
+                row["per_token"] = _tokens(r[1], r[2], r[len(keys):] if join else None)
+            out.append(row)
+        return out
 
     def episodes(self, step: int | None = None, limit: int = 200) -> list[dict[str, Any]]:
         cols = "step, idx, task_id, status, passed, reward, steps, tokens_in, tokens_out, seconds"

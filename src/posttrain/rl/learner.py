@@ -22,7 +22,7 @@ import contextlib
 import copy
 import math
 from dataclasses import astuple, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -39,7 +39,7 @@ from posttrain.rl.losses import (
     truncated_importance_weights,
 )
 from posttrain.rl.reducer import IdentityReducer, Reducer
-from posttrain.rl.train_batch import TrainBatch, pack_rows
+from posttrain.rl.train_batch import TokenValues, TrainBatch, pack_rows, unpack_rows
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,39 @@ class Mismatch:
         self.den += float(mask.sum())
         self.largest = max(self.largest, float(diff.max()) if diff.numel() else 0.0)
         self.kl += float((k3_kl(behaviour, logp) * mask).sum())
+
+
+@dataclass
+class TokenKeeper:
+    """The per-token values an update keeps for the run store (`Learner.record_tokens`): the pre-update logprobs
+    (the importance-sampling pass's when it ran, else the first minibatch's forward, as the mismatch metrics)
+    and the first epoch's entropies; NaN where none was computed."""
+
+    logp: Tensor  # [B, T-1] of the prepared batch
+    entropy: Tensor  # [B, T-1]
+    from_forward: bool  # logp comes from the first minibatch's forward (no importance-sampling pass)
+
+    @classmethod
+    def start(cls, old_policy: Tensor, importance_sampling: bool) -> TokenKeeper:
+        nan = torch.full_like(old_policy, math.nan)
+        return cls(old_policy.clone() if importance_sampling else nan.clone(), nan, not importance_sampling)
+
+    def observer(self, rows: Tensor, first: bool) -> Callable[[Tensor, Tensor], None]:
+        def seen(logp: Tensor, ent: Tensor) -> None:
+            self.entropy[rows] = ent.float()
+            if first and self.from_forward:
+                self.logp[rows] = logp
+        return seen
+
+    def values(self, given: TrainBatch, batch: TrainBatch) -> TokenValues:
+        """The kept values in the rows of the batch `update` was given (packed here: unpacked back)."""
+        values = TokenValues(self.logp.cpu(), self.entropy.cpu())
+        if batch.segment_ids is not None and given.segment_ids is None:
+            assert given.lengths is not None
+            width = batch.input_ids.shape[1]
+            values = TokenValues(unpack_rows(values.logp, given.lengths, width),
+                                 unpack_rows(values.entropy, given.lengths, width))
+        return values
 
 
 def scheduled_lr(lr: float, update: int, warmup: int, schedule: str, total: int | None, min_ratio: float) -> float:
@@ -143,6 +176,10 @@ class Learner:
         self.total_updates = total_updates
         # what the policy's forward goes through: the model, or a DDP / FSDP wrapper (posttrain/distributed/)
         self.forward_module: torch.nn.Module = model
+        # keep the first pass's per-token logprobs and entropies (already computed for the loss and the mismatch
+        # metrics) in `token_values` after each update: the trainer stores them with the step's samples
+        self.record_tokens = False
+        self.token_values: TokenValues | None = None
 
     def _lr(self) -> float:
         return scheduled_lr(self.cfg.lr, self.updates, self.cfg.warmup_steps, self.cfg.lr_schedule,
@@ -208,21 +245,25 @@ class Learner:
         step each (a minibatch without a sampled token is skipped); metrics are the steps' means, and the
         sampler-learner mismatch is measured on the first step's micro-batches, before any parameter moves."""
         self.model.train()
-        batch = self.prepare(batch)
+        given, batch = batch, self.prepare(batch)
         old_policy = self._learner_old(batch) if self.importance_sampling else batch.old_logp
         mismatch = Mismatch()
+        keeper = TokenKeeper.start(old_policy, self.importance_sampling) if self.record_tokens else None
         steps: list[dict[str, float]] = []
-        for _ in range(self.cfg.epochs):
+        for epoch in range(self.cfg.epochs):
             for rows in torch.arange(batch.input_ids.shape[0]).chunk(self.cfg.minibatches):
                 if batch.mask[rows].sum() == 0:
                     continue
-                steps.append(self.minibatch_step(batch, old_policy, rows, mismatch if not steps else None))
+                steps.append(self.minibatch_step(batch, old_policy, rows, mismatch if not steps else None,
+                                                 keeper if epoch == 0 else None))
+        self.token_values = keeper.values(given, batch) if keeper is not None else None
         return self._metrics(steps, mismatch)
 
-    def minibatch_step(self, batch: TrainBatch, old_policy: Tensor, rows: Tensor,
-                       mismatch: Mismatch | None) -> dict[str, float]:
+    def minibatch_step(self, batch: TrainBatch, old_policy: Tensor, rows: Tensor, mismatch: Mismatch | None,
+                       keeper: TokenKeeper | None = None) -> dict[str, float]:
         """One optimizer step over the minibatch `rows` ([r] indices into `batch`): its micro-steps' gradients
-        accumulated, the per-process sums reduced, the gradients clipped and applied -> the step's metrics."""
+        accumulated, the per-process sums reduced, the gradients clipped and applied -> the step's metrics.
+        `keeper` (first epoch only) keeps the forwards' per-token values; `mismatch` is given on the first step."""
         normalizer = loss_normalizer(batch.mask[rows], self.cfg.loss_agg, self.max_tokens)
         self.optimizer.zero_grad(set_to_none=True)
         stats = MicroStats()
@@ -231,7 +272,8 @@ class Learner:
                 continue
             mine = self.reducer.local_rows(whole)
             micro = MicroBatch(batch.rows(mine), old_policy[mine], batch.old_logp[mine], normalizer)
-            stats.add(self.micro_step(micro, mismatch))
+            seen = None if keeper is None else keeper.observer(mine, first=mismatch is not None)
+            stats.add(self.micro_step(micro, mismatch, seen))
         grad_norm = self.clip_gradients()
         stats = MicroStats(*self.reducer.sum(list(astuple(stats))))
         for group in self.optimizer.param_groups:
@@ -245,15 +287,19 @@ class Learner:
             out["kl"] = stats.kl
         return out
 
-    def micro_step(self, micro: MicroBatch, mismatch: Mismatch | None = None) -> MicroStats:
+    def micro_step(self, micro: MicroBatch, mismatch: Mismatch | None = None,
+                   seen: Callable[[Tensor, Tensor], None] | None = None) -> MicroStats:
         """Forward and backward over one micro-batch, gradients accumulating; `mismatch` observes the
-        sampler-learner gap first when given. The loss is scaled by the reducer's world: the data-parallel
-        wrappers average gradients over the processes, and each process's loss is its part of the sum."""
+        sampler-learner gap first when given, and `seen` gets the forward's
+        (logprobs, entropies). The loss is scaled by the reducer's world: the data-parallel wrappers average
+        gradients over the processes, and each process's loss is its part of the sum."""
         cfg, mask = self.cfg, micro.rows.mask
         logp, ent = self._logp(micro.rows, entropy=True)
         assert ent is not None
         if mismatch is not None:
             mismatch.observe(logp.detach(), micro.behaviour, mask)
+        if seen is not None:
+            seen(logp.detach(), ent.detach())
         pg, clipped = clipped_policy_loss(logp, micro.old, micro.rows.advantages, cfg.clip_low, cfg.clip_high)
         if self.importance_sampling:
             pg = pg * truncated_importance_weights(micro.old, micro.behaviour, cfg.tis_cap)

@@ -20,8 +20,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from posttrain.config import RunConfig
 from posttrain.rewards import verifier_latency_metrics
+from posttrain.rl.token_record import TokenPieces, token_rows
+from posttrain.rl.train_batch import TokenValues, TrainBatch
 from posttrain.sandbox.sandboxes import Sandboxes
 from posttrain.store.run_store import DomainRow, EpisodeRow, FailureRow, FailureTask, RunStore, SampleRow
+from posttrain.store.tokens import TokenRow
 from posttrain.types import Group
 
 if TYPE_CHECKING:
@@ -53,7 +56,7 @@ class NullRunStore(RunStore):
         return {}
 
     def log_step(self, step: int, metrics: dict[str, float], groups: Iterable[tuple] = (),
-                 samples: Iterable[SampleRow] = ()) -> None:
+                 samples: Iterable[SampleRow] = (), tokens: Iterable[TokenRow] = ()) -> None:
         pass
 
     def log_episodes(self, step: int, rows: Iterable[EpisodeRow]) -> None:
@@ -118,16 +121,23 @@ class RunLog:
     store: RunStore
     writer: Trackers | None = None
     store_samples: bool = True  # `train.store_samples`: every sample's row (and every episode's transcript)
+    pieces: TokenPieces | None = None  # token texts: with it, each stored sample's per-token record is stored too
 
-    def record_step(self, step: int, metrics: dict[str, float], sampled: list[Group], kept: list[Group]) -> None:
+    def record_step(self, step: int, metrics: dict[str, float], sampled: list[Group], kept: list[Group],
+                    batch: TrainBatch | None = None, values: TokenValues | None = None) -> None:
+        """The step's metrics, groups and samples; with `pieces`, each sample's per-token record (`batch`: the
+        update's rows, `values`: the learner's figures in them; None when no update ran)."""
         kept_ids = {id(g) for g in kept}
         group_rows = [(i, g.task.id, g.rewards, id(g) in kept_ids) for i, g in enumerate(sampled)]
-        sample_rows = []
+        sample_rows: list[SampleRow] = []
+        tokens: list[TokenRow] = []
         if self.store_samples:
             for i, g in enumerate(sampled):
                 for j, t in enumerate(g.trajectories):
                     sample_rows.append(SampleRow.of(i, j, t))
-        self.store.log_step(step, metrics, group_rows, sample_rows)
+            if self.pieces is not None:
+                tokens = token_rows(sampled, kept, batch, values, self.pieces)
+        self.store.log_step(step, metrics, group_rows, sample_rows, tokens)
         if self.writer is not None:
             for k, v in metrics.items():
                 self.writer.add_scalar(f"train/{k}", v, step)

@@ -91,17 +91,7 @@ def pack_rows(batch: TrainBatch, width: int | None = None, pad_id: int = 0) -> T
         raise ValueError("pack_rows needs the batch's row lengths (pack_groups records them)")
     lengths = [int(n) for n in batch.lengths]
     width = max(width or 0, max(lengths))
-    bins: list[list[int]] = []
-    fill: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        for j, used in enumerate(fill):
-            if used + lengths[i] <= width:
-                bins[j].append(i)
-                fill[j] += lengths[i]
-                break
-        else:
-            bins.append([i])
-            fill.append(lengths[i])
+    bins, fill = pack_bins(lengths, width)
     r = len(bins)
     ids = torch.full((r, width), pad_id, dtype=torch.long)
     pos = torch.zeros((r, width), dtype=torch.long)
@@ -126,3 +116,41 @@ def pack_rows(batch: TrainBatch, width: int | None = None, pad_id: int = 0) -> T
         seg[j, at:] = len(members)  # padding attends only to padding: no all-masked (NaN) rows
         pos[j, at:] = torch.arange(width - at)
     return TrainBatch(ids, mask, old, adv, torch.tensor(fill), pos, seg)
+
+
+def pack_bins(lengths: list[int], width: int) -> tuple[list[list[int]], list[int]]:
+    """First-fit-decreasing: the sequences (by index) of each packed row of `width` tokens, and each row's fill."""
+    bins: list[list[int]] = []
+    fill: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for j, used in enumerate(fill):
+            if used + lengths[i] <= width:
+                bins[j].append(i)
+                fill[j] += lengths[i]
+                break
+        else:
+            bins.append([i])
+            fill.append(lengths[i])
+    return bins, fill
+
+
+def unpack_rows(packed: Tensor, lengths: Tensor, width: int) -> Tensor:
+    """Per-target values of a packed batch ([r, W-1], `pack_rows` of sequences of `lengths` into rows of `width`)
+    -> the same values per sequence ([N, max(lengths)-1] right-padded with NaN): `pack_rows`' placement undone."""
+    n = [int(x) for x in lengths]
+    out = packed.new_full((len(n), max(n) - 1), float("nan"))
+    for j, members in enumerate(pack_bins(n, max(width, max(n)))[0]):
+        at = 0
+        for i in members:
+            out[i, : n[i] - 1] = packed[j, at : at + n[i] - 1]
+            at += n[i]
+    return out
+
+
+@dataclass
+class TokenValues:
+    """The learner's own per-target figures from an update, in the rows of the batch it was given (NaN where
+    none was computed): what the run store's per-token records keep (`rl/token_record.py`)."""
+
+    logp: Tensor  # [B, T-1] log p of each target before any parameter moved (the mismatch metrics' value)
+    entropy: Tensor  # [B, T-1] the entropy at each target's position, from the first epoch's forward

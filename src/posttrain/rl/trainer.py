@@ -38,6 +38,7 @@ from posttrain.rl.rollout import run_sync
 from posttrain.rl.run_log import describe_run, open_run_log, open_writer, record_infrastructure, step_metrics
 from posttrain.rl.scheduling import record_scheduler
 from posttrain.rl.selection import Best
+from posttrain.rl.token_record import TokenPieces
 from posttrain.rl.train_batch import pack_groups
 from posttrain.scheduler.curriculum import level_metrics
 from posttrain.scheduler.pipeline import InlineRollouts, fill_batch, fill_rule
@@ -118,6 +119,8 @@ class Trainer:
         self.informative_rate = 1.0  # running share of groups with reward variance: sizes refills
         self.log = open_run_log(cfg, self.run_dir, self.lead, p.store)
         self.store: RunStore = self.log.store
+        if self.lead and self.log.store_samples:  # each stored sample's tokens, from values the update computes
+            self.log.pieces, self.learner.record_tokens = TokenPieces(self.tokenizer), True
         self.evaluation = HeldOutEvaluation(cfg, p, self.log, self.dp, self.run_dir)
         self.async_loop: AsyncLoop | None = None
         self.watch = Watch(cfg.train.monitors, self.params.n)  # the run monitors (posttrain.monitor)
@@ -178,6 +181,7 @@ class Trainer:
                 got.informative_rate
         t1 = time.perf_counter()
         metrics: dict[str, float] = {}
+        batch = None
         if kept:
             rewards = torch.tensor([g.rewards for g in kept])
             valid = torch.tensor([g.valid for g in kept])
@@ -199,7 +203,8 @@ class Trainer:
 
         if isinstance(self.rollouter, AgentRollouter):  # also in async mode: the domain's own rollouter
             self.log.record_episodes(self.step, metrics, sampled)
-        self.log.record_step(self.step, metrics, sampled, kept)
+        values = self.learner.token_values if batch is not None else None  # the per-token record of the update
+        self.log.record_step(self.step, metrics, sampled, kept, batch, values)
         # the scheduler's per-domain state is rank 0's store only: other ranks must reach the same stop decision
         domains = {name: m for _, name, m in self.store.domain_metrics(self.step)} if self.dp.world == 1 else {}
         self._on_alerts(self.watch.observe_step(self.step, metrics, domains), stops=True)

@@ -7,8 +7,9 @@ programs) and the verifier's latency; held-out evaluations
 agent episodes (`episodes`: one row per episode, its transcript as JSON);
 the scheduler's per-domain figures (`domains`) and categorised failures (`failures`, with the tasks behind
 them in `failure_tasks`, for `posttrain failures --export`);
-the checkpoint index; monitor alerts (`alerts`, also kept in the run info's `alerts`
-list); and truncation after a step, so a resumed run never
+per-token records of the stored samples (`sample_tokens`, `store/tokens.py`: each token's text, sampler and
+learner logprob, entropy and loss mask, for the dashboard's overlays); the checkpoint index; monitor alerts
+(`alerts`, also kept in the run info's `alerts` list); and truncation after a step, so a resumed run never
 holds rows from the steps it is about to redo.
 Does not cover: eval-harness results across models (the eval package adds
 its own tables to the same kind of file).
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
+from posttrain.store.tokens import TokenRow
 from posttrain.types import Trajectory
 
 SCHEMA = """
@@ -81,9 +83,14 @@ CREATE TABLE IF NOT EXISTS failure_tasks (
 CREATE TABLE IF NOT EXISTS alerts (
     step INTEGER NOT NULL, time REAL NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL, alert TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS sample_tokens (
+    step INTEGER NOT NULL, group_idx INTEGER NOT NULL, sample_idx INTEGER NOT NULL, pieces TEXT NOT NULL,
+    sampler_logp BLOB NOT NULL, learner_logp BLOB, entropy BLOB, loss_mask BLOB NOT NULL,
+    PRIMARY KEY (step, group_idx, sample_idx)
+);
 """
 _TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples", "episodes", "domains", "failures",
-           "alerts")
+           "alerts", "sample_tokens")
 
 
 def _leading(row: Any) -> tuple:
@@ -272,8 +279,10 @@ class RunStore:
         metrics: dict[str, float],
         groups: Iterable[tuple[int, str, list[float], bool]] = (),
         samples: Iterable[SampleRow] = (),
+        tokens: Iterable[TokenRow] = (),
     ) -> None:
-        """One step's metrics, groups (idx, task_id, rewards, used) and sample rows, atomically."""
+        """One step's metrics, groups (idx, task_id, rewards, used), sample rows and their per-token records,
+        atomically."""
         with self.db:
             self.db.execute(
                 "INSERT OR REPLACE INTO steps(step, time, metrics) VALUES (?, ?, ?)",
@@ -289,6 +298,17 @@ class RunStore:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(step, *row.values()) for row in samples],
             )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO sample_tokens(step, group_idx, sample_idx, pieces, sampler_logp, learner_logp,"
+                " entropy, loss_mask) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(step, *row.values()) for row in tokens],
+            )
+
+    def sample_tokens(self, step: int) -> list[TokenRow]:
+        """One step's per-token records, in group and sample order."""
+        rows = self.db.execute("SELECT group_idx, sample_idx, pieces, sampler_logp, learner_logp, entropy, loss_mask "
+                               "FROM sample_tokens WHERE step = ? ORDER BY group_idx, sample_idx", (step,))
+        return [TokenRow.from_columns(*r) for r in rows]
 
     def log_eval(self, step: int, name: str, metrics: dict[str, float], per_task: dict[str, float]) -> None:
         with self.db:

@@ -8,17 +8,21 @@
     "mismatch_kl", "staleness_mean", "staleness_max", "zero_variance_frac", "groups_kept", "grad_norm", "loss",
     "step_s", "rollout_s", "learn_s", "verifier_latency_p50", "verifier_latency_p95", "verifier_errors", "env_errors"];
   // points per series on a first load (the server's CHART_POINTS): longer runs come min/max-decimated
-  var MAX_POINTS = parseInt(document.body.getAttribute("data-max-points"), 10) || 1000;
+  var MAX_POINTS = parseInt(document.body.getAttribute("data-max-points"), 10) || 640;
   // Polling is incremental: /api/runs answers 304 while no store changed (then nothing else is asked or drawn); a
   // run's steps and staleness are asked only after its version changed, and only the steps after the newest held;
   // a chart off screen is marked stale and redrawn when it scrolls into view, not on every poll.
-  var state = { runs: [], data: {}, stale: {}, charts: {}, dirty: {}, onScreen: {}, heldCharts: [], staleCharts: {},
+  // First render: only what a first screen shows (runs, alerts, the curves in view) is fetched and drawn; a chart is
+  // built when it nears the screen, and the panels below the fold (held-out, domains, failures, groups, samples,
+  // episodes, staleness) load when scrolled to or once the page is idle after its first render.
+  var state = { overlay: "none", holders: {}, below: false, runs: [], data: {}, stale: {}, charts: {}, dirty: {}, onScreen: {}, heldCharts: [], staleCharts: {},
     alertsSeen: {}, versions: {}, slowVersions: {}, runsText: "", polls: 0, slowAt: 0, busy: false, draws: 0, timings: {} };
   var observer = "IntersectionObserver" in window ? new IntersectionObserver(function (entries) {
     entries.forEach(function (e) {
       var key = e.target.getAttribute("data-key");
       state.onScreen[key] = e.isIntersecting;
-      if (e.isIntersecting && state.dirty[key] && state.charts[key]) draw(key);
+      if (e.isIntersecting && !state.charts[key]) build(key);
+      else if (e.isIntersecting && state.dirty[key] && state.charts[key]) draw(key);
     });
   }) : null;
   window.dashboard = state;
@@ -102,31 +106,43 @@
     state.draws++;
     state.charts[key].setData(chartData(key));
   }
+  function build(key) {  // a chart's uPlot, made when it is first near the screen
+    var runs = selected();
+    var series = [{ label: "step" }].concat(runs.map(function (r) {
+      return { label: r.name, stroke: color(r.id), width: 1.25, spanGaps: true, points: { show: false } };
+    }));
+    state.dirty[key] = false;
+    state.draws++;
+    state.charts[key] = new uPlot({ width: 380, height: 190, series: series, legend: { show: runs.length > 1 },
+      scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 52 }] }, chartData(key), state.holders[key]);
+  }
   function rebuildCharts() {
     var t0 = performance.now();
     var box = clear(document.getElementById("charts"));
     Object.keys(state.charts).forEach(function (k) { state.charts[k].destroy(); });
     if (observer) observer.disconnect();
-    state.charts = {}; state.dirty = {}; state.onScreen = {};
+    state.charts = {}; state.dirty = {}; state.onScreen = {}; state.holders = {};
     var runs = selected();
     if (!runs.length) return;
-    keysOf().forEach(function (key) {
+    var keys = keysOf();
+    renderLatest();  // above the charts: placed first, so the charts' positions below are final
+    keys.forEach(function (key) {
       var holder = el("div", { cls: "chart", id: "chart-" + key.replace(/[^A-Za-z0-9_-]/g, "_"), "data-key": key }, el("h3", { text: key }));
       box.appendChild(holder);
-      var series = [{ label: "step" }].concat(runs.map(function (r) {
-        return { label: r.name, stroke: color(r.id), width: 1.25, spanGaps: true, points: { show: false } };
-      }));
-      state.charts[key] = new uPlot({ width: 380, height: 190, series: series, legend: { show: runs.length > 1 },
-        scales: { x: { time: false } }, axes: [{ size: 28 }, { size: 52 }] }, chartData(key), holder);
-      if (observer) observer.observe(holder);
+      state.holders[key] = holder;
     });
-    renderLatest();
+    var bottom = window.innerHeight + 200;  // the charts in (or just below) the first screen are built now
+    keys.forEach(function (key) {
+      if (!observer || state.holders[key].getBoundingClientRect().top < bottom) build(key);
+      if (observer) observer.observe(state.holders[key]);
+    });
     state.timings.charts = performance.now() - t0;  // the benchmark's breakdown of a first render
   }
   function updateCharts() {
     var keys = keysOf();
-    if (keys.some(function (k) { return !state.charts[k]; })) return rebuildCharts();
+    if (keys.some(function (k) { return !state.holders[k]; })) return rebuildCharts();
     keys.forEach(function (k) {
+      if (!state.charts[k]) return;  // not built yet: built with the newest data when it nears the screen
       if (!observer || state.onScreen[k]) draw(k); else state.dirty[k] = true;  // off screen: drawn when scrolled to
     });
     renderLatest();
@@ -253,7 +269,7 @@
   function loadGroups(step) {
     var run = document.getElementById("groups-run").value;
     if (run === "" || !step) return;
-    get("/api/runs/" + run + "/groups/" + step).then(function (g) {
+    get("/api/runs/" + run + "/groups/" + step + (state.overlay !== "none" ? "?tokens=true" : "")).then(function (g) {
       document.getElementById("groups-step").value = g.step;
       var box = clear(document.getElementById("groups"));
       var scores = [];
@@ -269,7 +285,7 @@
           row.appendChild(el("div", { cls: "cell" },
             el("div", {}, el("span", { cls: s.passed ? "pass" : (s.status === "ok" ? "fail" : "err"), text: s.status + " " }),
               "reward ", el("b", { cls: "reward", text: fmt(grp.rewards[j]) }), "  adv ", el("b", { cls: "adv", text: fmt(adv) })),
-            el("pre", { text: s.completion }), el("div", { cls: "muted", text: s.tokens + " tokens, " + s.finish + ", v" + s.policy_version }),
+            completionNode(s.completion, s.per_token), el("div", { cls: "muted", text: s.tokens + " tokens, " + s.finish + ", v" + s.policy_version }),
             s.details ? el("pre", { cls: "muted", text: s.details }) : null,
             s.info && Object.keys(s.info).length ? el("pre", { cls: "muted", text: JSON.stringify(s.info) }) : null));
         });
@@ -295,20 +311,66 @@
     box.appendChild(h);
   }
 
+  // ---- per-token overlays on a completion (the store's sample_tokens): entropy, the sampler-vs-learner logprob gap,
+  // or the tokens the loss left out; each token's figures in its tooltip
+  var GAP_HOT = 0.5, ENTROPY_HOT = 1.0;  // nats: a token at or over these is marked (class "hot")
+  function legend() {
+    var o = state.overlay;
+    return o === "gap" ? "shaded by |learner - sampler| logprob (full colour at 1 nat; outlined at >= " + GAP_HOT + ")" :
+      o === "entropy" ? "shaded by the learner's entropy (full colour at 2 nats; outlined at >= " + ENTROPY_HOT + ")" :
+      o === "mask" ? "struck through: tokens the loss left out (dropped group, masked or invalid sample)" : "";
+  }
+  function completionNode(text, tok) {
+    var o = state.overlay;
+    if (o === "none" || tok === undefined) return el("pre", { text: text });
+    if (tok === null) return el("pre", { text: text, title: "no per-token record stored for this sample" });
+    var pre = el("pre", { cls: "tokens overlay-" + o });
+    tok.pieces.forEach(function (piece, i) {
+      var lp = tok.learner_logp[i], sp = tok.sampler_logp[i], ent = tok.entropy[i], inLoss = tok.loss_mask[i] === 1;
+      var gap = lp === null || sp === null ? null : lp - sp;
+      var span = el("span", { cls: "tok", "data-i": i, text: piece === "" ? "\u2404" : piece,
+        title: "sampler " + fmt(sp) + " · learner " + fmt(lp) + " · gap " + fmt(gap) + " · entropy " + fmt(ent) +
+          (inLoss ? " · in the loss" : " · not in the loss") });
+      if (piece === "") span.classList.add("special");
+      if (gap !== null) span.setAttribute("data-gap", gap.toFixed(3));
+      if (ent !== null) span.setAttribute("data-entropy", ent.toFixed(3));
+      if (!inLoss) span.setAttribute("data-masked", "1");
+      var v = o === "gap" ? gap : o === "entropy" ? ent : null;
+      if (o === "mask") { if (!inLoss) span.classList.add("masked"); }
+      else if (v === null) span.classList.add("na");
+      else {
+        var a = Math.min(1, Math.abs(v) / (o === "gap" ? 1 : 2));
+        span.style.background = (o === "gap" ? "rgba(220,38,38," : "rgba(37,99,235,") + a.toFixed(3) + ")";
+        if (Math.abs(v) >= (o === "gap" ? GAP_HOT : ENTROPY_HOT)) span.classList.add("hot");
+      }
+      pre.appendChild(span);
+    });
+    if (tok.more) pre.appendChild(el("span", { cls: "muted", text: " ... [" + tok.more + " more tokens]" }));
+    return pre;
+  }
+  function setOverlay(value) {
+    state.overlay = value;
+    Array.prototype.forEach.call(document.querySelectorAll(".overlay-select"), function (s) { s.value = value; });
+    Array.prototype.forEach.call(document.querySelectorAll(".overlay-legend"), function (p) { p.textContent = legend(); });
+    loadSamples();
+    var step = parseInt(document.getElementById("groups-step").value, 10);
+    loadGroups(step > 0 ? step : -1);
+  }
+
   // ---- samples, episodes
   function loadSamples() {
     var run = document.getElementById("samples-run").value;
     if (run === "") return;
     var q = encodeURIComponent(document.getElementById("samples-q").value);
     var failed = document.getElementById("samples-failed").checked;
-    get("/api/runs/" + run + "/samples?q=" + q + "&failed=" + failed + "&limit=100").then(function (rows) {
+    get("/api/runs/" + run + "/samples?q=" + q + "&failed=" + failed + "&limit=100" + (state.overlay !== "none" ? "&tokens=true" : "")).then(function (rows) {
       var t = clear(document.getElementById("samples"));
       t.appendChild(el("tr", {}, el("th", { text: "step" }), el("th", { text: "group" }), el("th", { cls: "l", text: "task" }),
         el("th", { text: "score" }), el("th", { cls: "l", text: "status" }), el("th", { cls: "l", text: "completion" }), el("th", { cls: "l", text: "verdict" })));
       rows.forEach(function (s) {
         t.appendChild(el("tr", { cls: "sample" }, el("td", { text: s.step }), el("td", { text: s.group + ":" + s.sample }),
           el("td", { cls: "l", text: s.task_id }), el("td", { cls: s.passed ? "pass" : "fail", text: fmt(s.score) }),
-          el("td", { cls: "l", text: s.status }), el("td", { cls: "l" }, el("pre", { text: s.completion })),
+          el("td", { cls: "l", text: s.status }), el("td", { cls: "l" }, completionNode(s.completion, s.per_token)),
           el("td", { cls: "l" }, el("pre", { text: s.verifier + "\n" + s.details }))));
       });
     }).catch(report);
@@ -362,9 +424,6 @@
         series: [{ label: "step" }, { label: "min", stroke: "#16a34a" }, { label: "mean", stroke: "#2563eb" }, { label: "max", stroke: "#dc2626" }] },
         [s.steps, s.cols.min, s.cols.mean, s.cols.max], holder));
     });
-    document.getElementById("per-token").textContent = "Per-token entropy and sampler-vs-learner logprob-gap overlays, and the " +
-      "loss mask per token, need per-token records, which the run store does not keep (samples hold text and verdicts; " +
-      "the step metrics hold mismatch_mean/max and entropy averaged per step, charted above).";
   }
 
   function report(e) {
@@ -373,7 +432,7 @@
 
   // ---- polling
   function slowDue() {  // the slow views refresh at most every 5th poll, when a run changed since they were drawn
-    return state.polls - state.slowAt >= 5 && selected().some(function (r) { return state.slowVersions[r.id] !== r.version; });
+    return state.below && state.polls - state.slowAt >= 5 && selected().some(function (r) { return state.slowVersions[r.id] !== r.version; });
   }
   function refreshSlow() {
     state.slowAt = state.polls;
@@ -407,6 +466,23 @@
       });
     });
   }
+  function loadBelow() {  // the panels below the fold: once, when scrolled to or when the page is idle
+    if (state.below) return;
+    state.below = true;
+    loadGroups(-1); loadSamples(); loadEpisodes();  // -1: the newest step with groups
+    refreshSlow().then(function () {
+      state.timings.complete = performance.now();
+      document.body.setAttribute("data-complete", "1");
+    }).catch(report);
+  }
+  if ("IntersectionObserver" in window) {
+    var sections = new IntersectionObserver(function (entries) {
+      if (entries.some(function (e) { return e.isIntersecting; }) && state.polls) { sections.disconnect(); loadBelow(); }
+    }, { rootMargin: "200px" });
+    ["held-sec", "domains-sec", "failures-sec", "groups-sec", "samples-sec", "episodes-sec", "staleness-sec"].forEach(function (id) {
+      sections.observe(document.getElementById(id));
+    });
+  }
   function refreshAlerts() {
     return Promise.all(selected().map(function (r) {
       return get("/api/runs/" + r.id + "/alerts").then(function (a) { return a.map(function (x) { x.run = r.name; return x; }); });
@@ -434,10 +510,9 @@
       state.runs = runs.map(function (r) { r.show = old[r.id] ? old[r.id].show : r.id < 8; return r; });
       renderRuns();
       var alertsChanged = false, jobs = [];
-      if (!state.polls) {  // a first load asks for everything at once (each view needs only the run ids)
-        jobs.push(refreshAlerts(), refreshSlow());
+      if (!state.polls) {  // a first load asks for the first screen's views at once (each needs only the run ids)
+        jobs.push(refreshAlerts());
         state.runs.forEach(function (r) { state.alertsSeen[r.id] = r.alerts; });
-        loadGroups(-1); loadSamples(); loadEpisodes();  // -1: the newest step with groups
       }
       return Promise.all(selected().map(function (r) {
         var d = state.data[r.id], after = d && d.steps.length ? d.steps[d.steps.length - 1] : -1;
@@ -455,7 +530,11 @@
           var last = {};
           selected().forEach(function (r) { var d = state.data[r.id]; last[r.id] = d && d.steps.length ? d.steps[d.steps.length - 1] : 0; });
           document.body.setAttribute("data-last-steps", JSON.stringify(last));
-          if (!state.timings.ready) state.timings.ready = performance.now();
+          if (!state.timings.ready) {
+            state.timings.ready = performance.now();
+            var idle = window.requestIdleCallback || function (f) { return setTimeout(f, 50); };
+            idle(loadBelow, { timeout: 1000 });  // the panels below the fold, once the first screen is drawn
+          }
           document.body.setAttribute("data-ready", "1");
           return polled();
         });
@@ -475,6 +554,9 @@
   document.getElementById("samples-failed").addEventListener("change", loadSamples);
   document.getElementById("samples-run").addEventListener("change", loadSamples);
   document.getElementById("episodes-run").addEventListener("change", loadEpisodes);
+  Array.prototype.forEach.call(document.querySelectorAll(".overlay-select"), function (s) {
+    s.addEventListener("change", function () { setOverlay(s.value); });
+  });
   poll();
   setInterval(poll, POLL);
 })();

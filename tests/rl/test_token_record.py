@@ -1,0 +1,131 @@
+"""Per-token records: the learner keeps the first pass's logprobs and entropies it computes anyway, `token_rows`
+finds each stored sample's completion in the update's rows, and a training run stores them beside its samples."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from posttrain.config import RLConfig
+from posttrain.models import load_model
+from posttrain.models.logprobs import chunked_logprobs
+from posttrain.rl.learner import Learner
+from posttrain.rl.token_record import TokenPieces, token_rows
+from posttrain.rl.train_batch import pack_groups, pack_rows, unpack_rows
+from posttrain.types import Completion, FinishReason, Group, Task, Trajectory, Verdict
+
+
+def _group(tok, prompt, texts, scores, logp=-1.0):
+    task = Task(id=prompt, prompt=prompt, answer="0")
+    trajs = []
+    for text, score in zip(texts, scores):
+        ids = tok.encode(text, add_bos=False) + [tok.eos_id]
+        trajs.append(Trajectory.single_turn(task, tok.encode(prompt), Completion(ids, text, [logp] * len(ids),
+                                                                                 FinishReason.STOP), Verdict(score, score > 0)))
+    return Group(task, trajs)
+
+
+def _learner_values(model, batch):
+    with torch.no_grad():
+        logp, ent = chunked_logprobs(model, batch.input_ids, 1.0, 64, entropy=True)
+    return logp, ent
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("packing", [False, True])
+def test_learner_keeps_its_pre_update_logprobs_and_entropies(tiny_model_dir, packing):
+    model, tok = load_model(tiny_model_dir)
+    groups = [_group(tok, "1+2=", ["3", "45"], [1.0, 0.0]), _group(tok, "7=", ["7", "1234"], [0.0, 1.0])]
+    batch = pack_groups(groups, torch.tensor([[1.0, -1.0], [-1.0, 1.0]]), torch.ones(2, 2, dtype=torch.bool), tok.pad_id)
+    want_logp, want_ent = _learner_values(model, batch)  # before the update moves anything
+    learner = Learner(model, RLConfig(lr=1e-2, packing=packing, share_prefix=False), max_tokens=4)
+    learner.update(batch)
+    assert learner.token_values is None  # off unless asked: nothing kept
+    learner.record_tokens = True
+    model2, _ = load_model(tiny_model_dir)
+    learner = Learner(model2, RLConfig(lr=1e-2, packing=packing, share_prefix=False), max_tokens=4)
+    learner.record_tokens = True
+    learner.update(batch)
+    got = learner.token_values
+    assert got is not None and got.logp.shape == batch.mask.shape
+    on = batch.mask > 0
+    assert torch.allclose(got.logp[on], want_logp[on], atol=1e-5)
+    assert torch.allclose(got.entropy[on], want_ent[on], atol=1e-5)
+    assert (got.entropy[on] > 0).all()
+
+
+def test_unpack_rows_undoes_pack_rows(tiny_model_dir):
+    _, tok = load_model(tiny_model_dir)
+    groups = [_group(tok, "1+2=", ["3", "45", "678"], [1.0, 0.0, 1.0])]
+    batch = pack_groups(groups, torch.tensor([[1.0, -1.0, 1.0]]), torch.ones(1, 3, dtype=torch.bool), tok.pad_id)
+    packed = pack_rows(batch, 32)
+    assert packed.input_ids.shape[0] < batch.input_ids.shape[0]  # really packed
+    back = unpack_rows(packed.old_logp, batch.lengths, packed.input_ids.shape[1])
+    real = torch.arange(batch.mask.shape[1])[None, :] < (batch.lengths[:, None] - 1)
+    assert torch.equal(back[real], batch.old_logp[real]) and back[~real].isnan().all()
+
+
+def test_token_rows_place_learner_values_on_each_completion(tiny_model_dir):
+    _, tok = load_model(tiny_model_dir)
+    trained = _group(tok, "1+2=", ["3", "45"], [1.0, 0.0], logp=-0.5)
+    dropped = _group(tok, "9=", ["9", "9"], [1.0, 1.0], logp=-0.25)  # zero variance: not in the update
+    batch = pack_groups([trained], torch.tensor([[1.0, -1.0]]), torch.ones(1, 2, dtype=torch.bool), tok.pad_id)
+    from posttrain.rl.train_batch import TokenValues
+
+    # plant recognisable values: learner logp = -(target index), entropy = target index / 10
+    idx = torch.arange(batch.mask.shape[1], dtype=torch.float).expand_as(batch.mask)
+    values = TokenValues(-idx.clone(), idx / 10)
+    rows = token_rows([dropped, trained], [trained], batch, values, TokenPieces(tok))
+    assert [(r.group_idx, r.sample_idx) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    p = len(tok.encode("1+2="))
+    second = rows[3]  # "45<eos>": tokens at positions p..p+2, targets p-1..p+1
+    assert second.pieces == ["4", "5", ""] and second.sampler_logp == [-0.5] * 3
+    assert second.learner_logp == [-(p - 1), -p, -(p + 1)] and second.loss_mask == [True] * 3
+    assert second.entropy == pytest.approx([(p - 1) / 10, p / 10, (p + 1) / 10])
+    for r in rows[:2]:  # the dropped group: sampler values only, nothing in the loss
+        assert r.pieces == ["9", ""] and r.sampler_logp == [-0.25, -0.25] and r.loss_mask == [False, False]
+        assert all(math.isnan(x) for x in r.learner_logp + r.entropy)
+
+
+def test_token_rows_never_place_values_on_other_tokens(tiny_model_dir):
+    _, tok = load_model(tiny_model_dir)
+    g = _group(tok, "1+2=", ["3", "45"], [1.0, 0.0])
+    batch = pack_groups([g], torch.tensor([[1.0, -1.0]]), torch.ones(1, 2, dtype=torch.bool), tok.pad_id)
+    g.trajectories[1].completion.token_ids = tok.encode("67", add_bos=False) + [tok.eos_id]  # not what was trained
+    from posttrain.rl.train_batch import TokenValues
+
+    rows = token_rows([g], [g], batch, TokenValues(torch.zeros_like(batch.mask), torch.zeros_like(batch.mask)), TokenPieces(tok))
+    assert rows[0].learner_logp == [0.0, 0.0] and rows[0].loss_mask == [True, True]
+    assert all(math.isnan(x) for x in rows[1].learner_logp) and rows[1].loss_mask == [False] * 3
+
+
+@pytest.mark.slow
+def test_a_training_run_stores_each_samples_tokens(tiny_config):
+    from posttrain.rl.trainer import Trainer
+    from posttrain.store import RunStore
+
+    cfg = tiny_config.model_copy(update={"reward": tiny_config.reward.model_copy(update={"verifier": "numeric",
+                                                                                          "tolerance": 4.0}),
+                                         "train": tiny_config.train.model_copy(update={"steps": 2, "eval_every": 0})})
+    trainer = Trainer(cfg)
+    trainer.run()
+    trainer.close()
+    with RunStore(cfg.path / "run.sqlite") as store:
+        for step in (1, 2):
+            samples = store.db.execute("SELECT group_idx, sample_idx, completion FROM samples WHERE step = ? "
+                                       "ORDER BY group_idx, sample_idx", (step,)).fetchall()
+            used = {g for g, u in store.db.execute("SELECT group_idx, used FROM groups WHERE step = ?", (step,)) if u}
+            rows = store.sample_tokens(step)
+            assert [(r.group_idx, r.sample_idx) for r in rows] == [(g, j) for g, j, _ in samples]
+            for r, (g, _, text) in zip(rows, samples):
+                assert "".join(r.pieces) == text
+                if g in used and any(r.loss_mask):
+                    # the local engine is the learner's own module: sampler and learner agree (float16 storage)
+                    pairs = [(a, b) for a, b, m in zip(r.sampler_logp, r.learner_logp, r.loss_mask) if m]
+                    assert all(abs(a - b) < 0.02 * max(1.0, abs(a)) for a, b in pairs)
+                    assert all(e >= 0 for e, m in zip(r.entropy, r.loss_mask) if m)
+                else:
+                    assert not any(r.loss_mask) and all(math.isnan(x) for x in r.learner_logp)
+            assert used  # the check above compared something
