@@ -200,11 +200,9 @@ class Trainer:
             record_scheduler(self.curriculum, self.store, self.writer, self.step, metrics,
                              {d.name: d.verifier for d in self.domains}, {g.task.id: g.task for g in sampled})
         from posttrain.agent.rollouter import AgentRollouter
-
         if isinstance(self.rollouter, AgentRollouter):  # also in async mode: the domain's own rollouter
             self.log.record_episodes(self.step, metrics, sampled)
-        values = self.learner.token_values if batch is not None else None  # the per-token record of the update
-        self.log.record_step(self.step, metrics, sampled, kept, batch, values)
+        self.log.record_step(self.step, metrics, sampled, kept, batch, self.learner.token_values if batch is not None else None)
         # the scheduler's per-domain state is rank 0's store only: other ranks must reach the same stop decision
         domains = {name: m for _, name, m in self.store.domain_metrics(self.step)} if self.dp.world == 1 else {}
         self._on_alerts(self.watch.observe_step(self.step, metrics, domains), stops=True)
