@@ -53,9 +53,9 @@ def main() -> None:
     sampled: list[str] = []
     original_log = trainer.store.log_step
 
-    def log_step(step, metrics, groups, samples):
+    def log_step(step, metrics, groups, samples, *rest, **kw):
         sampled.extend(task_id for _, task_id, _, _ in groups)
-        return original_log(step, metrics, groups, samples)
+        return original_log(step, metrics, groups, samples, *rest, **kw)
 
     trainer.store.log_step = log_step
     trainer.run()
