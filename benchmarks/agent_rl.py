@@ -109,7 +109,7 @@ def main() -> None:
     from posttrain.agent.lookup import SYMBOLS
     from posttrain.agent.tito import RecordingEngine, tito_mismatch
     from posttrain.config import load_config
-    from posttrain.quickstart import AGENT_OVERRIDES, run_quickstart
+    from posttrain.recipes.quickstart import AGENT_OVERRIDES, run_quickstart
 
     torch.set_num_threads(args.threads)
     runs = args.runs or tempfile.mkdtemp(prefix="agent-rl-")

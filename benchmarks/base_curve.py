@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain import builtin
+from posttrain.recipes import builtin
 from posttrain.config import BaseModelConfig
 
 

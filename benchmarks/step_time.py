@@ -62,7 +62,7 @@ def main() -> None:
     config = Path(__file__).resolve().parents[1] / "examples" / "addition.toml"
     model = args.model
     if model is None:
-        from posttrain.builtin import ensure_base
+        from posttrain.recipes.builtin import ensure_base
         from posttrain.config import BaseModelConfig
 
         model = str(ensure_base(BaseModelConfig()).path)

@@ -195,7 +195,7 @@ def built_in_engine(path: str | None):
     """The local engine over `path`, or over the built-in model's shape with random weights (seed 0)."""
     import torch
 
-    from posttrain.builtin import AGENT_CONTEXT
+    from posttrain.recipes.builtin import AGENT_CONTEXT
     from posttrain.config import BaseModelConfig
     from posttrain.engine.build import build_engine
     from posttrain.models.config import ModelConfig

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from posttrain import builtin
+from posttrain.recipes import builtin
 from posttrain.config import BaseModelConfig
 from posttrain.eval.accuracy import AccuracyResult
 

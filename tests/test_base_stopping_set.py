@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain import builtin
+from posttrain.recipes import builtin
 from posttrain.config import load_config
 from posttrain.eval.accuracy import AccuracyResult
 from posttrain.rl.trainer import Trainer

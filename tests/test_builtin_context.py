@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from posttrain.builtin import base_key, ensure_base
+from posttrain.recipes.builtin import base_key, ensure_base
 from posttrain.config import BaseModelConfig
 from posttrain.models import load_model
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from posttrain.engine import LocalEngine, SpecConfig
-from posttrain.engine.local.distill import DistillConfig, acceptance, distill_draft, sample_continuations
+from posttrain.recipes.distill import DistillConfig, acceptance, distill_draft, sample_continuations
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer
 from posttrain.types import SamplingParams
 

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain import builtin
+from posttrain.recipes import builtin
 from posttrain.config import BaseModelConfig, RunConfig, TasksConfig
 from posttrain.rl.build import build_domains
 from posttrain.scheduler.curriculum import PassRateCurriculum

@@ -23,7 +23,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from posttrain.builtin import base_band_message, ensure_base
+from posttrain.recipes.builtin import base_band_message, ensure_base
 from posttrain.config import ConfigError, RunConfig
 from posttrain.engine.base import Engine
 from posttrain.eval.accuracy import evaluate_accuracy
