@@ -121,11 +121,11 @@ def kernel_ms(model: CausalLM, size: str, calls: int = 40) -> dict:
 
 
 def quality() -> dict:
-    from posttrain.recipes.builtin import EVAL_RESERVE, base_task_source, ensure_base
     from posttrain.config import BaseModelConfig
     from posttrain.eval.accuracy import evaluate_accuracy
     from posttrain.models import load_model
     from posttrain.models.logprobs import token_logprobs
+    from posttrain.recipes.builtin import EVAL_RESERVE, base_task_source, ensure_base
     from posttrain.rewards.verifiers import ExactMatch
 
     cfg = BaseModelConfig()

@@ -41,10 +41,10 @@ TARGET_SHAPE = dict(hidden_size=384, num_layers=6, intermediate_size=1024, num_h
 def build_models(cache_dir: str | None, seed: int, distill_steps: int):
     import torch
 
-    from posttrain.recipes.builtin import base_task_source, ensure_base
     from posttrain.config import BaseModelConfig
-    from posttrain.recipes.distill import DistillConfig, distill_draft
     from posttrain.models.io import load_model
+    from posttrain.recipes.builtin import base_task_source, ensure_base
+    from posttrain.recipes.distill import DistillConfig, distill_draft
 
     extra = {"cache_dir": cache_dir} if cache_dir else {}
     target_cfg = BaseModelConfig(family="mul", worked=True, seed=seed, batch_size=64, lr=1e-3, eval_every=25,

@@ -8,9 +8,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from posttrain.recipes.builtin import base_key, base_task_source, ensure_base
 from posttrain.config import BaseModelConfig
 from posttrain.models import load_model
+from posttrain.recipes.builtin import base_key, base_task_source, ensure_base
 
 TINY = dict(hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2, batch_size=4, max_steps=2,
             eval_every=2, eval_size=16)

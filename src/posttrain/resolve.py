@@ -88,8 +88,8 @@ def locate_model(
     if spec.startswith(("http://", "https://")):
         raise ModelSpecError(f"{spec}: a server's URL has no local weights (it evaluates, it does not train or serve)")
     if spec == "builtin":
-        from posttrain.recipes.builtin import ensure_base
         from posttrain.config import BaseModelConfig
+        from posttrain.recipes.builtin import ensure_base
 
         build = ensure_base(base if base is not None else BaseModelConfig(), on_eval=on_base_eval)
         return ModelLocation(build.path, None, base=build)

@@ -37,9 +37,9 @@ def draft(
     with friendly():
         import torch
 
-        from posttrain.recipes.distill import DistillConfig, distill_draft
         from posttrain.errors import UserError
         from posttrain.models import CausalLM, ModelConfig, load_model, save_model
+        from posttrain.recipes.distill import DistillConfig, distill_draft
         from posttrain.resolve import locate_model
         from posttrain.tasks.domains import load_domain
 

@@ -192,8 +192,8 @@ def base(
     set_: SetOpt = None,
 ) -> None:
     """Pre-train (or find in the cache) the built-in ~1M-parameter arithmetic model; prints its path."""
-    from posttrain.recipes.builtin import ensure_base
     from posttrain.config import load_config
+    from posttrain.recipes.builtin import ensure_base
 
     with friendly():
         cfg = load_config(None, [f"model.base.seed={seed}", *(set_ or [])]).model.base
