@@ -30,14 +30,14 @@ sys.path.insert(0, str(REPO / "src"))
 def agent_base_config(seed: int, sets: list[str] = ()) -> Any:
     """The recipe's `model.base` for base seed `seed`, with config overrides `sets` (KEY=VALUE) applied on top."""
     from posttrain.config import load_config
-    from posttrain.quickstart import AGENT_OVERRIDES
+    from posttrain.recipes.quickstart import AGENT_OVERRIDES
 
     return load_config(None, [*AGENT_OVERRIDES, f"model.base.seed={seed}", *sets]).model.base
 
 
 def build_agent_base(seed: int, sets: list[str] = (), log=print) -> dict[str, Any]:
     """Build (or find cached) the recipe's base for `seed`; its figures as one row."""
-    from posttrain.builtin import ensure_base
+    from posttrain.recipes.builtin import ensure_base
 
     cfg = agent_base_config(seed, sets)
     t0 = time.perf_counter()

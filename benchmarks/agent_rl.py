@@ -14,7 +14,7 @@ Every seed's figures, the mean, the worst, a Wilson 95% interval on each proport
 count (the same reporting tasks, base and after), and the chance baseline: the analytic 1/36 (a value is one of 36
 symbols) and an agent that submits a uniformly drawn symbol without reading, run through the same evaluation.
 Every training episode is checked against an independent record of what the engine was given and sampled
-(`agent.tito.RecordingEngine`, `tito_mismatch`; one segment per episode asserted under the recipe's linear policy).
+(`tests/_harness/tito.py`: `RecordingEngine`, `tito_mismatch`; one segment per episode asserted under the recipe's linear policy).
 
     python benchmarks/agent_rl.py --select --set rl.lr=3e-4        # a recipe trial, selection half
     python benchmarks/agent_rl.py --report                         # the figure of record: 5 fresh seeds
@@ -36,6 +36,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "tests"))  # the shared test harnesses (`_harness`)
 
 
 def by_hops(engine, tasks, spec, sandboxes) -> dict[int, list[int]]:
@@ -106,10 +107,10 @@ def main() -> None:
     import torch
     from agent_base import build_agent_base
 
+    from _harness.tito import RecordingEngine, tito_mismatch
     from posttrain.agent.lookup import SYMBOLS
-    from posttrain.agent.tito import RecordingEngine, tito_mismatch
     from posttrain.config import load_config
-    from posttrain.quickstart import AGENT_OVERRIDES, run_quickstart
+    from posttrain.recipes.quickstart import AGENT_OVERRIDES, run_quickstart
 
     torch.set_num_threads(args.threads)
     runs = args.runs or tempfile.mkdtemp(prefix="agent-rl-")

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from posttrain import builtin
 from posttrain.config import BaseModelConfig
+from posttrain.recipes import builtin
 
 
 def main() -> None:

@@ -59,9 +59,9 @@ def main() -> None:
 
     torch.set_num_threads(1)
 
-    from posttrain.builtin import ensure_base
     from posttrain.config import load_config
-    from posttrain.quickstart import CAD_OVERRIDES, _engine_for, run_quickstart
+    from posttrain.recipes.builtin import ensure_base
+    from posttrain.recipes.quickstart import CAD_OVERRIDES, _engine_for, run_quickstart
 
     print(f"machine: {os.cpu_count()} cpus; load at start: {os.popen('uptime').read().strip()}", flush=True)
     rows = []

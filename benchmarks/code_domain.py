@@ -22,7 +22,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "code.toml"
 
 def main() -> None:
     from posttrain.config import load_config
-    from posttrain.quickstart import run_quickstart
+    from posttrain.recipes.quickstart import run_quickstart
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

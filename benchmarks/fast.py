@@ -13,7 +13,7 @@ share dilutes the speed-up a little. Beside these end-to-end figures,
 which prompt lookup predicts well: the `--fast` figure on this workload is
 optimistic for speculation; `int8_speedup_*` is the weights alone.
 
-Quality: the built-in base model (`posttrain.builtin.ensure_base` with the
+Quality: the built-in base model (`posttrain.recipes.builtin.ensure_base` with the
 default `BaseModelConfig`: a ~1M-parameter arithmetic model, built once and
 cached), greedy exact-match accuracy on the first 500 held-out `arith:add`
 problems of its seed (the trainer's evaluation problems), and perplexity of
@@ -121,11 +121,11 @@ def kernel_ms(model: CausalLM, size: str, calls: int = 40) -> dict:
 
 
 def quality() -> dict:
-    from posttrain.builtin import EVAL_RESERVE, base_task_source, ensure_base
     from posttrain.config import BaseModelConfig
     from posttrain.eval.accuracy import evaluate_accuracy
     from posttrain.models import load_model
     from posttrain.models.logprobs import token_logprobs
+    from posttrain.recipes.builtin import EVAL_RESERVE, base_task_source, ensure_base
     from posttrain.rewards.verifiers import ExactMatch
 
     cfg = BaseModelConfig()

@@ -144,9 +144,9 @@ def real_runs(names: tuple[str, ...] = REAL_RUNS) -> dict[str, object]:
     import tempfile
     import warnings
 
-    from posttrain.builtin import ensure_base
     from posttrain.config import load_config
-    from posttrain.quickstart import AGENT_OVERRIDES
+    from posttrain.recipes.builtin import ensure_base
+    from posttrain.recipes.quickstart import AGENT_OVERRIDES
     from posttrain.rl.trainer import Trainer
 
     out: dict[str, object] = {}

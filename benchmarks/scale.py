@@ -8,7 +8,7 @@ CPU, always (each measured against its baseline in the same run):
   process and reports its peak RSS (`ru_maxrss`) minus its RSS just before the computation: allocator
   and model overheads cancel, what is left is the logprobs' own working set. Goal <= 0.125.
 - `ddp_max_grad_diff` (and `fsdp_max_grad_diff`): 2 gloo processes under torchrun vs one process, tiny
-  model, 2 updates (posttrain.distributed.equivalence). Goal <= 1e-6. `ddp_train_max_weight_diff` (and
+  model, 2 updates (tests/_harness/equivalence.py). Goal <= 1e-6. `ddp_train_max_weight_diff` (and
   `fsdp_...`): `posttrain train`'s loop itself on 2 ranks, each rolling out its share, against one process
   replaying the same batches (3 updates at lr 1e-4).
 - `dp_train_time_ratio` (no goal; what torchrun buys on this machine): the built-in addition recipe for
@@ -145,7 +145,7 @@ data_parallel = "{strategy}"
 def data_parallel() -> dict:
     sys.path.insert(0, str(ROOT / "src"))
     sys.path.insert(0, str(ROOT / "tests"))
-    from posttrain.distributed.equivalence import run_equivalence, run_train_equivalence
+    from _harness.equivalence import run_equivalence, run_train_equivalence
     from tiny_models import make_tiny_model
 
     out = {}

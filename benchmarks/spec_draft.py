@@ -1,10 +1,10 @@
 """Speculative decoding with a draft model posttrain trained, for a target posttrain trained: batch-1 speed.
 
 The target: a 10M-parameter Llama (`benchmarks/engine.py`'s 10m shape: hidden 384, 6 layers) pre-trained by
-posttrain's own base-model pre-training (`posttrain.builtin.ensure_base`) on worked products
+posttrain's own base-model pre-training (`posttrain.recipes.builtin.ensure_base`) on worked products
 (`47*38=` -> `47*8=376;47*30=1410;376+1410=1786`) until its held-out accuracy reaches the band; built once
 and cached. The draft: the built-in 0.86M worked-product base (the same pre-training, the default size),
-then distilled on the target's own continuations of train-split problems (`posttrain.engine.local.distill`:
+then distilled on the target's own continuations of train-split problems (`posttrain.recipes.distill`:
 forward KL to the target's whole next-token distributions). Both share the character tokenizer.
 
 Measured: held-out problems one at a time (the latency-bound regime speculation is for), the engine's
@@ -41,10 +41,10 @@ TARGET_SHAPE = dict(hidden_size=384, num_layers=6, intermediate_size=1024, num_h
 def build_models(cache_dir: str | None, seed: int, distill_steps: int):
     import torch
 
-    from posttrain.builtin import base_task_source, ensure_base
     from posttrain.config import BaseModelConfig
-    from posttrain.engine.local.distill import DistillConfig, distill_draft
     from posttrain.models.io import load_model
+    from posttrain.recipes.builtin import base_task_source, ensure_base
+    from posttrain.recipes.distill import DistillConfig, distill_draft
 
     extra = {"cache_dir": cache_dir} if cache_dir else {}
     target_cfg = BaseModelConfig(family="mul", worked=True, seed=seed, batch_size=64, lr=1e-3, eval_every=25,

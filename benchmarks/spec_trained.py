@@ -58,12 +58,12 @@ def spec_trained(n_tasks: int = 24, rounds: int = 3, k: int = 4, seed: int = 0, 
                  temperature: float | None = None, ngram_min: int = 1) -> dict:
     import torch
 
-    from posttrain.builtin import ensure_base
     from posttrain.config import load_config
     from posttrain.engine import LocalEngine, SpecConfig
     from posttrain.eval.episodes import aevaluate_agent
     from posttrain.models import load_model
-    from posttrain.quickstart import AGENT_OVERRIDES
+    from posttrain.recipes.builtin import ensure_base
+    from posttrain.recipes.quickstart import AGENT_OVERRIDES
     from posttrain.rl.build import build_domains
     from posttrain.sandbox.sandboxes import current_sandboxes
     from posttrain.types import SamplingParams

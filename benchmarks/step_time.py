@@ -62,8 +62,8 @@ def main() -> None:
     config = Path(__file__).resolve().parents[1] / "examples" / "addition.toml"
     model = args.model
     if model is None:
-        from posttrain.builtin import ensure_base
         from posttrain.config import BaseModelConfig
+        from posttrain.recipes.builtin import ensure_base
 
         model = str(ensure_base(BaseModelConfig()).path)
     for side in ("a", "b"):  # warm-up, discarded: each tree builds (or finds) its compiled decode kernel

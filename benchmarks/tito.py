@@ -1,6 +1,6 @@
 """Token in, token out over many `agent:lookup` episodes, cheaply: `tito_mismatches` through the real rollouter.
 
-Every episode runs through `AgentRollouter` in the sandbox with a recording engine (`agent.tito.RecordingEngine`)
+Every episode runs through `AgentRollouter` in the sandbox with a recording engine (`tests/_harness/tito.py`: `RecordingEngine`)
 and is checked by `tito_mismatch` against what the engine was given and sampled. Three kinds of episodes:
 - `reading`: a scripted agent that reads the chain (follows its key's line in each file, submits the value, and
   slips now and then: a wrong file, a malformed reply), sampling one character per token over a tokenizer with
@@ -35,6 +35,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "tests"))  # the shared test harnesses (`_harness`)
 
 from posttrain.agent import format as fmt  # noqa: E402
 from posttrain.engine.mock import MockEngine  # noqa: E402
@@ -83,7 +84,7 @@ def _call(name: str, **arguments: object):
 def plant(episode, calls, tokenizer):
     """A copy of `episode` and of the engine's record in which turn 1 onwards saw turn 0's sampled text re-encoded
     (merged ids), with no rewrite announced; None when the episode has one turn or nothing merges."""
-    from posttrain.agent.tito import Call
+    from _harness.tito import Call
 
     if len(episode.turns) < 2:
         return None
@@ -104,8 +105,8 @@ def plant(episode, calls, tokenizer):
 
 
 def run_kind(name, engine, spec, tasks, n, sandbox, params, tokenizer=None, planting=False) -> dict:
+    from _harness.tito import RecordingEngine, tito_mismatch
     from posttrain.agent.rollouter import AgentRollouter
-    from posttrain.agent.tito import RecordingEngine, tito_mismatch
 
     rec = RecordingEngine(engine)
     rollouter = AgentRollouter(rec, sandbox, spec, params, seed=0)
@@ -195,13 +196,13 @@ def built_in_engine(path: str | None):
     """The local engine over `path`, or over the built-in model's shape with random weights (seed 0)."""
     import torch
 
-    from posttrain.builtin import AGENT_CONTEXT
     from posttrain.config import BaseModelConfig
     from posttrain.engine.build import build_engine
     from posttrain.models.config import ModelConfig
     from posttrain.models.io import load_model
     from posttrain.models.llama import CausalLM
     from posttrain.models.tokenizer import char_tokenizer
+    from posttrain.recipes.builtin import AGENT_CONTEXT
 
     if path is not None:
         model, tokenizer = load_model(path)

@@ -280,10 +280,10 @@ def main() -> None:
     args = ap.parse_args()
     load_start = list(os.getloadavg())
     torch.set_num_threads(2)
-    from posttrain.builtin import ensure_base
     from posttrain.config import BaseModelConfig
     from posttrain.engine.build import build_engine
     from posttrain.models.io import load_model
+    from posttrain.recipes.builtin import ensure_base
 
     base = ensure_base(BaseModelConfig())
     tasks = held_out_tasks()

@@ -129,8 +129,16 @@ def import_graph(root: Path = ROOT, plugins: str = "none") -> dict[str, set[str]
     return graph
 
 
+# Packages whose modules are each their own unit in the package graph. `recipes/` groups end-to-end recipes that
+# sit on different layers: `builtin` below `rl` (a run on the built-in base builds it through `resolve.py`),
+# `quickstart` above it, as each did when it lived at the package's root; its `__init__` imports none of them.
+SPLIT_PACKAGES = ("posttrain.recipes",)
+
+
 def _package(mod: str) -> str:
     parts = mod.split(".")
+    if ".".join(parts[:2]) in SPLIT_PACKAGES:
+        return ".".join(parts[:3])
     return ".".join(parts[:2]) if len(parts) > 1 else mod
 
 
@@ -221,6 +229,15 @@ def test_the_graph_sees_lazy_imports():
     graph = import_graph()
     # rl/build.py imports the resolver inside a function: a lazy edge the graph must hold
     assert "posttrain.resolve" in graph["posttrain.rl.build"]
+
+
+def test_a_split_package_imports_none_of_its_modules():
+    """Importing `posttrain.recipes.builtin` (below `rl`) must not load `recipes.quickstart` (above it)."""
+    graph = import_graph()
+    for pkg in SPLIT_PACKAGES:
+        assert graph[pkg] == set(), f"{pkg}/__init__.py imports {sorted(graph[pkg])}"
+    assert _package("posttrain.recipes.builtin") == "posttrain.recipes.builtin"
+    assert _package("posttrain.rl.trainer") == "posttrain.rl"
 
 
 def test_string_loaded_plugins_are_edges_and_a_planted_one_is_a_cycle(tmp_path):

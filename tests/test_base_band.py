@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from posttrain import builtin
 from posttrain.config import BaseModelConfig
 from posttrain.eval.accuracy import AccuracyResult
+from posttrain.recipes import builtin
 
 TINY = {"hidden_size": 16, "num_layers": 1, "intermediate_size": 32, "num_heads": 2, "batch_size": 4,
         "max_steps": 40, "target_low": 0.4, "target_high": 0.6}

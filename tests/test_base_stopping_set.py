@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain import builtin
 from posttrain.config import load_config
 from posttrain.eval.accuracy import AccuracyResult
+from posttrain.recipes import builtin
 from posttrain.rl.trainer import Trainer
 
 SEEDS = (0, 1, 2)  # benchmarks/quickstart.py's default seeds

@@ -6,9 +6,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from posttrain.builtin import base_key, ensure_base
 from posttrain.config import BaseModelConfig
 from posttrain.models import load_model
+from posttrain.recipes.builtin import base_key, ensure_base
 
 
 def _cfg(tmp_path, **kw):
@@ -69,7 +69,7 @@ def test_an_agent_base_is_checked_with_its_current_weights(tmp_path, monkeypatch
     step), so it forgets the prefix KV it cached at an earlier check; a stale prefix made every episode fail."""
     import torch
 
-    import posttrain.builtin as builtin
+    import posttrain.recipes.builtin as builtin
     from posttrain.models import char_tokenizer
     from posttrain.types import SamplingParams
 
@@ -109,8 +109,8 @@ def test_keys_of_bases_built_before_worked_solutions_are_unchanged(tmp_path):
 
 @pytest.mark.slow
 def test_a_worked_base_learns_the_solution_and_is_checked_on_the_product(tmp_path):
-    from posttrain.builtin import _batch, base_task_source
     from posttrain.models.tokenizer import char_tokenizer
+    from posttrain.recipes.builtin import _batch, base_task_source
 
     cfg = _cfg(tmp_path, family="mul", digits=2, target_low=1.0, target_high=1.0)
     assert cfg.worked

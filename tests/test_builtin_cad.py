@@ -8,9 +8,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from posttrain.builtin import base_key, base_task_source, ensure_base
 from posttrain.config import BaseModelConfig
 from posttrain.models import load_model
+from posttrain.recipes.builtin import base_key, base_task_source, ensure_base
 
 TINY = dict(hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2, batch_size=4, max_steps=2,
             eval_every=2, eval_size=16)
@@ -28,7 +28,7 @@ def test_the_cad_family_defaults_and_its_level_bound():
 
 @pytest.mark.slow
 def test_a_cad_base_is_built_and_checked_by_the_cad_verifier(tmp_path, monkeypatch):
-    import posttrain.builtin as builtin
+    import posttrain.recipes.builtin as builtin
 
     judged = []
     real = builtin.evaluate_accuracy

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from posttrain.builtin import base_key, ensure_base
 from posttrain.config import BaseModelConfig
 from posttrain.models import load_model
+from posttrain.recipes.builtin import base_key, ensure_base
 
 
 def test_default_keys_are_unchanged():

@@ -1,5 +1,6 @@
-"""Static checks as tests, so the README's one test command runs them: ruff over src/ and tests/, and mypy
-over the typed core (`types.py`, `rl/`, `rewards/base.py`, `engine/base.py`; settings in pyproject.toml)."""
+"""Static checks as tests, so the README's one test command runs them: ruff over src/, tests/ and benchmarks/, and
+mypy over the typed core (`types.py`, `rl/`, `agent/`, `rewards/base.py`, `engine/base.py`, the eval records;
+settings in pyproject.toml)."""
 
 from __future__ import annotations
 

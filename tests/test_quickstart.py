@@ -85,7 +85,7 @@ def test_the_agent_example_is_the_quickstart_agent_run():
     from pathlib import Path
 
     from posttrain.config import load_config
-    from posttrain.quickstart import AGENT_OVERRIDES
+    from posttrain.recipes.quickstart import AGENT_OVERRIDES
 
     example = load_config(Path(__file__).parents[1] / "examples" / "agent.toml", [])
     preset = load_config(None, AGENT_OVERRIDES)

@@ -10,7 +10,7 @@ the server's first listed model). `locate_model` gives local weights (the
 trainer); `resolve_model` an engine (`posttrain eval`); `load_served_model`
 an engine with the checkpoint's chat template (`posttrain serve`).
 Does not cover: generation itself (the engines) or building the base model
-(`posttrain.builtin`, the recipe this resolver calls).
+(`posttrain.recipes.builtin`, the recipe this resolver calls).
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def locate_model(
     if spec.startswith(("http://", "https://")):
         raise ModelSpecError(f"{spec}: a server's URL has no local weights (it evaluates, it does not train or serve)")
     if spec == "builtin":
-        from posttrain.builtin import ensure_base
         from posttrain.config import BaseModelConfig
+        from posttrain.recipes.builtin import ensure_base
 
         build = ensure_base(base if base is not None else BaseModelConfig(), on_eval=on_base_eval)
         return ModelLocation(build.path, None, base=build)

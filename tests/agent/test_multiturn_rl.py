@@ -9,13 +9,13 @@ import dataclasses
 import pytest
 import torch
 
+from _harness.tito import Call, RecordingEngine, tito_mismatch
 from posttrain.agent import ContextPolicy, EpisodeStatus, run_agent_task
 from posttrain.agent import format as fmt
 from posttrain.agent.env import AgentTask, SessionEnv, ToolEnv
 from posttrain.agent.lookup import SPEC, LookupSource, oracle_calls
 from posttrain.agent.rollouter import AgentRollouter, masked_groups
 from posttrain.agent.scripted import call
-from posttrain.agent.tito import Call, RecordingEngine, tito_mismatch
 from posttrain.engine.mock import MockEngine
 from posttrain.models import char_tokenizer
 from posttrain.models.tokenizer import merging_tokenizer

@@ -13,8 +13,8 @@ import os
 import pytest
 from test_train_ranks import _toml
 
+from _harness.equivalence import run_equivalence
 from posttrain.distributed.data_parallel import backend_for
-from posttrain.distributed.equivalence import run_equivalence
 
 SITECUSTOMIZE = '''
 import torch
@@ -62,7 +62,7 @@ def test_the_fake_gpu_catches_the_old_machine_based_choice(cuda_visible):
     import subprocess
     import sys
 
-    from posttrain.distributed.equivalence import rank_env
+    from _harness.equivalence import rank_env
 
     old = ("import os, torch; os.environ.update(RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1', MASTER_PORT='29533');"
            "backend = 'nccl' if torch.cuda.is_available() else 'gloo';"
@@ -82,7 +82,7 @@ def test_cpu_ranks_update_like_one_process_with_cuda_visible(cuda_visible, strat
 @pytest.mark.slow
 def test_posttrain_train_ranks_join_gloo_with_cuda_visible(cuda_visible, tiny_model_dir, tmp_path):
     """The training loop's own group (`from_env(rl.device)` through the trainer) under the fake GPU."""
-    from posttrain.distributed.equivalence import run_train_equivalence
+    from _harness.equivalence import run_train_equivalence
 
     config = tmp_path / "run.toml"
     config.write_text(_toml(tiny_model_dir, tmp_path / "runs", "eq", 1))

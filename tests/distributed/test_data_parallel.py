@@ -2,7 +2,7 @@
 
 import pytest
 
-from posttrain.distributed.equivalence import run_equivalence
+from _harness.equivalence import run_equivalence
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])

@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
+from _harness.equivalence import rank_env, run_train_equivalence
 from posttrain.config import ConfigError, load_config
 from posttrain.distributed.data_parallel import DataParallel, device_for, interleave
-from posttrain.distributed.equivalence import rank_env, run_train_equivalence
 from posttrain.rl.build import for_rank
 from posttrain.store.checkpoints import checkpoint_dir
 

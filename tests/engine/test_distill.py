@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from posttrain.engine import LocalEngine, SpecConfig
-from posttrain.engine.local.distill import DistillConfig, acceptance, distill_draft, sample_continuations
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer
+from posttrain.recipes.distill import DistillConfig, acceptance, distill_draft, sample_continuations
 from posttrain.types import SamplingParams
 
 

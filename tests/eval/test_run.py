@@ -139,7 +139,7 @@ def test_the_trainers_single_turn_suites_go_through_run_eval_too(tmp_path, monke
 
 
 def test_the_quickstarts_measure_and_accuracy_go_through_run_eval(monkeypatch):
-    from posttrain.quickstart import _measure
+    from posttrain.recipes.quickstart import _measure
 
     counts = _calls_into_the_legs(monkeypatch)
     suite = _arith()

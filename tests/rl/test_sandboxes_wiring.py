@@ -92,7 +92,7 @@ class _CountingPool:
 def test_the_quickstart_measures_its_episodes_on_the_trainers_pool(tmp_path):
     """The bug this guards: with `sandbox.backend = "ray"` the trainer's agent episodes used the Ray pool and the
     quickstart's before/after episodes the local sandbox. Every phase must open its workspaces on the one pool."""
-    from posttrain.quickstart import AGENT_OVERRIDES, run_quickstart
+    from posttrain.recipes.quickstart import AGENT_OVERRIDES, run_quickstart
 
     pools: list[_CountingPool] = []
 

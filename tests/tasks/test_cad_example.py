@@ -39,7 +39,7 @@ def test_the_cad_example_trains_a_few_steps(tmp_path):
 
 def test_the_cad_example_is_the_quickstart_cad_run():
     from posttrain.config import load_config
-    from posttrain.quickstart import CAD_OVERRIDES
+    from posttrain.recipes.quickstart import CAD_OVERRIDES
 
     example = load_config(EXAMPLE, [])
     preset = load_config(None, CAD_OVERRIDES)

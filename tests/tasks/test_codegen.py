@@ -122,8 +122,8 @@ def test_dedup_judges_each_distinct_response_once():
 
 @pytest.mark.slow
 def test_code_base_keys_leave_the_arithmetic_key_alone(tmp_path):
-    from posttrain.builtin import base_key, base_task_source, ensure_base
     from posttrain.config import BaseModelConfig
+    from posttrain.recipes.builtin import base_key, base_task_source, ensure_base
 
     assert base_key(BaseModelConfig()) == "arith-add-d2-s0-9f199c7a74"  # the quickstart's cached base (BASE_FORMAT 3)
     code = BaseModelConfig(family="code:ops", digits=1)

@@ -26,8 +26,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain import builtin
 from posttrain.config import BaseModelConfig, RunConfig, TasksConfig
+from posttrain.recipes import builtin
 from posttrain.rl.build import build_domains
 from posttrain.scheduler.curriculum import PassRateCurriculum
 from posttrain.tasks import ArithmeticSource, load_domain, split_of

@@ -22,7 +22,7 @@ task, what the built-in base is pre-trained on), and the registry entry `agent:l
 blended into the training reward with the domain option `process_weight`, 0 by default) gives the
 failed episodes of a group partial credit. Its single-response view (`posttrain eval --suite agent:lookup`
 on a plain model) judges the response as the answer: the chance baseline.
-Does not cover: pre-training on the oracle's traces (`builtin.py`), running episodes (`runtime.py`).
+Does not cover: pre-training on the oracle's traces (`recipes/builtin.py`), running episodes (`runtime.py`).
 """
 
 from __future__ import annotations

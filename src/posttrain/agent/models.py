@@ -95,7 +95,7 @@ class EngineModel:
                 "an agent on an engine needs the engine's tokenizer (token in, token out); for an OpenAI-compatible "
                 "endpoint without one, use its native tools (posttrain.agent.openai_chat.ChatEndpointModel)")
         self.engine = engine
-        self.codec = TextCodec(engine.tokenizer)
+        self.codec: Codec = TextCodec(engine.tokenizer)
         self.price = price
         self.listing = listing  # how the prefix lists the tools (`format.render_prefix`)
         self._prefixes: dict[str, Entry] = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable
 from typing import Any
 
 from posttrain.agent.env import AgentTask
@@ -32,8 +33,9 @@ CHUNK_LINES = 20  # lines per searchable chunk: a table, or a few paragraphs
 SYSTEM = ("You answer questions about a long company report kept in files. Search it, read the lines you need, "
           "compute with calc, and submit the final answer. Tools:\n")
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.Pow: operator.pow, ast.USub: operator.neg, ast.UAdd: operator.pos}
+_BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv, ast.Pow: operator.pow}
+_UNARY: dict[type[ast.unaryop], Callable[[float], float]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
 def evaluate(expression: str) -> float:
@@ -43,12 +45,12 @@ def evaluate(expression: str) -> float:
     def ev(node: ast.AST) -> float:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             return float(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             if isinstance(node.op, ast.Pow) and abs(ev(node.right)) > 64:
                 raise ValueError("exponent too large")
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.operand))
+            return _BINARY[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](ev(node.operand))
         raise ValueError(f"not arithmetic: {ast.dump(node)[:60]}")
 
     cleaned = expression.replace(",", "").replace("%", "")

@@ -12,7 +12,7 @@ Does not cover: loading or validating tasks, the verifier itself (both `posttrai
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from posttrain.agent.env import SessionEnv
 from posttrain.agent.recall import Memory
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from posttrain.tasks.harbor import TerminalTask
 
 
-def is_terminal_task(task: object) -> bool:
+def is_terminal_task(task: object) -> TypeGuard[TerminalTask]:
     try:
         from posttrain.tasks.harbor import TerminalTask
     except ImportError:  # the Harbor adapter is not part of this installation

@@ -3,7 +3,7 @@
 Covers: the command's options, resolving MODEL the way `serve` and `eval` do, the draft's starting point
 (a checkpoint with the same tokenizer, or a fresh small Llama of the given shape), training prompts from a
 domain's train split and held-out prompts from its held-out split, and the one-line errors a user can act on.
-Does not cover: the distillation itself (`engine/local/distill.py`) or the proposer (`engine/local/spec_decode.py`).
+Does not cover: the distillation itself (`recipes/distill.py`) or the proposer (`engine/local/spec_decode.py`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def draft(
     with friendly():
         import torch
 
-        from posttrain.engine.local.distill import DistillConfig, distill_draft
         from posttrain.errors import UserError
         from posttrain.models import CausalLM, ModelConfig, load_model, save_model
+        from posttrain.recipes.distill import DistillConfig, distill_draft
         from posttrain.resolve import locate_model
         from posttrain.tasks.domains import load_domain
 

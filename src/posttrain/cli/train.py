@@ -3,7 +3,7 @@
 Covers: the commands' options, their live progress (stderr: reward, the newest held-out value and the best so
 far, and the early warning when held-out accuracy has dropped for a while) and their output (a table, or JSON /
 a path on stdout; `train` also says where final/ and best/ are).
-Does not cover: what they run (`quickstart.py`, `builtin.py`, `rl/trainer.py`, `config.py`) or when the warning
+Does not cover: what they run (`recipes/quickstart.py`, `recipes/builtin.py`, `rl/trainer.py`, `config.py`) or when the warning
 fires (`rl/selection.py`).
 """
 
@@ -135,7 +135,7 @@ def quickstart(
     """Build (or reuse) the tiny base model, run GRPO on arithmetic (or, with --agent, on multi-turn lookups in the
     sandbox), and show held-out accuracy (episode success) before and after."""
     from posttrain.config import load_config
-    from posttrain.quickstart import AGENT_OVERRIDES, CAD_OVERRIDES, run_quickstart
+    from posttrain.recipes.quickstart import AGENT_OVERRIDES, CAD_OVERRIDES, run_quickstart
 
     with friendly():
         if agent and cad:
@@ -192,8 +192,8 @@ def base(
     set_: SetOpt = None,
 ) -> None:
     """Pre-train (or find in the cache) the built-in ~1M-parameter arithmetic model; prints its path."""
-    from posttrain.builtin import ensure_base
     from posttrain.config import load_config
+    from posttrain.recipes.builtin import ensure_base
 
     with friendly():
         cfg = load_config(None, [f"model.base.seed={seed}", *(set_ or [])]).model.base
@@ -239,7 +239,7 @@ def train(
                 "every step's groups")
         with progress() as bars, alerts_shown_by_the_cli():
             if cfg.model.path is None:  # the built-in base model: show its (one-time) build
-                from posttrain.builtin import ensure_base
+                from posttrain.recipes.builtin import ensure_base
 
                 base_task = bars.add_task("base model", total=cfg.model.base.max_steps, info="")
                 build = lead_first(dp, lambda: ensure_base(
@@ -279,7 +279,7 @@ def train(
 def _train_quietly(cfg, resume: bool, overwrite: bool, dp, backends) -> None:
     """A torchrun rank other than 0: the same run (its share of the rollouts, its part of each update), with
     no progress and no report: rank 0 shows and stores them."""
-    from posttrain.builtin import ensure_base
+    from posttrain.recipes.builtin import ensure_base
     from posttrain.rl.backends import lead_first
     from posttrain.rl.trainer import Trainer
 

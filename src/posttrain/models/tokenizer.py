@@ -115,7 +115,7 @@ def char_tokenizer() -> Tokenizer:
 def merging_tokenizer(words: tuple[str, ...] = ("read", "submit", "tool_call")) -> Tokenizer:
     """The built-in characters plus BPE merges that spell each of `words` as one token: a text has several
     encodings (one id per character, or the merged ids), so a runtime that re-encoded sampled text would change
-    the ids. The test double for "nothing is ever re-tokenised" (`agent/tito.py`, `benchmarks/tito.py`)."""
+    the ids. The test double for "nothing is ever re-tokenised" (`tests/_harness/tito.py`, `benchmarks/tito.py`)."""
     vocab = {tok: i for i, tok in enumerate([PAD, BOS, EOS, UNK, *CHARSET])}
     merges = []
     for word in words:

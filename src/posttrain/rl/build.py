@@ -43,7 +43,7 @@ from posttrain.tasks.suites import Suite
 from posttrain.types import SamplingParams
 
 if TYPE_CHECKING:
-    from posttrain.builtin import BaseBuild
+    from posttrain.recipes.builtin import BaseBuild
 
 
 @dataclass

@@ -202,8 +202,8 @@ def open_writer(cfg: RunConfig, run_dir: Path, step: int, resume: bool) -> Track
 
 def describe_run(store: RunStore, cfg: RunConfig, parts: Components, world: int) -> None:
     """A new run's description in its store: config, code version, initial model, verifiers, ranks, the base."""
-    from posttrain.builtin import base_band_message
     from posttrain.provenance import code_version
+    from posttrain.recipes.builtin import base_band_message
     from posttrain.rewards import verifier_id
 
     store.set_info(

@@ -45,7 +45,10 @@ class TaskSource(Protocol):
                 ...  # n distinct tasks of `split`, the same for the same seed
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The source's name (a plain attribute does; every procedural source derives it from its settings)."""
+        ...
 
     def sample(self, rng: random.Random, split: Split = "train") -> Task:
         """One task of `split`, drawn with `rng` (the loop owns and checkpoints the rng)."""
@@ -63,8 +66,12 @@ class GeneratedSource(abc.ABC):
     `split_of(task) -> Split` (usually `split_of(task.meta["split_key"], ...)`).
     """
 
-    name: str
     held_out_fraction: float
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """The source's name, from its settings: task ids and `take`'s draws start with it."""
 
     @abc.abstractmethod
     def _draw(self, rng: random.Random) -> Task:

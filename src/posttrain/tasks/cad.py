@@ -8,8 +8,8 @@ orthographic views with a feature table, as SVG text), with its canonical
 OpenSCAD program as the gold `answer`; knobs: `level`, `features` (extra holes at levels 2-3),
 `pass_iou` (the tolerance), `derive` (the prompt gives no numbers: they must be read off the
 drawing, which the prompt then carries), `brief` (a one-line feature list for a prompt and a one-line gold
-program: the built-in character-level model's form, `builtin.py`); and the `cad:` registry family (`cad:parts`; its agent view,
-`cad_agent:parts`, is registered by `agent/cad_tools.py`).
+program: the built-in character-level model's form, `recipes/builtin.py`); and the `cad:` registry family
+(`cad:parts`; its agent view, `cad_agent:parts`, is registered by `agent/cad_tools.py`).
 Does not cover: judging (`rewards/cad.py`), rendering (`rewards/cad_render.py`). A JSONL task brings its
 own part with `meta.verifier = "cad"` and `target_mesh` (see docs/rewards.md).
 """

@@ -23,10 +23,10 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from posttrain.builtin import base_band_message, ensure_base
 from posttrain.config import ConfigError, RunConfig
 from posttrain.engine.base import Engine
 from posttrain.eval.accuracy import evaluate_accuracy
+from posttrain.recipes.builtin import base_band_message, ensure_base
 from posttrain.rl.backends import Backends
 from posttrain.rl.trainer import StepResult, Trainer
 from posttrain.sandbox.sandboxes import Sandboxes
