@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the shared test harnesses (`_harness`
 
 def by_hops(engine, tasks, spec, sandboxes) -> dict[int, list[int]]:
     """Greedy episode success per hop count: {hops: [solved, tasks]}."""
-    from posttrain.agent.evaluate import evaluate_agent
+    from posttrain.eval.episodes import evaluate_agent
 
     from posttrain.types import SamplingParams
 
