@@ -69,8 +69,8 @@ def _trainer_cls():
 def code_run(mode: str, steps: int, eval_every: int, eval_size: int, cache: str, runs: str, seed: int,
              k: int, producers: int = 1) -> dict:
     overrides = [f"seed={seed}", f"model.base.seed={seed}", f"model.base.cache_dir='{cache}'", f"run_dir='{runs}'",
-                 f"name='{mode}-{seed}'", f"train.steps={steps}", f"train.eval_every={eval_every}",
-                 f"train.eval_size={eval_size}", "train.keep_best=false"]
+                 f"name='{mode}-{seed}'", f"train.steps={steps}", f"eval.every={eval_every}",
+                 f"eval.size={eval_size}", "eval.keep_best=false"]
     if mode == "async":
         overrides += ["rollout.mode='async'", f"rollout.max_staleness={k}", "rollout.producer_kind='process'",
                       f"rollout.producers={producers}"]
@@ -106,7 +106,7 @@ def time_to_gain(curve: list[tuple[float, int, float]], target: float) -> float 
 
 
 def steps_per_s(backend: str, steps: int, runs: str) -> float:
-    overrides = [f"run_dir='{runs}'", f"name='{backend}'", f"train.steps={steps + 1}", "train.eval_every=0",
+    overrides = [f"run_dir='{runs}'", f"name='{backend}'", f"train.steps={steps + 1}", "eval.every=0",
                  "rollout.mode='async'", "rollout.max_staleness=2", "rollout.producers=2"]
     overrides += ["rollout.backend='ray'"] if backend == "ray" else ["rollout.producer_kind='process'"]
     trainer = _trainer_cls()(_cfg("addition.toml", overrides))
@@ -136,7 +136,7 @@ def publish_ms() -> tuple[float, float]:
 
 
 def fault_lost(runs: str) -> dict[str, int]:
-    overrides = [f"run_dir='{runs}'", "name='fault'", "train.steps=7", "train.eval_every=0",
+    overrides = [f"run_dir='{runs}'", "name='fault'", "train.steps=7", "eval.every=0",
                  "rollout.mode='async'", "rollout.max_staleness=1", "rollout.producers=2",
                  "rollout.producer_kind='process'"]
     trainer = _trainer_cls()(_cfg("addition.toml", overrides))

@@ -189,7 +189,7 @@ def training_ab(browser: Browser, root: Path, phases: int = 6, per_phase: int = 
     model = make_tiny_model(root / "tiny")
     cfg = load_config(None, [f"model.path='{model}'", f"run_dir='{root / 'ab'}'", "name='ab'", "tasks.digits=1",
                              "sampling.n=8", "sampling.max_tokens=6", f"train.steps={phases * per_phase + 2}",
-                             "train.prompts_per_step=8", "train.eval_every=0", "train.checkpoint_every=0",
+                             "train.prompts_per_step=8", "eval.every=0", "train.checkpoint_every=0",
                              "tensorboard=false", "reward.verifier='numeric'", "reward.tolerance=4.0",
                              # one sampling round per step: every step rolls out the same number of groups, so step
                              # times differ by the page, the machine and the kept groups only, not by refills

@@ -138,7 +138,7 @@ def grpo_overrides(model_dir: Path, run_dir: Path, steps: int, engine: str, devi
             f"engine.kind='{engine}'", f"engine.device='{device}'", f"rl.device='{device}'",
             f"rl.dtype='{'bf16' if device.startswith('cuda') else 'fp32'}'", "engine.gpu_memory_utilization=0.3",
             "engine.sleep_level=1", "sampling.n=8", "sampling.max_tokens=32", f"train.steps={steps}",
-            "train.prompts_per_step=8", "train.drop_zero_variance=false", "train.eval_size=4", "train.eval_every=0",
+            "train.prompts_per_step=8", "train.drop_zero_variance=false", "eval.size=4", "eval.every=0",
             "train.checkpoint_every=0"]
 
 

@@ -14,7 +14,7 @@
   (1000-1149); the baseline is the same monitor without smoothing (`hack_smooth = 1`) at those settings.
 - ``--real``: quickstart runs through the trainer (built-in base, needs its cache or a build): a planted
   collapse (`rl.lr = 1e-2`) must alert within 20 steps; a planted hackable reward (a regex verifier that any
-  answer starting with 1 satisfies, held-out measured by exact match through `train.eval_suites`) within 50;
+  answer starting with 1 satisfies, held-out measured by exact match through `eval.suites`) within 50;
   the agent recipe (`examples/agent.toml`, seed 0) must raise none; ``--real-only a,b`` runs only those;
   the default quickstart for seeds 0-2 must raise none. Each is ~40 s of GRPO on an idle 2-core machine.
 
@@ -176,13 +176,13 @@ def real_runs(names: tuple[str, ...] = REAL_RUNS) -> dict[str, object]:
 
     t0 = time.perf_counter()
     if "collapse" in names:
-        alerts, _ = run("collapse", ["rl.lr=1e-2", "train.steps=40", "train.eval_every=10", "train.on_alert='stop'"])
+        alerts, _ = run("collapse", ["rl.lr=1e-2", "train.steps=40", "eval.every=10", "train.on_alert='stop'"])
         out["collapse_alert_step"] = alerts[0]["step"] if alerts else None
         out["collapse_alert_kinds"] = sorted({a["kind"] for a in alerts})
     if "hack" in names:
         # any answer that starts with 1 passes (the regex verifier's default mode is fullmatch: search for ^1)
-        hack = ["reward.verifier={type='regex', pattern='^1', mode='search'}", "train.eval_suites=['arith:add']",
-                "train.eval_suite_limit=200", "train.steps=80", "train.eval_every=10", "train.on_alert='stop'"]
+        hack = ["reward.verifier={type='regex', pattern='^1', mode='search'}", "eval.suites=['arith:add']",
+                "eval.suite_limit=200", "train.steps=80", "eval.every=10", "train.on_alert='stop'"]
         alerts, _ = run("hack", hack)
         hacked = [a for a in alerts if a["kind"] == "reward_hacking"]
         out["hack_alert_step"] = hacked[0]["step"] if hacked else None

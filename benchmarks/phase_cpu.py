@@ -63,7 +63,7 @@ def main() -> None:
     if args.steps <= WARMUP:
         raise SystemExit(f"--steps must be > {WARMUP} (the first {WARMUP} are a warm-up)")
     with tempfile.TemporaryDirectory() as run:
-        cfg = load_config(args.config, [f"run_dir='{run}'", f"train.steps={args.steps}", "train.eval_every=0",
+        cfg = load_config(args.config, [f"run_dir='{run}'", f"train.steps={args.steps}", "eval.every=0",
                                         "train.checkpoint_every=0", "tensorboard=false",
                                         f"model.base.cache_dir='{args.cache}'"])
         trainer = Trainer(cfg, overwrite=True)

@@ -79,7 +79,7 @@ ARM_CHILD = r"""
 import json, sys, time
 from posttrain.config import load_config
 from posttrain.rl.trainer import Trainer
-cfg = load_config(sys.argv[1], [f"run_dir='{sys.argv[2]}'", f"train.steps={sys.argv[3]}", "train.eval_every=0",
+cfg = load_config(sys.argv[1], [f"run_dir='{sys.argv[2]}'", f"train.steps={sys.argv[3]}", "eval.every=0",
                                 "train.checkpoint_every=0", "tensorboard=false", *sys.argv[4:]])
 start = time.perf_counter()
 trainer = Trainer(cfg, overwrite=True)
@@ -133,9 +133,10 @@ tolerance = 4.0
 [train]
 steps = 3
 prompts_per_step = 4
-eval_size = 20
-eval_every = 2
 checkpoint_every = 0
+[eval]
+size = 20
+every = 2
 [rl]
 lr = 0.0001
 data_parallel = "{strategy}"

@@ -108,11 +108,12 @@ steps = {steps}
 prompts_per_step = 32
 max_fill_rounds = 2
 curriculum = "scheduler"
-eval_every = 0
-eval_at_start = false
-eval_size = 1
 checkpoint_every = {every}
 store_samples = false
+[eval]
+every = 0
+at_start = false
+size = 1
 """ + (f"""[[domains]]
 source = "rg:*"
 levels = {levels}

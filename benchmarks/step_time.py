@@ -28,7 +28,7 @@ import json, sys, time
 from posttrain.config import load_config
 from posttrain.rl.trainer import Trainer
 cfg = load_config(sys.argv[1], [f"model.path='{sys.argv[2]}'", f"run_dir='{sys.argv[3]}'", f"train.steps={sys.argv[4]}",
-                                "train.eval_every=0", "train.checkpoint_every=0", "tensorboard=false"])
+                                "eval.every=0", "train.checkpoint_every=0", "tensorboard=false"])
 trainer = Trainer(cfg, overwrite=True)
 wall = cpu = 0.0
 for _ in range(cfg.train.steps):

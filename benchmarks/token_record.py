@@ -90,7 +90,7 @@ def main() -> None:
         return
     cfg = load_config(None, [f"model.path='{model}'", f"run_dir='{root}'", "name='tr'", "tasks.digits=1",
                              "sampling.n=8", "sampling.max_tokens=8", f"train.steps={args.phases * args.per_phase + 2}",
-                             "train.prompts_per_step=8", "train.eval_every=0", "train.checkpoint_every=0",
+                             "train.prompts_per_step=8", "eval.every=0", "train.checkpoint_every=0",
                              "tensorboard=false", "reward.verifier='numeric'", "reward.tolerance=4.0"])
     trainer = Trainer(cfg)
     pieces = trainer.log.pieces

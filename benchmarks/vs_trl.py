@@ -162,7 +162,7 @@ def held_out_tasks() -> list:
     from posttrain.rl.build import build_domains, build_held_out
 
     cfg = load_config()
-    selection, _ = build_held_out(cfg.train, build_domains(cfg), cfg.seed)
+    selection, _ = build_held_out(cfg.eval, build_domains(cfg), cfg.seed)
     return list(selection[0].tasks)
 
 
@@ -242,7 +242,7 @@ def run_posttrain(base_dir: Path, steps: int, every: int, seed: int, out: Path, 
         f"sampling.n={GROUP}", f"sampling.max_tokens={MAX_TOKENS}", "sampling.temperature=1.0",
         f"train.prompts_per_step={PROMPTS_PER_STEP}", f"rl.lr={LR}", "rl.warmup_steps=0", "rl.kl_beta=0.0",
         "rl.loss_agg='token_mean'", "rl.advantage='grpo'", "rl.epochs=1", "rl.minibatches=1",
-        f"train.steps={steps}", "train.eval_every=0", "train.checkpoint_every=0", "tensorboard=false", *recipe,
+        f"train.steps={steps}", "eval.every=0", "train.checkpoint_every=0", "tensorboard=false", *recipe,
     ])
     trainer = Trainer(cfg, overwrite=True)
     try:

@@ -28,7 +28,7 @@ def tiny_config(tiny_model_dir, tmp_path):
             "sampling.max_tokens=4",
             "train.steps=5",
             "train.prompts_per_step=4",
-            "train.eval_size=20",
+            "eval.size=20",
             "train.checkpoint_every=0",
             "tensorboard=false",
         ],

@@ -48,7 +48,7 @@ def test_base_stopping_set_is_disjoint_from_the_evaluation_problems(seed, tiny_m
     trainer = Trainer(cfg, overwrite=True)
     evaluation = trainer.held_out + trainer.reporting  # the selection half and the reporting half
     trainer.close()
-    assert len(evaluation) == cfg.train.eval_size == 500
+    assert len(evaluation) == cfg.eval.size == 500
     stopping = _stopping_set(cfg.model.base, tmp_path / "base", monkeypatch)
     assert len(stopping) == cfg.model.base.eval_size
     shared = {t.meta["split_key"] for t in stopping} & {t.meta["split_key"] for t in evaluation}

@@ -53,8 +53,9 @@ max_tokens = 4
 [train]
 steps = 4
 prompts_per_step = 2
-eval_size = 10
 checkpoint_every = 2
+[eval]
+size = 10
 """
     )
     res = runner.invoke(app, ["train", str(cfg)])
@@ -197,9 +198,10 @@ max_tokens = 4
 [train]
 steps = 4
 prompts_per_step = 2
-eval_every = 1
-eval_size = 10
 checkpoint_every = 0
+[eval]
+every = 1
+size = 10
 {extra}
 """)
     return cfg
@@ -223,7 +225,7 @@ def test_train_prints_the_early_warning_once_per_alert(tiny_model_dir, tmp_path,
     with RunStore(tmp_path / "runs" / "warn" / "run.sqlite") as store:
         alerts = store.alerts()
     lines = [line for line in res.stderr.splitlines() if line.startswith("warning: step")]
-    # the first evaluation is the initial model's (step 0, train.eval_at_start): every later one is a drop from it
+    # the first evaluation is the initial model's (step 0, eval.at_start): every later one is a drop from it
     assert len(alerts) == 4 and [a["step"] for a in alerts] == [1, 2, 3, 4]
     assert len(lines) == 4 and all("below its best" in line and "(step 0)" in line for line in lines)
     assert "UserWarning" not in res.output and "HeldOutRegression" not in res.output
@@ -233,16 +235,16 @@ def test_train_prints_the_early_warning_once_per_alert(tiny_model_dir, tmp_path,
 
 def test_progress_shows_held_out_and_best_so_far():
     from posttrain.cli.train import HeldOut, regression_warning, step_info
-    from posttrain.config import TrainConfig
+    from posttrain.config import EvalConfig
 
     step = {"reward": 0.5, "pass_rate": 0.25, "groups_kept": 2}
     held = HeldOut("greedy_accuracy")
     assert "held-out" not in step_info(step, held)
     held.update({"greedy_accuracy": 0.4, "best": 0.45, "best_step": 30, "regressing": 0.0})
     assert step_info(step, held).endswith("held-out 0.400 (best 0.450 @ 30)")
-    train = TrainConfig()
-    assert regression_warning(40, {"greedy_accuracy": 0.4, "best": 0.45, "best_step": 30, "regressing": 0.0}, train) is None
-    line = regression_warning(40, {"greedy_accuracy": 0.3, "best": 0.45, "best_step": 30, "regressing": 1.0}, train)
+    settings = EvalConfig()
+    assert regression_warning(40, {"greedy_accuracy": 0.4, "best": 0.45, "best_step": 30, "regressing": 0.0}, settings) is None
+    line = regression_warning(40, {"greedy_accuracy": 0.3, "best": 0.45, "best_step": 30, "regressing": 1.0}, settings)
     assert line is not None and "step 40" in line and "0.300" in line and "best 0.450 (step 30)" in line
 
 

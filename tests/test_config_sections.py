@@ -63,3 +63,34 @@ def test_every_example_config_loads_without_a_note(path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConfigDeprecation)
         load_config(path, [])
+
+
+def test_the_evaluation_keys_moved_from_train_to_their_own_section():
+    old = {"eval_every": 7, "eval_at_start": False, "eval_size": 33, "eval_suites": ["arith:add"], "eval_suite_limit": 5,
+           "selection_fraction": 0.25, "keep_best": False, "best_metric": "greedy_accuracy", "warn_drop": 0.1,
+           "warn_patience": 3}
+    with pytest.warns(ConfigDeprecation) as caught:
+        cfg = load_config(None, [f"train.{k}={json.dumps(v)}" for k, v in old.items()])
+    assert (cfg.eval.every, cfg.eval.at_start, cfg.eval.size, cfg.eval.suites, cfg.eval.suite_limit) == (
+        7, False, 33, ["arith:add"], 5)
+    assert (cfg.eval.selection_fraction, cfg.eval.keep_best, cfg.eval.warn_drop, cfg.eval.warn_patience) == (
+        0.25, False, 0.1, 3)
+    notes = [str(w.message) for w in caught if issubclass(w.category, ConfigDeprecation)]
+    assert len(notes) == len(old) and "config: train.eval_every is now eval.every" in notes[0]
+    assert not set(old) & set(type(cfg.train).model_fields)
+
+
+def test_a_stored_run_config_with_the_old_keys_is_read_without_a_note(tmp_path):
+    from posttrain.config import RunConfig
+    from posttrain.resolve import run_config
+    from posttrain.store import RunStore
+
+    stored = RunConfig().model_dump()
+    stored["train"].update(eval_every=9, eval_size=40)  # a run stored before [eval] existed
+    del stored["eval"]
+    with RunStore(tmp_path / "run.sqlite") as store:
+        store.set_info(config=stored)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigDeprecation)
+        cfg = run_config(str(tmp_path))
+    assert (cfg.eval.every, cfg.eval.size) == (9, 40)

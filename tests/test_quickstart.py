@@ -23,7 +23,7 @@ TINY = [
     "sampling.max_tokens=3",
     "train.steps=3",
     "train.prompts_per_step=2",
-    "train.eval_size=10",
+    "eval.size=10",
     "train.checkpoint_every=0",
     "tensorboard=false",
 ]
@@ -58,7 +58,7 @@ AGENT_TINY = [
     "model.base.hidden_size=16", "model.base.num_layers=1", "model.base.intermediate_size=32",
     "model.base.num_heads=2", "model.base.digits=1", "model.base.batch_size=4", "model.base.max_steps=2",
     "model.base.eval_every=2", "model.base.eval_size=16", "tasks.digits=1", "sampling.n=2",
-    "train.steps=2", "train.prompts_per_step=2", "train.eval_size=8", "train.checkpoint_every=0",
+    "train.steps=2", "train.prompts_per_step=2", "eval.size=8", "train.checkpoint_every=0",
     "train.drop_zero_variance=false", "tensorboard=false",
 ]
 

@@ -497,9 +497,15 @@ class RayConfig(_Section):
     """`ray.init(address=...)` joins an existing cluster; None starts (or reuses) a local one."""
 
 
-RENAMED_KEYS = {("rollout", "ray_address"): ("ray", "address")}
+RENAMED_KEYS = {
+    ("rollout", "ray_address"): ("ray", "address"),
+    **{("train", f"eval_{key}"): ("eval", key) for key in ("every", "at_start", "size", "suites", "suite_limit")},
+    **{("train", key): ("eval", key) for key in ("selection_fraction", "keep_best", "best_metric", "warn_drop",
+                                                 "warn_patience")},
+}
 """Keys that moved to their component's section: (section, key) -> (section, key). The old spelling still loads for
-one release, with a one-line `ConfigDeprecation` note naming the new place."""
+one release, with a one-line `ConfigDeprecation` note naming the new place. The `train.*` evaluation keys are here
+(not one-line errors) because examples/ and the docs used them and every stored run's config holds them."""
 
 
 class ConfigDeprecation(FutureWarning):
@@ -598,28 +604,46 @@ class TrainConfig(_Section):
     the difficulty band, costs, the failure bank)."""
     max_fill_rounds: int = Field(4, ge=1)
     """Sampling rounds allowed to refill the batch after dropping uninformative groups."""
-    eval_every: int = Field(50, ge=0)
-    """Held-out greedy evaluation every K steps, stored per task (0: only at the end)."""
-    eval_at_start: bool = True
-    """Also evaluate before the first step of a fresh run (with eval_every > 0): the curve starts at the
-    initial model, and best/ stays the initial model while no later evaluation reaches its score."""
-    eval_size: int = Field(500, ge=1)
-    """Held-out tasks per evaluation (fewer when the held-out split is smaller)."""
-    eval_suites: list[str] = []
-    """Held-out suites (`posttrain tasks list` names or .jsonl paths) evaluated greedily at every held-out
-    evaluation, stored per task in the run store; a task that passed before and fails now is flagged."""
-    eval_suite_limit: int | None = Field(None, ge=1)
-    """Only the first N tasks of each of `eval_suites` (None: all)."""
     checkpoint_every: int = Field(100, ge=0)
     """Write an HF-format checkpoint (plus optimizer and RNG state) every K steps; 0 disables."""
     keep_checkpoints: int = Field(2, ge=1)
     """Newest checkpoints kept on disk; older ones are deleted (and dropped from the store's index)."""
     store_samples: bool = True
     """Store every sampled completion with its verdict in the run store."""
+    monitors: MonitorsConfig = MonitorsConfig()
+    """Run monitors: entropy collapse, KL blow-up, length drift, reward hacking, verifier errors, gradient
+    spikes, starved domains, sandbox failures (thresholds in the section)."""
+    on_alert: Literal["warn", "stop"] = "warn"
+    """What a monitor's alert does: warn and train on, or stop (after a checkpoint, saying why)."""
+
+
+EvalSplit = Literal["selection", "reporting", "held_out", "train", "all"]
+"""Which of a run's own tasks `posttrain eval --model RUN` evaluates (`rl/own_eval.py`, docs/eval.md)."""
+
+
+class EvalConfig(_Section):
+    """Evaluation: the held-out checks during training (when, on which tasks, what they select) and the settings
+    `posttrain eval --model RUN` samples the run with (each of its flags overrides its field; a model that is not a
+    training run gets these defaults). In-training evaluation is always greedy, one sample per task, at the
+    rollouts' `max_tokens`: the fields from `samples` on are `posttrain eval`'s only."""
+
+    every: int = Field(50, ge=0)
+    """Held-out greedy evaluation every K training steps, stored per task (0: only at the end)."""
+    at_start: bool = True
+    """Also evaluate before the first step of a fresh run (with every > 0): the curve starts at the initial model,
+    and best/ stays the initial model while no later evaluation reaches its score."""
+    size: int = Field(500, ge=1)
+    """Held-out tasks per domain and evaluation (fewer when the held-out split is smaller); also the number of
+    training-split tasks of `split = "train"`."""
     selection_fraction: float = Field(0.5, ge=0.0, lt=1.0)
-    """Share of the `eval_size` held-out problems that the evaluations during training run on (and that
-    select best/); the rest, the reporting half, is evaluated only at the end, so a reported figure is
-    never the one a checkpoint was chosen on. 0: one set for both (selection bias included)."""
+    """Share of the `size` held-out problems that the evaluations during training run on (and that select best/);
+    the rest, the reporting half, is evaluated only at the end, so a reported figure is never the one a checkpoint
+    was chosen on. 0: one set for both (selection bias included)."""
+    suites: list[str] = []
+    """Further suites (`posttrain tasks list` names or .jsonl paths) evaluated greedily at every held-out
+    evaluation, stored per task in the run store; a task that passed before and fails now is flagged."""
+    suite_limit: int | None = Field(None, ge=1)
+    """Only the first N tasks of each of `suites` (None: all)."""
     keep_best: bool = True
     """Keep the best model by the held-out metric as <run>/best (ties go to the later step); `--model RUN`
     then resolves to it."""
@@ -629,11 +653,38 @@ class TrainConfig(_Section):
     """Early warning: the held-out metric this far below its best..."""
     warn_patience: int = Field(2, ge=1)
     """...for this many evaluations in a row says so (live progress, the run store's `alerts`)."""
-    monitors: MonitorsConfig = MonitorsConfig()
-    """Run monitors: entropy collapse, KL blow-up, length drift, reward hacking, verifier errors, gradient
-    spikes, starved domains, sandbox failures (thresholds in the section)."""
-    on_alert: Literal["warn", "stop"] = "warn"
-    """What a monitor's alert does: warn and train on, or stop (after a checkpoint, saying why)."""
+    samples: int = Field(1, ge=1)
+    """`posttrain eval`: samples per task (`-n`)."""
+    ks: list[int] = [1]
+    """`posttrain eval`: the pass@k values reported (`-k 1,8,16`), kept sorted and distinct."""
+    temperature: float = Field(0.0, ge=0.0)
+    """`posttrain eval`: sampling temperature (`-t`; 0: greedy, which allows one sample per task only)."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """`posttrain eval`: nucleus sampling (`--top-p`; evaluation may filter, training may not)."""
+    max_tokens: int | None = Field(None, ge=1)
+    """`posttrain eval`: completion cap (`--max-tokens`; None: the run's rollout cap on its own domains, a suite's
+    own budget on any other)."""
+    seed: int = 0
+    """`posttrain eval`: sampling seed (`--seed`; per chunk of tasks, so results do not depend on resumes)."""
+    repeat: int = Field(1, ge=1)
+    """`posttrain eval`: runs of the whole evaluation with the same seeds (`--repeat`), for each task's flip rate."""
+    batch: int | None = Field(None, ge=1)
+    """`posttrain eval`: tasks per engine call (`--batch`; None: a suite per call on the run's own domains, as in
+    training, so `split = "selection"` reproduces a step's stored figure; 32 on any other suite)."""
+    split: EvalSplit = "reporting"
+    """`posttrain eval --model RUN`: which of the run's own tasks (`--split`): reporting, the held-out half no
+    checkpoint was chosen on; selection, the half evaluated during training; held_out, both; train, `size` tasks of
+    the training split; all, held_out and train."""
+
+    @model_validator(mode="after")
+    def _sampled(self) -> "EvalConfig":
+        if any(k < 1 for k in self.ks) or not self.ks:
+            raise ValueError(f"ks must be pass@k values >= 1, got {self.ks}")
+        object.__setattr__(self, "ks", sorted(set(self.ks)))
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(f"samples = {self.samples} at temperature = 0 are {self.samples} copies of one greedy "
+                             "answer: set a temperature > 0 for pass@k")
+        return self
 
 
 class SchedulerConfig(_Section):
@@ -705,6 +756,8 @@ class RunConfig(_Section):
     rl: RLConfig = RLConfig()
     train: TrainConfig = TrainConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
+    eval: EvalConfig = EvalConfig()
+    """`[eval]`: held-out evaluation during training and `posttrain eval`'s defaults for this run."""
     tensorboard: bool = True
     """Write TensorBoard event files to <run>/tensorboard."""
     trackers: list[Literal["wandb", "mlflow", "trackio"]] = []

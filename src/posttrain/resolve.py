@@ -15,6 +15,7 @@ Does not cover: generation itself (the engines) or building the base model
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,7 +150,7 @@ def run_config(spec: str) -> Any:
     A stored config that no longer validates (a run from before a new check) is a one-line `ModelSpecError`."""
     from pydantic import ValidationError
 
-    from posttrain.config import RunConfig
+    from posttrain.config import ConfigDeprecation, RunConfig
     from posttrain.store.run_store import RunStore
 
     root = Path(spec.rpartition("@")[0] if "@" in spec else spec)
@@ -160,7 +161,9 @@ def run_config(spec: str) -> Any:
     if not raw:
         return None
     try:
-        return RunConfig.model_validate(raw)
+        with warnings.catch_warnings():  # a stored config's keys at their old places are no note for its reader
+            warnings.simplefilter("ignore", ConfigDeprecation)
+            return RunConfig.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

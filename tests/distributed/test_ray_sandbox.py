@@ -138,7 +138,8 @@ def _code_cfg(tiny_config, name, sandbox=None, **rollout):
         "name": name,
         "tasks": tiny_config.tasks.model_copy(update={"source": "code:ops", "digits": 1, "options": {"max_ops": 1}}),
         "reward": tiny_config.reward.model_copy(update={"verifier": "per_task"}),
-        "train": tiny_config.train.model_copy(update={"steps": 2, "eval_size": 8}),
+        "train": tiny_config.train.model_copy(update={"steps": 2}),
+        "eval": tiny_config.eval.model_copy(update={"size": 8}),
         "rollout": tiny_config.rollout.model_copy(update=rollout),
     })
 
@@ -230,7 +231,7 @@ def test_ray_rollout_workers_verify_on_their_own_sandbox_workers(tiny_config, ra
 
     cfg = _code_cfg(tiny_config, "ray_both", {"backend": "ray", "workers": 1, "worker_cpus": 0.0}, mode="async",
                     max_staleness=0, backend="ray")
-    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"eval_every": 0})})
+    cfg = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"every": 0})})
     trainer = Trainer(cfg, backends=default_backends())
     try:
         result = trainer.run()

@@ -208,7 +208,7 @@ def _agent_cfg(tmp_path, name, **rollout):
     return load_config(None, [
         f"model.path='{tmp_path / 'tiny'}'", f"run_dir='{tmp_path / 'runs'}'", f"name='{name}'",
         "tasks.source='agent:lookup'", "tasks.digits=2", "sampling.n=2", "sampling.max_tokens=80",
-        "train.steps=2", "train.prompts_per_step=2", "train.eval_size=4", "train.eval_every=0",
+        "train.steps=2", "train.prompts_per_step=2", "eval.size=4", "eval.every=0",
         "train.checkpoint_every=0", "train.drop_zero_variance=false", "tensorboard=false", *sets,
     ])
 

@@ -24,8 +24,8 @@ def _toml(tiny_model_dir, run_dir, name: str, steps: int, **extra: str) -> str:
         "sampling": {"n": "4", "max_tokens": "4"},
         # a wide numeric tolerance: the random tiny model earns mixed rewards, so every step updates
         "reward": {"verifier": '"numeric"', "tolerance": "4.0"},
-        "train": {"steps": str(steps), "prompts_per_step": "4", "eval_size": "20", "eval_every": "2",
-                  "checkpoint_every": "0"},
+        "train": {"steps": str(steps), "prompts_per_step": "4", "checkpoint_every": "0"},
+        "eval": {"size": "20", "every": "2"},
         "rl": {"lr": "0.0001"},
     }
     for key, value in extra.items():

@@ -34,8 +34,8 @@ def trained(tiny_model_dir, tmp_path_factory):
     cfg = load_config(None, [
         f"model.path='{tiny_model_dir}'", f"run_dir='{root / 'runs'}'", "name='own'", f"tasks.source='{tasks}'",
         "tasks.held_out_fraction=0.4", "reward.verifier='numeric'", "reward.tolerance=4.0", "sampling.n=4",
-        "sampling.max_tokens=4", "train.steps=2", "train.prompts_per_step=4", "train.eval_every=1",
-        "train.eval_size=40", "train.checkpoint_every=1", "tensorboard=false",
+        "sampling.max_tokens=4", "train.steps=2", "train.prompts_per_step=4", "eval.every=1",
+        "eval.size=40", "train.checkpoint_every=1", "tensorboard=false",
     ])
     trainer = Trainer(cfg)
     trainer.run()
@@ -96,3 +96,27 @@ def test_a_run_whose_stored_config_no_longer_validates_is_one_line(tmp_path):
         store.set_info(config={"sampling": {"n": 1}})  # trained before `sampling.n = 1` was refused
     res = runner.invoke(app, ["eval", "--model", str(old)])
     assert res.exit_code == 2 and "does not validate today" in res.output and res.output.count("error:") == 1, res.output
+
+
+def test_the_runs_eval_section_sets_the_sampling_and_each_flag_overrides_its_field(trained, tmp_path):
+    """A run whose `[eval]` asks for 2 samples at temperature 1, pass@1,2, on its selection half: `posttrain eval
+    --model RUN` samples so (its own domains and another suite alike); the flags given win over the section."""
+    import shutil
+
+    cfg, _ = trained
+    run = tmp_path / "sampled"
+    shutil.copytree(cfg.path, run)
+    section = {"samples": 2, "temperature": 1.0, "ks": [2, 1], "split": "selection", "seed": 3}
+    with RunStore(run / "run.sqlite") as store:
+        stored = store.info()["config"]
+        store.set_info(config={**stored, "eval": {**stored["eval"], **section}})
+    got = _eval("--model", str(run), "--out", str(tmp_path / "a"))
+    assert got["split"] == "selection" and got["n_samples"] == 2 * got["n_tasks"] and "pass@2" in got
+    assert EvalDir(tmp_path / "a").meta()["seed"] == 3
+    other = _eval("--model", str(run), "--suite", "arith:add", "--limit", "3", "--out", str(tmp_path / "b"))
+    assert other["n_samples"] == 6 and "pass@2" in other
+    flags = _eval("--model", str(run), "-n", "1", "-t", "0", "-k", "1", "--split", "reporting", "--seed", "0",
+                  "--out", str(tmp_path / "c"))
+    plain = _eval("--model", str(cfg.path), "--out", str(tmp_path / "d"))  # the run with the default section
+    assert flags["split"] == "reporting" and flags["n_samples"] == flags["n_tasks"] and "pass@2" not in flags
+    assert flags["pass@1"] == plain["pass@1"] and flags["n_tasks"] == plain["n_tasks"]

@@ -1,8 +1,8 @@
 """`eval.run.run_eval`, the one evaluation entry point: the suite chooses the path, every caller goes through it.
 
 A single-turn suite gives the harness's numbers unchanged; an agent suite gives episodes (through `posttrain eval`
-without `--episodes` too); the trainer's held-out evaluation, the quickstart's measure and the base model's checks
-reach the legs only through `run_eval` (a test that fails when a second path comes back).
+by itself: the `--episodes` flag is gone); the trainer's held-out evaluation, the quickstart's measure and the base
+model's checks reach the legs only through `run_eval` (a test that fails when a second path comes back).
 """
 
 from __future__ import annotations
@@ -103,12 +103,11 @@ def _calls_into_the_legs(monkeypatch) -> dict[str, int]:
 
 
 def _held_out(parts, store, tmp_path):
-    from posttrain.config import RunConfig
+    from posttrain.config import EvalConfig
     from posttrain.rl.held_out import HeldOutEvaluation
 
-    cfg = RunConfig()
-    cfg.train.keep_best = False  # no model to save: the parts are stand-ins
-    return HeldOutEvaluation(cfg, parts, SimpleNamespace(store=store), None, tmp_path)
+    # keep_best off: no model to save, the parts are stand-ins
+    return HeldOutEvaluation(EvalConfig(keep_best=False), parts, SimpleNamespace(store=store), None, tmp_path)
 
 
 def test_the_trainers_agent_suite_goes_through_run_eval(tmp_path, monkeypatch):
@@ -192,10 +191,8 @@ def test_posttrain_eval_runs_an_agent_suite_as_episodes_without_the_flag(tmp_pat
     assert summary["n_tasks"] == 2 and summary["n_samples"] == 2 and summary["episode_metrics"]["turns_per_episode"] >= 1
     assert len((out / "episodes.jsonl").read_text().splitlines()) == 2 and load_eval(out).meta["mode"] == "episodes"
     assert "no longer needed" not in res.output
-    res = runner.invoke(app, ["eval", "--model", str(tmp_path / "m"), "--suite", "agent:lookup", "--limit", "2",
-                              "--episodes", "--json", "--out", str(tmp_path / "ev2")])
-    assert res.exit_code == 0 and "--episodes is no longer needed" in res.output, res.output
-    assert json.loads(res.stdout.strip().splitlines()[-1])["n_samples"] == 2
+    res = runner.invoke(app, ["eval", "--model", str(tmp_path / "m"), "--suite", "agent:lookup", "--episodes"])
+    assert res.exit_code == 2 and "No such option" in res.output, res.output  # the no-op flag is gone
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ def test_trainer_evaluates_suites_every_k_steps(tiny_config, jsonl_suite):
     from posttrain.rl.trainer import Trainer
 
     cfg = tiny_config.model_copy(deep=True)
-    cfg.train.steps, cfg.train.eval_every, cfg.train.eval_suites = 2, 1, [str(jsonl_suite)]
+    cfg.train.steps, cfg.eval.every, cfg.eval.suites = 2, 1, [str(jsonl_suite)]
     trainer = Trainer(cfg)
     try:
         result = trainer.run()
@@ -50,7 +50,7 @@ def test_eval_at_start_is_the_initial_model_and_can_be_turned_off(tiny_config):
     for at_start, steps in ((True, [0, 2]), (False, [2])):
         cfg = tiny_config.model_copy(deep=True)
         cfg.name = f"start-{at_start}"
-        cfg.train.steps, cfg.train.eval_every, cfg.train.eval_at_start = 2, 2, at_start
+        cfg.train.steps, cfg.eval.every, cfg.eval.at_start = 2, 2, at_start
         trainer = Trainer(cfg)
         try:
             trainer.run()

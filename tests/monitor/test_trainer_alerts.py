@@ -30,7 +30,8 @@ class BreaksAtCall(SyncVerifier):
 
 def _trainer(cfg, on_alert: str, after: int, steps: int = 12) -> Trainer:
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps, "on_alert": on_alert,
-                                                                        "eval_every": 0, "max_fill_rounds": 1})})
+                                                                        "max_fill_rounds": 1}),
+                                 "eval": cfg.eval.model_copy(update={"every": 0})})
     parts = build(cfg, store=False)
     parts.rollouter.verifier = BreaksAtCall(after)
     return Trainer(cfg, components=parts)

@@ -23,7 +23,7 @@ def agent_config(tmp_path):
     return load_config(None, [
         f"model.path='{tmp_path / 'tiny'}'", f"run_dir='{tmp_path / 'runs'}'", "name='agent'",
         "tasks.source='agent:lookup'", "tasks.digits=2", "sampling.n=2", "sampling.max_tokens=80",
-        "train.steps=5", "train.prompts_per_step=2", "train.eval_size=8", "train.eval_every=5",
+        "train.steps=5", "train.prompts_per_step=2", "eval.size=8", "eval.every=5",
         "train.checkpoint_every=0", "train.drop_zero_variance=false", "tensorboard=false",
     ])
 

@@ -29,7 +29,7 @@ def _with(cfg, **sections):
 
 @pytest.fixture
 def cfg(tiny_config):
-    return _with(tiny_config, reward={"verifier": "numeric", "tolerance": 4.0}, train={"eval_every": 0})
+    return _with(tiny_config, reward={"verifier": "numeric", "tolerance": 4.0}, eval={"every": 0})
 
 
 def _train(cfg, name, **rollout):
@@ -476,9 +476,10 @@ max_tokens = 4
 [train]
 steps = 3
 prompts_per_step = 2
-eval_every = 0
-eval_size = 10
 checkpoint_every = 0
+[eval]
+every = 0
+size = 10
 """)
     res = CliRunner().invoke(app, ["train", str(cfg), "--set", "rollout.mode='async'", "--set", "rollout.max_staleness=1"])
     assert res.exit_code == 0, res.output

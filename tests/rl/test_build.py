@@ -46,7 +46,7 @@ def test_two_domains_train_in_one_run(tiny_config):
         "domains=[{source='arith:add', weight=3.0, options={digits=1}}, "
         "{source='arith:sub', name='sub', verifier={type='numeric', abs_tol=4.0}, options={digits=1}}]",
         "sampling.n=4", "sampling.max_tokens=4", "train.steps=3", "train.prompts_per_step=4",
-        "train.drop_zero_variance=false", "train.eval_size=8", "train.checkpoint_every=0", "tensorboard=false",
+        "train.drop_zero_variance=false", "eval.size=8", "train.checkpoint_every=0", "tensorboard=false",
     ])
     trainer = Trainer(cfg)
     trainer.run()

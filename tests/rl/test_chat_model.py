@@ -36,7 +36,7 @@ def trained(tmp_path_factory):
     ckpt = make_chat_model(root / "ckpt", "qwen3")
     overrides = [f"model.path='{ckpt}'", f"run_dir='{root / 'runs'}'", f"tasks.source='{REPO / 'examples' / 'chat_tasks.jsonl'}'",
                  "sampling.n=2", "sampling.max_tokens=8", "train.steps=2", "train.prompts_per_step=2",
-                 "train.eval_every=1", "train.eval_size=20", "train.checkpoint_every=0", "tensorboard=false"]
+                 "eval.every=1", "eval.size=20", "train.checkpoint_every=0", "tensorboard=false"]
     res = runner.invoke(app, ["train", str(EXAMPLE), *[x for o in overrides for x in ("--set", o)]])
     assert res.exit_code == 0, res.output
     return load_config(EXAMPLE, overrides), ckpt

@@ -21,7 +21,7 @@ def _with(cfg, **sections):
 
 @pytest.fixture
 def cfg(tiny_config):
-    return _with(tiny_config, reward={"verifier": "numeric", "tolerance": 4.0}, train={"eval_every": 0},
+    return _with(tiny_config, reward={"verifier": "numeric", "tolerance": 4.0}, eval={"every": 0},
                  rollout={"mode": "async"})
 
 

@@ -32,7 +32,7 @@ def test_quickstart_prompts_are_the_raw_prompts_before_chat_templates(tiny_model
     assert [bytes(tokenizer.decode(p), "utf-8") for p in prompts] == [t.prompt.encode() for t in tasks]
     assert used.stop_token_ids == params.stop_token_ids == () and used.stop == params.stop
 
-    selection, _ = build_held_out(cfg.train, domains, cfg.seed)
+    selection, _ = build_held_out(cfg.eval, domains, cfg.seed)
     engine = MockEngine(["1"], tokenizer=tokenizer, cycle=True)
     with RunStore(tmp_path / "run.sqlite") as store:
         evaluate_in_training(engine, selection[0], "held_out", store, 0, params.max_tokens, renderer)

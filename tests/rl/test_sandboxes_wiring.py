@@ -104,7 +104,7 @@ def test_the_quickstart_measures_its_episodes_on_the_trainers_pool(tmp_path):
     tiny = ["model.base.hidden_size=16", "model.base.num_layers=1", "model.base.intermediate_size=32",
             "model.base.num_heads=2", "model.base.digits=1", "model.base.batch_size=4", "model.base.max_steps=2",
             "model.base.eval_every=2", "model.base.eval_size=16", "tasks.digits=1", "sampling.n=2", "train.steps=1",
-            "train.prompts_per_step=2", "train.eval_size=6", "train.eval_every=0", "train.checkpoint_every=0",
+            "train.prompts_per_step=2", "eval.size=6", "eval.every=0", "train.checkpoint_every=0",
             "train.drop_zero_variance=false", "tensorboard=false", "sandbox.backend='ray'",
             f"model.base.cache_dir='{tmp_path / 'cache'}'", f"run_dir='{tmp_path / 'runs'}'"]
     cfg = load_config(None, [*AGENT_OVERRIDES, *tiny])

@@ -38,7 +38,7 @@ def test_a_run_keeps_best_and_resolves_to_it(tiny_config):
 
     cfg = load_config(None, [f"model.path='{tiny_config.model.path}'", f"run_dir='{tiny_config.run_dir}'",
                              "name='best'", "tasks.digits=1", "sampling.n=4", "sampling.max_tokens=4", "train.steps=4",
-                             "train.prompts_per_step=4", "train.eval_every=1", "train.eval_size=10",
+                             "train.prompts_per_step=4", "eval.every=1", "eval.size=10",
                              "train.checkpoint_every=0", "tensorboard=false", "reward.verifier='numeric'",
                              "reward.tolerance=4.0"])
     trainer = Trainer(cfg)

@@ -108,7 +108,8 @@ def test_a_training_run_stores_each_samples_tokens(tiny_config):
 
     cfg = tiny_config.model_copy(update={"reward": tiny_config.reward.model_copy(update={"verifier": "numeric",
                                                                                           "tolerance": 4.0}),
-                                         "train": tiny_config.train.model_copy(update={"steps": 2, "eval_every": 0})})
+                                         "train": tiny_config.train.model_copy(update={"steps": 2}),
+                                         "eval": tiny_config.eval.model_copy(update={"every": 0})})
     trainer = Trainer(cfg)
     trainer.run()
     trainer.close()

@@ -32,13 +32,13 @@ def _cfg(tiny_model_dir, tmp_path, name, *extra):
     return load_config(None, [
         f"model.path='{tiny_model_dir}'", f"run_dir='{tmp_path / 'runs'}'", f"name='{name}'",
         f"tasks.source='{_sevens(tmp_path)}'", "tasks.held_out_fraction=0.2", "sampling.n=16", "sampling.max_tokens=1",
-        "train.prompts_per_step=8", "train.eval_size=40", "train.checkpoint_every=0", "tensorboard=false", *extra,
+        "train.prompts_per_step=8", "eval.size=40", "train.checkpoint_every=0", "tensorboard=false", *extra,
     ])
 
 
 @pytest.mark.slow
 def test_training_raises_reward_and_held_out_accuracy(tiny_model_dir, tmp_path):
-    cfg = _cfg(tiny_model_dir, tmp_path, "rise", "train.steps=30", "train.eval_every=30", "rl.lr=1e-2")
+    cfg = _cfg(tiny_model_dir, tmp_path, "rise", "train.steps=30", "eval.every=30", "rl.lr=1e-2")
     trainer = Trainer(cfg)
     before = trainer.evaluate()["greedy_accuracy"]
     trainer.run()
@@ -58,7 +58,7 @@ def test_training_learns_an_answer_that_depends_on_the_prompt(tiny_model_dir, tm
     path = tmp_path / "parity.jsonl"
     path.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"{i}=", "answer": "7" if i % 2 else "3"}) + "\n"
                             for i in range(400)))
-    cfg = _cfg(tiny_model_dir, tmp_path, "parity", "train.steps=40", "train.eval_every=40", "rl.lr=1e-2",
+    cfg = _cfg(tiny_model_dir, tmp_path, "parity", "train.steps=40", "eval.every=40", "rl.lr=1e-2",
                f"tasks.source='{path}'")
     trainer = Trainer(cfg)
     trainer.evaluate()
@@ -85,8 +85,8 @@ def test_two_family_run_raises_held_out_accuracy_of_both(tiny_model_dir, tmp_pat
         f"model.path='{tiny_model_dir}'", f"run_dir='{tmp_path / 'runs'}'", "name='two'",
         f"domains=[{{source='{sevens}', options={{held_out_fraction=0.2}}}}, "
         f"{{source='{threes}', options={{held_out_fraction=0.2}}}}]",
-        "sampling.n=16", "sampling.max_tokens=1", "train.prompts_per_step=8", "train.eval_size=40",
-        "train.checkpoint_every=0", "tensorboard=false", "train.steps=40", "train.eval_every=40", "rl.lr=1e-2",
+        "sampling.n=16", "sampling.max_tokens=1", "train.prompts_per_step=8", "eval.size=40",
+        "train.checkpoint_every=0", "tensorboard=false", "train.steps=40", "eval.every=40", "rl.lr=1e-2",
         "rl.lr_schedule='cosine'",
     ])
     trainer = Trainer(cfg)
@@ -111,15 +111,15 @@ def _write_toml(cfg, path: Path) -> Path:
              "[tasks]", f'source = "{cfg.tasks.source}"', "held_out_fraction = 0.2",
              "[sampling]", "n = 16", "max_tokens = 1",
              "[rl]", f"lr = {cfg.rl.lr}", f"kl_beta = {cfg.rl.kl_beta}",
-             "[train]", f"steps = {cfg.train.steps}", "prompts_per_step = 8", "eval_size = 40",
-             f"eval_every = {cfg.train.eval_every}", f"checkpoint_every = {cfg.train.checkpoint_every}"]
+             "[train]", f"steps = {cfg.train.steps}", "prompts_per_step = 8",
+             f"checkpoint_every = {cfg.train.checkpoint_every}", "[eval]", "size = 40", f"every = {cfg.eval.every}"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 @pytest.mark.slow
 def test_resume_after_sigkill_mid_run_gives_identical_metrics(tiny_model_dir, tmp_path):
-    extra = ("train.steps=8", "train.checkpoint_every=3", "train.eval_every=4", "rl.lr=1e-2", "rl.kl_beta=0.05")
+    extra = ("train.steps=8", "train.checkpoint_every=3", "eval.every=4", "rl.lr=1e-2", "rl.kl_beta=0.05")
     full = _cfg(tiny_model_dir, tmp_path, "full", *extra)
     t = Trainer(full)
     t.run()
@@ -165,7 +165,7 @@ def test_resume_after_sigkill_mid_run_gives_identical_metrics(tiny_model_dir, tm
 
 @pytest.mark.slow
 def test_resume_with_kl_keeps_the_initial_reference(tiny_model_dir, tmp_path):
-    extra = ("train.steps=6", "train.checkpoint_every=3", "train.eval_every=0", "rl.lr=1e-2", "rl.kl_beta=0.1")
+    extra = ("train.steps=6", "train.checkpoint_every=3", "eval.every=0", "rl.lr=1e-2", "rl.kl_beta=0.1")
     full = _cfg(tiny_model_dir, tmp_path, "kl_full", *extra)
     a = Trainer(full)
     a.run()

@@ -22,8 +22,8 @@ def cfg(tiny_model_dir, tmp_path):
         f"model.path='{tiny_model_dir}'", f"run_dir='{tmp_path / 'runs'}'", "name='sched'",
         'domains=[{source="arith:add", options={digits=1}, verifier={type="numeric", abs_tol=4.0}},'
         ' {source="arith:sub", options={digits=1}, band=[1, 2]}]',
-        "sampling.n=4", "sampling.max_tokens=4", "train.steps=4", "train.prompts_per_step=4", "train.eval_size=20",
-        "train.eval_every=0", "train.checkpoint_every=2", "train.curriculum='scheduler'", "tensorboard=false",
+        "sampling.n=4", "sampling.max_tokens=4", "train.steps=4", "train.prompts_per_step=4", "eval.size=20",
+        "eval.every=0", "train.checkpoint_every=2", "train.curriculum='scheduler'", "tensorboard=false",
         "scheduler.band_window=8",
     ])
 

@@ -15,7 +15,7 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "cad.toml"
 TINY = ["model.base.hidden_size=16", "model.base.num_layers=1", "model.base.intermediate_size=32",
         "model.base.num_heads=2", "model.base.digits=1", "model.base.batch_size=4", "model.base.max_steps=2",
         "model.base.eval_every=2", "model.base.eval_size=16", "sampling.max_tokens=96", "train.steps=2",
-        "train.prompts_per_step=2", "train.eval_size=4", "train.eval_every=2", "tensorboard=false"]
+        "train.prompts_per_step=2", "eval.size=4", "eval.every=2", "tensorboard=false"]
 
 
 @pytest.mark.slow
@@ -49,7 +49,7 @@ def test_the_cad_example_is_the_quickstart_cad_run():
 
 
 CAD_TINY = [o for o in TINY if not o.startswith(("sampling.", "train."))] + [
-    "sampling.n=2", "train.steps=2", "train.prompts_per_step=2", "train.eval_size=8", "train.eval_every=2",
+    "sampling.n=2", "train.steps=2", "train.prompts_per_step=2", "eval.size=8", "eval.every=2",
     "train.checkpoint_every=0", "train.drop_zero_variance=false"]
 
 

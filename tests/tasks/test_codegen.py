@@ -143,7 +143,8 @@ def test_training_on_code_tasks_smoke(tiny_config):
     cfg = tiny_config.model_copy(update={
         "tasks": tiny_config.tasks.model_copy(update={"source": "code:ops", "digits": 1, "options": {"max_ops": 1}}),
         "reward": tiny_config.reward.model_copy(update={"verifier": "per_task"}),
-        "train": tiny_config.train.model_copy(update={"steps": 2, "eval_size": 8}),
+        "train": tiny_config.train.model_copy(update={"steps": 2}),
+        "eval": tiny_config.eval.model_copy(update={"size": 8}),
     })
     trainer = Trainer(cfg)
     try:

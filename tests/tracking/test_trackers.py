@@ -152,7 +152,8 @@ def test_training_feeds_every_tracker_the_same_names(tiny_config, monkeypatch):
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = tiny_config.model_copy(update={"tensorboard": True, "trackers": ["mlflow"],
-                                         "train": tiny_config.train.model_copy(update={"steps": 2, "eval_every": 0})})
+                                         "train": tiny_config.train.model_copy(update={"steps": 2}),
+                                         "eval": tiny_config.eval.model_copy(update={"every": 0})})
     trainer = Trainer(cfg)
     trainer.run()
     trainer.close()

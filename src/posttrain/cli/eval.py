@@ -2,8 +2,9 @@
 
 Covers: `eval` (sample a model on a suite, or grade a responses file, or re-grade a recorded eval),
 `compare A B` (paired comparison; exit 1 on a significant regression, so it gates CI) and `report X [Y ...]`
-(one self-contained HTML file): their options, tables and JSON. User errors print one line and exit 2;
-progress goes to stderr so `--json` stays clean.
+(one self-contained HTML file): their options, tables and JSON. `eval`'s sampling flags default to the `[eval]`
+section of the run `--model` names (its defaults for any other model; `eval/settings.py` merges them). User
+errors print one line and exit 2; progress goes to stderr so `--json` stays clean.
 Does not cover: the computations (`eval/modes.py`: each mode as a function over `eval.run.run_eval`, which runs an
 agent suite as episodes by itself; the summary, compare and report modules) or prices (`posttrain.pricing`).
 """
@@ -90,21 +91,26 @@ def eval_cmd(
     rescore_dir: Optional[Path] = typer.Option(
         None, "--rescore", help="Re-grade a recorded eval directory with the current verifier."
     ),
-    samples: int = typer.Option(1, "-n", "--samples", min=1, help="Samples per task."),
-    ks: str = typer.Option("1", "-k", help="pass@k values to report, comma-separated (e.g. 1,8,16)."),
-    temperature: float = typer.Option(0.0, "--temperature", "-t", min=0.0, help="Sampling temperature (0: greedy)."),
-    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling."),
-    seed: int = typer.Option(0, "--seed", help="Sampling seed (per chunk of tasks, so results do not depend on resumes)."),
+    # the sampling flags default to the run's [eval] section (config.EvalConfig; its defaults for any other model)
+    samples: Optional[int] = typer.Option(None, "-n", "--samples", min=1, help="Samples per task (eval.samples: 1)."),
+    ks: Optional[str] = typer.Option(None, "-k", help="pass@k values to report, comma-separated, e.g. 1,8,16 (eval.ks: 1)."),
+    temperature: Optional[float] = typer.Option(
+        None, "--temperature", "-t", min=0.0, help="Sampling temperature, 0: greedy (eval.temperature: 0)."
+    ),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling (eval.top_p: 1)."),
+    seed: Optional[int] = typer.Option(
+        None, "--seed", help="Sampling seed, per chunk of tasks so results do not depend on resumes (eval.seed: 0)."
+    ),
     max_tokens: Optional[int] = typer.Option(
         None, "--max-tokens", min=1,
-        help="Completion length cap (default: the suite's own, e.g. 8 for arith:add, 512 for humaneval).",
+        help="Completion length cap (eval.max_tokens; unset: the suite's own, e.g. 8 for arith:add, 512 for humaneval).",
     ),
-    repeat: int = typer.Option(
-        1, "--repeat", min=1, help="Run the eval R times with the same seeds; reports each task's flip rate."
+    repeat: Optional[int] = typer.Option(
+        None, "--repeat", min=1, help="Run the eval R times with the same seeds; reports each task's flip rate (eval.repeat: 1)."
     ),
     batch: Optional[int] = typer.Option(
         None, "--batch", min=1,
-        help="Tasks per engine call (default 32; a run's own evaluation: a suite per call, as in training)."
+        help="Tasks per engine call (eval.batch; unset: 32, and a suite per call on a run's own domains, as in training)."
     ),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the suite's first N tasks."),
     suite_opt: Optional[list[str]] = typer.Option(
@@ -122,11 +128,9 @@ def eval_cmd(
     verify_timeout: Optional[float] = typer.Option(None, "--verify-timeout", help="Bound on one batch's grading, seconds."),
     label: Optional[str] = typer.Option(None, "--label", help="A name for this result in comparisons and reports."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (metrics and per-task results under 'tasks')."),
-    episodes: bool = typer.Option(False, "--episodes", help="Not needed any more: an agent suite (agent:lookup, "
-                                  "terminal) runs as agent episodes by itself. Accepted, with a note."),
     split: Optional[str] = typer.Option(
-        None, "--split", help="With --model RUN: which of the run's own tasks: selection, reporting (default), held_out, "
-        "train or all."),
+        None, "--split", help="With --model RUN: which of the run's own tasks: selection, reporting, held_out, train or "
+        "all (eval.split: reporting)."),
     verifier: Optional[str] = typer.Option(
         None, "--verifier", help="Grade with this verifier (a kind such as numeric, or a TOML table) instead of the "
         "run's training verifier or the suite's own."),
@@ -134,28 +138,24 @@ def eval_cmd(
     """Evaluate a model on a suite (pass@k with intervals, cost, latency), or grade given responses."""
     with friendly():
         from posttrain.engine.remote.errors import EngineRequestError
+        from posttrain.eval.settings import with_flags
         from posttrain.pricing import price_table
         from posttrain.tasks.domains import parse_options
 
-        k_values = parse_ks(ks)
+        flags = {"samples": samples, "ks": parse_ks(ks) if ks is not None else None, "temperature": temperature,
+                 "top_p": top_p, "seed": seed, "max_tokens": max_tokens, "repeat": repeat, "batch": batch, "split": split}
         table = price_table(price, prices)
-        options = parse_options(suite_opt)
-        if limit:
-            options["limit"] = limit
-        modes = sum(x is not None for x in (model, responses, rescore_dir))
-        if modes != 1:
+        options = parse_options(suite_opt) | ({"limit": limit} if limit else {})
+        if sum(x is not None for x in (model, responses, rescore_dir)) != 1:
             raise UserError("eval: give exactly one of --model (sample), --responses FILE (grade) or --rescore DIR (re-grade)")
         try:
             if rescore_dir is not None:
-                from posttrain.eval.modes import rescore_dir as rescore
-
-                run, changed = rescore(rescore_dir, _suite(suite, options, None)[1] if suite else None, verify_timeout)
-                err.print(f"re-graded {len(run.records)} responses in {rescore_dir}: {changed} verdicts changed")
-                emit(run.summary, as_json, f"{run.meta.get('suite')} (re-graded)", {"changed": changed})
+                _rescore(rescore_dir, _suite(suite, options, None)[1] if suite else None, verify_timeout, as_json)
                 return
-            if model is not None and _eval_own_run(model, suite, split, verifier, samples, k_values, temperature, top_p,
-                                                   seed, max_tokens, repeat, batch, out, table, verify_timeout, label,
-                                                   as_json):
+            run = _run_of(model, suite) if model is not None else None
+            settings = with_flags(run.eval if run is not None else None, **flags)  # flags over the run's [eval]
+            if run is not None and (suite is None or suite in [dc.source for dc in run.domain_configs()]):
+                _eval_own_run(model, run, suite, verifier, settings, out, table, verify_timeout, label, as_json)
                 return
             if suite is None:
                 raise UserError("eval: --suite is required (or --model RUN, a training run: its own domains)")
@@ -165,17 +165,12 @@ def eval_cmd(
             if responses is not None:
                 from posttrain.eval.modes import grade_responses
 
-                run = grade_responses(loaded, responses, k_values, suite, options, table, out, label, verify_timeout)
-                emit(run.summary, as_json, f"{loaded.name}: {responses.name}", {"suite": suite})
+                graded = grade_responses(loaded, responses, tuple(settings.ks), suite, options, table, out, label,
+                                         verify_timeout)
+                emit(graded.summary, as_json, f"{loaded.name}: {responses.name}", {"suite": suite})
                 return
             assert model is not None  # one of the three modes
-            if episodes:
-                if loaded.agent is None:
-                    raise UserError(f"eval --episodes: {loaded.name} is not an agent suite (agent:lookup, terminal, "
-                                    "terminal:DIR)")
-                err.print("note: --episodes is no longer needed: an agent suite runs as episodes by itself")
-            _sample(domain, loaded, model, suite, options, samples, k_values, temperature, top_p, seed, max_tokens, repeat,
-                    batch, out, table, verify_timeout, label, as_json)
+            _sample(domain, loaded, model, suite, options, settings, out, table, verify_timeout, label, as_json)
         except UserError:
             raise
         except ValueError as exc:
@@ -184,6 +179,15 @@ def eval_cmd(
             raise UserError(str(exc)) from None
         except EngineRequestError as exc:
             raise UserError(f"the model endpoint failed: {exc} (finished samples are kept; rerun to resume)") from None
+
+
+def _rescore(path: Path, suite: Any, verify_timeout: Optional[float], as_json: bool) -> None:
+    """`eval --rescore DIR`: its responses re-graded in place (by `suite`'s verifier when given), the summary printed."""
+    from posttrain.eval.modes import rescore_dir
+
+    run, changed = rescore_dir(path, suite, verify_timeout)
+    err.print(f"re-graded {len(run.records)} responses in {path}: {changed} verdicts changed")
+    emit(run.summary, as_json, f"{run.meta.get('suite')} (re-graded)", {"changed": changed})
 
 
 def _suite(suite: str, options: dict[str, Any], verifier: Optional[str]) -> tuple[Any, Any]:
@@ -201,23 +205,24 @@ def _suite(suite: str, options: dict[str, Any], verifier: Optional[str]) -> tupl
     return domain, suite_of(domain)
 
 
-def _eval_own_run(model: str, suite: Optional[str], split: Optional[str], verifier: Optional[str], samples: int,
-                  k_values: tuple[int, ...], temperature: float, top_p: float, seed: int, max_tokens: Optional[int],
-                  repeat: int, batch: Optional[int], out: Optional[Path], table: Any, verify_timeout: Optional[float],
-                  label: Optional[str], as_json: bool) -> bool:
-    """`--model RUN` with no other suite (or one of its own): the run evaluated on its own terms, printed; False
-    when `model` is not a training run to evaluate so."""
+def _run_of(model: str, suite: Optional[str]) -> Any:
+    """The `RunConfig` of the training run `model` names; None for any other model, and for an old run whose stored
+    config no longer validates when `suite` is named (it is evaluated on that suite all the same)."""
     from posttrain.resolve import ModelSpecError, run_config
 
     try:
-        cfg = run_config(model)
+        return run_config(model)
     except ModelSpecError:
         if suite is None:  # only its own terms were asked for: say why they cannot be had
             raise
-        return False  # an old run's stored config: evaluate it on the named suite all the same
-    if cfg is None or (suite is not None and suite not in [dc.source for dc in cfg.domain_configs()]):
-        return False  # not a training run, or a suite it did not train on
-    # a run, on its own domains: what it trained on, graded as it was rewarded, on its held-out split
+        return None
+
+
+def _eval_own_run(model: str, cfg: Any, suite: Optional[str], verifier: Optional[str], settings: Any,
+                  out: Optional[Path], table: Any, verify_timeout: Optional[float], label: Optional[str],
+                  as_json: bool) -> None:
+    """`--model RUN` with no other suite (or one of its own): the run `cfg` evaluated on its own terms (what it trained
+    on, graded as it was rewarded, on its held-out split), sampled as `settings` say, printed."""
     from posttrain.rl.own_eval import evaluate_own
 
     def own_out(used_split: str) -> Path:
@@ -226,26 +231,21 @@ def _eval_own_run(model: str, suite: Optional[str], split: Optional[str], verifi
     def say(line: str) -> None:
         err.print(escape(line), highlight=False, soft_wrap=True)
 
-    for r in evaluate_own(model, cfg, split, verifier, suite, samples, k_values, temperature, top_p, seed, max_tokens,
-                          repeat, batch, own_out, table, verify_timeout, label, say):
+    for r in evaluate_own(model, cfg, settings, verifier, suite, own_out, table, verify_timeout, label, say):
         emit(r.summary, as_json, r.title, r.extra)
-    return True
 
 
-def _sample(domain: Any, loaded: Any, model: str, suite: str, options: dict[str, Any], samples: int,
-            k_values: tuple[int, ...], temperature: float, top_p: float, seed: int, max_tokens: Optional[int],
-            repeat: int, batch: Optional[int], out: Optional[Path], table: Any, verify_timeout: Optional[float],
-            label: Optional[str], as_json: bool) -> None:
-    """`eval --model M --suite S`: the model resolved, `eval.modes.sample` under a progress bar, the summary printed
-    (an agent suite's episode figures with it)."""
-    from posttrain.eval.harness import EvalSpec
+def _sample(domain: Any, loaded: Any, model: str, suite: str, options: dict[str, Any], settings: Any,
+            out: Optional[Path], table: Any, verify_timeout: Optional[float], label: Optional[str], as_json: bool) -> None:
+    """`eval --model M --suite S`: the model resolved, `eval.modes.sample` under a progress bar as `settings` say, the
+    summary printed (an agent suite's episode figures with it)."""
     from posttrain.eval.modes import default_max_tokens, sample
+    from posttrain.eval.settings import spec_of
     from posttrain.resolve import resolve_model
 
-    spec = EvalSpec(model=model, suite=suite, n=samples, ks=k_values, temperature=temperature, top_p=top_p,
-                    max_tokens=max_tokens if max_tokens is not None else default_max_tokens(domain, loaded), seed=seed,
-                    repeat=repeat, batch=batch or 32, suite_options=options, verify_timeout_s=verify_timeout, label=label)
-    resolved = resolve_model(model, seed=seed)
+    spec = spec_of(settings, model, suite, default_max_tokens(domain, loaded), 32, suite_options=options,
+                   verify_timeout_s=verify_timeout, label=label)
+    resolved = resolve_model(model, seed=settings.seed)
     if resolved.info.get("note"):  # a run's best/ (or its newest checkpoint) was chosen: say which
         err.print(escape(resolved.info["note"]), highlight=False, soft_wrap=True)
     out = out or Path("evals") / f"{slug(suite)}-{slug(model)}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -27,7 +27,7 @@ from posttrain.errors import UserError
 if TYPE_CHECKING:  # annotations only: the commands import config and the trainer when they run
     from rich.progress import Progress, TaskID
 
-    from posttrain.config import TrainConfig
+    from posttrain.config import EvalConfig
     from posttrain.rl.trainer import StepResult
 
 RESUME_NOTE = "the newest checkpoint is kept; continue with --resume"
@@ -37,7 +37,7 @@ RESUME_NOTE = "the newest checkpoint is kept; continue with --resume"
 class HeldOut:
     """What the live progress shows of the in-training evaluations (the trainer's `on_eval` metrics)."""
 
-    metric: str  # `train.best_metric`
+    metric: str  # `eval.best_metric`
     value: float | None = None
     best: float | None = None
     best_step: int | None = None
@@ -65,12 +65,13 @@ def step_info(metrics: dict[str, float], held: HeldOut) -> str:
     return info
 
 
-def regression_warning(step: int, m: dict[str, float], train: TrainConfig) -> str | None:
+def regression_warning(step: int, m: dict[str, float], settings: EvalConfig) -> str | None:
     """The early-warning line for an evaluation whose metrics say `regressing` (None otherwise): one per alert."""
     if not m.get("regressing"):
         return None
-    return (f"[yellow]warning: step {step}: held-out {train.best_metric} {m[train.best_metric]:.3f} has stayed more than "
-            f"{train.warn_drop:g} below its best {m['best']:.3f} (step {int(m['best_step'])}) for {train.warn_patience}+ "
+    metric = settings.best_metric
+    return (f"[yellow]warning: step {step}: held-out {metric} {m[metric]:.3f} has stayed more than "
+            f"{settings.warn_drop:g} below its best {m['best']:.3f} (step {int(m['best_step'])}) for {settings.warn_patience}+ "
             "evaluations; best/ keeps the best model[/]")
 
 
@@ -78,9 +79,9 @@ class TrainingProgress:
     """The trainer's `on_step` / `on_eval` for a progress bar: step figures, held-out value and best so far,
     and the early warning on stderr (yellow, one line per alert) when it fires."""
 
-    def __init__(self, bars: Progress, train: TrainConfig, task: TaskID | None = None) -> None:
-        self.bars, self.train, self.task = bars, train, task
-        self.held = HeldOut(train.best_metric)
+    def __init__(self, bars: Progress, settings: EvalConfig, task: TaskID | None = None) -> None:
+        self.bars, self.settings, self.task = bars, settings, task
+        self.held = HeldOut(settings.best_metric)
         self.last: dict[str, float] | None = None
 
     def on_step(self, r: StepResult) -> None:
@@ -90,7 +91,7 @@ class TrainingProgress:
 
     def on_eval(self, step: int, m: dict[str, float]) -> None:
         self.held.update(m)
-        line = regression_warning(step, m, self.train)
+        line = regression_warning(step, m, self.settings)
         if line is not None:
             err.print(line, highlight=False, soft_wrap=True)
         if self.task is not None and self.last is not None:  # the evaluation follows its step's update
@@ -147,7 +148,7 @@ def quickstart(
             cfg = cfg.model_copy(update={"name": f"quickstart{'-agent' if agent else '-cad' if cad else ''}-seed{seed}"})
         with progress() as bars, alerts_shown_by_the_cli():
             base_task = bars.add_task("base model", total=cfg.model.base.max_steps, info="")
-            live = TrainingProgress(bars, cfg.train)
+            live = TrainingProgress(bars, cfg.eval)
 
             def on_phase(msg: str) -> None:
                 err.print(f"[cyan]>[/] {msg}")
@@ -248,7 +249,7 @@ def train(
                 ))
                 bars.update(base_task, visible=False)
                 cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(build.path)})})
-            live = TrainingProgress(bars, cfg.train, bars.add_task("GRPO", total=cfg.train.steps, info=""))
+            live = TrainingProgress(bars, cfg.eval, bars.add_task("GRPO", total=cfg.train.steps, info=""))
             trainer = Trainer(cfg, resume=resume, overwrite=overwrite, on_step=live.on_step, on_eval=live.on_eval,
                               backends=backends)
             bars.update(live.task, completed=trainer.step)
@@ -258,7 +259,7 @@ def train(
                 best, best_dir = trainer.best, trainer.best_model_dir()
             finally:
                 trainer.close()
-        metric = cfg.train.best_metric
+        metric = cfg.eval.best_metric
         acc = result.final_eval.get(metric)
         say(f"trained {result.steps} steps in {result.seconds:.0f}s"
             + (f"; held-out {metric} {acc:.3f}" if acc is not None else ""))
@@ -269,7 +270,7 @@ def train(
         if best is not None:
             figures = f"(step {best.step}, held-out {metric} {best.value:.3f})"
             say(f"best model:  {best_dir} {figures}; --model {result.run_dir} evaluates and serves it" if best_dir is not None
-                else f"best model:  not saved (train.keep_best = false) {figures}")
+                else f"best model:  not saved (eval.keep_best = false) {figures}")
         print(json.dumps({"run_dir": str(result.run_dir), "final_model": str(final_dir), **result.final_eval,
                           "best_model": str(best_dir) if best_dir is not None else None,
                           "best_step": best.step if best is not None else None,

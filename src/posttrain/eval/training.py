@@ -4,11 +4,11 @@ Covers: `evaluate_in_training` (one greedy pass of a suite with the
 trainer's own engine through `run_eval`, the entry point `posttrain eval` uses,
 stored in the run store: headline metrics, per-task pass rates, every
 response): the one path of the trainer's held-out evaluation and of
-`train.eval_suites`; `task_series` (each task's pass rate across the evaluated
+`eval.suites`; `task_series` (each task's pass rate across the evaluated
 steps); `regression_flags` (tasks that passed at an earlier evaluation and
 fail at the latest one) and `new_failures` (the same, for one step, as the
 trainer logs it).
-Does not cover: when to evaluate (the trainer's `eval_every`).
+Does not cover: when to evaluate (the trainer's `eval.every`).
 """
 
 from __future__ import annotations

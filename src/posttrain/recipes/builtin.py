@@ -47,7 +47,7 @@ from posttrain.tasks.codegen import CodeSource
 
 BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3: a stopping set disjoint from
 # the evaluation problems, which are distinct canonical problems)
-# The first held-out problems of a seed are the evaluation problems (the trainer's default `train.eval_size`,
+# The first held-out problems of a seed are the evaluation problems (the trainer's default `eval.size`,
 # and the quickstart's before/after figures); the base model's band checks draw the ones after them.
 EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)

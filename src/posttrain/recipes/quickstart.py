@@ -62,7 +62,7 @@ AGENT_OVERRIDES = [
     "tasks.source=agent:lookup", "tasks.digits=3", "tasks.options.process_weight=0.25", "tasks.options.lines=3",
     "model.base.family=lookup",
     "sampling.n=8", "sampling.temperature=0.5", "sampling.max_tokens=80", "train.steps=50",
-    "train.prompts_per_step=4", "train.signal_from=reward", "train.eval_every=25", "train.eval_size=200",
+    "train.prompts_per_step=4", "train.signal_from=reward", "eval.every=25", "eval.size=200",
     "train.checkpoint_every=50", "rl.lr=5e-4", "rl.loss_agg=seq_mean_token_mean", "rl.advantage=grpo",
     "rl.std_floor=0.15", "rl.warmup_steps=8",
 ]
@@ -72,7 +72,7 @@ AGENT_OVERRIDES = [
 CAD_OVERRIDES = [
     "tasks.source=cad:parts", "tasks.options.level=1", "tasks.options.brief=true", "model.base.family=cad:parts",
     "sampling.n=8", "sampling.temperature=1.0", "sampling.max_tokens=96", "train.steps=20",
-    "train.prompts_per_step=8", "train.eval_every=10", "train.eval_size=200", "train.checkpoint_every=10",
+    "train.prompts_per_step=8", "eval.every=10", "eval.size=200", "train.checkpoint_every=10",
     "rl.lr=3e-4", "rl.advantage=grpo",
 ]
 

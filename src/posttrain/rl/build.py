@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from posttrain.config import ConfigError, DomainConfig, EngineConfig, ModelSection, RewardConfig, RunConfig, TrainConfig
+from posttrain.config import ConfigError, DomainConfig, EngineConfig, EvalConfig, ModelSection, RewardConfig, RunConfig
 from posttrain.engine.base import Engine
 from posttrain.engine.build import build_engine
 from posttrain.models.llama import CausalLM
@@ -63,7 +63,7 @@ class Components:
     learner: Learner
     held_out: list[Suite]  # per domain: the held-out tasks evaluated during training (the selection part)
     reporting: list[Suite]  # per domain: the held-out tasks kept for the final report, disjoint from held_out
-    eval_suites: dict[str, Suite] = field(default_factory=dict)  # `train.eval_suites`, by eval name
+    eval_suites: dict[str, Suite] = field(default_factory=dict)  # `eval.suites`, by eval name
     store: RunStore | None = None
     base: BaseBuild | None = None  # the built-in base's build when the model is the built-in base
     sandboxes: Sandboxes = field(default_factory=local_sandboxes)  # `[sandbox]`: verifications, agent sessions
@@ -297,17 +297,17 @@ def for_rank(cfg: RunConfig, dp: DataParallel) -> RunConfig:
     return cfg.model_copy(update={"rl": rl, "engine": engine})
 
 
-def build_held_out(train: TrainConfig, domains: list[Domain], seed: int) -> tuple[list[Suite], list[Suite]]:
-    """Each domain's `train.eval_size` held-out tasks, drawn with the run's `seed` (fewer when its split is smaller),
+def build_held_out(evaluation: EvalConfig, domains: list[Domain], seed: int) -> tuple[list[Suite], list[Suite]]:
+    """Each domain's `eval.size` held-out tasks, drawn with the run's `seed` (fewer when its split is smaller),
     split by a hash of the task id into the selection part (evaluated during training; selects best/) and the reporting part
     (evaluated at the end), both judged by the domain's verifier."""
     from posttrain.agent.spec import spec_of
 
     selection, reporting = [], []
-    fraction = train.selection_fraction
+    fraction = evaluation.selection_fraction
     for d in domains:
         agent = spec_of(d)
-        tasks = d.held_out(train.eval_size, seed=seed)
+        tasks = d.held_out(evaluation.size, seed=seed)
         if not tasks:
             continue
         if fraction == 0:
@@ -326,9 +326,9 @@ def build_held_out(train: TrainConfig, domains: list[Domain], seed: int) -> tupl
     return selection, reporting
 
 
-def build_eval_suites(train: TrainConfig) -> dict[str, Suite]:
-    """`train.eval_suites`, each the registry's own domain view (its own verifier), loaded at start-up."""
-    return {f"suite:{spec}": load_domain(spec).suite(limit=train.eval_suite_limit) for spec in train.eval_suites}
+def build_eval_suites(evaluation: EvalConfig) -> dict[str, Suite]:
+    """`eval.suites`, each the registry's own domain view (its own verifier), loaded at start-up."""
+    return {f"suite:{spec}": load_domain(spec).suite(limit=evaluation.suite_limit) for spec in evaluation.suites}
 
 
 def build(cfg: RunConfig, store: bool = True, dp: DataParallel | None = None,
@@ -362,7 +362,7 @@ def build(cfg: RunConfig, store: bool = True, dp: DataParallel | None = None,
     params = sampling_params(cfg, domains)
     check_answer_room(domain_rooms(domains, [params.max_tokens] * len(domains), tokenizer, cfg.seed))
     renderer = build_prompt_renderer(cfg.model, tokenizer)
-    selection, reporting = build_held_out(cfg.train, domains, cfg.seed)
+    selection, reporting = build_held_out(cfg.eval, domains, cfg.seed)
     sandboxes = build_sandboxes(cfg, backends)
     try:
         return Components(
@@ -380,7 +380,7 @@ def build(cfg: RunConfig, store: bool = True, dp: DataParallel | None = None,
             learner=build_learner(cfg, model, params.max_tokens, shares, ranks, backends),
             held_out=selection,
             reporting=reporting,
-            eval_suites=build_eval_suites(cfg.train),
+            eval_suites=build_eval_suites(cfg.eval),
             store=RunStore(cfg.path / "run.sqlite") if store else None,
             base=base,
             sandboxes=sandboxes,

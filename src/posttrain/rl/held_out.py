@@ -1,6 +1,7 @@
-"""The trainer's held-out evaluation: every domain's selection half and `train.eval_suites`, best/ and the replicas.
+"""The trainer's held-out evaluation: every domain's selection half and `eval.suites`, best/ and the replicas.
 
-Covers: `HeldOutEvaluation.evaluate(step)` (each suite greedily through `eval.run.run_eval`, greedy episodes
+Covers: `HeldOutEvaluation(settings, ...)`, built from the run's `[eval]` section and the data-parallel mode;
+`evaluate(step)` (each suite greedily through `eval.run.run_eval`, greedy episodes
 for an agent suite, on the run's own `Sandboxes`; responses stored like any eval; the metrics the
 trainer reports: `greedy_accuracy` (the mean over domains), per-suite pass@1 and regressed tasks, an agent
 suite's turn figures), best/ kept on the configured metric with a warning on a sustained drop
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from posttrain.config import RunConfig
+from posttrain.config import EvalConfig
 from posttrain.eval.training import evaluate_in_training
 from posttrain.rl.backends import DataParallel
 from posttrain.rl.build import Components
@@ -29,11 +30,12 @@ from posttrain.rl.selection import Best, HeldOutRegression, observe
 
 @dataclass
 class HeldOutEvaluation:
-    cfg: RunConfig
+    settings: EvalConfig  # the run's `[eval]`: what selects best/ and when the early warning speaks
     parts: Components
     log: RunLog
     dp: DataParallel
     run_dir: Path
+    data_parallel: str = "ddp"  # `rl.data_parallel`: whether the ranks hold whole replicas to compare
     best: Best | None = None
 
     def evaluate(self, step: int) -> dict[str, float] | None:
@@ -72,7 +74,7 @@ class HeldOutEvaluation:
 
     def _track_best(self, step: int, metrics: dict[str, float]) -> None:
         """Keep best/ (the best held-out metric so far, ties to the later step) and warn on a sustained drop."""
-        cfg = self.cfg.train
+        cfg = self.settings
         value = metrics.get(cfg.best_metric)
         if value is None:
             return
@@ -95,7 +97,7 @@ class HeldOutEvaluation:
         out, tmp = self.run_dir / "best", self.run_dir / "best.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         save_model(self.parts.whole_model or self.parts.model, self.parts.tokenizer, tmp)
-        (tmp / "posttrain.json").write_text(json.dumps({"step": step, "metric": self.cfg.train.best_metric,
+        (tmp / "posttrain.json").write_text(json.dumps({"step": step, "metric": self.settings.best_metric,
                                                         "value": self.best.value if self.best else None}))
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
@@ -103,7 +105,7 @@ class HeldOutEvaluation:
     def check_replicas(self, step: int) -> float | None:
         """DDP: whether every rank's replica still holds the same weights (a checksum over every parameter); a
         difference is warned and kept in the store's alerts. The largest difference from rank 0 (None: FSDP)."""
-        if self.cfg.rl.data_parallel != "ddp":
+        if self.data_parallel != "ddp":
             return None
         with torch.no_grad():
             checksum = sum(float(p.double().sum()) + float(p.double().abs().sum()) for p in self.parts.model.parameters())

@@ -6,9 +6,10 @@ verifier training rewarded with (unless `verifier` overrides it), on one split:
 - `selection`: the held-out half evaluated during training (it selected best/): `RUN@STEP` on it gives that
   step's in-training figure exactly (same tasks, verifier, greedy sampling, max tokens, one engine call);
 - `reporting` (the default): the held-out half training never looked at, the quickstart's reported figure;
-- `held_out`: both halves; `train`: `train.eval_size` problems of the training split (memorisation); `all`: both.
+- `held_out`: both halves; `train`: `eval.size` problems of the training split (memorisation); `all`: both.
 `evaluate_own` runs them: the model resolved with the run's engine settings, each suite through `eval.run.run_eval`
-(an agent domain's tasks as greedy episodes) into its own directory, sampled as in-training evaluation samples.
+(an agent domain's tasks as greedy episodes) into its own directory, sampled as the run's `[eval]` section says
+(with the command line's flags over it: `eval/settings.py`), by default as in-training evaluation samples.
 Does not cover: sampling and grading (`eval/`), resolving RUN@STEP (`resolve.py`), printing (the command line).
 """
 
@@ -18,15 +19,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from posttrain.config import ConfigError, RunConfig, parse_literal
+from posttrain.config import ConfigError, EvalConfig, EvalSplit, RunConfig, parse_literal
 from posttrain.rewards import verifier_id
 from posttrain.rl.build import build_domains, build_held_out, build_verifier, domain_entries, max_tokens_for
 from posttrain.tasks.suites import Suite
 
-SPLITS = ("selection", "reporting", "held_out", "train", "all")
-DEFAULT_SPLIT = "reporting"
+SPLITS: tuple[str, ...] = get_args(EvalSplit)
+DEFAULT_SPLIT = EvalConfig().split
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def own_evaluation(cfg: RunConfig, split: str = DEFAULT_SPLIT, verifier: str | N
         domains = [d.with_verifier(override) for d in domains]
     max_tokens = max_tokens_for(cfg, build_domains(cfg))  # over every domain, as the rollouts' cap is
     if split in ("selection", "reporting"):
-        selection, reporting = build_held_out(cfg.train, domains, cfg.seed)
+        selection, reporting = build_held_out(cfg.eval, domains, cfg.seed)
         suites = selection if split == "selection" else reporting
     else:
         suites = [s for s in (_split_suite(cfg, d, split) for d in domains) if s is not None]
@@ -75,9 +76,9 @@ def _split_suite(cfg: RunConfig, domain: Any, split: str) -> Suite | None:
 
     tasks = []
     if split in ("held_out", "all"):
-        tasks += domain.held_out(cfg.train.eval_size, seed=cfg.seed)
+        tasks += domain.held_out(cfg.eval.size, seed=cfg.seed)
     if split in ("train", "all"):
-        tasks += domain.source.take(cfg.train.eval_size, "train", seed=cfg.seed)
+        tasks += domain.source.take(cfg.eval.size, "train", seed=cfg.seed)
     if not tasks:
         return None
     return Suite(domain.name, tasks, domain.verifier, agent=spec_of(domain),
@@ -93,28 +94,27 @@ class OwnResult:
     extra: dict[str, Any]  # out, model, split, verifier, verifier_source, prompt_format, domain
 
 
-def evaluate_own(model: str, cfg: RunConfig, split: str | None, verifier: str | None, source: str | None, samples: int,
-                 ks: tuple[int, ...], temperature: float, top_p: float, seed: int, max_tokens: int | None, repeat: int,
-                 batch: int | None, out: Callable[[str], Path], prices: dict[str, Any], verify_timeout: float | None,
-                 label: str | None, say: Callable[[str], None] = lambda _line: None) -> list[OwnResult]:
-    """Evaluate the run `model` (RUN or RUN@STEP; `cfg` its `RunConfig`) on its own domains; `out(split)`: the
-    results directory (one subdirectory per domain when there are several); `say`: a line of progress for people."""
-    from posttrain.eval.harness import EvalSpec
+def evaluate_own(model: str, cfg: RunConfig, settings: EvalConfig, verifier: str | None, source: str | None,
+                 out: Callable[[str], Path], prices: dict[str, Any], verify_timeout: float | None, label: str | None,
+                 say: Callable[[str], None] = lambda _line: None) -> list[OwnResult]:
+    """Evaluate the run `model` (RUN or RUN@STEP; `cfg` its `RunConfig`) on its own domains as `settings` say (its
+    `[eval]` section, flags over it: split, samples, temperature, ...); `out(split)`: the results directory (one
+    subdirectory per domain when there are several); `say`: a line of progress for people."""
     from posttrain.eval.run import run_eval
+    from posttrain.eval.settings import spec_of
     from posttrain.pricing import price_of
     from posttrain.resolve import resolve_model
 
-    own = own_evaluation(cfg, split or DEFAULT_SPLIT, verifier, source)
-    resolved = resolve_model(model, seed=seed, engine_options=cfg.engine.model_dump())
+    own = own_evaluation(cfg, settings.split, verifier, source)
+    resolved = resolve_model(model, seed=settings.seed, engine_options=cfg.engine.model_dump())
     if resolved.info.get("note"):  # a run's best/ (or its newest checkpoint) was chosen: say which
         say(resolved.info["note"])
     root = out(own.split)
     results = []
     for suite in own.suites:
         # in-training evaluation samples a suite in one engine call: the same chunking by default, for the same figures
-        spec = EvalSpec(model=model, suite=f"{model}#{own.split}:{suite.name}", n=samples, ks=ks, temperature=temperature,
-                        top_p=top_p, max_tokens=max_tokens or own.max_tokens, seed=seed, repeat=repeat,
-                        batch=batch or len(suite.tasks), verify_timeout_s=verify_timeout, label=label)
+        spec = spec_of(settings, model, f"{model}#{own.split}:{suite.name}", own.max_tokens, len(suite.tasks),
+                       verify_timeout_s=verify_timeout, label=label)
         used = {"split": own.split, "verifier": own.verifiers()[suite.name], "verifier_source": own.verifier_source,
                 "prompt_format": resolved.info.get("prompt_format"), "domain": suite.name}
         say(f"{suite.name}: {len(suite.tasks)} tasks of the run's {own.split} split, graded by {used['verifier']} "

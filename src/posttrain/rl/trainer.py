@@ -121,7 +121,7 @@ class Trainer:
         self.store: RunStore = self.log.store
         if self.lead and self.log.store_samples:  # each stored sample's tokens, from values the update computes
             self.log.pieces, self.learner.record_tokens = TokenPieces(self.tokenizer), True
-        self.evaluation = HeldOutEvaluation(cfg, p, self.log, self.dp, self.run_dir)
+        self.evaluation = HeldOutEvaluation(cfg.eval, p, self.log, self.dp, self.run_dir, cfg.rl.data_parallel)
         self.async_loop: AsyncLoop | None = None
         self.watch = Watch(cfg.train.monitors, self.params.n)  # the run monitors (posttrain.monitor)
         self.stop_reason: str | None = None
@@ -212,7 +212,7 @@ class Trainer:
         return result
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out greedy accuracy of every domain (and `train.eval_suites`) at the current step, stored.
+        """Held-out greedy accuracy of every domain (and `eval.suites`) at the current step, stored.
         Under torchrun: every rank checks the replicas; rank 0 evaluates, the others get {}."""
         replicas = self.evaluation.check_replicas(self.step) if self.dp.world > 1 else None
         if not self.lead:
@@ -252,24 +252,24 @@ class Trainer:
 
     def run(self, stop_at: int | None = None) -> TrainResult:
         """Train until `train.steps` (or `stop_at`, to simulate an interruption in tests)."""
-        cfg = self.cfg.train
+        cfg, every = self.cfg.train, self.cfg.eval.every
         last = min(cfg.steps, stop_at) if stop_at is not None else cfg.steps
         start = time.perf_counter()
         final: dict[str, float] = {}
         self.store.set_info(status="running", pid=os.getpid(), started=time.time())  # `posttrain runs` reads these
         try:
-            if cfg.eval_every and cfg.eval_at_start and self.step == 0 and last > 0:
+            if every and self.cfg.eval.at_start and self.step == 0 and last > 0:
                 final = self.evaluate()
             while self.step < last and self.stop_reason is None:
                 self.train_step()
-                if cfg.eval_every and self.step % cfg.eval_every == 0:
+                if every and self.step % every == 0:
                     final = self.evaluate()
                 if self.stop_reason is not None or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
                     self.checkpoint()  # a stop by an alert checkpoints first: --resume goes on from here
             if self.stop_reason is not None:
                 self.store.set_info(status="stopped_by_alert", stop_reason=self.stop_reason, last_step=self.step)
                 return TrainResult(self.run_dir, self.step, time.perf_counter() - start, final, self.stop_reason)
-            if self.step == cfg.steps and not (cfg.eval_every and self.step % cfg.eval_every == 0):
+            if self.step == cfg.steps and not (every and self.step % every == 0):
                 final = self.evaluate()
             self.store.set_info(status="finished" if self.step == cfg.steps else "stopped", last_step=self.step)
         except BaseException as exc:
