@@ -39,9 +39,9 @@ def cell_args(family: str, seed: int, args: argparse.Namespace, runs: str) -> li
     """A user's quickstart for this family: nothing but the family (and, for code, its example config) changes;
     `--steps`, `--eval-every`, `--eval-size` override the recipe's own values only when given."""
     sets = [f"run_dir='{runs}'", f"name='{family.replace(':', '-')}-s{seed}'", "tensorboard=false"]
-    for key, value in (("steps", args.steps), ("eval_every", args.eval_every), ("eval_size", args.eval_size)):
+    for key, value in (("train.steps", args.steps), ("eval.every", args.eval_every), ("eval.size", args.eval_size)):
         if value is not None:
-            sets.append(f"train.{key}={value}")
+            sets.append(f"{key}={value}")
     cmd = [sys.executable, "-m", "posttrain.cli", "quickstart", "--seed", str(seed), "--json"]
     if family.startswith("code:"):
         cmd += ["--config", str(REPO / "examples" / "code.toml")]

@@ -91,7 +91,6 @@ def eval_cmd(
     rescore_dir: Optional[Path] = typer.Option(
         None, "--rescore", help="Re-grade a recorded eval directory with the current verifier."
     ),
-    # the sampling flags default to the run's [eval] section (config.EvalConfig; its defaults for any other model)
     samples: Optional[int] = typer.Option(None, "-n", "--samples", min=1, help="Samples per task (eval.samples: 1)."),
     ks: Optional[str] = typer.Option(None, "-k", help="pass@k values to report, comma-separated, e.g. 1,8,16 (eval.ks: 1)."),
     temperature: Optional[float] = typer.Option(
@@ -135,7 +134,10 @@ def eval_cmd(
         None, "--verifier", help="Grade with this verifier (a kind such as numeric, or a TOML table) instead of the "
         "run's training verifier or the suite's own."),
 ) -> None:
-    """Evaluate a model on a suite (pass@k with intervals, cost, latency), or grade given responses."""
+    """Evaluate a model on a suite (pass@k with intervals, cost, latency), or grade given responses.
+
+    The sampling flags default to the \\[eval] section of the run --model names (for any other model: its defaults).
+    """
     with friendly():
         from posttrain.engine.remote.errors import EngineRequestError
         from posttrain.eval.settings import with_flags

@@ -27,7 +27,7 @@ from posttrain.rl.build import build_domains, build_held_out, build_verifier, do
 from posttrain.tasks.suites import Suite
 
 SPLITS: tuple[str, ...] = get_args(EvalSplit)
-DEFAULT_SPLIT = EvalConfig().split
+DEFAULT_SPLIT: str = EvalConfig.model_fields["split"].default
 
 
 @dataclass(frozen=True)
