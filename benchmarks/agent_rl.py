@@ -42,7 +42,6 @@ sys.path.insert(0, str(REPO / "tests"))  # the shared test harnesses (`_harness`
 def by_hops(engine, tasks, spec, sandboxes) -> dict[int, list[int]]:
     """Greedy episode success per hop count: {hops: [solved, tasks]}."""
     from posttrain.eval.episodes import evaluate_agent
-
     from posttrain.types import SamplingParams
 
     result = evaluate_agent(engine, tasks, spec, sandboxes.workspaces, sandboxes=sandboxes,
