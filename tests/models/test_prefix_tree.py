@@ -95,3 +95,53 @@ def test_the_costs_favour_trees_for_short_completions_and_padding_for_long_ones(
     # a 2-token prompt and 8 200-token answers
     flat, tree = layout_costs(torch.tensor([202] * 8), [2 + 8 * 200], per_token, 32, 2)
     assert tree > flat  # one 1602-token row attends over 8x the pairs of eight 202-token rows
+
+
+def _graph_ops(t: torch.Tensor) -> set[str]:
+    seen, stack, names = set(), [t.grad_fn], set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        names.add(type(fn).__name__)
+        stack.extend(f for f, _ in fn.next_functions)
+    return names
+
+
+def test_the_shared_states_gather_their_branches_gradients_without_indexing():
+    """A state shared by several branches receives several gradients. Indexing's backward (`IndexBackward0`: an
+    index_put with accumulate) adds them in an order that varies from run to run with 2 threads on a busy CPU
+    (measured: 29 of 200 repeats gave other bits, benchmarks/RESULTS.md), which made the quickstart's figures move
+    with machine load; index_select's backward (index_add) is the same sum in a fixed order."""
+    m = _model()
+    ids, lengths, groups, mask = _groups()
+    logp, _ = shared_prefix_logprobs(m, ids, lengths, groups, mask)
+    ops = _graph_ops(logp)
+    assert "IndexSelectBackward0" in ops and "IndexBackward0" not in ops, sorted(ops)
+
+
+def test_the_shared_prefix_gradients_repeat_bit_for_bit_on_a_busy_cpu():
+    """The other side: 2 torch threads with another thread computing beside them, the same gradients every time."""
+    import hashlib
+    import threading
+
+    m = _model()
+    ids, lengths, groups, mask = _groups(prompts=(9, 7, 12, 3, 8, 5), n=8, longest=12)
+    busy, stop = torch.randn(256, 256), threading.Event()
+    worker = threading.Thread(target=lambda: [(busy @ busy).sum() for _ in iter(stop.is_set, True)], daemon=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    worker.start()
+    try:
+        digests = set()
+        for _ in range(20):
+            m.zero_grad()
+            logp, _ = shared_prefix_logprobs(m, ids, lengths, groups, mask)
+            (logp * mask).sum().backward()
+            digests.add(hashlib.sha256(b"".join(p.grad.numpy().tobytes() for p in m.parameters())).hexdigest())
+    finally:
+        stop.set()
+        worker.join()
+        torch.set_num_threads(threads)
+    assert len(digests) == 1

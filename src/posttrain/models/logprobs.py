@@ -97,7 +97,10 @@ def shared_prefix_logprobs(
         raise ValueError(f"logprob chunk must be >= 1, got {chunk}")
     trees = trees or prefix_trees(input_ids, lengths, groups, mask)
     h = model(trees.ids, trees.positions, branch_ids=trees.branches, return_hidden=True)  # [G, W, H]
-    flat = h.reshape(-1, h.shape[-1])[trees.context]  # [N, H]: the state that predicts each target
+    # the state that predicts each target [N, H]; index_select, not h[context]: a state shared by several branches
+    # gathers their gradients, and indexing's backward (index_put with accumulate) adds them in an order that
+    # varies from run to run with 2+ threads on a busy CPU; index_select's backward (index_add) does not
+    flat = h.reshape(-1, h.shape[-1]).index_select(0, trees.context)
     lp, ent = _project(flat, trees.targets, head if head is not None else model.lm_head, temperature, chunk, entropy)
     b, t = mask.shape
     logp = lp.new_zeros(b, t).index_put((trees.rows, trees.cols), lp)
