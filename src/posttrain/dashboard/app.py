@@ -42,28 +42,64 @@ def _asset(name: str) -> bytes:
     return resources.files("posttrain.dashboard").joinpath("static", name).read_bytes()
 
 
-def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
-    """A FastAPI app showing the runs under `paths` (run directories or directories of runs), polling every `poll_ms`."""
-    require_dashboard_extra()
-    from contextlib import asynccontextmanager
+class _Answers:
+    """JSON answers tagged with their store's version: a 304 when the page already holds that version, and the
+    newest 64 bodies kept by URL, so an answer already serialised for this URL and version is sent again as it is
+    (each new page over a long run asks the same first-load URLs)."""
 
-    from fastapi import FastAPI, HTTPException, Request
-    from fastapi.responses import HTMLResponse, Response
+    def __init__(self) -> None:
+        self.bodies: OrderedDict[str, tuple[str, bytes]] = OrderedDict()  # URL -> (ETag, JSON)
+        self.lock = threading.Lock()  # the routes run in FastAPI's thread pool
 
-    import posttrain.rl.advantages  # noqa: F401  (torch, for the groups' advantages: imported now, not on a first view)
+    def answer(self, request, etag: str, compute):
+        """`compute()` as compact JSON tagged `etag`, or 304 (nothing) when the page already holds that version."""
+        from fastapi.responses import Response
 
-    @asynccontextmanager
-    async def lifespan(_app):
-        threading.Thread(target=warm, name="dashboard-warm", daemon=True).start()
-        yield
+        headers = {"ETag": etag, "Cache-Control": "no-cache"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        url = str(request.url)
+        with self.lock:
+            hit = self.bodies.get(url)
+        if hit is None or hit[0] != etag:
+            hit = (etag, json.dumps(compute(), separators=(",", ":")).encode())
+        with self.lock:
+            self.bodies[url] = hit
+            self.bodies.move_to_end(url)
+            while len(self.bodies) > 64:
+                self.bodies.popitem(last=False)
+        return Response(hit[1], media_type="application/json", headers=headers)
 
-    app = FastAPI(title="posttrain dashboard", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    readers: dict[Path, RunReader] = {}
-    page = (_asset("index.html").decode().replace("{{POLL_MS}}", str(int(poll_ms)))
-            .replace("{{MAX_POINTS}}", str(CHART_POINTS)))
+    def tagged(self, request, r: RunReader, key: str, compute):
+        """`compute()` through the run's memo, tagged with the run's store version."""
+        return self.answer(request, f'"{r.version()}"', lambda: r.memo(key, compute))
 
-    def warm() -> None:  # read every run once in the background, so a first page view finds its answers ready
-        for r in runs():
+
+class _Runs:
+    """The run directories under `paths`, found again on each call, with one `RunReader` kept per directory."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+        self.readers: dict[Path, RunReader] = {}
+
+    def all(self) -> list[RunReader]:
+        found = find_runs(self.paths)
+        for d in found:
+            self.readers.setdefault(d, RunReader(d))
+        return [self.readers[d] for d in found]
+
+    def get(self, i: int) -> RunReader:
+        """The `i`-th run, or a 404."""
+        from fastapi import HTTPException
+
+        found = self.all()
+        if not 0 <= i < len(found):
+            raise HTTPException(404, f"no run {i}")
+        return found[i]
+
+    def warm(self) -> None:
+        """Read every run once (in the background), so a first page view finds its answers ready."""
+        for r in self.all():
             try:
                 r.steps_after(-1, CHART_POINTS)
                 r.staleness(-1, CHART_POINTS)
@@ -71,42 +107,44 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
             except Exception:  # noqa: BLE001 - a store being created or damaged: its first request will say
                 pass
 
-    def runs() -> list[RunReader]:
-        found = find_runs(paths)
-        for d in found:
-            readers.setdefault(d, RunReader(d))
-        return [readers[d] for d in found]
 
-    bodies: OrderedDict[str, tuple[str, bytes]] = OrderedDict()  # URL -> (ETag, JSON): the newest 64 answers
-    bodies_lock = threading.Lock()
+def _summary(r: RunReader) -> dict[str, Any]:
+    try:
+        return r.memo("summary", r.summary)
+    except sqlite3.Error:  # a store the trainer is creating this instant (no tables yet): listed, read next poll
+        return {"name": r.dir.name, "dir": str(r.dir), "status": "starting", "steps": 0, "alerts": 0}
 
-    def answer(request: Request, etag: str, compute) -> Response:
-        """`compute()` as compact JSON tagged `etag`, or 304 (nothing) when the page already holds that version; an
-        answer already serialised for this URL and version is sent again as it is (each new page over a long run
-        asks the same first-load URLs)."""
-        headers = {"ETag": etag, "Cache-Control": "no-cache"}
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers=headers)
-        url = str(request.url)
-        with bodies_lock:
-            hit = bodies.get(url)
-        if hit is None or hit[0] != etag:
-            hit = (etag, json.dumps(compute(), separators=(",", ":")).encode())
-        with bodies_lock:  # the routes run in FastAPI's thread pool
-            bodies[url] = hit
-            bodies.move_to_end(url)
-            while len(bodies) > 64:
-                bodies.popitem(last=False)
-        return Response(hit[1], media_type="application/json", headers=headers)
 
-    def tagged(request: Request, r: RunReader, key: str, compute) -> Response:
-        return answer(request, f'"{r.version()}"', lambda: r.memo(key, compute))
+def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
+    """A FastAPI app showing the runs under `paths` (run directories or directories of runs), polling every `poll_ms`."""
+    require_dashboard_extra()
+    from contextlib import asynccontextmanager
 
-    def run(i: int) -> RunReader:
-        found = runs()
-        if not 0 <= i < len(found):
-            raise HTTPException(404, f"no run {i}")
-        return found[i]
+    from fastapi import FastAPI
+
+    import posttrain.rl.advantages  # noqa: F401  (torch, for the groups' advantages: imported now, not on a first view)
+
+    runs, answers = _Runs(paths), _Answers()
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        threading.Thread(target=runs.warm, name="dashboard-warm", daemon=True).start()
+        yield
+
+    app = FastAPI(title="posttrain dashboard", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    _add_page_routes(app, poll_ms)
+    _add_polled_routes(app, runs, answers)
+    _add_browsing_routes(app, runs)
+    return app
+
+
+def _add_page_routes(app, poll_ms: int) -> None:
+    """The page and its bundled assets."""
+    from fastapi import HTTPException
+    from fastapi.responses import HTMLResponse, Response
+
+    page = (_asset("index.html").decode().replace("{{POLL_MS}}", str(int(poll_ms)))
+            .replace("{{MAX_POINTS}}", str(CHART_POINTS)))
 
     @app.get("/", response_class=HTMLResponse)
     def index() -> str:
@@ -118,69 +156,72 @@ def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
             raise HTTPException(404, "no such asset")
         return Response(_asset(name), media_type=ASSETS[name], headers={"Cache-Control": "max-age=3600"})
 
+
+def _add_polled_routes(app, runs: _Runs, answers: _Answers) -> None:
+    """The views the page polls: each answer tagged with its store's version, a 304 while that is unchanged."""
+    from fastapi import Request
+    from fastapi.responses import Response
+
     @app.get("/api/runs")
     def list_runs(request: Request) -> Response:
-        found = runs()
+        found = runs.all()
         versions = [r.version() for r in found]  # each run's summary carries its version: the page's change test
         etag = '"' + hashlib.blake2b("|".join(f"{r.dir}={v}" for r, v in zip(found, versions)).encode(),
                                      digest_size=12).hexdigest() + '"'
-        return answer(request, etag, lambda: [{"id": i, "version": v, **summary(r)}
-                                              for i, (r, v) in enumerate(zip(found, versions))])
-
-    def summary(r: RunReader) -> dict[str, Any]:
-        try:
-            return r.memo("summary", r.summary)
-        except sqlite3.Error:  # a store the trainer is creating this instant (no tables yet): listed, read next poll
-            return {"name": r.dir.name, "dir": str(r.dir), "status": "starting", "steps": 0, "alerts": 0}
+        return answers.answer(request, etag, lambda: [{"id": i, "version": v, **_summary(r)}
+                                                      for i, (r, v) in enumerate(zip(found, versions))])
 
     @app.get("/api/runs/{i}/steps")
     def steps(request: Request, i: int, after: int = -1, max_points: int | None = None) -> Response:
         # compact JSON: 10,000 steps of ~30 metrics are megabytes
-        r = run(i)
+        r = runs.get(i)
         try:
-            return answer(request, f'"{r.version()}"', lambda: r.steps_after(after, max_points))
+            return answers.answer(request, f'"{r.version()}"', lambda: r.steps_after(after, max_points))
         except sqlite3.OperationalError:  # a store the trainer is creating this instant (no tables yet): none yet
             return Response(json.dumps({"reset": False, "steps": [], "times": [], "cols": {}}), media_type="application/json")
 
     @app.get("/api/runs/{i}/evals")
     def evals(request: Request, i: int) -> Response:
-        return tagged(request, run(i), "evals", run(i).evals)
+        return answers.tagged(request, runs.get(i), "evals", runs.get(i).evals)
 
     @app.get("/api/runs/{i}/alerts")
     def alerts(request: Request, i: int) -> Response:
-        return tagged(request, run(i), "alerts", run(i).alerts)
+        return answers.tagged(request, runs.get(i), "alerts", runs.get(i).alerts)
 
     @app.get("/api/runs/{i}/domains")
     def domains(request: Request, i: int) -> Response:
-        return tagged(request, run(i), "domains", run(i).domains)
+        return answers.tagged(request, runs.get(i), "domains", runs.get(i).domains)
 
     @app.get("/api/runs/{i}/failures")
     def failures(request: Request, i: int) -> Response:
-        r = run(i)
-        return answer(request, f'"{r.version()}"', r.failures)
-
-    @app.get("/api/runs/{i}/groups/{step}")
-    def groups(i: int, step: int, tokens: bool = False) -> dict[str, Any]:
-        return run(i).groups(step, tokens)
-
-    @app.get("/api/runs/{i}/samples")
-    def samples(i: int, q: str = "", failed: bool = False, limit: int = 100, tokens: bool = False) -> list[dict[str, Any]]:
-        return run(i).samples(q, failed, min(max(limit, 1), 1000), tokens)
-
-    @app.get("/api/runs/{i}/episodes")
-    def episodes(i: int, step: int | None = None) -> list[dict[str, Any]]:
-        return run(i).episodes(step)
-
-    @app.get("/api/runs/{i}/episodes/{step}/{idx}")
-    def episode(i: int, step: int, idx: int) -> dict[str, Any]:
-        found = run(i).episode(step, idx)
-        if found is None:
-            raise HTTPException(404, f"no episode {step}:{idx}")
-        return found
+        r = runs.get(i)
+        return answers.answer(request, f'"{r.version()}"', r.failures)
 
     @app.get("/api/runs/{i}/staleness")
     def staleness(request: Request, i: int, after: int = -1, max_points: int | None = None) -> Response:
-        r = run(i)
-        return answer(request, f'"{r.version()}"', lambda: r.staleness(after, max_points))
+        r = runs.get(i)
+        return answers.answer(request, f'"{r.version()}"', lambda: r.staleness(after, max_points))
 
-    return app
+
+def _add_browsing_routes(app, runs: _Runs) -> None:
+    """What a click opens (a step's groups, samples, agent episodes): read on request, never polled."""
+    from fastapi import HTTPException
+
+    @app.get("/api/runs/{i}/groups/{step}")
+    def groups(i: int, step: int, tokens: bool = False) -> dict[str, Any]:
+        return runs.get(i).groups(step, tokens)
+
+    @app.get("/api/runs/{i}/samples")
+    def samples(i: int, q: str = "", failed: bool = False, limit: int = 100, tokens: bool = False) -> list[dict[str, Any]]:
+        return runs.get(i).samples(q, failed, min(max(limit, 1), 1000), tokens)
+
+    @app.get("/api/runs/{i}/episodes")
+    def episodes(i: int, step: int | None = None) -> list[dict[str, Any]]:
+        return runs.get(i).episodes(step)
+
+    @app.get("/api/runs/{i}/episodes/{step}/{idx}")
+    def episode(i: int, step: int, idx: int) -> dict[str, Any]:
+        found = runs.get(i).episode(step, idx)
+        if found is None:
+            raise HTTPException(404, f"no episode {step}:{idx}")
+        return found
