@@ -38,6 +38,7 @@ import torch
 
 from posttrain.errors import UserError
 from posttrain.extras import MissingExtraError, require
+from posttrain.models.config import ModelConfig
 from posttrain.models.llama import CausalLM
 from posttrain.models.lora import has_lora
 from posttrain.models.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, char_tokenizer
@@ -115,12 +116,24 @@ def export_gguf(model: CausalLM, tokenizer: Tokenizer, path: str | Path, dtype: 
         raise GGUFExportError(f"GGUF dtype must be one of {', '.join(GGUF_DTYPES)}; got {dtype!r}")
     check_exportable(model, tokenizer)
     gguf = require_gguf()
-    cfg = model.config
-    head_dim = int(cfg.head_dim or 0)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     q8 = dtype == "q8_0"
     writer = gguf.GGUFWriter(str(path), arch="llama")
+    _add_hyperparameters(writer, model.config, name, q8)
+    _add_tokenizer(writer, tokenizer)
+    _add_tensors(writer, model, q8)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_hyperparameters(writer, cfg: ModelConfig, name: str, q8: bool) -> None:
+    """The llama architecture's metadata: the file type and the model's shape, rotary and norm constants."""
+    gguf = require_gguf()
+    head_dim = int(cfg.head_dim or 0)
     writer.add_name(name)
     writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0 if q8 else gguf.LlamaFileType.ALL_F32))
     writer.add_vocab_size(cfg.vocab_size)
@@ -136,6 +149,9 @@ def export_gguf(model: CausalLM, tokenizer: Tokenizer, path: str | Path, dtype: 
     writer.add_rope_freq_base(float(cfg.rope_theta))
     writer.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
 
+
+def _add_tokenizer(writer, tokenizer: Tokenizer) -> None:
+    """The character vocabulary as a llama (SentencePiece-style) tokenizer, its special ids and BOS/EOS habits."""
     texts, types = vocab(tokenizer)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(texts)
@@ -149,6 +165,13 @@ def export_gguf(model: CausalLM, tokenizer: Tokenizer, path: str | Path, dtype: 
     writer.add_add_bos_token(tokenizer.bos_id is not None)  # as posttrain's encode(add_bos=True)
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(False)
+
+
+def _add_tensors(writer, model: CausalLM, q8: bool) -> None:
+    """Every weight under llama.cpp's tensor names, in its order; q and k rows in adjacent-pair rotary order."""
+    gguf = require_gguf()
+    cfg = model.config
+    head_dim = int(cfg.head_dim or 0)
 
     def put(kind, weight: torch.Tensor, bid: int | None = None, suffix: str = "weight", rows: np.ndarray | None = None):
         tensor_name = gguf.TENSOR_NAMES[kind].format(bid=bid) + "." + suffix
@@ -184,9 +207,3 @@ def export_gguf(model: CausalLM, tokenizer: Tokenizer, path: str | Path, dtype: 
         put(T.FFN_GATE, mlp.gate_proj.weight, i)
         put(T.FFN_UP, mlp.up_proj.weight, i)
         put(T.FFN_DOWN, mlp.down_proj.weight, i)
-
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
