@@ -93,6 +93,13 @@ def test_harbor_directory_loads(tmp_path):
         "not applied: environment/Dockerfile:4: RUN pip install nothing: not run (pip: installs or fetches software)"]
 
 
+def test_an_environment_without_a_dockerfile_is_copied_as_is(tmp_path):
+    d = harbor_task(tmp_path)
+    (d / "environment" / "Dockerfile").unlink()
+    t = load_terminal_task(d)
+    assert t.build is None and t.workdir == "/app" and set(t.environment) == {"seed.txt", "run.sh"}
+
+
 def test_terminal_bench_1_directory_loads(tmp_path):
     t = load_terminal_task(tb1_task(tmp_path))
     assert (t.format, t.test_script, t.agent_timeout_s, t.verifier_timeout_s) == ("terminal-bench", "run-tests.sh", 50.0, 15.0)

@@ -232,6 +232,7 @@ def _load_harbor(root: Path) -> TerminalTask:
     environment: dict[str, bytes] = {}
     executable: list[str] = []
     env_dir = root / "environment"
+    plan = None
     if env_dir.is_dir():
         environment, ex, n = _read_tree(env_dir, "environment")
         notes += n
@@ -244,8 +245,6 @@ def _load_harbor(root: Path) -> TerminalTask:
         for name in _DOCKER_FILES:
             if environment.pop(name, None) is not None and name != "Dockerfile":
                 notes.append(f"environment/{name}: not used (services of a compose file do not run here)")
-    else:
-        plan = None
     notes += _unsupported({"verifier": verifier, "agent": agent, "environment": env}, config)
     tests, ex, n = _read_tree(tests_dir, "tests") if tests_dir.is_dir() else ({}, [], [])
     notes += n
