@@ -209,14 +209,86 @@ def load_terminal_task(path: str | Path) -> TerminalTask:
     raise TaskFileError(f"{root}: neither a Harbor task (task.toml, instruction.md) nor a Terminal-Bench one (task.yaml)")
 
 
-def _load_harbor(root: Path) -> TerminalTask:
-    toml_path, instr_path = root / "task.toml", root / "instruction.md"
+@dataclass
+class _Workspace:
+    """A task's starting files and what its Dockerfile makes of them, as a loader reads them."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Relative path -> bytes, the Docker files removed."""
+    executable: list[str] = field(default_factory=list)
+    """`environment/...` paths with the executable bit."""
+    notes: list[str] = field(default_factory=list)
+    plan: BuildPlan | None = None
+
+
+@dataclass
+class _Judging:
+    """What a Harbor task is judged by and what its oracle runs: one step's files, or the last of several steps'."""
+
+    instruction: str
+    tests: dict[str, bytes]
+    executable: list[str]
+    """Every executable path of the task so far (environment, tests, solution), in reading order."""
+    notes: list[str]
+    solution: str | None = None
+    solution_files: dict[str, bytes] = field(default_factory=dict)
+    steps: tuple[TerminalStep, ...] = ()
+
+
+def _read_task_toml(toml_path: Path) -> dict[str, Any]:
     if not toml_path.is_file():
         raise TaskFileError(f"{toml_path}: missing")
     try:
-        config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+        return tomllib.loads(toml_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TaskFileError(f"{toml_path}: malformed TOML: {exc}") from None
+
+
+def _harbor_workspace(env_dir: Path) -> _Workspace:
+    """`environment/`: its files, and the plan of its Dockerfile when it has one (compose files are not used)."""
+    if not env_dir.is_dir():
+        return _Workspace()
+    environment, ex, notes = _read_tree(env_dir, "environment")
+    executable = [f"environment/{p}" for p in ex]
+    plan = None
+    if "Dockerfile" in environment:
+        dockerfile = environment["Dockerfile"].decode("utf-8", "replace")
+        ignore = environment.get(".dockerignore", b"").decode("utf-8", "replace")
+        plan, n = _plan(dockerfile, "environment/Dockerfile", environment, executable, "environment/", ignore)
+        notes += n
+    for name in _DOCKER_FILES:
+        if environment.pop(name, None) is not None and name != "Dockerfile":
+            notes.append(f"environment/{name}: not used (services of a compose file do not run here)")
+    return _Workspace(environment, executable, notes, plan)
+
+
+def _harbor_one_step(root: Path, instruction: str, tests: dict[str, bytes], executable: list[str]) -> _Judging:
+    """A single-step task: `tests/`, and `solution/` (solve.sh and the files beside it) when there is one."""
+    judging = _Judging(instruction, tests, list(executable), [])
+    if (root / "solution" / "solve.sh").is_file():
+        files, ex, judging.notes = _read_tree(root / "solution", "solution")
+        judging.executable += [f"solution/{p}" for p in ex]
+        judging.solution = files.pop("solve.sh").decode("utf-8", "replace")
+        judging.solution_files = files
+    return judging
+
+
+def _harbor_steps(root: Path, config: dict[str, Any], tests: dict[str, bytes], executable: list[str],
+                  timeouts: tuple[float, float]) -> _Judging:
+    """A multi-step task: every step's instruction at once, the last step's tests, the steps' solutions in order."""
+    steps, notes = load_steps(root, config, _read_tree, tests, timeouts)
+    notes += [f"multi-step task ({len(steps)} steps): the oracle and the do-nothing agent run step by step; "
+              "an agent episode sees every step's instruction at once and is judged by the last step's tests"]
+    instruction = "\n\n".join(f"## Step {i + 1}: {st.name}\n\n{st.instruction}" for i, st in enumerate(steps))
+    executable = [p for p in executable if not p.startswith("tests/")] + [
+        p for p in steps[-1].executable if p.startswith("tests/")]
+    solution = "\n".join(st.solution or "" for st in steps) if all(st.solution is not None for st in steps) else None
+    return _Judging(instruction, dict(steps[-1].tests), executable, notes, solution, steps=steps)
+
+
+def _load_harbor(root: Path) -> TerminalTask:
+    toml_path, instr_path, tests_dir = root / "task.toml", root / "instruction.md", root / "tests"
+    config = _read_task_toml(toml_path)
     multi = isinstance(config.get("steps"), list)
     if not multi and not instr_path.is_file():
         raise TaskFileError(f"{instr_path}: missing")
@@ -225,79 +297,45 @@ def _load_harbor(root: Path) -> TerminalTask:
     metadata = _table(config, "metadata", where)
     if isinstance(config.get("task"), dict):  # schema 1.1 keeps name/description/keywords in [task]
         metadata = {**config["task"], **metadata}
-    tests_dir = root / "tests"
     if not multi and not (tests_dir / "test.sh").is_file():
         raise TaskFileError(f"{tests_dir / 'test.sh'}: missing (every Harbor task needs tests/test.sh)")
-    notes: list[str] = []
-    environment: dict[str, bytes] = {}
-    executable: list[str] = []
-    env_dir = root / "environment"
-    plan = None
-    if env_dir.is_dir():
-        environment, ex, n = _read_tree(env_dir, "environment")
-        notes += n
-        executable += [f"environment/{p}" for p in ex]
-        if "Dockerfile" in environment:
-            dockerfile = environment["Dockerfile"].decode("utf-8", "replace")
-            ignore = environment.get(".dockerignore", b"").decode("utf-8", "replace")
-            plan, n = _plan(dockerfile, "environment/Dockerfile", environment, executable, "environment/", ignore)
-            notes += n
-        for name in _DOCKER_FILES:
-            if environment.pop(name, None) is not None and name != "Dockerfile":
-                notes.append(f"environment/{name}: not used (services of a compose file do not run here)")
-    notes += _unsupported({"verifier": verifier, "agent": agent, "environment": env}, config)
+    workspace = _harbor_workspace(root / "environment")
+    notes = workspace.notes + _unsupported({"verifier": verifier, "agent": agent, "environment": env}, config)
     tests, ex, n = _read_tree(tests_dir, "tests") if tests_dir.is_dir() else ({}, [], [])
     notes += n
-    executable += [f"tests/{p}" for p in ex]
-    solution = None
-    solution_files: dict[str, bytes] = {}
-    agent_timeout, verifier_timeout = (_number(agent, "timeout_sec", 600.0, where),
-                                       _number(verifier, "timeout_sec", 600.0, where))
-    steps: tuple[TerminalStep, ...] = ()
+    executable = workspace.executable + [f"tests/{p}" for p in ex]
+    timeouts = (_number(agent, "timeout_sec", 600.0, where), _number(verifier, "timeout_sec", 600.0, where))
     instruction = instr_path.read_text(encoding="utf-8", errors="replace") if instr_path.is_file() else ""
-    if multi:
-        steps, n = load_steps(root, config, _read_tree, tests, (agent_timeout, verifier_timeout))
-        notes += n + [f"multi-step task ({len(steps)} steps): the oracle and the do-nothing agent run step by step; "
-                      "an agent episode sees every step's instruction at once and is judged by the last step's tests"]
-        instruction = "\n\n".join(f"## Step {i + 1}: {st.name}\n\n{st.instruction}" for i, st in enumerate(steps))
-        tests = dict(steps[-1].tests)
-        executable = [p for p in executable if not p.startswith("tests/")] + [
-            p for p in steps[-1].executable if p.startswith("tests/")]
-        if all(st.solution is not None for st in steps):
-            solution = "\n".join(st.solution or "" for st in steps)
-    elif (root / "solution" / "solve.sh").is_file():
-        solution_files, ex, n = _read_tree(root / "solution", "solution")
-        notes += n
-        executable += [f"solution/{p}" for p in ex]
-        solution = solution_files.pop("solve.sh").decode("utf-8", "replace")
-    _check_size(root.name, environment, tests, solution_files)
+    judging = (_harbor_steps(root, config, tests, executable, timeouts) if multi
+               else _harbor_one_step(root, instruction, tests, executable))
+    _check_size(root.name, workspace.files, judging.tests, judging.solution_files)
+    plan = workspace.plan
     return TerminalTask(
         id=root.name,
-        instruction=instruction,
-        environment=environment,
-        tests=tests,
-        solution=solution,
-        agent_timeout_s=agent_timeout,
-        verifier_timeout_s=verifier_timeout,
+        instruction=judging.instruction,
+        environment=workspace.files,
+        tests=judging.tests,
+        solution=judging.solution,
+        agent_timeout_s=timeouts[0],
+        verifier_timeout_s=timeouts[1],
         cpus=_number(env, "cpus", 1.0, where),
         memory_mb=_memory_mb(env, where),
         allow_internet=bool(env.get("allow_internet", True)),
         metadata={**metadata, **({"verifier_env": _env_table(verifier, where)} if "env" in verifier else {})},
-        notes=tuple(notes),
-        solution_files=solution_files,
-        executable=tuple(executable),
+        notes=tuple(notes + judging.notes),
+        solution_files=judging.solution_files,
+        executable=tuple(judging.executable),
         format="harbor",
         source=str(root),
         build=plan,
         env={**(plan.env if plan else {}), **_env_table(env, where)},
         disk_mb=min(int(_number(env, "storage_mb", 256, where)), 2048) if "storage_mb" in env else 256,
-        steps=steps,
+        steps=judging.steps,
         step_strategy=str(config.get("multi_step_reward_strategy", "mean")),
     )
 
 
-def _load_terminal_bench(root: Path) -> TerminalTask:
-    yaml_path = root / "task.yaml"
+def _read_task_yaml(yaml_path: Path) -> dict[str, Any]:
     try:
         import yaml
     except ImportError:
@@ -308,31 +346,45 @@ def _load_terminal_bench(root: Path) -> TerminalTask:
         raise TaskFileError(f"{yaml_path}: malformed YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(config, dict):
         raise TaskFileError(f"{yaml_path}: expected a mapping at the top level")
+    return config
+
+
+def _tb1_instruction(config: dict[str, Any], yaml_path: Path) -> str:
     instruction = config.get("instruction")
     if instruction is None and isinstance(config.get("descriptions"), list):  # the oldest Terminal-Bench layout
         instruction = next((d.get("description") for d in config["descriptions"]
                             if isinstance(d, dict) and d.get("key") == "base"), None)
     if not isinstance(instruction, str) or not instruction.strip():
         raise TaskFileError(f"{yaml_path}: no 'instruction'")
-    run_tests = root / "run-tests.sh"
+    return instruction
+
+
+def _tb1_workspace(root: Path) -> _Workspace:
+    """The task directory itself, less the task's own files and tests/, and the plan of its Dockerfile."""
+    environment, ex, n = _read_tree(root, "", skip=_TB1_OWN | {"tests"})
+    workspace = _Workspace(environment, [f"environment/{p}" for p in ex], [x.lstrip("/") for x in n])
+    if (root / "Dockerfile").is_file():
+        ignore = (root / ".dockerignore").read_text(errors="replace") if (root / ".dockerignore").is_file() else ""
+        workspace.plan, n = _plan((root / "Dockerfile").read_text(encoding="utf-8", errors="replace"), "Dockerfile",
+                                  environment, workspace.executable, "environment/", ignore)
+        workspace.notes += n
+    return workspace
+
+
+def _load_terminal_bench(root: Path) -> TerminalTask:
+    yaml_path, run_tests = root / "task.yaml", root / "run-tests.sh"
+    config = _read_task_yaml(yaml_path)
+    instruction = _tb1_instruction(config, yaml_path)
     if not run_tests.is_file():
         raise TaskFileError(f"{run_tests}: missing (every Terminal-Bench task needs run-tests.sh)")
     if not (root / "tests").is_dir():
         raise TaskFileError(f"{root / 'tests'}: missing (every Terminal-Bench task needs tests/)")
     where = str(yaml_path)
-    notes = []
-    environment, ex, n = _read_tree(root, "", skip=_TB1_OWN | {"tests"})
-    executable = [f"environment/{p}" for p in ex]
-    notes += [x.lstrip("/") for x in n]
-    plan = None
-    if (root / "Dockerfile").is_file():
-        ignore = (root / ".dockerignore").read_text(errors="replace") if (root / ".dockerignore").is_file() else ""
-        plan, n = _plan((root / "Dockerfile").read_text(encoding="utf-8", errors="replace"), "Dockerfile", environment,
-                        executable, "environment/", ignore)
-        notes += n
+    workspace = _tb1_workspace(root)
+    notes = workspace.notes
     tests, ex, n = _read_tree(root / "tests", "tests")
     notes += n
-    executable += [f"tests/{p}" for p in ex]
+    executable = workspace.executable + [f"tests/{p}" for p in ex]
     if "run-tests.sh" in tests:
         raise TaskFileError(f"{root / 'tests' / 'run-tests.sh'}: clashes with the task's run-tests.sh")
     tests["run-tests.sh"] = run_tests.read_bytes()
@@ -344,24 +396,23 @@ def _load_terminal_bench(root: Path) -> TerminalTask:
                  "(1 when it exits 0, 0 when pytest reports failures)")
     if parser != "pytest":
         notes.append(f"parser_name {parser!r} is read as pytest's outcome")
-    _check_size(root.name, environment, tests)
-    metadata = {k: v for k, v in config.items() if k not in ("instruction", "descriptions")}
+    _check_size(root.name, workspace.files, tests)
     return TerminalTask(
         id=root.name,
         instruction=instruction,
-        environment=environment,
+        environment=workspace.files,
         tests=tests,
         solution=solution,
         agent_timeout_s=_number(config, "max_agent_timeout_sec", 360.0, where),
         verifier_timeout_s=_number(config, "max_test_timeout_sec", 60.0, where),
-        metadata=metadata,
+        metadata={k: v for k, v in config.items() if k not in ("instruction", "descriptions")},
         notes=tuple(notes),
         test_script="run-tests.sh",
         executable=tuple(executable),
         format="terminal-bench",
         source=str(root),
-        build=plan,
-        env=dict(plan.env) if plan else {},
+        build=workspace.plan,
+        env=dict(workspace.plan.env) if workspace.plan else {},
     )
 
 
