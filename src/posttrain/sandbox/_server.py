@@ -63,6 +63,7 @@ EXIT_SETUP_FAILED = 125
 # pre-forked task is a fork of this process and starts with its heap (tests/sandbox checks the set).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Literal, NotRequired, TypedDict
 
     class ServerConfig(TypedDict):
@@ -160,23 +161,15 @@ def _bind(src_fd: int, dst: str, *, readonly: bool, f_flag: int) -> None:
         sc.mount(None, dst, None, sc.MS_BIND | sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | keep)
 
 
-def _build_root(config: ServerConfig) -> list[str]:
-    """Pivot into a fresh read-only root. Runs as uid 0 of the new user namespace."""
-    warnings: list[str] = []
-    sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
-    # Open bind sources while we still hold host-root's path permissions (/root is 0700).
-    sources = []
-    for path in config["ro_binds"]:
-        if os.path.lexists(path):
-            sources.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC), os.statvfs(path).f_flag))
-    os.setgroups([])
-    os.setresgid(0, 0, 0)
-    os.setresuid(0, 0, 0)
-    sc.set_pdeathsig(signal.SIGKILL)  # a uid change cleared the one set before
+def _hold(paths: Iterable[str]) -> list[tuple[str, int, int]]:
+    """(path, an ``O_PATH`` descriptor of it, its mount flags) of each path, opened now: binding them later,
+    after a uid change or once other mounts cover them, needs no path permission and no path lookup."""
+    return [(path, os.open(path, os.O_PATH | os.O_CLOEXEC), os.statvfs(path).f_flag) for path in paths]
 
-    root = "/tmp"
-    sc.mount("tmpfs", root, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=0755,size=1m")
-    for path, fd, f_flag in sources:
+
+def _bind_held(held: list[tuple[str, int, int]], root: str) -> None:
+    """Bind each held source, read-only, at its own path under ``root`` (a directory or an empty file made for it)."""
+    for path, fd, f_flag in held:
         dst = root + path
         if os.path.isdir(f"/proc/self/fd/{fd}"):
             os.makedirs(dst, exist_ok=True)
@@ -185,11 +178,10 @@ def _build_root(config: ServerConfig) -> list[str]:
             open(dst, "w").close()
         _bind(fd, dst, readonly=True, f_flag=f_flag)
         os.close(fd)
-    for name, target in config["symlinks"].items():
-        os.makedirs(os.path.dirname(root + name), exist_ok=True)
-        os.symlink(target, root + name)
-    for name in config.get("workspace_binds", {}):
-        os.makedirs(root + name, exist_ok=True)
+
+
+def _write_identity_files(root: str) -> None:
+    """The root's /etc: two users, two groups, the host name."""
     os.makedirs(root + "/etc", exist_ok=True)
     with open(root + "/etc/passwd", "w") as f:
         f.write("root:x:0:0:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
@@ -197,10 +189,10 @@ def _build_root(config: ServerConfig) -> list[str]:
         f.write("root:x:0:\nnogroup:x:65534:\n")
     with open(root + "/etc/hostname", "w") as f:
         f.write("sandbox\n")
-    for d in ("proc", "tmp", "work", "state", "dev"):
-        os.makedirs(root + "/" + d, exist_ok=True)
-    os.chmod(root + "/tmp", 0o1777)
-    # /dev: host device nodes bound one by one onto a tmpfs that becomes read-only.
+
+
+def _mount_dev(root: str) -> None:
+    """/dev: host device nodes bound one by one onto a tmpfs that becomes read-only."""
     sc.mount("tmpfs", root + "/dev", "tmpfs", sc.MS_NOSUID | sc.MS_NOEXEC, "mode=0755,size=64k")
     for node in ("null", "zero", "full", "random", "urandom"):
         open(f"{root}/dev/{node}", "w").close()
@@ -210,9 +202,10 @@ def _build_root(config: ServerConfig) -> list[str]:
         os.symlink(target, f"{root}/dev/{name}")
     os.makedirs(root + "/dev/shm")
     sc.mount(None, root + "/dev", None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NOEXEC)
-    sc.mount("tmpfs", root + "/state", "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=0700,size=64k")
-    # A fully visible procfs of our PID namespace; tasks mount their own over it.
-    sc.mount("proc", root + "/proc", "proc", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
+
+
+def _pivot_into(root: str) -> None:
+    """Make ``root`` this mount namespace's root, detach the old one, and remount the new one read-only."""
     os.chdir(root)
     os.mkdir(".oldroot")
     sc.pivot_root(".", ".oldroot")
@@ -220,6 +213,36 @@ def _build_root(config: ServerConfig) -> list[str]:
     os.rmdir("/.oldroot")
     os.chdir("/")
     sc.mount(None, "/", None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV)
+
+
+def _build_root(config: ServerConfig) -> list[str]:
+    """Pivot into a fresh read-only root. Runs as uid 0 of the new user namespace."""
+    warnings: list[str] = []
+    sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
+    # Open bind sources while we still hold host-root's path permissions (/root is 0700).
+    sources = _hold(path for path in config["ro_binds"] if os.path.lexists(path))
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    sc.set_pdeathsig(signal.SIGKILL)  # a uid change cleared the one set before
+
+    root = "/tmp"
+    sc.mount("tmpfs", root, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=0755,size=1m")
+    _bind_held(sources, root)
+    for name, target in config["symlinks"].items():
+        os.makedirs(os.path.dirname(root + name), exist_ok=True)
+        os.symlink(target, root + name)
+    for name in config.get("workspace_binds", {}):
+        os.makedirs(root + name, exist_ok=True)
+    _write_identity_files(root)
+    for d in ("proc", "tmp", "work", "state", "dev"):
+        os.makedirs(root + "/" + d, exist_ok=True)
+    os.chmod(root + "/tmp", 0o1777)
+    _mount_dev(root)
+    sc.mount("tmpfs", root + "/state", "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=0700,size=64k")
+    # A fully visible procfs of our PID namespace; tasks mount their own over it.
+    sc.mount("proc", root + "/proc", "proc", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
+    _pivot_into(root)
     return warnings
 
 
@@ -246,6 +269,51 @@ def _bind_workspace_dirs(binds: dict[str, str]) -> None:
             os.close(fd)
 
 
+def _join_cgroups(cgroup_fds: list[int]) -> None:
+    """Join the task's cgroups through files the manager opened as root (cgroup v1 checks the opener's
+    credentials); "0" means the writer itself, and this process has one thread (a fork), which a v1 ``tasks``
+    file moves without the kernel's global lock (``cgroups.join_file``). The fds are closed before anything
+    else runs, so they never reach the task."""
+    for fd in cgroup_fds:
+        os.write(fd, b"0")
+        os.close(fd)
+
+
+def _mount_work(sid: str | None, flags: int, disk: int) -> None:
+    """/work: a fresh tmpfs, or the overlay of session ``sid``'s layers."""
+    if sid is None:
+        sc.mount("tmpfs", "/work", "tmpfs", flags, f"mode=0777,size={disk}")
+        return
+    store = _stores.get(sid)  # this process is a fork of the server: its registry as of now
+    if store is None or not store.open:
+        raise OSError(f"no open session {sid} in this fork-server (closed, or the server restarted)")
+    sc.mount("overlay", "/work", "overlay", flags, _overlay_options(sid, store.chain(sid)))
+
+
+def _mount_task_filesystems(sid: str | None, disk: int, rebinds: list[str], binds: dict[str, str]) -> None:
+    """The task's own /proc, size-capped /tmp and /dev/shm, /work; the server's /state out of sight."""
+    flags = sc.MS_NOSUID | sc.MS_NODEV
+    sc.mount("proc", "/proc", "proc", flags | sc.MS_NOEXEC)
+    # Runtimes under /tmp (a virtual environment there; the manager sends only those): held
+    # before the fresh mounts cover them, then bound again, read-only, at the same path inside.
+    held = _hold(rebinds)
+    sc.mount("tmpfs", "/tmp", "tmpfs", flags, f"mode=1777,size={disk}")
+    sc.mount("tmpfs", "/dev/shm", "tmpfs", flags | sc.MS_NOEXEC, f"mode=1777,size={disk}")
+    _bind_held(held, "")
+    _mount_work(sid, flags, disk)
+    sc.umount2("/state", sc.MNT_DETACH)
+    _bind_workspace_dirs(binds)
+
+
+def _write_files(files: dict[str, str]) -> None:
+    """The request's files (relative path under /work -> base64), written as the task's own."""
+    for rel, content in files.items():
+        path = os.path.join("/work", rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(content))
+
+
 def _task_main(req: ExecRequest, fds: list[int], seccomp_program: bytes | None, rebinds: list[str],
                binds: dict[str, str]) -> None:
     """T, pid 2 of its PID namespace: joins the task's cgroups, builds the task's other
@@ -257,14 +325,7 @@ def _task_main(req: ExecRequest, fds: list[int], seccomp_program: bytes | None, 
     try:
         sc.set_name(b"sandbox-task")  # until it becomes the task
         sc.set_pdeathsig(signal.SIGKILL)
-        # Join the task's cgroups through files the manager opened as root (cgroup v1 checks
-        # the opener's credentials); "0" means the writer itself, and this process has one
-        # thread (a fork), which a v1 ``tasks`` file moves without the kernel's global lock
-        # (``cgroups.join_file``). The fds are closed before anything else runs, so they never
-        # reach the task.
-        for fd in fds[4:]:
-            os.write(fd, b"0")
-            os.close(fd)
+        _join_cgroups(fds[4:])
         flags = sc.CLONE_NEWNS | sc.CLONE_NEWIPC | sc.CLONE_NEWUTS
         if not req["network"]:
             flags |= sc.CLONE_NEWNET
@@ -272,42 +333,14 @@ def _task_main(req: ExecRequest, fds: list[int], seccomp_program: bytes | None, 
         limits = req["limits"]
         disk = int(limits["disk_mb"]) << 20
         sc.sethostname("sandbox")
-        flags = sc.MS_NOSUID | sc.MS_NODEV
-        sc.mount("proc", "/proc", "proc", flags | sc.MS_NOEXEC)
-        # Runtimes under /tmp (a virtual environment there; the manager sends only those): held
-        # before the fresh mounts cover them, then bound again, read-only, at the same path inside.
-        held = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC), os.statvfs(path).f_flag) for path in rebinds]
-        sc.mount("tmpfs", "/tmp", "tmpfs", flags, f"mode=1777,size={disk}")
-        sc.mount("tmpfs", "/dev/shm", "tmpfs", flags | sc.MS_NOEXEC, f"mode=1777,size={disk}")
-        for path, fd, f_flag in held:
-            if os.path.isdir(f"/proc/self/fd/{fd}"):
-                os.makedirs(path, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                open(path, "w").close()
-            _bind(fd, path, readonly=True, f_flag=f_flag)
-            os.close(fd)
-        sid = req.get("sid")
-        if sid is None:
-            sc.mount("tmpfs", "/work", "tmpfs", flags, f"mode=0777,size={disk}")
-        else:
-            store = _stores.get(sid)  # this process is a fork of the server: its registry as of now
-            if store is None or not store.open:
-                raise OSError(f"no open session {sid} in this fork-server (closed, or the server restarted)")
-            sc.mount("overlay", "/work", "overlay", flags, _overlay_options(sid, store.chain(sid)))
-        sc.umount2("/state", sc.MNT_DETACH)
-        _bind_workspace_dirs(binds)
+        _mount_task_filesystems(req.get("sid"), disk, rebinds, binds)
         if not req["network"]:
             sc.loopback_up()
         _set_rlimits(limits)
         os.chdir(req.get("cwd") or "/work")
         sc.drop_all_capabilities(sc.OWNER_CAPS if limits.get("owners") else ())
         sc.set_no_new_privs()
-        for rel, content in req.get("files", {}).items():
-            path = os.path.join("/work", rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(base64.b64decode(content))
+        _write_files(req.get("files", {}))
         exe = _resolve(req, named["stderr"]) if command else None
         if seccomp_program is not None:
             seccomp.install(seccomp_program)
@@ -639,7 +672,9 @@ def _report_exit(ex: _Execution) -> None:
             pass
 
 
-def _serve(ctl: socket.socket, config: ServerConfig) -> None:
+def _confine_server(config: ServerConfig) -> tuple[bytes | None, list[str]]:
+    """Make this process the fork-server: its root, capabilities, imports and signal handlers as every
+    task's fork will inherit them. Returns the seccomp program for tasks (None: unfiltered) and the warnings."""
     global _TASK_NAME
     _TASK_NAME = sc.get_name()
     sc.set_name(b"sandbox-server")
@@ -662,24 +697,75 @@ def _serve(ctl: socket.socket, config: ServerConfig) -> None:
     program = seccomp.filter_for_machine() if config.get("seccomp", True) else None
     if program is None:
         warnings.append(f"no seccomp filter for {os.uname().machine}: dangerous syscalls are not filtered")
-    rebinds = [p for p in config.get("rebinds", []) if os.path.lexists(p)]  # those bound in our root
-    binds = dict(config.get("workspace_binds", {}))
-    pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-    running: dict[int, _Execution] = {}  # pidfd of T -> its execution
-    dying: dict[int, tuple[int, ctypes.Array]] = {}  # pidfd of a killed G -> (pid, stack)
-    _wire.send(ctl, {"ready": True, "warnings": warnings})
-    while True:
-        ready, _, _ = select.select([ctl, *running, *dying], [], [])
+    return program, warnings
+
+
+class _Server:
+    """What the serving loop holds: how to start an execution, and the executions it still owes a reaping."""
+
+    __slots__ = ("ctl", "program", "rebinds", "binds", "pidns", "running", "dying")
+
+    def __init__(self, ctl: socket.socket, config: ServerConfig, program: bytes | None) -> None:
+        self.ctl, self.program = ctl, program
+        self.rebinds = [p for p in config.get("rebinds", []) if os.path.lexists(p)]  # those bound in our root
+        self.binds = dict(config.get("workspace_binds", {}))
+        self.pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.running: dict[int, _Execution] = {}  # pidfd of T -> its execution
+        self.dying: dict[int, tuple[int, ctypes.Array]] = {}  # pidfd of a killed G -> (pid, stack)
+
+    def reap(self, ready: list[int]) -> None:
+        """Report each finished task and kill its init; reap each init that died."""
         for fd in ready:
-            if fd in running:
+            if fd in self.running:
                 os.close(fd)
-                ex = running.pop(fd)
+                ex = self.running.pop(fd)
                 _report_exit(ex)
-                dying[ex.init_pidfd] = (ex.init, ex.stack)
-            elif fd in dying:
-                pid, _stack = dying.pop(fd)
+                self.dying[ex.init_pidfd] = (ex.init, ex.stack)
+            elif fd in self.dying:
+                pid, _stack = self.dying.pop(fd)
                 os.waitpid(pid, 0)
                 os.close(fd)  # only now may its stack be freed
+
+    def execute(self, req: ExecRequest, fds: list[int]) -> None:
+        """Start one execution and track it; a failure to start goes to its status socket."""
+        try:
+            inherited = [self.ctl.fileno(), self.pidns, *self.running, *self.dying,
+                         *(x for ex in self.running.values() for x in (ex.init_pidfd, ex.status.fileno()))]
+            ex = _start(req, fds, self.program, self.pidns, inherited, self.rebinds, self.binds)
+            try:
+                self.running[os.pidfd_open(ex.task)] = ex
+            except OSError:
+                os.kill(ex.task, signal.SIGKILL)  # untracked, it could not be reaped
+                os.waitpid(ex.task, 0)
+                signal.pidfd_send_signal(ex.init_pidfd, signal.SIGKILL)
+                os.waitpid(ex.init, 0)
+                os.close(ex.init_pidfd)
+                ex.status.close()
+                raise
+        except OSError as e:
+            with socket.socket(fileno=os.dup(fds[0])) as sock:
+                _log_fail(sock, f"fork-server: {e}")
+        for fd in fds:
+            os.close(fd)
+
+
+def _answer_session(req: SessionRequest, fds: list[int]) -> None:
+    reply = socket.socket(fileno=fds[0])
+    try:
+        out: dict[str, object] = _session_op(req)
+    except OSError as e:
+        out = {"error": f"{req['op']}: {e}"}
+    _wire.send(reply, out)
+    reply.close()
+
+
+def _serve(ctl: socket.socket, config: ServerConfig) -> None:
+    program, warnings = _confine_server(config)
+    server = _Server(ctl, config, program)
+    _wire.send(ctl, {"ready": True, "warnings": warnings})
+    while True:
+        ready, _, _ = select.select([ctl, *server.running, *server.dying], [], [])
+        server.reap(ready)
         if ctl not in ready:
             continue
         req: Request | None
@@ -687,33 +773,9 @@ def _serve(ctl: socket.socket, config: ServerConfig) -> None:
         if req is None:
             os._exit(0)  # manager gone: dying as PID-namespace init kills every sandbox
         if req["op"] == "exec":
-            try:
-                inherited = [ctl.fileno(), pidns, *running, *dying,
-                             *(x for ex in running.values() for x in (ex.init_pidfd, ex.status.fileno()))]
-                ex = _start(req, fds, program, pidns, inherited, rebinds, binds)
-                try:
-                    running[os.pidfd_open(ex.task)] = ex
-                except OSError:
-                    os.kill(ex.task, signal.SIGKILL)  # untracked, it could not be reaped
-                    os.waitpid(ex.task, 0)
-                    signal.pidfd_send_signal(ex.init_pidfd, signal.SIGKILL)
-                    os.waitpid(ex.init, 0)
-                    os.close(ex.init_pidfd)
-                    ex.status.close()
-                    raise
-            except OSError as e:
-                with socket.socket(fileno=os.dup(fds[0])) as sock:
-                    _log_fail(sock, f"fork-server: {e}")
-            for fd in fds:
-                os.close(fd)
+            server.execute(req, fds)
         else:
-            reply = socket.socket(fileno=fds[0])
-            try:
-                out: dict[str, object] = _session_op(req)
-            except OSError as e:
-                out = {"error": f"{req['op']}: {e}"}
-            _wire.send(reply, out)
-            reply.close()
+            _answer_session(req, fds)
 
 
 def add_site_paths() -> None:
