@@ -212,6 +212,36 @@ def recv_hello(sock: socket.socket, timeout_s: float) -> tuple[StatusMessage, in
     return msg, (fds[0] if fds else -1)
 
 
+@dataclass
+class _Watch:
+    """What ``supervise`` has learned of one execution so far."""
+
+    setup_error: str | None = None
+    exited: TaskExit | None = None
+    status_open: bool = True
+    timed_out: bool = False
+    output_over: bool = False
+    cpu_over: bool = False
+    killed: bool = False
+    """A limit tripped: the execution is killed (at ``kill_at``)."""
+    kill_at: float | None = None
+
+    def read_status(self, status: socket.socket) -> None:
+        """Take one message (or the close) from the execution's status socket."""
+        msg: StatusMessage | None
+        msg, fds = _wire.recv(status)
+        for fd in fds:
+            os.close(fd)
+        if msg is None:
+            self.status_open = False
+        elif "setup_error" in msg:
+            self.setup_error = msg["setup_error"]
+        elif "error" in msg:  # the server could not start the task
+            self.setup_error = msg["error"]
+        elif "task_wstatus" in msg:
+            self.exited = msg
+
+
 def supervise(status: socket.socket, pump: OutputPump, pidfd: int, cg: cgroups.TaskCgroup | None,
               limits: Limits, *, group_cpu: bool) -> Outcome:
     """Run an execution to its end: pump its stdio, kill it at the first limit it trips (wall
@@ -219,75 +249,64 @@ def supervise(status: socket.socket, pump: OutputPump, pidfd: int, cg: cgroups.T
     its status messages, and classify what happened."""
     start = time.monotonic()
     deadline = start + limits.wall_s
-    setup_error: str | None = None
-    exited: TaskExit | None = None
-    status_open = True
-    timed_out = output_over = cpu_over = killed = False
-    kill_at: float | None = None
+    w = _Watch()
     next_cpu_check = start + 0.1
     watch_cpu = cg is not None and group_cpu
-    while not (pump.done and (not status_open or exited is not None)):
+    while not (pump.done and (not w.status_open or w.exited is not None)):
         now = time.monotonic()
-        if not killed and now >= deadline:
-            timed_out = killed = True
-        if killed and kill_at is None:
+        if not w.killed and now >= deadline:
+            w.timed_out = w.killed = True
+        if w.killed and w.kill_at is None:
             kill_execution(cg, pidfd)
-            kill_at = now
-        if kill_at is not None and now - kill_at > 5.0:
+            w.kill_at = now
+        if w.kill_at is not None and now - w.kill_at > 5.0:
             break  # outputs still held open after a kill: give up on them
         wait = max(0.0, deadline - now)
         if watch_cpu:
             wait = min(wait, 0.1)
-        if killed:
+        if w.killed:
             wait = 0.05
-        over, status_ready = pump.step(wait, status.fileno() if status_open else None)
-        if over and not killed:
-            output_over = killed = True
+        over, status_ready = pump.step(wait, status.fileno() if w.status_open else None)
+        if over and not w.killed:
+            w.output_over = w.killed = True
         if status_ready:
-            msg: StatusMessage | None
-            msg, fds = _wire.recv(status)
-            for fd in fds:
-                os.close(fd)
-            if msg is None:
-                status_open = False
-            elif "setup_error" in msg:
-                setup_error = msg["setup_error"]
-            elif "error" in msg:  # the server could not start the task
-                setup_error = msg["error"]
-            elif "task_wstatus" in msg:
-                exited = msg
+            w.read_status(status)
         # The group's CPU is read every 0.1 s, not on every poll round: a trivial run
         # has several rounds, and each read opens three cgroup files.
-        if watch_cpu and cg is not None and not killed and time.monotonic() >= next_cpu_check:
+        if watch_cpu and cg is not None and not w.killed and time.monotonic() >= next_cpu_check:
             next_cpu_check = time.monotonic() + 0.1
             cpu = cg.cpu_s()
             if cpu is not None and cpu > limits.cpu_s:
-                cpu_over = killed = True
+                w.cpu_over = w.killed = True
     wall = time.monotonic() - start
-    if killed:
+    if w.killed:
         await_exit(pidfd, 2.0)
-    stats = cg.stats() if cg is not None else cgroups.TaskStats()
+    return _outcome(w, pump, cg.stats() if cg is not None else cgroups.TaskStats(), limits, wall)
+
+
+def _outcome(w: _Watch, pump: OutputPump, stats: cgroups.TaskStats, limits: Limits, wall: float) -> Outcome:
+    """The execution's result: a sandbox error when it never ran or vanished, else its exit and verdict."""
     res = ExecResult(ExecStatus.SANDBOX_ERROR, wall_s=wall, stdout_truncated=pump.out_truncated,
                      stderr_truncated=pump.err_truncated,
                      stdout=pump.out.decode("utf-8", "replace"), stderr=pump.err.decode("utf-8", "replace"))
     res.peak_memory_bytes = stats.peak_memory_bytes
     res.cpu_s = stats.cpu_s
-    if setup_error is not None:
-        res.error = f"sandbox set-up failed: {setup_error}"
+    if w.setup_error is not None:
+        res.error = f"sandbox set-up failed: {w.setup_error}"
         return Outcome(res, bytes(pump.out), bytes(pump.err))
-    if exited is None and not killed:
+    if w.exited is None and not w.killed:
         res.error = "the task's init vanished without a status"
         return Outcome(res, bytes(pump.out), bytes(pump.err))
-    if exited is not None:
-        res.exit_code, res.signal = decode_wait(exited["task_wstatus"])
+    if w.exited is not None:
+        res.exit_code, res.signal = decode_wait(w.exited["task_wstatus"])
         if res.cpu_s is None:
-            res.cpu_s = exited["utime"] + exited["stime"]
+            res.cpu_s = w.exited["utime"] + w.exited["stime"]
         if res.peak_memory_bytes is None:
-            res.peak_memory_bytes = exited["maxrss_kb"] * 1024
+            res.peak_memory_bytes = w.exited["maxrss_kb"] * 1024
     else:
         res.signal = signal.SIGKILL
-    res.status = classify(exit_code=res.exit_code, sig=res.signal, timed_out=timed_out, output_over=output_over,
-                          cpu_over=cpu_over or (res.cpu_s or 0) > limits.cpu_s, oom_kills=stats.oom_kills)
+    res.status = classify(exit_code=res.exit_code, sig=res.signal, timed_out=w.timed_out, output_over=w.output_over,
+                          cpu_over=w.cpu_over or (res.cpu_s or 0) > limits.cpu_s, oom_kills=stats.oom_kills)
     return Outcome(res, bytes(pump.out), bytes(pump.err))
 
 
