@@ -485,14 +485,9 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}"[:ERR_LEN]
 
 
-def _run_tests(item: Item, remote: Remote, out: dict, results: list) -> None:
-    """Count the tests into ``out["total"]``, then fill ``results`` with (name, passed, error) as
-    they finish, so that a deadline keeps what ran and the unrun ones still count as failed."""
-    tests, entry = item["tests"], item.get("entry_point")
-    style = item.get("style") or "auto"
-    tree = ast.parse(tests, "<tests>")  # a SyntaxError here is the task's fault
-    if style == "auto":
-        style = _detect_style(tree, entry)
+def _solution_namespace(item: Item, remote: Remote, entry: str | None) -> tuple[types.ModuleType, dict]:
+    """The ``solution`` module the tests may import (every name a proxy or data from C, a missing one a proxy
+    that fails when called) and the namespace the tests run in (the names they may see, and ``candidate``)."""
     module = types.ModuleType(item.get("module") or "solution")
     ns: dict = {"__name__": "__tests__", "__builtins__": builtins}
     for name, value in remote.data.items():
@@ -513,6 +508,18 @@ def _run_tests(item: Item, remote: Remote, out: dict, results: list) -> None:
         return Proxy(remote, name)
 
     module.__getattr__ = missing_name
+    return module, ns
+
+
+def _run_tests(item: Item, remote: Remote, out: dict, results: list) -> None:
+    """Count the tests into ``out["total"]``, then fill ``results`` with (name, passed, error) as
+    they finish, so that a deadline keeps what ran and the unrun ones still count as failed."""
+    tests, entry = item["tests"], item.get("entry_point")
+    style = item.get("style") or "auto"
+    tree = ast.parse(tests, "<tests>")  # a SyntaxError here is the task's fault
+    if style == "auto":
+        style = _detect_style(tree, entry)
+    module, ns = _solution_namespace(item, remote, entry)
     sys.modules[module.__name__] = module
     try:
         if style == "asserts":
@@ -520,43 +527,51 @@ def _run_tests(item: Item, remote: Remote, out: dict, results: list) -> None:
             if not out["total"]:
                 raise ValueError("the tests contain no top-level assert statement")
             _run_asserts(tree, ns, results)
-            return
-        if style == "check" and item.get("split"):
+        elif style == "check" and item.get("split"):
             _run_split_check(tree, entry, ns, out, results)
-            return
-        if style == "check":
-            out["total"] = 1
-            try:
-                exec(compile(tree, "<tests>", "exec"), ns)
-            except ItemDeadline:
-                raise
-            except BaseException as e:  # noqa: BLE001 - set-up of the tests called the solution and failed
-                results.append((f"check({entry})", False, _short(e)))
-                return
-            if not callable(ns.get("check")):
-                raise ValueError("the tests define no check(candidate) function")
-            _one(f"check({entry})", lambda: ns["check"](ns["candidate"]), results)
-            return
-        try:
-            exec(compile(tree, "<tests>", "exec"), ns)  # pytest style: module level is set-up
-        except ItemDeadline:
-            raise
-        except BaseException as e:  # noqa: BLE001 - set-up that uses the solution failed: every test fails
-            names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     and n.name.startswith("test")]
-            out["total"] = len(names)
-            results.extend((n, False, f"module set-up failed: {_short(e)}") for n in names)
-            return
-        cases = [case for name, fn in list(ns.items())
-                 if name.startswith("test") and isinstance(fn, types.FunctionType)
-                 for case in _pytest_cases(name, fn, ns)]
-        out["total"] = len(cases)
-        if not cases:
-            raise ValueError("the tests define no test_* function")
-        for case_name, call in cases:
-            _one(case_name, call, results)
+        elif style == "check":
+            _run_check(tree, entry, ns, out, results)
+        else:
+            _run_pytest_style(tree, ns, out, results)
     finally:
         sys.modules.pop(module.__name__, None)
+
+
+def _run_check(tree: ast.Module, entry: str | None, ns: dict, out: dict, results: list) -> None:
+    """``check(candidate)`` as one test."""
+    out["total"] = 1
+    try:
+        exec(compile(tree, "<tests>", "exec"), ns)
+    except ItemDeadline:
+        raise
+    except BaseException as e:  # noqa: BLE001 - set-up of the tests called the solution and failed
+        results.append((f"check({entry})", False, _short(e)))
+        return
+    if not callable(ns.get("check")):
+        raise ValueError("the tests define no check(candidate) function")
+    _one(f"check({entry})", lambda: ns["check"](ns["candidate"]), results)
+
+
+def _run_pytest_style(tree: ast.Module, ns: dict, out: dict, results: list) -> None:
+    """Each ``test_*`` function (and each of its parametrized cases) as one test; module level is set-up."""
+    try:
+        exec(compile(tree, "<tests>", "exec"), ns)
+    except ItemDeadline:
+        raise
+    except BaseException as e:  # noqa: BLE001 - set-up that uses the solution failed: every test fails
+        names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name.startswith("test")]
+        out["total"] = len(names)
+        results.extend((n, False, f"module set-up failed: {_short(e)}") for n in names)
+        return
+    cases = [case for name, fn in list(ns.items())
+             if name.startswith("test") and isinstance(fn, types.FunctionType)
+             for case in _pytest_cases(name, fn, ns)]
+    out["total"] = len(cases)
+    if not cases:
+        raise ValueError("the tests define no test_* function")
+    for case_name, call in cases:
+        _one(case_name, call, results)
 
 
 def _run_split_check(tree: ast.Module, entry: str | None, ns: dict, out: dict, results: list) -> None:
