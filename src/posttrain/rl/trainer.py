@@ -75,34 +75,16 @@ class Trainer:
     """Owns one run. `Trainer(cfg).run()` trains; `Trainer(cfg, resume=True).run()` continues it. `backends`: the
     optional back ends a config may name (`posttrain.wiring.default_backends()`; the CLI passes them)."""
 
-    def __init__(
-        self,
-        cfg: RunConfig,
-        resume: bool = False,
-        overwrite: bool = False,
-        on_step: Callable[[StepResult], None] | None = None,
-        on_eval: Callable[[int, dict[str, float]], None] | None = None,
-        components: Components | None = None,
-        backends: Backends | None = None,
-    ) -> None:
+    def __init__(self, cfg: RunConfig, resume: bool = False, overwrite: bool = False,
+                 on_step: Callable[[StepResult], None] | None = None,
+                 on_eval: Callable[[int, dict[str, float]], None] | None = None,
+                 components: Components | None = None, backends: Backends | None = None) -> None:
         self.cfg = cfg
         self.run_dir = cfg.path
         self.on_step, self.on_eval = on_step, on_eval
-        store_path = self.run_dir / "run.sqlite"
         self.dp = components.dp if components is not None else data_parallel_from_env(cfg.rl.device, backends)
         self.lead = self.dp.lead
-        if store_path.exists() and not resume:
-            if not overwrite:
-                raise RunExistsError(f"run {self.run_dir} already exists: pass --resume to continue it or choose another name")
-            if self.lead:
-                shutil.rmtree(self.run_dir)
-        if resume and latest_checkpoint(self.run_dir) is None:
-            raise NoCheckpointError(
-                f"{self.run_dir}: no checkpoint to resume from (checkpoint_every = {cfg.train.checkpoint_every})"
-            )
-        self.dp.barrier()  # every rank has looked before rank 0 deletes or creates anything
-        if self.lead:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._claim_run_dir(resume, overwrite)
         self.parts = components or build(cfg, store=False, dp=self.dp, backends=backends)
         p = self.parts
         # the policy with every weight in place (FSDP shards the learner's module; the engine holds a whole copy)
@@ -142,6 +124,22 @@ class Trainer:
             if resume:  # the buffer is not in the checkpoint: what was pending is dropped, and counted
                 self.async_loop.load_state_dict(async_state)
                 self.store.set_info(resume_dropped_groups=self.async_loop.resume_dropped)
+
+    def _claim_run_dir(self, resume: bool, overwrite: bool) -> None:
+        """Refuse a run that exists unless resumed or overwritten, and a resume without a checkpoint; then rank 0
+        deletes (overwrite) and creates the run directory, once every rank has looked."""
+        if (self.run_dir / "run.sqlite").exists() and not resume:
+            if not overwrite:
+                raise RunExistsError(f"run {self.run_dir} already exists: pass --resume to continue it or choose another name")
+            if self.lead:
+                shutil.rmtree(self.run_dir)
+        if resume and latest_checkpoint(self.run_dir) is None:
+            raise NoCheckpointError(
+                f"{self.run_dir}: no checkpoint to resume from (checkpoint_every = {self.cfg.train.checkpoint_every})"
+            )
+        self.dp.barrier()  # every rank has looked before rank 0 deletes or creates anything
+        if self.lead:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
 
     @property
     def best(self) -> Best | None:
