@@ -286,36 +286,59 @@ async def verify_workspace(session: Workspace, task: TerminalTask) -> Verdict:
     (a Terminal-Bench 1 task falls back to its pytest outcome), a test script past its limit a TIMEOUT, one
     killed for memory, CPU or output an ERROR (what it wrote before may not be its last word). The tests
     are removed again afterwards."""
-    from posttrain.sandbox import ExecStatus
     from posttrain.sandbox.sandbox import task_python
 
-    start = time.perf_counter()
-    name = f"terminal:{task.id}"
-
-    def verdict(score: float, status: VerdictStatus, details: str, **info: Any) -> Verdict:
-        return Verdict(score, status is VerdictStatus.OK and score >= 1.0 - 1e-9, status, verifier=verifier_id(),
-                       details=details, info={**info, "tests_hash": tests_hash(task)}, latency_s=time.perf_counter() - start)
-
+    verdict = _VerdictOf(task, time.perf_counter())
     # .harbor/tests and .harbor/logs are made here, so the next execution binds them on /tests and /logs
     cleared = await session.aexec(f"cd /work && {_CLEAR} && mkdir -p {HARBOR_DIR}/tests {HARBOR_DIR}/logs/verifier")
     if not cleared.ok:
-        return verdict(0.0, VerdictStatus.ERROR, f"{name}: could not clear /work/{HARBOR_DIR} before the tests: "
-                       f"{cleared.error or cleared.stderr.strip() or cleared.status.value}")
+        return verdict(0.0, VerdictStatus.ERROR, f"terminal:{task.id}: could not clear /work/{HARBOR_DIR} before the "
+                       f"tests: {cleared.error or cleared.stderr.strip() or cleared.status.value}")
+    command, files = _test_command(task, bool(getattr(session, "network", False)))
+    run = await session.aexec(command, files=files,
+                              limits=_limits(task, task.verifier_timeout_s, session.limits.disk_mb))
+    read = await session.aexec([task_python(), "-I", "-S", "-c", _READ_REWARD])  # reads, then removes the tests
+    if not read.ok:
+        await session.aexec(_CLEAR)
+    return _judge(task, run, read, verdict)
+
+
+@dataclass(frozen=True)
+class _VerdictOf:
+    """Makes a task's verdicts: `passed` from the score, the tests' hash in `info`, the latency since `start`."""
+
+    task: TerminalTask
+    start: float
+
+    def __call__(self, score: float, status: VerdictStatus, details: str, **info: Any) -> Verdict:
+        return Verdict(score, status is VerdictStatus.OK and score >= 1.0 - 1e-9, status, verifier=verifier_id(),
+                       details=details, info={**info, "tests_hash": tests_hash(self.task)},
+                       latency_s=time.perf_counter() - self.start)
+
+
+def _test_command(task: TerminalTask, network: bool) -> tuple[str, dict[str, bytes]]:
+    """The command that runs the task's test script (its environment, PATH with the bootstrap's stand-ins
+    first, the executable bits), and the files it needs: the tests under .harbor/tests, the bootstrap's."""
+    from posttrain.sandbox.sandbox import task_python
+
     files = {f"{HARBOR_DIR}/tests/{rel}": data for rel, data in task.tests.items()}
     files.update(bootstrap_files(task_python()))
     execs = [f"/tests/{p.split('/', 1)[1]}" for p in task.executable if p.startswith("tests/")] + executables()
-    network = bool(getattr(session, "network", False))
     env = {"TEST_DIR": "/tests", **{str(k): str(v) for k, v in task.metadata.get("verifier_env", {}).items()},
            "POSTTRAIN_NETWORK": "1" if network else "0"}
     command = (f"{chmod_x(execs)}{task_prefix(task, env)}export PATH={BOOTSTRAP_PATH}:$PATH; "
                f"exec bash /tests/{shlex.quote(task.test_script)}")
-    run = await session.aexec(command, files=files,
-                              limits=_limits(task, task.verifier_timeout_s, session.limits.disk_mb))
-    read = await session.aexec([task_python(), "-I", "-S", "-c", _READ_REWARD])  # reads, then removes the tests
+    return command, files
+
+
+def _judge(task: TerminalTask, run: ExecResult, read: ExecResult, verdict: _VerdictOf) -> Verdict:
+    """The verdict on a finished test run (`run`) and the reward files it left (`read`): how the run ended
+    first, then the reward."""
+    from posttrain.sandbox import ExecStatus
+
+    name = f"terminal:{task.id}"
     output = _tail(run.stdout + ("\n" + run.stderr if run.stderr else ""))
     info = {"exit_code": run.exit_code, "exec_status": run.status.value, "test_seconds": round(run.wall_s, 3)}
-    if not read.ok:
-        await session.aexec(_CLEAR)
     if run.status is ExecStatus.SANDBOX_ERROR:
         return verdict(0.0, VerdictStatus.ERROR, f"{name}: the sandbox failed running the tests: {run.error}", **info)
     if run.status is ExecStatus.TIMEOUT:
