@@ -39,7 +39,7 @@ from posttrain.agent import format as fmt
 from posttrain.agent.context import SUMMARY_REQUEST, ContextPolicy, ContextWindow, Entry
 from posttrain.agent.env import AgentTask, Env, ToolEnv
 from posttrain.agent.episode import AgentTurn, Episode, EpisodeStatus, PhaseTimes, ToolCall
-from posttrain.agent.models import AgentModel, as_agent_model
+from posttrain.agent.models import AgentModel, Sampled, as_agent_model
 from posttrain.agent.recall import Memory
 from posttrain.agent.terminal import TerminalEnv, is_terminal_task
 from posttrain.agent.tools import Tool
@@ -81,43 +81,52 @@ async def run_agent_task(
     base = params or DEFAULT_PARAMS
     act_params = base if agent.native_tools else dataclasses.replace(base, stop=tuple(dict.fromkeys(base.stop + fmt.STOP)))
     env = make_env(task, sandbox, tools)
-    times = PhaseTimes()
     memory = Memory()
-    ep = Episode(env.task_id, [], EpisodeStatus.FAILED, times=times)
+    ep = Episode(env.task_id, [], EpisodeStatus.FAILED, times=PhaseTimes())
     try:
-        try:
-            t0 = time.perf_counter()
-            ep.instruction = await env.reset(memory)
-            times.setup_s = time.perf_counter() - t0
-        except Exception as exc:  # noqa: BLE001 - a workspace that cannot open is the environment's failure
-            ep.status, ep.error = EpisodeStatus.ENV_ERROR, f"could not open the workspace: {type(exc).__name__}: {exc}"
+        if not await _open(env, memory, ep):
             return ep
-        for name, text in env.documents.items():
-            memory.add(f"document {name}", text)
-        memory.add("task", ep.instruction)
-        budget_s = timeout_s if timeout_s is not None else env.timeout_s
-        deadline = t_start + budget_s
+        deadline = t_start + (timeout_s if timeout_s is not None else env.timeout_s)
         loop = _Loop(agent, env, policy, act_params, memory, ep, deadline, max_format_errors, on_turn)
         window = ContextWindow(agent.codec, agent.prefix(env.tools, system), agent.codec.entry("task", ep.instruction))
         status = await loop.run(window, max_steps)
-        if status is not EpisodeStatus.ENV_ERROR:
-            t0 = time.perf_counter()
-            verdict = await _verify(env)
-            times.verification_s = time.perf_counter() - t0
-            ep.verdict = verdict
-            if verdict.status is VerdictStatus.ERROR:  # the verifier failed: the environment's fault, masked
-                status = EpisodeStatus.ENV_ERROR
-                ep.error = ep.error or f"verification failed: {verdict.details[:300]}"
-            elif verdict.passed:
-                status = EpisodeStatus.SOLVED
-        ep.status = status
+        ep.status = status if status is EpisodeStatus.ENV_ERROR else await _judge(env, ep, status)
         return ep
     finally:
         try:
             await env.close()
         finally:
             memory.close()
-            times.total_s = time.perf_counter() - t_start
+            ep.times.total_s = time.perf_counter() - t_start
+
+
+async def _open(env: Env, memory: Memory, ep: Episode) -> bool:
+    """Reset the env (its workspace and task files) and give recall the task and its documents; False (the
+    episode an env_error) when the workspace cannot open."""
+    try:
+        t0 = time.perf_counter()
+        ep.instruction = await env.reset(memory)
+        ep.times.setup_s = time.perf_counter() - t0
+    except Exception as exc:  # noqa: BLE001 - a workspace that cannot open is the environment's failure
+        ep.status, ep.error = EpisodeStatus.ENV_ERROR, f"could not open the workspace: {type(exc).__name__}: {exc}"
+        return False
+    for name, text in env.documents.items():
+        memory.add(f"document {name}", text)
+    memory.add("task", ep.instruction)
+    return True
+
+
+async def _judge(env: Env, ep: Episode, status: EpisodeStatus) -> EpisodeStatus:
+    """The env's verdict on the workspace, whatever ended the act loop (`status`): SOLVED when it passed, an
+    env_error when the verifier failed, else `status`."""
+    t0 = time.perf_counter()
+    verdict = await _verify(env)
+    ep.times.verification_s = time.perf_counter() - t0
+    ep.verdict = verdict
+    if verdict.status is VerdictStatus.ERROR:  # the verifier failed: the environment's fault, masked
+        ep.error = ep.error or f"verification failed: {verdict.details[:300]}"
+        return EpisodeStatus.ENV_ERROR
+    return EpisodeStatus.SOLVED if verdict.passed else status
 
 
 def make_env(task: object, sandbox: Workspaces | None, tools: list[Tool] | None = None) -> Env:
@@ -140,6 +149,20 @@ async def _verify(env: object) -> Verdict:
         return Verdict(0.0, False, VerdictStatus.ERROR, "agent", f"the verifier raised {type(exc).__name__}: {exc}")
 
 
+def _calls_of(sampled: Sampled) -> tuple[list[ToolCall], str]:
+    """A sampled reply's tool calls (parsed from its text unless the model returned them), and why it holds
+    no valid call ("" when it does)."""
+    calls, error = sampled.calls, ""
+    if calls is None:
+        parsed = fmt.parse_call(sampled.completion.text)
+        calls, error = ([parsed.call] if parsed.call is not None else []), parsed.error
+    elif sampled.format_error:
+        error = sampled.format_error
+    elif not calls:
+        error = "no tool call: call a tool (submit when done)"
+    return calls, error
+
+
 class _Loop:
     """The per-episode state of the act loop (one object so the steps stay small functions)."""
 
@@ -157,20 +180,10 @@ class _Loop:
         """The act loop; returns how it ended (FAILED when the model submitted: the verdict decides)."""
         consecutive = 0
         step = 0
-        max_tokens = self.params.max_tokens
         while True:
-            if step >= max_steps:
-                return EpisodeStatus.MAX_STEPS
-            if self.remaining() <= 0:
-                return EpisodeStatus.TIMEOUT
-            self.policy.mask(w)
-            if self.policy.wants_compaction(w, max_tokens):
-                done = await self.compact(w, step)
-                if done is not None:
-                    return done
-            if not self.policy.fits(w, max_tokens):
-                self.ep.error = f"the context ({w.tokens} tokens) and a reply ({max_tokens}) exceed the budget"
-                return EpisodeStatus.CONTEXT_EXHAUSTED
+            stopped = await self.prepare(w, step, max_steps)
+            if stopped is not None:
+                return stopped
             rewrote, w.dirty = w.dirty, False
             sampled = await self.sample(w, self.params)
             if isinstance(sampled, EpisodeStatus):
@@ -178,27 +191,14 @@ class _Loop:
             step += 1
             c = sampled.completion
             turn = AgentTurn(sampled.context_ids, c, rewrote=rewrote, context_tokens=sampled.context_tokens)
-            calls = sampled.calls
-            error = ""
-            if calls is None:
-                parsed = fmt.parse_call(c.text)
-                calls, error = ([parsed.call] if parsed.call is not None else []), parsed.error
-            elif sampled.format_error:
-                error = sampled.format_error
-            elif not calls:
-                error = "no tool call: call a tool (submit when done)"
+            calls, error = _calls_of(sampled)
             reply = Entry("assistant", c.text, list(c.token_ids), len(c.token_ids) or max(1, len(c.text) // 4), step,
                           calls=list(calls))
             observations: list[Entry] = []
             ended: EpisodeStatus | None = None
             if error:
                 consecutive += 1
-                self.ep.format_errors += 1
-                turn.format_error = error
-                observations.append(self.codec.entry("error", error, step))
-                if self.max_format_errors is not None and consecutive >= self.max_format_errors:
-                    ended = EpisodeStatus.FORMAT_ERRORS
-                    self.ep.error = f"{consecutive} malformed calls in a row (last: {error})"
+                ended = self.malformed(error, consecutive, step, turn, observations)
             else:
                 consecutive = 0
                 for call in calls:
@@ -206,16 +206,49 @@ class _Loop:
                     if ended is not None:
                         break
             turn.calls = list(calls)
-            w.append(reply)
-            for o in observations:
-                w.append(o)
-            turn.observation_ids = [t for o in observations for t in o.ids]
-            turn.observation = "".join(self.codec_text(o) for o in observations)
-            self.ep.turns.append(turn)
-            if self.on_turn is not None:
-                self.on_turn(turn)
+            self.record(w, turn, reply, observations)
             if ended is not None:
                 return ended
+
+    async def prepare(self, w: ContextWindow, step: int, max_steps: int) -> EpisodeStatus | None:
+        """Before a model call: the step and time budgets, then the context policy (masking, compaction) and
+        whether the context and a reply fit; a status when the episode must end instead."""
+        max_tokens = self.params.max_tokens
+        if step >= max_steps:
+            return EpisodeStatus.MAX_STEPS
+        if self.remaining() <= 0:
+            return EpisodeStatus.TIMEOUT
+        self.policy.mask(w)
+        if self.policy.wants_compaction(w, max_tokens):
+            done = await self.compact(w, step)
+            if done is not None:
+                return done
+        if not self.policy.fits(w, max_tokens):
+            self.ep.error = f"the context ({w.tokens} tokens) and a reply ({max_tokens}) exceed the budget"
+            return EpisodeStatus.CONTEXT_EXHAUSTED
+        return None
+
+    def malformed(self, error: str, consecutive: int, step: int, turn: AgentTurn,
+                  observations: list[Entry]) -> EpisodeStatus | None:
+        """A reply without a valid call: counted, answered with the error; FORMAT_ERRORS after too many in a row."""
+        self.ep.format_errors += 1
+        turn.format_error = error
+        observations.append(self.codec.entry("error", error, step))
+        if self.max_format_errors is not None and consecutive >= self.max_format_errors:
+            self.ep.error = f"{consecutive} malformed calls in a row (last: {error})"
+            return EpisodeStatus.FORMAT_ERRORS
+        return None
+
+    def record(self, w: ContextWindow, turn: AgentTurn, reply: Entry, observations: list[Entry]) -> None:
+        """The reply and its observations appended to the context; the turn to the episode (and `on_turn`)."""
+        w.append(reply)
+        for o in observations:
+            w.append(o)
+        turn.observation_ids = [t for o in observations for t in o.ids]
+        turn.observation = "".join(self.codec_text(o) for o in observations)
+        self.ep.turns.append(turn)
+        if self.on_turn is not None:
+            self.on_turn(turn)
 
     def codec_text(self, o: Entry) -> str:
         return o.content if o.kind != "observation" else f"[{o.name}] {o.content}"
