@@ -221,56 +221,80 @@ def plan_workspace(dockerfile: str, context: dict[str, bytes], executable: froze
     ignore = [ln.strip() for ln in dockerignore.splitlines() if ln.strip() and not ln.startswith("#")]
     visible = {rel: data for rel, data in context.items()
                if rel not in hidden and not any(rel.startswith(h + "/") for h in hidden) and not _ignored(ignore, rel)}
-    steps: list[CopyStep | RunStep] = []
-    skipped: list[str] = []
-    args: dict[str, str] = {}
-    env: dict[str, str] = {}
-    workdir = DEFAULT_WORKDIR
-    base = ""
-    stages = 0
+    planner = _Planner(visible, executable, have)
     for ins in parser.structure:
-        kind, value, line = ins["instruction"], ins["value"], ins["startline"] + 1
-        where = f"{name}:{line}"
-        variables = {**args, **env}
+        line = ins["startline"] + 1
+        planner.read(ins["instruction"], ins["value"], line, f"{name}:{line}")
+    return BuildPlan(tuple(planner.steps), planner.workdir, planner.env, tuple(planner.skipped), planner.base)
+
+
+@dataclass
+class _Planner:
+    """A Dockerfile's state as its instructions are read in order: the steps so far, what is skipped, the `ARG`
+    and `ENV` values, `WORKDIR`, and the base image of the current build stage."""
+
+    context: dict[str, bytes]
+    """The build context COPY can see (hidden and ignored files removed)."""
+    executable: frozenset[str]
+    have: object
+    steps: list[CopyStep | RunStep] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    args: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str = DEFAULT_WORKDIR
+    base: str = ""
+    stages: int = 0
+
+    def read(self, kind: str, value: str, line: int, where: str) -> None:
+        """Apply one instruction (`where` names its line in skipped notes)."""
+        variables = {**self.args, **self.env}
         if kind == "COMMENT":
-            continue
+            return
         if kind == "FROM":
-            stages += 1
-            base = value.split()[0] if value.split() else ""
-            if stages == 2:
-                skipped.append(f"{where}: a second build stage (FROM {value}): only the last stage's files are "
-                               "placed, and the files of earlier stages are not built")
-                steps, env, workdir = [], {}, DEFAULT_WORKDIR
+            self.new_stage(value, where)
         elif kind == "ARG":
             for k, v in _key_values(value, legacy_space=False).items():
-                args.setdefault(k, substitute(v, variables))
+                self.args.setdefault(k, substitute(v, variables))
         elif kind == "ENV":
             for k, v in _key_values(value, legacy_space=True).items():
-                env[k] = substitute(v, variables)
+                self.env[k] = substitute(v, variables)
         elif kind == "WORKDIR":
-            new = posixpath.normpath(posixpath.join(workdir, substitute(value.strip(), variables)))
-            if _in_workspace(new) is None:
-                skipped.append(f"{where}: WORKDIR {new} lies outside /app, the sandbox's workspace: commands start in /app")
-            else:
-                workdir = new
-                steps.append(CopyStep({}, frozenset(), dirs=(_in_workspace(new) or "",), line=line))
+            self.change_workdir(substitute(value.strip(), variables), line, where)
         elif kind in ("COPY", "ADD"):
-            step = _copy(kind, substitute(value, variables), workdir, visible, executable, where, skipped)
+            step = _copy(kind, substitute(value, variables), self.workdir, self.context, self.executable, where,
+                         self.skipped)
             if step is not None:
-                steps.append(CopyStep(step.files, step.executable, step.dirs, step.chown, line))
+                self.steps.append(CopyStep(step.files, step.executable, step.dirs, step.chown, line))
         elif kind == "RUN":
-            run = _run(value, where, skipped, have)
+            run = _run(value, where, self.skipped, self.have)
             if run:
-                steps.append(RunStep(run, workdir, dict(env), line))
+                self.steps.append(RunStep(run, self.workdir, dict(self.env), line))
         elif kind in ("CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "STOPSIGNAL", "HEALTHCHECK", "SHELL",
                       "VOLUME"):
             if kind in ("ENTRYPOINT", "CMD", "USER", "SHELL", "VOLUME"):
-                skipped.append(f"{where}: {kind} {value}: not applied (no container process runs it here)")
+                self.skipped.append(f"{where}: {kind} {value}: not applied (no container process runs it here)")
         elif kind == "USER":
-            skipped.append(f"{where}: USER {value}: commands run as root of the sandbox's own namespace")
+            self.skipped.append(f"{where}: USER {value}: commands run as root of the sandbox's own namespace")
         else:
-            skipped.append(f"{where}: {kind} {value}: not supported")
-    return BuildPlan(tuple(steps), workdir, env, tuple(skipped), base)
+            self.skipped.append(f"{where}: {kind} {value}: not supported")
+
+    def new_stage(self, value: str, where: str) -> None:
+        """`FROM`: the base image; a second stage starts the workspace over (only the last stage is placed)."""
+        self.stages += 1
+        self.base = value.split()[0] if value.split() else ""
+        if self.stages == 2:
+            self.skipped.append(f"{where}: a second build stage (FROM {value}): only the last stage's files are "
+                                "placed, and the files of earlier stages are not built")
+            self.steps, self.env, self.workdir = [], {}, DEFAULT_WORKDIR
+
+    def change_workdir(self, path: str, line: int, where: str) -> None:
+        """`WORKDIR` (relative to the current one): made, and where commands start, when it lies under /app."""
+        new = posixpath.normpath(posixpath.join(self.workdir, path))
+        if _in_workspace(new) is None:
+            self.skipped.append(f"{where}: WORKDIR {new} lies outside /app, the sandbox's workspace: commands start in /app")
+        else:
+            self.workdir = new
+            self.steps.append(CopyStep({}, frozenset(), dirs=(_in_workspace(new) or "",), line=line))
 
 
 def _copy(kind: str, value: str, workdir: str, context: dict[str, bytes], executable: frozenset[str], where: str,
