@@ -83,6 +83,19 @@ def build_model(cfg: RunConfig) -> tuple[CausalLM, Tokenizer, Path, BaseBuild | 
     return model, tokenizer, where.path, where.base
 
 
+def build_policy(cfg: RunConfig, ranks: DataParallel) -> tuple[CausalLM, Tokenizer, Path, BaseBuild | None]:
+    """`build_model` on every rank, with `rl.lora`'s adapters applied (before the engine is built: it samples with
+    them, through the shared module)."""
+    # the built-in base's one-time build writes a shared cache: rank 0 first, the others then load it
+    model, tokenizer, init_path, base = lead_first(ranks, lambda: build_model(cfg))
+    if cfg.rl.lora is not None:
+        from posttrain.models.lora import apply_lora
+
+        lora = cfg.rl.lora
+        apply_lora(model, lora.r, lora.alpha, lora.targets, lora.dropout, seed=cfg.seed)
+    return model, tokenizer, init_path, base
+
+
 def build_engine_for(cfg: EngineConfig, model: CausalLM, tokenizer: Tokenizer, seed: int = 0) -> tuple[Engine, bool]:
     """(engine, shares_weights): the local fp32 engine samples with the learner's own module; at bf16/int8 it
     samples from a rounded copy, so the learner corrects with truncated importance sampling."""
@@ -345,13 +358,7 @@ def build(cfg: RunConfig, store: bool = True, dp: DataParallel | None = None,
     if ranks.world > 1:
         cfg = for_rank(cfg, ranks)
     torch.manual_seed(cfg.seed)
-    # the built-in base's one-time build writes a shared cache: rank 0 first, the others then load it
-    model, tokenizer, init_path, base = lead_first(ranks, lambda: build_model(cfg))
-    if cfg.rl.lora is not None:  # before the engine: it samples with the adapters applied (the shared module)
-        from posttrain.models.lora import apply_lora
-
-        lora = cfg.rl.lora
-        apply_lora(model, lora.r, lora.alpha, lora.targets, lora.dropout, seed=cfg.seed)
+    model, tokenizer, init_path, base = build_policy(cfg, ranks)
     domains = build_domains(cfg)
     # FSDP shards the learner's module, which then only runs in step on every rank: each rank's engine samples
     # from a whole copy that takes the gathered weights after each update (bitwise the policy: no correction)
