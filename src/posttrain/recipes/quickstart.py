@@ -26,9 +26,9 @@ from typing import Callable
 from posttrain.config import ConfigError, RunConfig
 from posttrain.engine.base import Engine
 from posttrain.eval.accuracy import evaluate_accuracy
-from posttrain.recipes.builtin import base_band_message, ensure_base
+from posttrain.recipes.builtin import BaseBuild, base_band_message, ensure_base
 from posttrain.rl.backends import Backends
-from posttrain.rl.trainer import StepResult, Trainer
+from posttrain.rl.trainer import StepResult, Trainer, TrainResult
 from posttrain.sandbox.sandboxes import Sandboxes
 
 
@@ -114,79 +114,101 @@ def run_quickstart(
     benchmark wraps its engine there)."""
     start = time.perf_counter()
     say = on_phase or (lambda _msg: None)
-    if cfg.tasks.held_out_fraction > cfg.model.base.held_out_fraction:
-        warnings.warn(
-            f"tasks.held_out_fraction ({cfg.tasks.held_out_fraction}) exceeds the base model's "
-            f"({cfg.model.base.held_out_fraction}): some held-out problems were seen in pre-training",
-            stacklevel=2,
-        )
+    _warn_if_pretraining_saw_held_out(cfg)
     say("base model")
     base = ensure_base(cfg.model.base, on_eval=on_base_eval)
     base_seconds = time.perf_counter() - start
     cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(base.path)})})
-
-    # The trainer owns the model, task split, held-out set and verifier; measure "before" with the same ones.
-    # Greedy decoding and the seeded pass@1 draw leave the trainer's sampling RNG untouched.
-    # a rerun of a seed replaces its run
-    trainer = Trainer(cfg, overwrite=True, on_step=on_step, on_eval=on_eval, backends=backends)
-    # the trainer loads the base by path: what the base build knows (its band) goes into the run's store here
-    trainer.store.set_info(base={"path": str(base.path), "accuracy": base.accuracy, "steps": base.steps,
-                                 "in_band": base.in_band})
-    if not base.in_band:
-        trainer.store.add_alert({"step": 0, "kind": "base_out_of_band", "message": base_band_message(cfg, base)})
+    trainer = _trainer_on(cfg, base, on_step, on_eval, backends)
     if prepare is not None:
         prepare(trainer)
     try:
-        reporting, verifier, max_tokens = trainer.reporting, trainer.verifier, trainer.params.max_tokens
-        agent = trainer.domains[0].agent
-        sandboxes = trainer.parts.sandboxes  # the pool the trainer's episodes and evaluations use
-        if not reporting:
-            raise ConfigError("quickstart: the task source has no held-out tasks; raise tasks.held_out_fraction")
-        say(f"evaluating the base model on {len(reporting)} held-out problems (the reporting half)")
-        greedy_before, pass1_before = _measure(trainer.engine, reporting, verifier, max_tokens, pass1_samples, cfg.seed + 1,
-                                               sandboxes, agent)
-        say("GRPO")
-        result = trainer.run()
-        say("evaluating the trained model")
-        greedy_final, pass1_final = _measure(trainer.engine, reporting, verifier, max_tokens, pass1_samples, cfg.seed + 1,
-                                             sandboxes, agent)
-        best_dir, best_step = trainer.best_model_dir(), trainer.best.step if trainer.best else None
-        if best_dir is not None and best_step != trainer.step:
-            greedy_after, pass1_after = _measure(_engine_for(best_dir), reporting, verifier, max_tokens, pass1_samples,
-                                                 cfg.seed + 1, sandboxes, agent)
-        else:
-            greedy_after, pass1_after, best_step = greedy_final, pass1_final, trainer.step
-        trainer.store.log_eval(
-            trainer.step,
-            "quickstart",
-            {"greedy_before": greedy_before, "greedy_after": greedy_after, "pass1_before": pass1_before,
-             "pass1_after": pass1_after, "greedy_final": greedy_final, "pass1_final": pass1_final,
-             "best_step": best_step, "n_reporting": len(reporting)},
-            {},
-        )
+        figures, result = _train_between_measures(trainer, cfg.seed + 1, pass1_samples, say)
         trainer.final_model_dir()
     finally:
         trainer.close()
     return QuickstartResult(
-        greedy_before=greedy_before,
-        greedy_after=greedy_after,
-        pass1_before=pass1_before,
-        pass1_after=pass1_after,
-        seconds=time.perf_counter() - start,
-        base_seconds=base_seconds,
-        base_cached=base.cached,
-        train_seconds=result.seconds,
-        steps=result.steps,
-        n_held_out=len(reporting),
-        pass1_samples_per_task=pass1_samples,
-        run_dir=str(trainer.run_dir),
-        seed=cfg.seed,
-        best_step=best_step,
-        greedy_final=greedy_final,
-        pass1_final=pass1_final,
-        n_selection=len(trainer.held_out),
-        base_in_band=base.in_band,
+        greedy_before=figures.greedy_before, greedy_after=figures.greedy_after,
+        pass1_before=figures.pass1_before, pass1_after=figures.pass1_after,
+        seconds=time.perf_counter() - start, base_seconds=base_seconds, base_cached=base.cached,
+        train_seconds=result.seconds, steps=result.steps, n_held_out=figures.n_reporting,
+        pass1_samples_per_task=pass1_samples, run_dir=str(trainer.run_dir), seed=cfg.seed,
+        best_step=figures.best_step, greedy_final=figures.greedy_final, pass1_final=figures.pass1_final,
+        n_selection=len(trainer.held_out), base_in_band=base.in_band,
     )
+
+
+def _warn_if_pretraining_saw_held_out(cfg: RunConfig) -> None:
+    if cfg.tasks.held_out_fraction > cfg.model.base.held_out_fraction:
+        warnings.warn(
+            f"tasks.held_out_fraction ({cfg.tasks.held_out_fraction}) exceeds the base model's "
+            f"({cfg.model.base.held_out_fraction}): some held-out problems were seen in pre-training",
+            stacklevel=3,
+        )
+
+
+def _trainer_on(cfg: RunConfig, base: BaseBuild, on_step: Callable[[StepResult], None] | None,
+                on_eval: Callable[[int, dict[str, float]], None] | None, backends: Backends | None) -> Trainer:
+    """The run's trainer on the base (a rerun of a seed replaces its run). It owns the model, task split, held-out
+    set and verifier, so "before" is measured with the same ones; what the base build knows (its band) goes into
+    the run's store, since the trainer loads the base by path."""
+    trainer = Trainer(cfg, overwrite=True, on_step=on_step, on_eval=on_eval, backends=backends)
+    trainer.store.set_info(base={"path": str(base.path), "accuracy": base.accuracy, "steps": base.steps,
+                                 "in_band": base.in_band})
+    if not base.in_band:
+        trainer.store.add_alert({"step": 0, "kind": "base_out_of_band", "message": base_band_message(cfg, base)})
+    return trainer
+
+
+@dataclass
+class _Figures:
+    """The reporting problems' figures: the base, the final weights and the best checkpoint (`best_step`)."""
+
+    greedy_before: float
+    pass1_before: float
+    greedy_final: float
+    pass1_final: float
+    greedy_after: float
+    pass1_after: float
+    best_step: int | None
+    n_reporting: int
+
+
+def _train_between_measures(trainer: Trainer, seed: int, pass1_samples: int,
+                            say: Callable[[str], None]) -> tuple[_Figures, TrainResult]:
+    """Measure the base, train, measure the final weights and `best/` (when it is not the final step), on the
+    reporting half with the same seeds; the figures go into the run's store. Greedy decoding and the seeded
+    pass@1 draw leave the trainer's sampling RNG untouched."""
+    reporting, verifier, max_tokens = trainer.reporting, trainer.verifier, trainer.params.max_tokens
+    agent, sandboxes = trainer.domains[0].agent, trainer.parts.sandboxes  # the pool the trainer's episodes use
+    if not reporting:
+        raise ConfigError("quickstart: the task source has no held-out tasks; raise tasks.held_out_fraction")
+
+    def measure(engine: Engine) -> tuple[float, float]:
+        return _measure(engine, reporting, verifier, max_tokens, pass1_samples, seed, sandboxes, agent)
+
+    say(f"evaluating the base model on {len(reporting)} held-out problems (the reporting half)")
+    greedy_before, pass1_before = measure(trainer.engine)
+    say("GRPO")
+    result = trainer.run()
+    say("evaluating the trained model")
+    greedy_final, pass1_final = measure(trainer.engine)
+    best_dir, best_step = trainer.best_model_dir(), trainer.best.step if trainer.best else None
+    if best_dir is not None and best_step != trainer.step:
+        greedy_after, pass1_after = measure(_engine_for(best_dir))
+    else:
+        greedy_after, pass1_after, best_step = greedy_final, pass1_final, trainer.step
+    figures = _Figures(greedy_before, pass1_before, greedy_final, pass1_final, greedy_after, pass1_after, best_step,
+                       len(reporting))
+    trainer.store.log_eval(
+        trainer.step,
+        "quickstart",
+        {"greedy_before": greedy_before, "greedy_after": greedy_after, "pass1_before": pass1_before,
+         "pass1_after": pass1_after, "greedy_final": greedy_final, "pass1_final": pass1_final,
+         "best_step": best_step, "n_reporting": len(reporting)},
+        {},
+    )
+    return figures, result
 
 
 def _engine_for(path) -> Engine:
