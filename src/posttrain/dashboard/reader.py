@@ -125,7 +125,7 @@ class StepColumns:
         n = len(self.steps)
         self.steps.append(step)
         self.times.append(t)
-        for k in metrics.keys() - self.cols.keys():
+        for k in [k for k in metrics if k not in self.cols]:  # in the step's order: the same JSON in every process
             if _numeric(metrics[k]):
                 self.cols[k] = [None] * n  # a metric that first appears now: empty before
         get = metrics.get
