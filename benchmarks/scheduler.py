@@ -94,10 +94,13 @@ class World:
 # chosen on seed 0 (the selection seed; figures are reported on other seeds): revisit and recheck_every from
 # {0.5, 0.8, 0.9} x {50, 100} (seed 0: informative 0.735 / 0.795 / 0.833; steps 370 / 340 / 330), then
 # domain_floor 0.01 (0.856, 320), min_attempts 8 (0.829, 330), both with revisit 0.95 (0.870, 320)
-# Then (2026-12-06, seed 0 only, world seed 0 with scheduler seeds 0/100/200, informative share mean): the ability
-# model (task_model "ability", ability_drift 0.01, difficulty_var 4) with revisit_choices 16: 0.877 (the Beta
-# posterior alone 0.866); with domain_floor 0.002 as well: 0.881; difficulty_var 2 or 8: 0.881 / 0.872; a revisit
-# threshold above the unseen weight (0.165-0.185) and weighting domains by their best task's worth: noise-level
+# Then (2026-12-06, on seed 0 only: world seed 0 with scheduler seeds 0/100/200, informative share, mean of three):
+# the Beta posterior alone 0.865; task_model "ability" (a Rasch model per domain) with revisits of the weightiest
+# pool task not out already, ability_drift 0.01, difficulty_var 4: 0.878 with retirement by counts (min_attempts
+# 8), 0.889 without it (now the ability model's rule), 0.883 with domain_floor 0.01 instead of 0.002, 0.878 / 0.866
+# with revisit 0.98 / 1.0; on an earlier variant (revisits by a tournament of 16 pool tasks): ability_drift 0.003 /
+# 0.03 / 0.1 / 0.3 gave 0.872 / 0.885 / 0.879 / 0.877 (0.01: 0.883), difficulty_var 2 / 8 gave 0.881 / 0.872;
+# weighting domains by their best task's worth, or a revisit threshold above the unseen weight: within +-0.005
 SIM_SETTINGS = SchedulerSettings(min_attempts=8, recheck_every=100, retire_after_groups=4, retire_informative=0.05,
                                  replay_share=0.0, revisit=0.95, domain_floor=0.002, task_model="ability",
                                  ability_drift=0.01, difficulty_var=4.0)
