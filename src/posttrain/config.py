@@ -728,6 +728,18 @@ class SchedulerConfig(_Section):
     """A task expected to take this many times the median domain's seconds goes to the long lane."""
     timeout_factor: float = Field(20.0, gt=1.0)
     """A domain's timeout: this many times its expected seconds (at least 30 s)."""
+    task_model: Literal["beta", "ability"] = "beta"
+    """How a task's worth is estimated. "beta": E[p(1-p)] under its own Beta(1 + passes, 1 + failures) posterior;
+    tasks solved always or never after min_attempts are retired. "ability": a Rasch model per domain, pass rate
+    sigmoid(ability - difficulty), fitted online (a Kalman step per group): the domain's ability moves with all its
+    groups, so its tasks get easier together as the model learns; an unseen task starts at the mean difficulty of
+    the domain's tried ones (empirical Bayes); the pool keeps every tried task, a revisit takes the weightiest one
+    not already out, and a fresh task is drawn when no known one is worth more than an unseen one (no retirement
+    by counts: a task's weight falls and rises with its expected p(1-p))."""
+    ability_drift: float = Field(0.01, gt=0.0)
+    """task_model "ability": variance added to a domain's ability per group (how fast it may move, logits^2)."""
+    difficulty_var: float = Field(4.0, gt=0.0)
+    """task_model "ability": prior variance of a task's difficulty around its domain's typical one (logits^2)."""
 
     @model_validator(mode="after")
     def _band(self) -> "SchedulerConfig":

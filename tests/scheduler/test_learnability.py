@@ -1,11 +1,17 @@
 """The posterior and p(1-p) weights against hand-computed values."""
 
+import math
+
 import pytest
 
 from posttrain.scheduler.learnability import (
+    ability_step,
     beta_posterior,
+    difficulty_variance,
     expected_learnability,
+    expected_learnability_logit,
     informative_chance,
+    predicted_pass_rate,
     task_weight,
 )
 
@@ -45,3 +51,35 @@ def test_informative_chance_by_hand():
 def test_a_bad_count_is_refused():
     with pytest.raises(ValueError):
         beta_posterior(5, 3)
+
+
+def test_ability_step_by_hand():
+    """Ability 0 (variance 1), a new task at difficulty 0 (variance 4), 8 of 8 passed: p = 1/2, g = 8 - 4 = 4,
+    H = 8 / 4 = 2, S = 1 + (1 + 4) * 2 = 11; ability 4/11, its variance 1 - 2/11 = 9/11, difficulty -16/11."""
+    ability, var, difficulty = ability_step(0.0, 1.0, 0.0, 4.0, 8, 8)
+    assert ability == pytest.approx(4 / 11)
+    assert var == pytest.approx(9 / 11)
+    assert difficulty == pytest.approx(-16 / 11)
+    # as expected (4 of 8 at 1/2): nothing moves but the ability's variance
+    assert ability_step(0.5, 1.0, 0.5, 4.0, 4, 8) == pytest.approx((0.5, 9 / 11, 0.5))
+
+
+def test_difficulty_variance_and_predicted_pass_rate_by_hand():
+    assert difficulty_variance(0, 4.0) == 4.0
+    assert difficulty_variance(8, 4.0) == pytest.approx(1 / (1 / 4 + 2))  # 8 samples, 1/4 each
+    assert predicted_pass_rate(0.0, 0.0) == 0.5
+    assert predicted_pass_rate(1.0, 0.0) == pytest.approx(1 / (1 + math.exp(-1)))
+    # uncertainty pulls the prediction toward 1/2: logit 1 / sqrt(1 + pi * 8 / 8) = 1 / sqrt(1 + pi)
+    assert predicted_pass_rate(1.0, 0.0, 8.0) == pytest.approx(1 / (1 + math.exp(-1 / math.sqrt(1 + math.pi))))
+
+
+def test_expected_learnability_on_the_logit_scale_by_hand():
+    # certain and at 1/2: sqrt(l2 / 2pi) with l2 = pi/8 is exactly 1/4
+    assert expected_learnability_logit(0.0, 0.0) == pytest.approx(0.25)
+    # difficulty unknown (variance 4): 1/4 / sqrt(1 + pi/2) = 0.1559, near Beta(1,1)'s 1/6
+    assert expected_learnability_logit(0.0, 0.0, 4.0) == pytest.approx(0.25 / math.sqrt(1 + math.pi / 2))
+    # off centre by 2 logits, certain: 1/4 * exp(-pi/8 * 4 / 2) = 0.1140 (p(1-p) itself is 0.1050)
+    assert expected_learnability_logit(2.0, 0.0) == pytest.approx(0.25 * math.exp(-math.pi / 4))
+    assert expected_learnability_logit(2.0, 0.0) == pytest.approx(0.1050, abs=0.01)
+    # symmetric in the sign of ability - difficulty
+    assert expected_learnability_logit(0.0, 2.0) == expected_learnability_logit(2.0, 0.0)

@@ -1,5 +1,6 @@
 """TaskScheduler: weights, priorities, retirement and re-checks, the band, in-flight limits, and resume identity."""
 
+import math
 import random
 
 import pytest
@@ -218,6 +219,103 @@ def test_resume_from_state_dict_makes_identical_decisions():
         specs = [DomainSpec("a", _source("a", 30)), DomainSpec("b", _source("b", 30), weight=2.0),
                  DomainSpec("g", _source("L2_", 30), level=2, band=(1, 3), source_at=lambda lv: _source(f"L{lv}_", 30))]
         return TaskScheduler(specs, SchedulerSettings(min_attempts=4, band_window=16, recheck_every=3), seed=7)
+
+    whole = build()
+    _drive(whole, 10, seed=1)
+    state = whole.state_dict()
+    after = _drive(whole, 10, seed=2)
+    resumed = build()
+    resumed.load_state_dict(state)
+    assert _drive(resumed, 10, seed=2) == after
+    assert resumed.state_dict()["domains"] == whole.state_dict()["domains"]
+
+
+def _ability(**settings) -> TaskScheduler:
+    specs = [DomainSpec("a", _source("a", 1000)), DomainSpec("b", _source("b", 1000))]
+    return TaskScheduler(specs, SchedulerSettings(task_model="ability", **settings), seed=0)
+
+
+def test_an_unseen_tasks_weight_comes_from_its_domains_results():
+    """Empirical Bayes: one group of 8 of 8 on a0 raises domain a's ability (variance 1 + drift 0.01, task
+    variance 4, p = 1/2, g = 4, H = 2: S = 1 + 5.01 * 2 = 11.02, ability 1.01 * 4 / 11.02 = 0.3666, a0's difficulty
+    -16 / 11.02 = -1.4519), and an unseen task of a starts at the mean difficulty of the tried ones, shrunk by one
+    pseudo-task at 0: -1.4519 / 2 = -0.7260; so it is expected easier (further from 1/2) than one of the untouched
+    domain b: E[p(1-p)] = sqrt(l2 / (2 pi s)) exp(-l2 mu^2 / (2 s)) with l2 = pi/8, s = 1 + 4 l2, mu = 1.0926."""
+    s = _ability()
+    s.update([group(tagged("a0", "a"), 8, 8)])
+    a, b = s.domains["a"], s.domains["b"]
+    assert a.ability == pytest.approx(1.01 * 4 / 11.02)
+    assert a.typical_difficulty == pytest.approx(-16 / 11.02 / 2, abs=1e-3)  # packed to 1/4096 of a logit
+    unseen_b = 0.25 / math.sqrt(1 + math.pi / 2)
+    assert s.weight_of(b, "b7") == pytest.approx(unseen_b)
+    l2, spread, mu = math.pi / 8, 1 + math.pi / 2, 1.01 * 4 / 11.02 + 16 / 11.02 / 2
+    by_hand = math.sqrt(l2 / (2 * math.pi * spread)) * math.exp(-l2 * mu * mu / (2 * spread))
+    assert s.weight_of(a, "a7") == pytest.approx(by_hand, abs=1e-4) == pytest.approx(0.1423, abs=1e-4)
+    assert s.weight_of(a, "a7") < unseen_b
+    # a0 (difficulty -1.4519, variance 1 / (1/4 + 8/4)): expected p(1-p) 0.1327
+    assert s.weight_of(a, "a0") == pytest.approx(0.1327, abs=1e-3)
+    # a domain that is always solved: after ten tasks of 8 of 8 its unseen tasks are worth little before any is
+    # paid for, while the untouched domain's stay at the prior
+    s.update([group(tagged(f"a{i}", "a"), 8, 8) for i in range(1, 10)])
+    assert s.weight_of(a, "a99") < 0.5 * unseen_b
+    assert s.weight_of(b, "b99") == pytest.approx(unseen_b)
+
+
+def test_evidence_on_some_tasks_moves_the_expectation_of_the_others():
+    """The model learns a domain, not a task: a task that failed 0 of 8 while the domain was weak is expected
+    to be within reach once the domain's other tasks start passing, without being tried again."""
+    s = _ability()
+    s.update([group(tagged("hard", "a"), 0, 8), group(tagged("mid", "a"), 4, 8)])
+    a = s.domains["a"]
+    before = s.weight_of(a, "hard")
+    for i in range(20):
+        s.update([group(tagged(f"t{i}", "a"), 8, 8)])
+    assert a.ability > 1.0
+    assert s.weight_of(a, "hard") > before
+
+
+def test_revisits_take_the_weightiest_task_not_already_out_and_the_pool_keeps_every_tried_task():
+    s = _ability(revisit=1.0)
+    s.update([group(tagged("a0", "a"), 0, 8), group(tagged("a1", "a"), 4, 8), group(tagged("a2", "a"), 8, 8)])
+    a = s.domains["a"]
+    assert sorted(t.id for t in a.pool) == ["a0", "a1", "a2"]  # all-fail and all-pass kept too
+    assert s.weight_of(a, "a1") > max(s.weight_of(a, "a0"), s.weight_of(a, "a2"), s._fresh_scale(a))
+    assert s._pick_task(a).id == "a1"
+    # a0 failed while the domain's ability was 0 and is expected nearer 1/2 now than a2 (8 of 8 last)
+    assert s.weight_of(a, "a0") > s._fresh_scale(a) > s.weight_of(a, "a2")
+    a.busy.add("a1")  # handed out already: the next one down
+    assert s._pick_task(a).id == "a0"
+    a.busy.add("a0")  # and a2 weighs less than an unseen task: a fresh one
+    assert s._pick_task(a).id not in ("a0", "a1", "a2")
+    s.release([tagged("a1", "a")])
+    assert s._pick_task(a).id == "a1"
+    # no retirement by counts: 0 of 8 is not the end of a task, only a low weight
+    assert s.weight_of(a, "a0") > 0.0
+
+
+def test_ability_mode_retires_a_planted_dead_domain_within_n_groups_and_it_comes_back_when_it_moves():
+    specs = [DomainSpec("dead", _source("d", 1000)), DomainSpec("live", _source("l", 1000))]
+    s = TaskScheduler(specs, SchedulerSettings(task_model="ability", retire_after_groups=4, retire_informative=0.05,
+                                               recheck_every=5, domain_floor=0.05), seed=1)
+    retired_after = None
+    for step in range(1, 60):
+        s.set_step(step)
+        tasks = s.sample(8)
+        s.update([group(t, 0 if t.meta[DOMAIN_KEY] == "dead" else 2, 4) for t in tasks])
+        if retired_after is None and s.domains["dead"].status is DomainStatus.RETIRED:
+            retired_after = s.domains["dead"].groups
+    assert retired_after is not None and retired_after <= 8
+    s.set_step(200)
+    probe = [t for t in s.sample(8) if t.meta[DOMAIN_KEY] == "dead"]
+    assert probe
+    s.update([group(probe[0], 2, 4)])  # its pass rate moved
+    assert s.domains["dead"].status is DomainStatus.ACTIVE and s.domain_weight("dead") > 0
+
+
+def test_ability_mode_resumes_to_identical_decisions():
+    def build():
+        specs = [DomainSpec("a", _source("a", 30)), DomainSpec("b", _source("b", 30), weight=2.0)]
+        return TaskScheduler(specs, SchedulerSettings(task_model="ability", recheck_every=3), seed=7)
 
     whole = build()
     _drive(whole, 10, seed=1)

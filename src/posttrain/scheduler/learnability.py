@@ -5,12 +5,15 @@ posterior of a pass rate after `passes` of `attempts` (a uniform Beta(1, 1)
 prior unless told otherwise), its mean, the expected learnability
 E[p(1-p)] under it (which a group of GRPO samples turns into signal: a task
 solved always or never gives zero-variance groups), the floor an unseen task
-gets, and the chance that a group of n samples is informative.
-Does not cover: where the counts come from (`scheduler/queues.py`).
+gets, and the chance that a group of n samples is informative; and the
+ability model's math (a Rasch model per domain fitted by one Kalman step per
+group, its predicted pass rate and expected p(1-p) on the logit scale).
+Does not cover: where the counts come from (`scheduler/task_scheduler.py`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -53,3 +56,54 @@ def task_weight(passes: float, attempts: float, unseen: float = 0.25, floor: flo
 def informative_chance(p: float, n: int) -> float:
     """P(a group of n samples at pass rate p is not all-pass or all-fail) = 1 - p^n - (1-p)^n."""
     return 1.0 - p**n - (1.0 - p) ** n
+
+
+# An ability model: where a domain's tasks stand against what the model can do now. A task's pass rate is
+# sigmoid(ability - difficulty) (a Rasch / Elo model): the domain's ability moves with every group of the domain,
+# so evidence gathered on one task updates what is expected of all of them (the model learns a domain, not a
+# task), and an unseen task starts at the domain's typical difficulty (an empirical-Bayes prior from its domain's
+# pooled results, not a flat floor).
+def sigmoid(x: float) -> float:
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def difficulty_variance(attempts: float, prior_var: float) -> float:
+    """The variance of a task's difficulty after `attempts` samples: prior precision 1/prior_var plus 1/4 per
+    sample (the Fisher information of one Bernoulli sample at a pass rate of 1/2, its most)."""
+    return 1.0 / (1.0 / prior_var + 0.25 * attempts)
+
+
+def predicted_pass_rate(ability: float, difficulty: float, variance: float = 0.0) -> float:
+    """E[sigmoid(ability - b)] for b ~ N(difficulty, variance), by the probit approximation
+    sigmoid(mu / sqrt(1 + pi * variance / 8))."""
+    return sigmoid((ability - difficulty) / math.sqrt(1.0 + math.pi * variance / 8.0))
+
+
+def expected_learnability_logit(ability: float, difficulty: float, variance: float = 0.0) -> float:
+    """E[p(1-p)] for p = sigmoid(ability - b), b ~ N(difficulty, variance): p(1-p) is the logistic density,
+    close to l * phi(l * x) with l^2 = pi/8 (the probit match), whose mean under x ~ N(mu, v) is
+    l / sqrt(2 pi (1 + l^2 v)) * exp(-l^2 mu^2 / (2 (1 + l^2 v))). Certain and at 1/2 (mu = v = 0) this is 1/4;
+    uncertainty lowers it (the extremes become likelier), as the Beta posterior's E[p(1-p)] does."""
+    l2 = math.pi / 8.0
+    spread = 1.0 + l2 * variance
+    mu = ability - difficulty
+    return math.sqrt(l2 / (2.0 * math.pi * spread)) * math.exp(-l2 * mu * mu / (2.0 * spread))
+
+
+def ability_step(ability: float, ability_var: float, difficulty: float, difficulty_var: float, passes: int,
+                 attempts: int) -> tuple[float, float, float]:
+    """(ability, its variance, difficulty) after `passes` of `attempts` of one task: one Newton (Laplace) step of
+    the Gaussian posterior over the pair, sigmoid(ability - difficulty) the pass rate. With p the predicted pass
+    rate, g = passes - attempts * p (the surprise) and H = attempts * p(1-p) (its information), the surprise is
+    shared by the two variances: S = 1 + (va + vb) H, ability + va g / S, difficulty - vb g / S, and the ability's
+    variance falls to va - va^2 H / S. The caller adds the ability's drift to its variance before each step (a
+    Kalman filter: the model keeps learning, so old evidence about the domain counts less)."""
+    p = sigmoid(ability - difficulty)
+    g = passes - attempts * p
+    h = attempts * p * (1.0 - p)
+    shared = 1.0 + (ability_var + difficulty_var) * h
+    return (ability + ability_var * g / shared, ability_var - ability_var * ability_var * h / shared,
+            difficulty - difficulty_var * g / shared)

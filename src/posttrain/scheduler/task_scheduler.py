@@ -23,6 +23,14 @@ difficulty knob move along it to keep their pass rate in the band
 (long lane, budgets, timeouts). `domain_metrics()` and `drain_failures()`
 are what the trainer stores; `state_dict()` holds everything, so a resumed
 run makes the same decisions.
+With `task_model = "ability"` a task's worth comes instead from a Rasch model
+of each domain (`scheduler/learnability.py`: pass rate sigmoid(ability -
+difficulty), one Kalman step per group): evidence on one task moves the
+domain's ability and so the expectation of all its tasks, an unseen task
+starts at the domain's mean difficulty (empirical Bayes, not a flat floor),
+the pool holds every tried task (a task too hard today is the right one once
+the domain has learnt), and a revisit takes the weightiest pool task not
+already handed out, unless an unseen task is expected to be worth more.
 Does not cover: running rollouts or the refill rule (`scheduler/pipeline.py`).
 """
 
@@ -39,7 +47,12 @@ from typing import Any
 from posttrain.scheduler.band import BandController
 from posttrain.scheduler.cost import CostModel
 from posttrain.scheduler.failures import Failure, FailureBank, task_of, task_state
-from posttrain.scheduler.learnability import task_weight
+from posttrain.scheduler.learnability import (
+    ability_step,
+    difficulty_variance,
+    expected_learnability_logit,
+    task_weight,
+)
 from posttrain.tasks.base import TaskSource
 from posttrain.types import DOMAIN_KEY, Group, RolloutStatus, Task
 
@@ -80,6 +93,9 @@ class SchedulerSettings:
     max_rejections: int = 20
     long_factor: float = 10.0
     timeout_factor: float = 20.0
+    task_model: str = "beta"
+    ability_drift: float = 0.01
+    difficulty_var: float = 4.0
 
 
 @dataclass
@@ -108,9 +124,21 @@ class _Domain:
     inflight: int = 0
     retired_at: int = 0
     ever_passed: bool = False  # any valid sample of the domain passed, ever
-    stats: dict[str, int] = field(default_factory=dict)  # task id -> attempts << 32 | passes
+    stats: dict[str, int] = field(default_factory=dict)  # task id -> difficulty << 64 | attempts << 32 | passes
     pool: list[Task] = field(default_factory=list)  # recently informative tasks, revisited (bounded)
     in_pool: dict[str, int] = field(default_factory=dict)  # task id -> index in pool
+    ability: float = 0.0  # task_model "ability": the domain's ability, in logits against its tasks' difficulties
+    ability_var: float = 1.0  # its variance
+    difficulty_sum: float = 0.0  # task_model "ability": the sum of its tried tasks' difficulties, and their count
+    tried: int = 0
+    busy: set[str] = field(default_factory=set)  # task_model "ability": ids handed out and not back yet
+    ranked: list[tuple[float, str]] | None = None  # its pool by weight, heaviest first (None: stale), and what
+    unseen: float = 0.0  # an unseen task weighs, both as of its last group (weights move only with its groups)
+
+    @property
+    def typical_difficulty(self) -> float:
+        """An unseen task's prior difficulty: the mean of the tried ones, shrunk toward 0 by one pseudo-task."""
+        return self.difficulty_sum / (self.tried + 1)
 
     def keep(self, task: Task, size: int) -> None:
         if task.id in self.in_pool or size <= 0:
@@ -130,12 +158,25 @@ class _Domain:
             self.in_pool[last.id] = i
 
 
-def _pack(attempts: int, passes: int) -> int:
-    return attempts << 32 | passes
+_SCALE = 4096.0  # a difficulty is kept to 1/4096 of a logit, in 21 bits (|difficulty| < 256), packed with the
+_OFFSET = 1 << 20  # counts so that 1M tasks cost no extra object each; 0 in those bits: no difficulty estimated
+
+
+def _pack(attempts: int, passes: int, difficulty: float | None = None) -> int:
+    if difficulty is None:
+        return attempts << 32 | passes
+    q = min(max(round(difficulty * _SCALE), 1 - _OFFSET), _OFFSET - 1) + _OFFSET
+    return q << 64 | attempts << 32 | passes
 
 
 def _unpack(v: int) -> tuple[int, int]:
-    return v >> 32, v & 0xFFFFFFFF
+    return v >> 32 & 0xFFFFFFFF, v & 0xFFFFFFFF
+
+
+def _difficulty(v: int) -> float | None:
+    """A task's packed difficulty (None before any estimate)."""
+    q = v >> 64
+    return (q - _OFFSET) / _SCALE if q else None
 
 
 class TaskScheduler:
@@ -198,6 +239,8 @@ class TaskScheduler:
         if d is not None:
             d.inflight += 1
             d.drawn += 1
+            if self.s.task_model == "ability":
+                d.busy.add(task.id)
 
     def _replayable(self, task: Task) -> bool:
         """A banked failure is replayed while its domain is live and the task itself is not retired."""
@@ -222,6 +265,8 @@ class TaskScheduler:
         task = self._tag(self._pick_task(d), d.spec.name)
         d.inflight += 1
         d.drawn += 1
+        if self.s.task_model == "ability":
+            d.busy.add(task.id)
         return task
 
     def _tag(self, task: Task, name: str) -> Task:
@@ -258,26 +303,58 @@ class TaskScheduler:
         return self.rng.choice(free) if free else d  # every domain at its limit: the caller asked for more anyway
 
     def weight_of(self, d: _Domain, task_id: str) -> float:
-        """The task's weight (before its domain's): E[p(1-p)] under its Beta posterior, the unseen weight before
-        any attempt, 0 when retired."""
+        """The task's weight (before its domain's), 0 when retired. `task_model = "beta"`: E[p(1-p)] under its
+        Beta posterior, the unseen weight before any attempt. `"ability"`: p(1-p) at its predicted pass rate
+        (the domain's ability against the task's difficulty; an unseen task at the domain's typical one)."""
         packed = d.stats.get(task_id)
         if packed is None:
-            return self.s.unseen_weight
+            return self.s.unseen_weight if self.s.task_model == "beta" else self._ability_weight(d, task_id, 0)
         attempts, passes = _unpack(packed)
+        if self.s.task_model == "ability":  # no retirement by counts: a task too hard today weighs more as the
+            return self._ability_weight(d, task_id, attempts)  # domain's ability rises, and one solved, less
         if attempts >= self.s.min_attempts and passes in (0, attempts):
             return 0.0
         return task_weight(passes, attempts, self.s.unseen_weight, self.s.min_weight)
 
+    def _ability_weight(self, d: _Domain, task_id: str, attempts: int) -> float:
+        var = difficulty_variance(attempts, self.s.difficulty_var)
+        difficulty = _difficulty(d.stats.get(task_id, 0))
+        if difficulty is None:
+            difficulty = d.typical_difficulty
+        return max(self.s.min_weight, expected_learnability_logit(d.ability, difficulty, var))
+
+    def _fresh_scale(self, d: _Domain) -> float:
+        """What a fresh draw's weight is measured against: an unseen task is always accepted (every unseen task
+        of a domain weighs the same, so turning one down for another gains nothing)."""
+        return self.s.unseen_weight if self.s.task_model == "beta" else self._ranked(d)[1]
+
+    def _ranked(self, d: _Domain) -> tuple[list[tuple[float, str]], float]:
+        """`task_model = "ability"`: the pool by weight, heaviest first, and an unseen task's weight; computed
+        once after each of the domain's groups, so a draw costs a look down the list, not a weight each."""
+        if d.ranked is None:
+            d.ranked = sorted(((self.weight_of(d, t.id), t.id) for t in d.pool), reverse=True)
+            d.unseen = self._ability_weight(d, "", 0)
+        return d.ranked, d.unseen
+
     def _pick_task(self, d: _Domain) -> Task:
-        if d.pool and self.rng.random() < self.s.revisit:  # a task that recently gave signal, by its weight
+        if d.pool and self.s.task_model == "ability":
+            if self.rng.random() < self.s.revisit:  # the weightiest known task not out already, unless an unseen
+                ranked, unseen = self._ranked(d)  # one is expected to be worth more
+                for w, task_id in ranked:
+                    if task_id not in d.busy:
+                        if w >= unseen:
+                            return d.pool[d.in_pool[task_id]]
+                        break
+        elif d.pool and self.rng.random() < self.s.revisit:  # a task that recently gave signal, by its weight
             for _ in range(self.s.max_rejections):
                 task = d.pool[self.rng.randrange(len(d.pool))]
                 if self.rng.random() * self.s.unseen_weight < self.weight_of(d, task.id):
                     return task
         task = d.source.sample(self.rng, "train")
+        scale = self._fresh_scale(d)
         for _ in range(self.s.max_rejections):
             w = self.weight_of(d, task.id)
-            accept = w / self.s.unseen_weight if w > 0.0 else 1.0 / self.s.recheck_every
+            accept = w / scale if w > 0.0 else 1.0 / self.s.recheck_every
             if accept >= 1.0 or self.rng.random() < accept:
                 return task
             task = d.source.sample(self.rng, "train")
@@ -314,6 +391,7 @@ class TaskScheduler:
             d = self.domains.get(str(t.meta.get(DOMAIN_KEY, "")))
             if d is not None:
                 d.inflight = max(0, d.inflight - 1)
+                d.busy.discard(t.id)
 
     def timeout_s(self, domain: str) -> float:
         return self.cost.timeout_s(domain)
@@ -335,6 +413,7 @@ class TaskScheduler:
             if d is None:
                 continue
             d.inflight = max(0, d.inflight - 1)
+            d.busy.discard(g.task.id)
             valid = [(t, s) for t, s, ok in zip(g.trajectories, g.signal_scores(self.signal_from), g.valid) if ok]
             if valid:
                 passes = sum(int(t.verdict.passed) for t, _ in valid if t.verdict is not None)
@@ -347,8 +426,18 @@ class TaskScheduler:
     def _count(self, d: _Domain, task: Task, passes: int, attempts: int, signal: float) -> None:
         """One finished group of `d` into its task's posterior, the domain's moving figures and its pool."""
         d.ever_passed = d.ever_passed or passes > 0
-        a, p = _unpack(d.stats.get(task.id, 0))
-        d.stats[task.id] = _pack(a + attempts, p + passes)
+        packed = d.stats.get(task.id, 0)
+        a, p = _unpack(packed)
+        difficulty = None
+        if self.s.task_model == "ability":
+            var = difficulty_variance(a, self.s.difficulty_var)
+            old = _difficulty(packed)
+            d.ability, d.ability_var, difficulty = ability_step(
+                d.ability, d.ability_var + self.s.ability_drift, d.typical_difficulty if old is None else old, var,
+                passes, attempts)
+            d.difficulty_sum += difficulty - (old or 0.0)
+            d.tried += int(old is None)
+        d.stats[task.id] = _pack(a + attempts, p + passes, difficulty)
         rate = max(self.s.domain_rate, 1.0 / (d.groups + 1))
         d.informative += rate * (signal - d.informative)
         rate_now = passes / attempts
@@ -356,11 +445,28 @@ class TaskScheduler:
         d.groups += 1
         d.informative_window[0] += int(signal)
         d.informative_window[1] += 1
-        if signal and self.weight_of(d, task.id) > 0.0:
+        if self.s.task_model == "ability":
+            self._keep_known(d, task)
+        elif signal and self.weight_of(d, task.id) > 0.0:
             d.keep(task, self.s.pool_size)
         else:
             d.drop(task.id)
         self._after_group(d, signal, passes, attempts)
+
+    def _keep_known(self, d: _Domain, task: Task) -> None:
+        """`task_model = "ability"`: the pool holds tasks already tried, whatever their last group showed (a task too
+        hard today is the right one once the domain's ability has risen); when full, the lightest leaves if it
+        weighs less than the newcomer."""
+        if task.id not in d.in_pool and self.s.pool_size > 0:
+            if len(d.pool) >= self.s.pool_size:
+                d.ranked = None
+                ranked, _ = self._ranked(d)
+                if ranked[-1][0] >= self.weight_of(d, task.id):
+                    return
+                d.drop(ranked[-1][1])
+            d.in_pool[task.id] = len(d.pool)
+            d.pool.append(task)
+        d.ranked = None
 
     def _after_group(self, d: _Domain, signal: float, passes: int, attempts: int) -> None:
         name = d.spec.name
@@ -424,7 +530,9 @@ class TaskScheduler:
             "domains": {n: {"status": d.status.value, "informative": d.informative, "pass_rate": d.pass_rate,
                             "groups": d.groups, "drawn": d.drawn, "window": list(d.informative_window),
                             "inflight": d.inflight, "retired_at": d.retired_at, "stats": dict(d.stats),
-                            "ever_passed": d.ever_passed,
+                            "ever_passed": d.ever_passed, "ability": d.ability,
+                            "ability_var": d.ability_var, "difficulty_sum": d.difficulty_sum, "tried": d.tried,
+                            "busy": sorted(d.busy),
                             "pool": [task_state(t) for t in d.pool]}
                         for n, d in self.domains.items()},
             "band": self.band.state_dict(), "cost": self.cost.state_dict(), "bank": self.bank.state_dict(),
@@ -442,6 +550,9 @@ class TaskScheduler:
             d.inflight, d.retired_at, d.stats = s["inflight"], s["retired_at"], dict(s["stats"])
             d.pool = [task_of(t) for t in s["pool"]]
             d.ever_passed = s["ever_passed"]
+            d.ability, d.ability_var = s.get("ability", 0.0), s.get("ability_var", 1.0)
+            d.difficulty_sum, d.tried = s.get("difficulty_sum", 0.0), s.get("tried", 0)
+            d.busy, d.ranked = set(s.get("busy", ())), None
             d.in_pool = {t.id: i for i, t in enumerate(d.pool)}
             level = self.band.level(name)
             if level is not None and level != d.spec.level and d.spec.source_at is not None:
