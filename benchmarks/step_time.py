@@ -55,6 +55,11 @@ def run(tree: Path, model: str, steps: int, config: Path) -> dict:
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def config_of(tree: Path) -> Path:
+    """Each tree's own `examples/addition.toml` (the same recipe; its keys follow that tree's config sections)."""
+    return tree / "examples" / "addition.toml"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--a", type=Path, required=True, help="the baseline checkout")
@@ -63,7 +68,6 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=300)
     args = ap.parse_args()
-    config = Path(__file__).resolve().parents[1] / "examples" / "addition.toml"
     model = args.model
     if model is None:
         from posttrain.config import BaseModelConfig
@@ -71,12 +75,12 @@ def main() -> None:
 
         model = str(ensure_base(BaseModelConfig()).path)
     for side in ("a", "b"):  # warm-up, discarded: each tree builds (or finds) its compiled decode kernel
-        run(getattr(args, side), model, 2, config)
+        run(getattr(args, side), model, 2, config_of(getattr(args, side)))
     load_start = os.getloadavg()
     results: dict[str, list[dict]] = {"a": [], "b": []}
     for i in range(args.runs):
         for side in ("a", "b"):
-            r = run(getattr(args, side), model, args.steps, config)
+            r = run(getattr(args, side), model, args.steps, config_of(getattr(args, side)))
             results[side].append(r)
             print(f"run {i} {side}: {r['wall_per_step_ms']:.1f} ms/step wall, {r['cpu_per_step_ms']:.1f} ms/step CPU",
                   flush=True)
