@@ -156,8 +156,21 @@ def rg_datasets(leveled: bool = False) -> list[str]:
     return sorted(n for n in names if n != "composite")
 
 
+def rg_level_config(dataset: str, level: int, options: dict[str, Any]) -> str | None:
+    """The configuration `level` resolves to under the entry's config options, as JSON (None when it does not
+    resolve: building the domain says why). A level past every attribute's last resolves as the last one does, so
+    two such levels give the same tasks."""
+    from posttrain.rewards.reasoning_gym import allowed_options, resolve_config
+
+    try:
+        config = {k: v for k, v in options.items() if k in allowed_options(dataset)}
+        return json.dumps(resolve_config(dataset, config, level), sort_keys=True, default=str)
+    except (ImportError, ValueError):
+        return None
+
+
 @register_domain("rg:", "a reasoning-gym generator: entries 0..size-1 (size, seed, level, config options)", knob="level",
-                 members=rg_datasets)
+                 members=rg_datasets, level_config=rg_level_config)
 def _rg_domain(
     dataset: str,
     size: int | None = None,
