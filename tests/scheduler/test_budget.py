@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from posttrain.config import ConfigError, build_config
 from posttrain.rl.advantages import has_signal
 from posttrain.scheduler.pipeline import (
-    FillRule,
     Filled,
+    FillRule,
     InlineRollouts,
     Piece,
     fill_batch,

@@ -1,7 +1,7 @@
 """`posttrain tasks list` and `posttrain tasks validate SUITE`: the registered suites, and proof of their graders.
 
-Covers: `list [--json]` (registered suites; `--domains CONFIG`: the domains a config's `[[domains]]` expand to, counted per family)
-and `validate SUITE [--limit N] [--suite-opt K=V]... [--json]` (every
+Covers: `list [--json]` (registered suites; `--domains CONFIG`: the domains a config's `[[domains]]` expand to,
+counted per family) and `validate SUITE [--limit N] [--suite-opt K=V]... [--json]` (every
 gold answer through the suite's verifier: pass rate and each failure; for a suite with a do-nothing response, such
 as `terminal`, a table of each task's oracle and do-nothing verdicts; exit 0 when all gold answers score full marks
 and every do-nothing response fails, 1 otherwise, 2 for a user error such as an unknown suite or a missing extra).
