@@ -76,8 +76,8 @@ def check(spec: str, options: dict[str, Any], limit_s: float, tokenizer: Any) ->
         return f"R2: {type(exc).__name__}", []
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    if not tasks:
-        return "R2: no task", []
+    if len(tasks) < 2:
+        return "R2: no held-out or no training task (too few distinct questions)", []
     cap = domain.sampling.max_tokens
     golds = [str(t.meta.get("solution") or t.answer) for t in tasks if t.meta.get("solution") or t.answer]
     if golds and min(len(tokenizer.encode(g, add_bos=False)) for g in golds) > cap:
