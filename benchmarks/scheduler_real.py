@@ -10,6 +10,7 @@ many groups, so the figure at the scheduler's own `retire_after_groups` is print
 Not measured here: tokens_ratio, real_gain_ratio, failure_suite_gain, async_time_ratio (hours of CPU).
 
     python benchmarks/scheduler_real.py [--steps 40] [--levels 0 1 2]
+    python benchmarks/scheduler_real.py --steps 200 --example examples/many_domains.toml   # 500+ domains
 """
 
 from __future__ import annotations
@@ -144,15 +145,30 @@ def wasted(rows: list[tuple[int, str, dict]], threshold: int) -> float:
     return waste / total if total else 0.0
 
 
+def example_config(run_dir: Path, steps: int, every: int, model: str | None, example: Path) -> Path:
+    """The run over an example's `[[domains]]` (`examples/many_domains.toml`: its left-out pairs are chosen by
+    `benchmarks/many_domains.py`), each domain at its own completion cap; the run settings are this script's."""
+    text = write_config(run_dir, steps, [], every, model, arith_out=[]).read_text()
+    head = text[:text.index("[[domains]]")].replace(f"max_tokens = {MAX_TOKENS}\n", "")
+    body = example.read_text()
+    path = run_dir / "many.toml"
+    path.write_text(head + body[body.index("[[domains]]"):])
+    return path
+
+
 def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | None = None,
-               model: str | None = None, plain: bool = False) -> dict:
+               model: str | None = None, plain: bool = False, example: Path | None = None) -> dict:
     run_dir = out or Path("runs") / f"scheduler-smoke-{time.strftime('%H%M%S')}"
     every = max(1, steps // 2)
     levels = [0, 1, 2] if levels is None else levels
-    left_out = broken(levels) if levels else []
-    plain_out = broken(None) if plain else None
-    arith_out = broken(ARITH_LEVELS, source="arith:*")
-    cfg = write_config(run_dir.resolve(), steps, levels, every, model, left_out, plain_out, arith_out)
+    if example is not None:
+        left_out, plain_out, arith_out = [], None, []
+        cfg = example_config(run_dir.resolve(), steps, every, model, example)
+    else:
+        left_out = broken(levels) if levels else []
+        plain_out = broken(None) if plain else None
+        arith_out = broken(ARITH_LEVELS, source="arith:*")
+        cfg = write_config(run_dir.resolve(), steps, levels, every, model, left_out, plain_out, arith_out)
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     t0 = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(cfg), "fresh"], env=env)
@@ -194,5 +210,7 @@ if __name__ == "__main__":
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plain", action="store_true", help="also every reasoning-gym generator at its default configuration")
     ap.add_argument("--model", default=None, help="a model path, or 'tiny' (default: the built-in base, built once)")
+    ap.add_argument("--example", type=Path, default=None,
+                    help="train an example's [[domains]] instead (examples/many_domains.toml: 500+ domains)")
     a = ap.parse_args()
-    print(json.dumps(real_smoke(a.steps, a.levels, a.out, a.model, a.plain)))
+    print(json.dumps(real_smoke(a.steps, a.levels, a.out, a.model, a.plain, a.example)))

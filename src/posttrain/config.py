@@ -444,12 +444,28 @@ class RolloutConfig(_Section):
     """async, with `train.curriculum = "scheduler"`: producers that may hold rollouts of long tasks at once (those
     the scheduler expects to take `scheduler.long_factor` times the median domain's seconds); the others always
     take short ones, so long episodes never hold short ones back. 0: no lane (one queue, in order)."""
+    step_tokens: int | None = Field(None, ge=1)
+    """A step's batch by a token budget instead of a count (None: `train.prompts_per_step` kept groups, as before):
+    the batch closes once the kept groups' sampled tokens reach this (the group that crosses it is kept), holding
+    `step_min_groups` to `step_max_groups` groups, so a batch of long answers has fewer groups than one of short
+    ones. A step's first round draws for `train.prompts_per_step` groups (set it near step_tokens / tokens per
+    group); refills draw for the tokens still missing at the step's mean so far, within `train.max_fill_rounds`.
+    Tokens, not seconds: a group's sampled tokens are what its update costs and depend on the samples alone, so a
+    resumed run and the asynchronous loop at staleness 0 close each batch where the synchronous run does; wall
+    time depends on the machine's load (the long lane handles slow rollouts)."""
+    step_min_groups: int = Field(1, ge=1)
+    """With `step_tokens`: the batch stays open until it holds this many groups, however many tokens they hold."""
+    step_max_groups: int = Field(64, ge=1)
+    """With `step_tokens`: the batch closes at this many groups, however few tokens they hold."""
 
     @model_validator(mode="after")
     def _lane_leaves_short_producers(self) -> RolloutConfig:
         if self.long_lane_producers and self.long_lane_producers >= self.producers:
             raise ValueError(f"long_lane_producers = {self.long_lane_producers} must be below producers = "
                              f"{self.producers}: short tasks need producers of their own")
+        if self.step_min_groups > self.step_max_groups:
+            raise ValueError(f"step_min_groups = {self.step_min_groups} must be at most step_max_groups = "
+                             f"{self.step_max_groups}")
         return self
 
     @model_validator(mode="before")

@@ -7,15 +7,15 @@ from typer.testing import CliRunner
 
 from posttrain.cli import app
 from posttrain.config import ConfigError, DomainConfig, build_config
-from posttrain.tasks.expand import catalogue, expand_domains, expand_entry, knob_of
+from posttrain.tasks.expand import catalogue, distinct_levels, expand_domains, expand_entry, knob_of
 
 MANY = """
 [[domains]]
 source = "rg:*"
-levels = [0, 1, 2, 3, 4]
+levels = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
 [[domains]]
 source = "arith:*"
-levels = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+levels = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
 [[domains]]
 source = ["code:ops", "code:linear"]
 levels = [1, 2, 3]
@@ -82,3 +82,15 @@ def test_one_glob_twice_at_other_levels_is_accepted_and_a_real_clash_is_still_na
     with pytest.raises(ConfigError, match="expand to the name 'arith:add@digits1'"):
         expand_domains(build_config({"domains": [{"source": "arith:*", "levels": [1]},
                                                  {"source": "arith:add", "levels": [1]}]}).domain_configs())
+
+
+def test_levels_that_configure_a_generator_alike_are_named_once():
+    # bf's curriculum has 3 difficulty levels: 3, 4 and 5 resolve as 2 does and are left out
+    assert [d.label for d in expand_entry(DomainConfig(source="rg:bf", levels=[0, 1, 2, 3, 4, 5]))] == \
+        ["rg:bf@level0", "rg:bf@level1", "rg:bf@level2"]
+    # the entry's own options count: fixing every field the levels move leaves one distinct level
+    fixed = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+    assert distinct_levels("rg:basic_arithmetic", [0, 1, 2, 3], fixed) == [0]
+    assert distinct_levels("rg:basic_arithmetic", [3, 0, 1], {}) == [3, 0, 1]  # in the entry's order, all distinct
+    assert distinct_levels("arith:add", [1, 2, 2]) == [1, 2, 2]  # no level config: taken as given (the name clash
+    # of a level listed twice is expand_domains' error)

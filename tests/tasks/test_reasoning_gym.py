@@ -164,3 +164,26 @@ def test_training_source():
     assert all(v.score == 1.0 for v in verdicts)
     with pytest.raises(TaskFileError, match="unknown option"):
         load_domain("rg:basic_arithmetic", **{"digits": 3})
+
+
+def test_entries_a_generator_fails_to_make_are_skipped_and_a_broken_generator_still_fails():
+    source = load_domain("rg:basic_arithmetic", held_out_fraction=0.2).source
+    whole = source.take(5, "train", seed=0)
+
+    class Failing:  # the generator's dataset, failing on every other entry it is asked for
+        def __init__(self, ds, every):
+            self.ds, self.every, self.calls = ds, every, 0
+
+        def __getitem__(self, i):
+            self.calls += 1
+            if self.calls % self.every == 0:
+                raise ValueError("Failed to generate valid expression after 100 attempts")
+            return self.ds[i]
+
+    source._ds = Failing(source._ds, 2)
+    tasks = source.take(5, "train", seed=0)
+    assert len(tasks) == 5 and all(t.answer for t in tasks) and tasks != whole  # other entries, none failed
+    assert source.sample(random.Random(0), "train").answer and len(source.first(4)) == 4
+    source._ds = Failing(source._ds.ds, 1)
+    with pytest.raises(TaskFileError, match="failed to generate: ValueError: Failed to generate"):
+        source.sample(random.Random(0), "train")

@@ -1,7 +1,7 @@
 """`posttrain tasks list` and `posttrain tasks validate SUITE`: the registered suites, and proof of their graders.
 
-Covers: `list [--json]` (registered suites; `--domains CONFIG`: the domains a config's `[[domains]]` expand to)
-and `validate SUITE [--limit N] [--suite-opt K=V]... [--json]` (every
+Covers: `list [--json]` (registered suites; `--domains CONFIG`: the domains a config's `[[domains]]` expand to,
+counted per family) and `validate SUITE [--limit N] [--suite-opt K=V]... [--json]` (every
 gold answer through the suite's verifier: pass rate and each failure; for a suite with a do-nothing response, such
 as `terminal`, a table of each task's oracle and do-nothing verdicts; exit 0 when all gold answers score full marks
 and every do-nothing response fails, 1 otherwise, 2 for a user error such as an unknown suite or a missing extra).
@@ -91,13 +91,17 @@ def _list_expansion(path: str, as_json: bool) -> None:
 
         entries = expand_domains(load_config(path).domain_configs())
     rows = [{"name": d.label, "source": d.source, "options": d.options, "weight": d.weight} for d in entries]
+    families: dict[str, int] = {}
+    for r in rows:  # per family: the part of the source before its colon (`rg`, `arith`), else the source itself
+        family = str(r["source"]).split(":", 1)[0]
+        families[family] = families.get(family, 0) + 1
     if as_json:
-        typer.echo(json.dumps({"domains": rows, "count": len(rows)}))
+        typer.echo(json.dumps({"domains": rows, "count": len(rows), "families": families}))
         return
     for r in rows:
         opts = " ".join(f"{k}={v}" for k, v in r["options"].items())
         typer.echo(f"{r['name']}\t{r['source']}\t{opts}\tweight={r['weight']:g}")
-    typer.echo(f"{len(rows)} domains")
+    typer.echo(f"{len(rows)} domains (" + ", ".join(f"{f} {n}" for f, n in families.items()) + ")")
 
 
 def _print_rows(report) -> None:

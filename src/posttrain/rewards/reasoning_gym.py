@@ -4,7 +4,7 @@ Covers: `ReasoningGymScore`, whose reward is exactly
 `dataset.score_answer(answer, entry)` of the reasoning-gym generator that made
 the task, with the answer either the whole response or, as reasoning-gym's
 training scripts do, the last `<answer>...</answer>` (`reasoning_gym.utils.extract_answer`);
-`build_dataset`, which rebuilds a generator from the JSON recipe a task keeps
+`build_dataset`, which rebuilds a generator from the JSON recipe a task keeps (cached; `clear_cache` forgets them)
 in `meta["rg"]` (dataset name, config options, curriculum level, seed, size);
 and a tagged-JSON codec (`encode_entry` / `decode_entry`) that stores an entry
 with its Python types intact (tuples, sets, non-string dict keys, fractions, numpy scalars),
@@ -192,6 +192,11 @@ def _dataset(name: str, config_json: str, level: int | None, seed: int, size: in
         return dataset_cls(config=config)
     except (AssertionError, TypeError, ValueError, KeyError) as exc:
         raise ValueError(f"rg:{name}: invalid configuration {kwargs}: {type(exc).__name__}: {exc}") from None
+
+
+def clear_cache() -> None:
+    """Forget the datasets built so far (a survey of every generator holds one generator's at a time)."""
+    _dataset.cache_clear()
 
 
 def build_dataset(recipe: dict[str, Any]):

@@ -13,6 +13,11 @@ in-flight slots back); the groups of a taken piece beyond the batch are
 surplus too (sampled, stored, not trained on). `fill_draw` is the
 over-provisioning rule itself. A `TaskScheduler` also gets each piece's
 wall time (its cost estimates) and the step it serves.
+A batch is closed by count (`train.prompts_per_step` kept groups, the
+default) or, with `rollout.step_tokens` set, by a token budget: the kept
+groups' sampled tokens reach the budget (the group that crosses it is kept),
+between `step_min_groups` and `step_max_groups` groups (`FillRule.full`,
+`FillRule.need`).
 Does not cover: how a piece is rolled out (threads, processes, Ray actors),
 look-ahead or staleness (`rl/async_loop.py`).
 """
@@ -34,18 +39,47 @@ from posttrain.types import Group, Task
 
 @dataclass(frozen=True)
 class FillRule:
-    """The `train` section's knobs of the refill rule."""
+    """The refill rule's knobs: the `train` section's, and the `rollout` section's token budget."""
 
     prompts_per_step: int
     max_fill_rounds: int
     drop_zero_variance: bool
     signal_from: str
+    step_tokens: int | None = None
+    """None: the batch is `prompts_per_step` kept groups. Set: it closes when the kept groups' sampled tokens reach
+    this, with at least `min_groups` and at most `max_groups` groups; a step's first round still draws for
+    `prompts_per_step` groups, refills for the tokens still missing at the step's mean tokens per group."""
+    min_groups: int = 1
+    max_groups: int = 64
+
+    def full(self, groups: int, tokens: int) -> bool:
+        """Whether a batch of `groups` kept groups holding `tokens` sampled tokens is closed."""
+        if self.step_tokens is None:
+            return groups >= self.prompts_per_step
+        return groups >= self.max_groups or (tokens >= self.step_tokens and groups >= self.min_groups)
+
+    def need(self, groups: int, tokens: int, tokens_per_group: float | None) -> int:
+        """Informative groups still wanted by an open batch (`tokens_per_group`: the step's mean so far, None before
+        its first group)."""
+        if self.step_tokens is None:
+            return self.prompts_per_step - groups
+        room = self.max_groups - groups
+        if tokens_per_group is None:
+            return max(1, min(room, max(self.min_groups, self.prompts_per_step) - groups))
+        missing = math.ceil((self.step_tokens - tokens) / max(tokens_per_group, 1.0))
+        return max(1, min(room, max(missing, self.min_groups - groups)))
 
 
 def fill_rule(cfg: Any) -> FillRule:
-    """The rule a run's `train` section sets (`cfg`: a `RunConfig`)."""
-    t = cfg.train
-    return FillRule(t.prompts_per_step, t.max_fill_rounds, t.drop_zero_variance, t.signal_from)
+    """The rule a run's `train` and `rollout` sections set (`cfg`: a `RunConfig`)."""
+    t, r = cfg.train, cfg.rollout
+    return FillRule(t.prompts_per_step, t.max_fill_rounds, t.drop_zero_variance, t.signal_from,
+                    r.step_tokens, r.step_min_groups, r.step_max_groups)
+
+
+def group_tokens(group: Group) -> int:
+    """The tokens a group's trajectories sampled (what a token budget counts)."""
+    return sum(t.sampled_tokens for t in group.trajectories)
 
 
 @dataclass
@@ -129,18 +163,20 @@ def fill_batch(rule: FillRule, curriculum: Curriculum, rollouts: Rollouts, infor
     kept: list[Group] = []
     sampled: list[Group] = []
     rounds = silent = cancelled = 0
-    while len(kept) < rule.prompts_per_step and rounds < rule.max_fill_rounds:
+    kept_tokens = sampled_tokens = 0  # counted for a token budget only (`rule.step_tokens`)
+    budget = rule.step_tokens is not None
+    while not rule.full(len(kept), kept_tokens) and rounds < rule.max_fill_rounds:
         if rounds == 0 and first:
             pieces = first
         else:
-            need = rule.prompts_per_step - len(kept)
+            need = rule.need(len(kept), kept_tokens, sampled_tokens / len(sampled) if sampled else None)
             k = fill_draw(need, informative_rate) if rule.drop_zero_variance else need
             pieces = [rollouts.start(part) for part in rollouts.split(curriculum.sample(k)) if part]
         rounds += 1
         signals: list[bool] = []
         t0 = time.perf_counter()
         for piece in pieces:
-            if len(kept) >= rule.prompts_per_step:  # surplus work: the batch is full without it
+            if rule.full(len(kept), kept_tokens):  # surplus work: the batch is full without it
                 withdrawn = rollouts.cancel(piece)
                 cancelled += withdrawn
                 if withdrawn and scheduler is not None:
@@ -159,13 +195,17 @@ def fill_batch(rule: FillRule, curriculum: Curriculum, rollouts: Rollouts, infor
             signal = has_signal(scores, valid).tolist()
             signals.extend(signal)
             for g, s in zip(groups, signal):
-                if (s or not rule.drop_zero_variance) and len(kept) < rule.prompts_per_step:
+                if (s or not rule.drop_zero_variance) and not rule.full(len(kept), kept_tokens):
                     kept.append(g)
+                    if budget:
+                        kept_tokens += group_tokens(g)
             sampled.extend(groups)
+            if budget:
+                sampled_tokens += sum(group_tokens(g) for g in groups)
         if not signals:  # the round gave nothing: another, within the round budget
             continue
         silent += signals.count(False)  # once a round, whatever its pieces: the share that sizes the next draw
         informative_rate = 0.9 * informative_rate + 0.1 * (sum(signals) / len(signals))
-        if not rule.drop_zero_variance:
+        if not rule.drop_zero_variance and not budget:  # a count is met by one round (a budget may need more)
             break
     return Filled(kept, sampled, rounds, silent, informative_rate, cancelled)

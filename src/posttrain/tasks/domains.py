@@ -84,6 +84,7 @@ DomainFactory = Callable[..., Domain]
 
 
 Members = Callable[[bool], list[str]]  # (only those with difficulty levels) -> a family's member names
+LevelConfig = Callable[[str, int, dict[str, Any]], Any]  # (member, level, options) -> what the level configures
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class _Entry:
     family: bool
     knob: str | None = None  # the option that sets difficulty (`digits`, `level`, `hops`), for levels and the band
     members: Members | None = None  # a family's members, for globs in `[[domains]]` (`rg:*`)
+    level_config: LevelConfig | None = None  # equal for two levels of a member that give the same tasks (None: all differ)
 
 
 @dataclass(frozen=True)
@@ -112,11 +114,13 @@ _plugins: list[DomainPlugin] = []  # handed in by the wiring layer (`add_plugins
 _loaded: set[DomainPlugin] = set()
 
 
-def register_domain(name: str, description: str, knob: str | None = None,
-                    members: Members | None = None) -> Callable[[DomainFactory], DomainFactory]:
+def register_domain(name: str, description: str, knob: str | None = None, members: Members | None = None,
+                    level_config: LevelConfig | None = None) -> Callable[[DomainFactory], DomainFactory]:
     """Register a domain factory. A name ending in ':' is a family: `factory(arg, **options)` for `name + arg`.
     `knob`: the option that sets its difficulty; `members(leveled)`: a family's member names (those that take
-    the knob, when `leveled`), so that `[[domains]]` globs and `levels` can expand it (`tasks/expand.py`).
+    the knob, when `leveled`), so that `[[domains]]` globs and `levels` can expand it (`tasks/expand.py`);
+    `level_config(member, level, options)`: what a level configures, equal for two levels that give the same tasks
+    (reasoning-gym's levels past a generator's last are its last), so an expansion keeps only the first of them.
 
     >>> @register_domain("tiny", "two additions")
     ... def tiny(**options):
@@ -125,7 +129,8 @@ def register_domain(name: str, description: str, knob: str | None = None,
     """
 
     def decorate(factory: DomainFactory) -> DomainFactory:
-        _REGISTRY[name] = _Entry(name, factory, description, family=name.endswith(":"), knob=knob, members=members)
+        _REGISTRY[name] = _Entry(name, factory, description, family=name.endswith(":"), knob=knob, members=members,
+                                 level_config=level_config)
         return factory
 
     return decorate

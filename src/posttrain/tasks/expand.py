@@ -5,8 +5,10 @@ and each family's members, `arith:add`, `rg:leg_counting`, `agent:lookup`),
 `expand_entry` (one `[[domains]]` entry: `source` a spec, a glob such as
 `rg:*` or `arith:{add,mul}`-style lists given as a TOML array, times `levels`
 of the family's difficulty knob, each expanded domain named
-`<spec>@<knob><level>` unless the entry names it; a glob that matches nothing
-is an error), `expand_domains` (a whole list, names checked distinct), and
+`<spec>@<knob><level>` unless the entry names it; a level that configures its
+generator exactly as a lower level of the entry does is left out, so
+`levels = [0, ..., 15]` over `rg:*` gives each generator's distinct levels
+only; a glob that matches nothing is an error), `expand_domains` (a whole list, names checked distinct), and
 `knob_of` (the option that sets a spec's difficulty: the levels, and the band
 the scheduler moves, use it). Nothing is downloaded: the catalogue is the
 registry's own (reasoning-gym's generators are code in its package).
@@ -16,6 +18,7 @@ Does not cover: building the domains (`rl/build.py: build_domain`).
 from __future__ import annotations
 
 import fnmatch
+from typing import Any
 
 from posttrain.config import ConfigError, DomainConfig
 from posttrain.tasks.domains import registry_entries
@@ -35,13 +38,32 @@ def catalogue(leveled: bool = False) -> list[str]:
     return out
 
 
+def _entry(spec: str) -> Any:
+    prefix = spec.split(":", 1)[0] + ":" if ":" in spec else spec
+    return next((e for e in registry_entries() if e.name == prefix or e.name == spec), None)
+
+
 def knob_of(spec: str) -> str | None:
     """The difficulty option of the spec's family (`digits`, `level`, `hops`), or None."""
-    prefix = spec.split(":", 1)[0] + ":" if ":" in spec else spec
-    for e in registry_entries():
-        if e.name == prefix or e.name == spec:
-            return e.knob
-    return None
+    entry = _entry(spec)
+    return None if entry is None else entry.knob
+
+
+def distinct_levels(spec: str, levels: list[int], options: dict[str, Any] | None = None) -> list[int]:
+    """`levels` less those that configure the spec's generator as an earlier one of them does (its family's
+    `level_config`; a family without one: every level is distinct)."""
+    entry = _entry(spec)
+    if entry is None or entry.level_config is None or not entry.family:
+        return list(levels)
+    member, seen, out = spec.split(":", 1)[1], set(), []
+    for level in levels:
+        key = entry.level_config(member, level, options or {})
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(level)
+    return out
 
 
 def _sources(dc: DomainConfig) -> list[str]:
@@ -82,7 +104,7 @@ def _expand(dc: DomainConfig) -> list[DomainConfig]:
         knob = knob_of(spec)
         if knob is None:
             raise ConfigError(f"config: [[domains]] {spec!r} has no difficulty knob, so `levels` cannot apply")
-        for level in dc.levels:
+        for level in distinct_levels(spec, dc.levels, dc.options):
             name = dc.name or f"{spec}@{knob}{level}"
             out.append(dc.model_copy(update={"source": spec, "levels": None, "name": name, "exclude": [],
                                              "options": {**dc.options, knob: level}}))

@@ -9,7 +9,9 @@ error listing the allowed ones) or its curriculum `level`; the `rg:` suite
 family (entries 0..size-1 of `create_dataset(name, seed=seed, size=size)`, as
 reasoning-gym defines a dataset, or only its train / held-out part); and
 `RGSource`, the `TaskSource` behind `tasks.source = "rg:<dataset>"`, whose
-split is a hash of each question, so held-out questions are never trained on.
+split is a hash of each question, so held-out questions are never trained on
+(an entry the generator fails to make is skipped by every draw: countdown,
+for one, gives up on a few).
 `answer_format = "tag"` appends reasoning-gym's answer-tag instruction to each
 prompt and makes the verifier read the last `<answer>` tag.
 Does not cover: scoring (`rewards/reasoning_gym.py`, reasoning-gym's own
@@ -34,6 +36,7 @@ AnswerFormat = Literal["plain", "tag"]
 TAG_INSTRUCTION = "\n\nProvide your final answer between <answer> and </answer> tags."
 DEFAULT_SIZE = 100  # entries in an rg: suite unless `size` says otherwise
 VIRTUAL_SIZE = 1_000_000  # indices a training source draws from
+MAX_FAILED = 20  # entries a generator may fail to make in one draw before the draw fails with its error
 
 
 def _config_tag(config: dict[str, Any], level: int | None) -> str:
@@ -107,10 +110,23 @@ class RGSource:
     def split_of(self, task: Task) -> Split:
         return split_of(task.meta["split_key"], self.held_out_fraction)
 
+    def _entry_task(self, index: int, failed: list[TaskFileError]) -> Task | None:
+        """Entry `index` as a task, or None when the generator fails on it (some search and give up on a few
+        entries: such an entry is no task, skipped by the draws); after `MAX_FAILED` failures in one draw the
+        generator is broken and the last error is raised."""
+        try:
+            return self.task(index)
+        except TaskFileError as exc:
+            failed.append(exc)
+            if len(failed) >= MAX_FAILED:
+                raise
+            return None
+
     def sample(self, rng: random.Random, split: Split = "train") -> Task:
+        failed: list[TaskFileError] = []
         for _ in range(10_000):
-            task = self.task(rng.randrange(self.size))
-            if self.split_of(task) == split:
+            task = self._entry_task(rng.randrange(self.size), failed)
+            if task is not None and self.split_of(task) == split:
                 return task
         raise TaskFileError(f"{self.name}: could not draw a {split} task (too few distinct questions?)")
 
@@ -118,11 +134,12 @@ class RGSource:
         rng = random.Random(f"{self.name}:{split}:{seed}")
         seen: dict[str, Task] = {}
         questions: set[str] = set()
+        failed: list[TaskFileError] = []
         attempts = 0
         while len(seen) < n and attempts < 20 * n + 100:
             attempts += 1
-            task = self.task(rng.randrange(self.size))
-            if self.split_of(task) != split or task.meta["split_key"] in questions:
+            task = self._entry_task(rng.randrange(self.size), failed)
+            if task is None or self.split_of(task) != split or task.meta["split_key"] in questions:
                 continue
             questions.add(task.meta["split_key"])
             seen[task.id] = task
@@ -136,10 +153,11 @@ class RGSource:
     def first(self, n: int, split: Split | Literal["all"] = "all") -> list[Task]:
         """Entries 0, 1, ... of the dataset (only those of `split`), n of them: a fixed evaluation set."""
         out: list[Task] = []
+        failed: list[TaskFileError] = []
         index = 0
         while len(out) < n and index < self.size and index < 50 * n + 100:
-            task = self.task(index)
-            if split == "all" or self.split_of(task) == split:
+            task = self._entry_task(index, failed)
+            if task is not None and (split == "all" or self.split_of(task) == split):
                 out.append(task)
             index += 1
         return out
@@ -156,8 +174,21 @@ def rg_datasets(leveled: bool = False) -> list[str]:
     return sorted(n for n in names if n != "composite")
 
 
+def rg_level_config(dataset: str, level: int, options: dict[str, Any]) -> str | None:
+    """The configuration `level` resolves to under the entry's config options, as JSON (None when it does not
+    resolve: building the domain says why). A level past every attribute's last resolves as the last one does, so
+    two such levels give the same tasks."""
+    from posttrain.rewards.reasoning_gym import allowed_options, resolve_config
+
+    try:
+        config = {k: v for k, v in options.items() if k in allowed_options(dataset)}
+        return json.dumps(resolve_config(dataset, config, level), sort_keys=True, default=str)
+    except (ImportError, ValueError):
+        return None
+
+
 @register_domain("rg:", "a reasoning-gym generator: entries 0..size-1 (size, seed, level, config options)", knob="level",
-                 members=rg_datasets)
+                 members=rg_datasets, level_config=rg_level_config)
 def _rg_domain(
     dataset: str,
     size: int | None = None,
