@@ -154,3 +154,25 @@ def test_pass_at_k_over_samples_with_the_local_engine(tmp_path, tiny_model_dir):
     assert 0 <= s.pass_at[1].value <= s.pass_at[2].value <= s.pass_at[4].value <= 1
     again = evaluate(resolve_model(str(tiny_model_dir)).engine, suite, spec, tmp_path / "again")
     assert [r.response for r in again.records] == [r.response for r in run.records]  # seeded: reproducible
+
+
+def test_a_prompt_longer_than_the_context_is_a_recorded_failure_not_a_crashed_evaluation(tmp_path, tiny_model_dir):
+    """As in training (tests/rl/test_rollout.py): a held-out task the model cannot read scores 0 for this model,
+    with the reason, and the other tasks are sampled and judged as usual."""
+    from posttrain.resolve import resolve_model
+    from posttrain.rewards import ExactMatch
+    from posttrain.types import Task
+
+    engine = resolve_model(str(tiny_model_dir)).engine
+    assert engine.max_context is not None
+    tasks = [Task("a", "1+1=", "2"), Task("long", "1+" * engine.max_context + "1=", "0"), Task("b", "2+2=", "4")]
+    spec = EvalSpec(model=str(tiny_model_dir), suite="mixed", n=2, ks=(1,), temperature=1.0, max_tokens=3)
+    run = evaluate(engine, Suite("mixed", tasks, ExactMatch()), spec, tmp_path / "out")
+    by_task = {}
+    for r in run.records:
+        by_task.setdefault(r.task_id, []).append(r)
+    assert sorted(by_task) == ["a", "b", "long"] and all(len(v) == 2 for v in by_task.values())
+    assert all(r.verifier == "context" and r.score == 0.0 and not r.passed and r.response == "" for r in by_task["long"])
+    assert "context holds" in by_task["long"][0].details
+    assert all(r.verifier != "context" and r.tokens_out for t in ("a", "b") for r in by_task[t])
+    assert run.summary.n_samples == 6

@@ -36,7 +36,7 @@ from posttrain.eval.records import EvalDir, EvalDirError, EvalRun, SampleRecord
 from posttrain.eval.summary import summarize
 from posttrain.models.prompting import PromptRenderer
 from posttrain.rewards.base import score_sync, verifier_id
-from posttrain.types import Completion, SamplingParams, Task, Verdict
+from posttrain.types import Completion, FinishReason, SamplingParams, Task, Verdict
 
 # Settings that change what is sampled: a resumed run must match them exactly.
 _SAMPLING_KEYS = ("model", "suite", "suite_options", "n", "temperature", "top_p", "max_tokens", "seed", "batch")
@@ -118,26 +118,50 @@ def _record(task: Task, repeat: int, j: int, c: Completion, v: Verdict, tokens_i
 
 def _sample_chunk(engine: Engine, verifier: Any, todo: list[Task], repeat: int, params: SamplingParams,
                   timeout: float | None, renderer: PromptRenderer) -> list[SampleRecord]:
-    """One engine call for `todo`, graded in one batch: a record per (task, sample)."""
+    """One engine call for `todo`, graded in one batch: a record per (task, sample). A prompt the model's context
+    cannot hold is a recorded failure of the task for this model (score 0, verifier `context`), as in training."""
     before = _usage(engine)
     texts = renderer.render_all(todo)
     ids = None if renderer.adds_bos else renderer.token_ids(texts, engine)  # a raw prompt goes as text, as it always did
-    groups, latencies = _generate(engine, list(ids) if ids is not None else texts, renderer.sampling(params))
+    prompts: list[Prompt] = list(ids) if ids is not None else list(texts)
+    too_long = {i: why for i, p in enumerate(prompts) if (why := _overlong(engine, p)) is not None}
+    fit = [i for i in range(len(todo)) if i not in too_long]
+    sampled, timed = _generate(engine, [prompts[i] for i in fit], renderer.sampling(params)) if fit else ([], [])
     after = _usage(engine)
-    flat_tasks = [t for t, g in zip(todo, groups) for _ in g]
-    verdicts = score_sync(verifier, flat_tasks, [c.text for g in groups for c in g], timeout)
+    fit_tasks = [todo[i] for i, g in zip(fit, sampled) for _ in g]
+    judged = iter(score_sync(verifier, fit_tasks, [c.text for g in sampled for c in g], timeout) if fit_tasks else [])
+    groups: dict[int, list[Completion]] = dict(zip(fit, sampled))
+    latencies: dict[int, float] = dict(zip(fit, timed))
     # a server's token counts come from its usage totals; the local engine's from its tokenizer
-    used_in = (after[0] - before[0]) / len(todo) if before and after else None
-    used_out = (after[1] - before[1]) / max(len(flat_tasks), 1) if before and after else None
-    out, offset = [], 0
-    for task, text, group, latency in zip(todo, texts, groups, latencies):
+    used_in = (after[0] - before[0]) / len(fit) if before and after and fit else None
+    used_out = (after[1] - before[1]) / max(len(fit_tasks), 1) if before and after else None
+    out = []
+    for i, (task, text) in enumerate(zip(todo, texts)):
+        if i in too_long:
+            for j in range(params.n):
+                empty = Completion([], "", [], FinishReason.LENGTH)
+                out.append(_record(task, repeat, j, empty, Verdict(0.0, False, verifier="context", details=too_long[i]),
+                                   _tokens_in(engine, text), 0, 0.0))
+            continue
+        group = groups[i]
         t_in = _tokens_in(engine, text) if used_in is None else used_in
         for j, c in enumerate(group):
             t_out = len(c.token_ids) if c.token_ids else used_out
-            out.append(_record(task, repeat, j, c, verdicts[offset], None if t_in is None else t_in / len(group),
-                               t_out, latency / len(group)))
-            offset += 1
+            out.append(_record(task, repeat, j, c, next(judged), None if t_in is None else t_in / len(group),
+                               t_out, latencies[i] / len(group)))
     return out
+
+
+def _overlong(engine: Engine, prompt: Prompt) -> str | None:
+    """Why `prompt` leaves no room for one sampled token in the engine's context (None: it fits, or the engine
+    has no known context or tokenizer to tell)."""
+    limit = engine.max_context
+    if limit is None:
+        return None
+    n = len(prompt) if isinstance(prompt, list) else _tokens_in(engine, prompt)
+    if n is None or n < limit:
+        return None
+    return f"the prompt has {n} tokens; the model's context holds {limit}"
 
 
 def _check_resumable(old: dict[str, Any], new: dict[str, Any], path: Path) -> None:
