@@ -87,7 +87,7 @@ def test_the_agent_example_is_the_quickstart_agent_run():
     from posttrain.config import load_config
     from posttrain.recipes.quickstart import AGENT_OVERRIDES
 
-    example = load_config(Path(__file__).parents[1] / "examples" / "agent.toml", [])
+    example = load_config(Path(__file__).parents[2] / "examples" / "agent.toml", [])
     preset = load_config(None, AGENT_OVERRIDES)
     skip = {"name"}
     assert {k: v for k, v in example.model_dump().items() if k not in skip} == \
