@@ -31,10 +31,13 @@ class TokenPieces:
 
     def __call__(self, ids: list[int]) -> list[str]:
         known = self.known
-        for i in ids:
-            if i not in known:
-                known[i] = self.tokenizer.decode([i])
-        return [known[i] for i in ids]
+        try:
+            return [known[i] for i in ids]
+        except KeyError:
+            for i in ids:
+                if i not in known:
+                    known[i] = self.tokenizer.decode([i])
+            return [known[i] for i in ids]
 
 
 def token_rows(sampled: list[Group], kept: list[Group], batch: TrainBatch | None, values: TokenValues | None,
@@ -47,13 +50,16 @@ def token_rows(sampled: list[Group], kept: list[Group], batch: TrainBatch | None
     mask is on (elsewhere the learner may not have computed them) and only when the row's tokens are the
     completion's (anything else is left NaN rather than shown against the wrong tokens)."""
     trained: dict[int, tuple[int, int]] = {}  # id(trajectory) -> (its last row, its length)
-    mask = input_ids = None
+    mask = input_ids = logps = entropies = None
     if batch is not None and batch.lengths is not None:
-        mask, input_ids, lengths = batch.mask, batch.input_ids, batch.lengths
+        # as Python lists once: slicing a tensor per trajectory cost more than the rest of the record
+        mask, input_ids, lengths = batch.mask.tolist(), batch.input_ids.tolist(), batch.lengths.tolist()
+        if values is not None:
+            logps, entropies = values.logp.tolist(), values.entropy.tolist()
         row = 0
         for g in kept:
             for t in g.trajectories:
-                row += len(t.segments())
+                row += 1 if len(t.turns) == 1 else len(t.segments())  # one turn: one segment
                 trained[id(t)] = (row - 1, int(lengths[row - 1]))
     nan = math.nan
     out = []
@@ -66,12 +72,10 @@ def token_rows(sampled: list[Group], kept: list[Group], batch: TrainBatch | None
             if at is not None and n and mask is not None and input_ids is not None:
                 r, length = at
                 lo, hi = length - n, length  # the completion's positions; its targets are one to the left
-                if lo >= 1 and input_ids[r, lo:hi].tolist() == list(c.token_ids):
-                    loss = [bool(m) for m in mask[r, lo - 1 : hi - 1].tolist()]
-                    if values is not None:
-                        lp = values.logp[r, lo - 1 : hi - 1].tolist()
-                        ent = values.entropy[r, lo - 1 : hi - 1].tolist()
-                        learner = [x if m else nan for x, m in zip(lp, loss)]
-                        entropy = [x if m else nan for x, m in zip(ent, loss)]
+                if lo >= 1 and input_ids[r][lo:hi] == list(c.token_ids):
+                    loss = [bool(m) for m in mask[r][lo - 1 : hi - 1]]
+                    if logps is not None and entropies is not None:
+                        learner = [x if m else nan for x, m in zip(logps[r][lo - 1 : hi - 1], loss)]
+                        entropy = [x if m else nan for x, m in zip(entropies[r][lo - 1 : hi - 1], loss)]
             out.append(TokenRow(i, j, pieces(list(c.token_ids)), [float(x) for x in c.logprobs], learner, entropy, loss))
     return out

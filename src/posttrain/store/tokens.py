@@ -22,6 +22,8 @@ F16_MAX = 65504.0  # the largest finite float16: values beyond it are clamped, n
 
 def pack_f16(values: list[float]) -> bytes:
     """Float values -> little-endian float16 bytes (2 per value); NaN stays NaN (a missing value), infinities clamp."""
+    if all(-F16_MAX <= v <= F16_MAX for v in values if v == v):  # the common case, checked at half the cost
+        return struct.pack(f"<{len(values)}e", *values)
     return struct.pack(f"<{len(values)}e", *(v if v != v else max(-F16_MAX, min(F16_MAX, v)) for v in values))
 
 
@@ -49,7 +51,7 @@ class TokenRow:
     def values(self) -> tuple:
         """The row's column values after the step: ids, pieces as JSON, the value blobs."""
         return (self.group_idx, self.sample_idx, json.dumps(self.pieces), pack_f16(self.sampler_logp),
-                pack_f16(self.learner_logp), pack_f16(self.entropy), bytes(int(m) for m in self.loss_mask))
+                pack_f16(self.learner_logp), pack_f16(self.entropy), bytes(self.loss_mask))
 
     @classmethod
     def from_columns(cls, group_idx: int, sample_idx: int, pieces: str, sampler: bytes, learner: bytes | None,
