@@ -300,9 +300,7 @@ def main() -> None:
                 p.wait()
         big.close()
         small.close()
-        nan = float("nan")
-        ab = training_ab(browser, root, args.phases, args.per_phase) if not args.no_ab else {
-            "slowdown": nan, "step_s_closed": nan, "step_s_open": nan}
+        ab = training_ab(browser, root, args.phases, args.per_phase) if not args.no_ab else {}
         print(f"training A/B: {ab}", flush=True)
     print(f"load average at end: {os.getloadavg()}", flush=True)
     print(json.dumps({
@@ -313,10 +311,12 @@ def main() -> None:
         "first_render_cpu_ms": round(statistics.median(m[1] + m[2] for m in more_big)),
         "baseline_100_step_first_render_cpu_ms": round(statistics.median(m[1] + m[2] for m in more_small)),
         "dashboard_update_s": round(statistics.median(upd), 3), "dashboard_update_max_s": round(max(upd), 3),
-        "baseline_poll_s": 1.0, "training_slowdown": round(ab["slowdown"], 4), "step_s_closed": round(ab["step_s_closed"], 4),
-        "step_s_open": round(ab["step_s_open"], 4),
-        **{k: round(ab[k], 4) for k in ("slowdown_paired_median", "slowdown_paired_mean", "slowdown_paired_se", "reader_cores",
-                                        "reader_share_of_2_cores") if k in ab}}))
+        "baseline_poll_s": 1.0,  # the A/B's keys are null when it was not run (--no-ab): JSON has no NaN
+        **{out: (round(ab[k], 4) if k in ab and ab[k] == ab[k] else None)
+           for out, k in (("training_slowdown", "slowdown"), ("step_s_closed", "step_s_closed"), ("step_s_open", "step_s_open"),
+                          ("slowdown_paired_median", "slowdown_paired_median"), ("slowdown_paired_mean", "slowdown_paired_mean"),
+                          ("slowdown_paired_se", "slowdown_paired_se"), ("reader_cores", "reader_cores"),
+                          ("reader_share_of_2_cores", "reader_share_of_2_cores"))}}))
 
 
 if __name__ == "__main__":
