@@ -209,7 +209,9 @@ class DomainConfig(_Section):
     levels: list[int] | None = None
     """Expand this entry into one domain per difficulty level of the family's knob (`digits` for arith: and code:,
     `level` for rg:, `hops` for agent:), named `<source>@<level>`; `source` may also be a glob (`rg:*`) or a
-    list. `posttrain tasks list --domains CONFIG` prints the expansion."""
+    list. A level that configures its generator as an earlier level of the same entry does (reasoning-gym levels
+    past a generator's last, for one) is left out: no two domains name the same tasks. `posttrain tasks list
+    --domains CONFIG` prints the expansion."""
     exclude: list[str] = []
     """Globs of expanded domain names (`rg:knight_swap@level0`) or sources (`rg:composite`) this entry leaves out."""
     band: list[int] | None = None
