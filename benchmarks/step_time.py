@@ -25,13 +25,13 @@ from pathlib import Path
 
 CHILD = r"""
 import json, sys, time
-from posttrain.config import load_config
+from posttrain.config import ConfigError, load_config
 from posttrain.rl.trainer import Trainer
 common = [f"model.path='{sys.argv[2]}'", f"run_dir='{sys.argv[3]}'", f"train.steps={sys.argv[4]}",
           "train.checkpoint_every=0", "tensorboard=false"]
 try:
     cfg = load_config(sys.argv[1], common + ["eval.every=0"])
-except Exception:  # a tree from before the [eval] section
+except ConfigError:  # a tree from before the [eval] section
     cfg = load_config(sys.argv[1], common + ["train.eval_every=0"])
 trainer = Trainer(cfg, overwrite=True)
 wall = cpu = 0.0

@@ -59,6 +59,14 @@ class ContextLengthError(UserError, ValueError):
     that merely asks for too many tokens is clamped instead)."""
 
 
+def context_overflow(prompt_tokens: int | None, max_context: int | None) -> str | None:
+    """Why a prompt of `prompt_tokens` leaves no room for one sampled token in `max_context` (None: it fits, or
+    either count is unknown): the reason training and evaluation record for a task the model cannot read."""
+    if prompt_tokens is None or max_context is None or prompt_tokens < max_context:
+        return None
+    return f"the prompt has {prompt_tokens} tokens; the model's context holds {max_context}"
+
+
 @dataclass(slots=True)
 class CompletionDelta:
     """What one completion gained in one engine step.

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.aio import run_sync
-from posttrain.engine.base import Engine, Prompt
+from posttrain.engine.base import Engine, Prompt, context_overflow
 from posttrain.eval.metrics import Price
 from posttrain.eval.records import EvalDir, EvalDirError, EvalRun, SampleRecord
 from posttrain.eval.summary import summarize
@@ -124,7 +124,8 @@ def _sample_chunk(engine: Engine, verifier: Any, todo: list[Task], repeat: int, 
     texts = renderer.render_all(todo)
     ids = None if renderer.adds_bos else renderer.token_ids(texts, engine)  # a raw prompt goes as text, as it always did
     prompts: list[Prompt] = list(ids) if ids is not None else list(texts)
-    too_long = {i: why for i, p in enumerate(prompts) if (why := _overlong(engine, p)) is not None}
+    counted = [len(p) if isinstance(p, list) else _tokens_in(engine, p) for p in prompts]  # once: limit and record
+    too_long = {i: why for i, n in enumerate(counted) if (why := context_overflow(n, engine.max_context)) is not None}
     fit = [i for i in range(len(todo)) if i not in too_long]
     sampled, timed = _generate(engine, [prompts[i] for i in fit], renderer.sampling(params)) if fit else ([], [])
     after = _usage(engine)
@@ -135,33 +136,25 @@ def _sample_chunk(engine: Engine, verifier: Any, todo: list[Task], repeat: int, 
     # a server's token counts come from its usage totals; the local engine's from its tokenizer
     used_in = (after[0] - before[0]) / len(fit) if before and after and fit else None
     used_out = (after[1] - before[1]) / max(len(fit_tasks), 1) if before and after else None
+
+    def text_tokens(i: int) -> int | None:  # the rendered text's count, as records always had it
+        return counted[i] if ids is None else _tokens_in(engine, texts[i])
+
     out = []
-    for i, (task, text) in enumerate(zip(todo, texts)):
+    for i, task in enumerate(todo):
         if i in too_long:
             for j in range(params.n):
                 empty = Completion([], "", [], FinishReason.LENGTH)
                 out.append(_record(task, repeat, j, empty, Verdict(0.0, False, verifier="context", details=too_long[i]),
-                                   _tokens_in(engine, text), 0, 0.0))
+                                   text_tokens(i), 0, 0.0))
             continue
         group = groups[i]
-        t_in = _tokens_in(engine, text) if used_in is None else used_in
+        t_in = text_tokens(i) if used_in is None else used_in
         for j, c in enumerate(group):
             t_out = len(c.token_ids) if c.token_ids else used_out
             out.append(_record(task, repeat, j, c, next(judged), None if t_in is None else t_in / len(group),
                                t_out, latencies[i] / len(group)))
     return out
-
-
-def _overlong(engine: Engine, prompt: Prompt) -> str | None:
-    """Why `prompt` leaves no room for one sampled token in the engine's context (None: it fits, or the engine
-    has no known context or tokenizer to tell)."""
-    limit = engine.max_context
-    if limit is None:
-        return None
-    n = len(prompt) if isinstance(prompt, list) else _tokens_in(engine, prompt)
-    if n is None or n < limit:
-        return None
-    return f"the prompt has {n} tokens; the model's context holds {limit}"
 
 
 def _check_resumable(old: dict[str, Any], new: dict[str, Any], path: Path) -> None:

@@ -165,11 +165,11 @@ class _Figures:
     """The reporting problems' figures: the base, the final weights and the best checkpoint (`best_step`)."""
 
     greedy_before: float
+    greedy_after: float
     pass1_before: float
+    pass1_after: float
     greedy_final: float
     pass1_final: float
-    greedy_after: float
-    pass1_after: float
     best_step: int | None
     n_reporting: int
 
@@ -198,16 +198,9 @@ def _train_between_measures(trainer: Trainer, seed: int, pass1_samples: int,
         greedy_after, pass1_after = measure(_engine_for(best_dir))
     else:
         greedy_after, pass1_after, best_step = greedy_final, pass1_final, trainer.step
-    figures = _Figures(greedy_before, pass1_before, greedy_final, pass1_final, greedy_after, pass1_after, best_step,
+    figures = _Figures(greedy_before, greedy_after, pass1_before, pass1_after, greedy_final, pass1_final, best_step,
                        len(reporting))
-    trainer.store.log_eval(
-        trainer.step,
-        "quickstart",
-        {"greedy_before": greedy_before, "greedy_after": greedy_after, "pass1_before": pass1_before,
-         "pass1_after": pass1_after, "greedy_final": greedy_final, "pass1_final": pass1_final,
-         "best_step": best_step, "n_reporting": len(reporting)},
-        {},
-    )
+    trainer.store.log_eval(trainer.step, "quickstart", asdict(figures), {})
     return figures, result
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from posttrain import aio
-from posttrain.engine.base import Engine, Prompt
+from posttrain.engine.base import Engine, Prompt, context_overflow
 from posttrain.models.prompting import PromptRenderer
 from posttrain.rewards.base import Verifier, score
 from posttrain.sandbox.sandboxes import Sandboxes, use_sandboxes
@@ -85,7 +85,7 @@ class SingleTurnRollouter:
         prompts: list[Prompt] = list(ids) if ids is not None else list(texts)
         params = dataclasses.replace(self.params, n=n) if n != self.params.n else self.params
         params = self.renderer.sampling(params)  # the end-of-turn token stops a chat model's reply
-        fits = [i for i, p in enumerate(prompts) if not _overlong(p, self.engine.max_context)]
+        fits = [i for i, p in enumerate(prompts) if _overflow(p, self.engine.max_context) is None]
         sampled = [prompts[i] for i in fits]
         if not sampled:
             completions: list[list[Completion]] = []
@@ -110,7 +110,7 @@ class SingleTurnRollouter:
             if i in fitted:
                 out.append(fitted[i])
                 continue
-            why = f"the prompt has {len(_ids(prompt))} tokens; the model's context holds {self.engine.max_context}"
+            why = _overflow(prompt, self.engine.max_context) or ""
             empty = Completion([], "", [], FinishReason.LENGTH)
             verdict = Verdict(0.0, False, verifier="context", details=why)
             out.append(Group(task, [Trajectory(task, [Turn(_ids(prompt), empty)], verdict, RolloutStatus.OVERLONG)
@@ -138,9 +138,9 @@ def _ids(prompt: Prompt) -> list[int]:
     return list(prompt) if isinstance(prompt, list) else []
 
 
-def _overlong(prompt: Prompt, max_context: int | None) -> bool:
-    """A prompt of token ids that leaves no room for one sampled token (text prompts are the engine's to check)."""
-    return max_context is not None and isinstance(prompt, list) and len(prompt) >= max_context
+def _overflow(prompt: Prompt, max_context: int | None) -> str | None:
+    """Why a prompt of token ids leaves no room for one sampled token (text prompts are the engine's to check)."""
+    return context_overflow(len(prompt), max_context) if isinstance(prompt, list) else None
 
 
 def run_sync(rollouter: Rollouter, tasks: list[Task], n: int) -> list[Group]:
