@@ -1,4 +1,4 @@
-"""What storing per-token records (`sample_tokens`, issue 40) costs a training step.
+"""What storing per-token records (`step_tokens`, issue 40) costs a training step.
 
 One tiny-model training run, steps in alternating phases with the record off and on (ABAB...A), each step's CPU
 seconds (`time.process_time`: this process, all its threads; far less load-dependent than wall time on a shared
@@ -132,7 +132,7 @@ def main() -> None:
             phase_cpu.append(statistics.mean(cpu[mode][-args.per_phase:]))
             print(f"phase {phase} ({mode}): CPU {phase_cpu[-1]:.4f} s/step, wall "
                   f"{statistics.mean(wall[mode][-args.per_phase:]):.4f} s/step", flush=True)
-        stored = trainer.store.count("sample_tokens")
+        stored = trainer.store.count("step_tokens")
     finally:
         trainer.close()
     rec = {m: 1000 * per[m]["record"] / max(per[m]["samples"], 1) for m in per}
@@ -151,7 +151,7 @@ def main() -> None:
         "record_cpu_ms_per_sample_off": round(rec["off"], 4), "record_cpu_ms_per_sample_on": round(rec["on"], 4),
         "update_cpu_ms_per_token_off": round(upd["off"], 4), "update_cpu_ms_per_token_on": round(upd["on"], 4),
         "record_share_of_step": round(added / statistics.mean(cpu["off"] + cpu["on"]), 5),
-        "token_rows_stored": stored, **{k: round(v, 4) for k, v in upd_ab.items()}}))
+        "token_steps_stored": stored, **{k: round(v, 4) for k, v in upd_ab.items()}}))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import json
 import math
 
 from posttrain.store.run_store import EpisodeRow, RunStore, SampleRow
-from posttrain.store.tokens import TokenRow
+from posttrain.store.tokens import StepTokens, TokenRow
 
 EVIL = '</pre><script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'">'
 
@@ -26,6 +26,9 @@ def step_metrics(step: int) -> dict[str, float]:
 PLANTED_GAP = (0, 1, 2, 3.0)  # group, sample, token, learner - sampler logprob: one token the overlay must mark
 
 
+VOCAB: dict[str, int] = {}  # token texts -> ids, the same in every step and store
+
+
 def token_row(g: int, j: int, text: str) -> TokenRow:
     """A completion's per-token record: one token per character, sampler and learner agreeing (gap 0.001) but for
     the planted token; group 1 was dropped (no learner values, nothing in the loss)."""
@@ -39,12 +42,12 @@ def token_row(g: int, j: int, text: str) -> TokenRow:
 
 
 def write_step(store: RunStore, step: int, samples: bool = True) -> None:
-    rows, tokens = [], []
+    rows, tokens = [], None
     if samples:
         rows = [SampleRow(g, j, f"t{g}", EVIL if (g, j) == (0, 0) else f"{step}+{j}", 3, "stop", float(j % 2), j % 2,
                           "ok", "exact@abc", f"expected {g}", step - 1, 0.01, {"got": str(j)})
                 for g in range(2) for j in range(4)]
-        tokens = [token_row(r.group_idx, r.sample_idx, r.completion) for r in rows]
+        tokens = StepTokens.from_rows([token_row(r.group_idx, r.sample_idx, r.completion) for r in rows], VOCAB)
     store.log_step(step, step_metrics(step), [(0, "t0", [0.0, 1.0, 0.0, 1.0], True), (1, "t1", [0.0, 0.0, 0.0, 0.0], False)],
                    rows, tokens)
 

@@ -84,6 +84,7 @@ def test_per_token_records_are_sent_only_when_asked_and_read_as_absent_from_an_o
     dropped = reader.groups(3, tokens=True)["groups"][1]["samples"][0]["per_token"]
     assert dropped["learner_logp"] == [None] * 3 and dropped["loss_mask"] == [0, 0, 0]
     with store.db:  # a store from before the per-token records
+        store.db.execute("DROP TABLE step_tokens")
         store.db.execute("DROP TABLE sample_tokens")
     assert all(s["per_token"] is None for s in reader.samples(tokens=True))
     assert reader.groups(3, tokens=True)["groups"][0]["samples"][0]["per_token"] is None

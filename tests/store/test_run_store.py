@@ -111,14 +111,14 @@ def test_agent_episodes_round_trip(tmp_path):
 def test_per_token_records_round_trip_within_float16(tmp_path):
     import math
 
-    from posttrain.store.tokens import TokenRow
+    from posttrain.store.tokens import StepTokens, TokenRow
 
     sampler = [-0.1234, -2.5, -17.25, -0.0]
     learner = [-0.1236, -5.75, math.nan, -0.001]
     entropy = [0.01, 2.4567, math.nan, 1e-5]
     row = TokenRow(1, 3, ["4", "2", "", "<"], sampler, learner, entropy, [True, True, False, True])
     with RunStore(tmp_path / "run.sqlite") as s:
-        s.log_step(4, {"reward": 1.0}, tokens=[row, TokenRow(0, 0, [], [], [], [], [])])
+        s.log_step(4, {"reward": 1.0}, tokens=StepTokens.from_rows([row, TokenRow(0, 0, [], [], [], [], [])]))
         back = {(r.group_idx, r.sample_idx): r for r in s.sample_tokens(4)}
         assert s.sample_tokens(3) == [] and back[(0, 0)].pieces == []
         got = back[(1, 3)]
@@ -127,12 +127,31 @@ def test_per_token_records_round_trip_within_float16(tmp_path):
             for a, b in zip(want, have):
                 assert (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 2e-3 * max(1.0, abs(a))  # float16: 11 bits
         assert got.to_json()["learner_logp"] == [-0.124, -5.75, None, -0.001]
-        # 2 bytes per value, one per mask entry: 4 tokens x 3 series + 4
-        (size,) = s.db.execute("SELECT length(sampler_logp) + length(learner_logp) + length(entropy) + length(loss_mask) "
-                               "FROM sample_tokens WHERE group_idx = 1").fetchone()
-        assert size == 28
+        # one row for the step: 2 bytes per value, one per mask entry, 4 per id: 4 tokens x (3 x 2 + 1 + 4)
+        (size,) = s.db.execute("SELECT length(sampler_logp) + length(learner_logp) + length(entropy) + length(loss_mask)"
+                               " + length(ids) FROM step_tokens WHERE step = 4").fetchone()
+        assert size == 44 and s.count("step_tokens") == 1
+        assert s.db.execute("SELECT COUNT(*) FROM token_pieces").fetchone()[0] == 4  # each text once
+        s.log_step(5, {"reward": 1.0}, tokens=StepTokens.from_rows([row]))  # the same texts again: stored once
+        assert s.db.execute("SELECT COUNT(*) FROM token_pieces").fetchone()[0] == 4
+        s.truncate_after(4)
+        assert s.count("step_tokens") == 1 and s.sample_tokens(5) == []
         s.truncate_after(3)
-        assert s.count("sample_tokens") == 0
+        assert s.count("step_tokens") == 0
+
+
+def test_per_token_records_of_a_store_from_before_one_row_per_step(tmp_path):
+    import json
+    import math
+
+    from posttrain.store.tokens import pack_f16
+
+    with RunStore(tmp_path / "run.sqlite") as s:  # the one-row-per-sample table older stores hold
+        s.db.execute("INSERT INTO sample_tokens VALUES (2, 0, 1, ?, ?, ?, ?, ?)",
+                     (json.dumps(["a", "b"]), pack_f16([-0.5, -1.0]), None, pack_f16([0.25, 0.5]), bytes([1, 0])))
+        (got,) = s.sample_tokens(2)
+        assert (got.group_idx, got.sample_idx, got.pieces, got.loss_mask) == (0, 1, ["a", "b"], [True, False])
+        assert got.sampler_logp == [-0.5, -1.0] and all(math.isnan(x) for x in got.learner_logp)
 
 
 def test_float16_blobs_clamp_infinities_and_keep_nan():
@@ -152,4 +171,4 @@ def test_a_store_from_before_per_token_records_gains_the_table(tmp_path):
     old.commit()
     old.close()
     with RunStore(path) as s:
-        assert s.sample_tokens(1) == [] and s.count("sample_tokens") == 0
+        assert s.sample_tokens(1) == [] and s.count("sample_tokens") == 0 and s.count("step_tokens") == 0

@@ -4,7 +4,7 @@ Covers: finding runs (a run directory, or a directory of runs), a read-only SQLi
 (`file:...?mode=ro` URI, `query_only`: under WAL a reader never blocks the trainer's writes), and the
 records the page shows: step metrics as columns (parsed once, then only new steps), held-out evaluations,
 alerts, the scheduler's per-domain state and failure bank (`domains`, `failures`: read when the store has
-them), one step's groups with recomputed advantages, samples (with their per-token records, `sample_tokens`,
+them), one step's groups with recomputed advantages, samples (with their per-token records, `step_tokens`,
 when asked and stored), episodes and the staleness timeline.
 A poll costs the trainer nothing it can feel: `version()` is two `stat` calls (the store file and its WAL
 change on every commit), every whole-run view is memoised on it (an unchanged store is never queried), and
@@ -25,12 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posttrain.store.tokens import TokenRow
+from posttrain.store.tokens import TokenRow, read_step_tokens
 
 STORE = "run.sqlite"
 MAX_TEXT = 4000  # characters of a completion or prompt sent to the page (the store keeps all of it)
 MAX_TOKENS = 2000  # tokens of a completion's per-token record sent to the page
-TOKEN_COLS = "pieces, sampler_logp, learner_logp, entropy, loss_mask"
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -79,11 +78,11 @@ def _clip(text: str | None) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f" ... [{len(text) - MAX_TEXT} more characters]"
 
 
-def _tokens(group: int, sample: int, cols: tuple | None) -> dict[str, Any] | None:
+def _tokens(record: TokenRow | None) -> dict[str, Any] | None:
     """A sample's per-token record for the page (`TokenRow.to_json`, at most MAX_TOKENS tokens), None if not stored."""
-    if cols is None or cols[0] is None:
+    if record is None:
         return None
-    out = TokenRow.from_columns(group, sample, *cols).to_json()
+    out = record.to_json()
     n = len(out["pieces"])
     if n > MAX_TOKENS:
         out = {k: v[:MAX_TOKENS] for k, v in out.items()}
@@ -317,17 +316,14 @@ class RunReader:
             samples = db.execute(f"SELECT {cols} FROM samples WHERE step = ? ORDER BY group_idx, sample_idx",
                                  (step,)).fetchall()
             bounds = db.execute("SELECT MIN(step), MAX(step) FROM groups").fetchone()
-            per_token = {}
-            if tokens and "sample_tokens" in _tables(db):
-                per_token = {(r[0], r[1]): r[2:] for r in db.execute(
-                    f"SELECT group_idx, sample_idx, {TOKEN_COLS} FROM sample_tokens WHERE step = ?", (step,))}
+            per_token = read_step_tokens(db, step) if tokens else {}
         advantages = _advantages([json.loads(r) for _, _, r, u in groups if u], cfg)
         by_group: dict[int, list[dict[str, Any]]] = {}
         for g, j, text, n_tok, finish, score, passed, status, details, version, info in samples:
             by_group.setdefault(g, []).append({
                 "sample": j, "completion": _clip(text), "tokens": n_tok, "finish": finish, "score": _num(score),
                 "passed": passed, "status": status, "details": _clip(details), "policy_version": version,
-                "info": json.loads(info or "{}"), **({"per_token": _tokens(g, j, per_token.get((g, j)))} if tokens else {})})
+                "info": json.loads(info or "{}"), **({"per_token": _tokens(per_token.get((g, j)))} if tokens else {})})
         out, used_i = [], 0
         for g, task, rewards, used in groups:
             adv = advantages[used_i] if used else None
@@ -349,18 +345,17 @@ class RunReader:
             where.append("(passed IS NULL OR passed = 0)")
         keys = ("step", "group", "sample", "task_id", "completion", "score", "passed", "status", "verifier", "details")
         with self.db() as db:
-            join = tokens and "sample_tokens" in _tables(db)
-            extra, table = (f", {TOKEN_COLS}", "samples LEFT JOIN sample_tokens USING (step, group_idx, sample_idx)") \
-                if join else ("", "samples")
             rows = db.execute(
                 "SELECT step, group_idx, sample_idx, task_id, completion, score, passed, status, verifier, details"
-                f"{extra} FROM {table} WHERE {' AND '.join(where)} ORDER BY step DESC, group_idx, sample_idx LIMIT ?",
+                f" FROM samples WHERE {' AND '.join(where)} ORDER BY step DESC, group_idx, sample_idx LIMIT ?",
                 (*args, limit)).fetchall()
+            per_token = {s: read_step_tokens(db, s, {(r[1], r[2]) for r in rows if r[0] == s})
+                         for s in {r[0] for r in rows}} if tokens else {}
         out = []
         for r in rows:
             row = {k: _clip(v) if isinstance(v, str) else _num(v) for k, v in zip(keys, r)}
             if tokens:
-                row["per_token"] = _tokens(r[1], r[2], r[len(keys):] if join else None)
+                row["per_token"] = _tokens(per_token[r[0]].get((r[1], r[2])))
             out.append(row)
         return out
 

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from posttrain.config import RunConfig
 from posttrain.rewards import verifier_latency_metrics
-from posttrain.rl.token_record import TokenPieces, token_rows
+from posttrain.rl.token_record import TokenPieces, step_tokens
 from posttrain.rl.train_batch import TokenValues, TrainBatch
 from posttrain.sandbox.sandboxes import Sandboxes
 from posttrain.store.run_store import DomainRow, EpisodeRow, FailureRow, FailureTask, RunStore, SampleRow
-from posttrain.store.tokens import TokenRow
+from posttrain.store.tokens import StepTokens
 from posttrain.types import Group
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class NullRunStore(RunStore):
         return {}
 
     def log_step(self, step: int, metrics: dict[str, float], groups: Iterable[tuple] = (),
-                 samples: Iterable[SampleRow] = (), tokens: Iterable[TokenRow] = ()) -> None:
+                 samples: Iterable[SampleRow] = (), tokens: StepTokens | None = None) -> None:
         pass
 
     def log_episodes(self, step: int, rows: Iterable[EpisodeRow]) -> None:
@@ -130,14 +130,16 @@ class RunLog:
         kept_ids = {id(g) for g in kept}
         group_rows = [(i, g.task.id, g.rewards, id(g) in kept_ids) for i, g in enumerate(sampled)]
         sample_rows: list[SampleRow] = []
-        tokens: list[TokenRow] = []
+        tokens: StepTokens | None = None
         if self.store_samples:
             for i, g in enumerate(sampled):
                 for j, t in enumerate(g.trajectories):
                     sample_rows.append(SampleRow.of(i, j, t))
             if self.pieces is not None:
-                tokens = token_rows(sampled, kept, batch, values, self.pieces)
+                tokens = step_tokens(sampled, kept, batch, values, self.pieces)
         self.store.log_step(step, metrics, group_rows, sample_rows, tokens)
+        if tokens is not None and self.pieces is not None:
+            self.pieces.handed(tokens.pieces)
         if self.writer is not None:
             for k, v in metrics.items():
                 self.writer.add_scalar(f"train/{k}", v, step)

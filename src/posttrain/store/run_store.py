@@ -7,8 +7,9 @@ programs) and the verifier's latency; held-out evaluations
 agent episodes (`episodes`: one row per episode, its transcript as JSON);
 the scheduler's per-domain figures (`domains`) and categorised failures (`failures`, with the tasks behind
 them in `failure_tasks`, for `posttrain failures --export`);
-per-token records of the stored samples (`sample_tokens`, `store/tokens.py`: each token's text, sampler and
-learner logprob, entropy and loss mask, for the dashboard's overlays); the checkpoint index; monitor alerts
+per-token records of the stored samples (`step_tokens`, one row per step, and each token id's text once in
+`token_pieces`; `store/tokens.py`: sampler and learner logprob, entropy and loss mask, for the dashboard's
+overlays; older stores' `sample_tokens` is still read); the checkpoint index; monitor alerts
 (`alerts`, also kept in the run info's `alerts` list); and truncation after a step, so a resumed run never
 holds rows from the steps it is about to redo.
 Does not cover: eval-harness results across models (the eval package adds
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
-from posttrain.store.tokens import TokenRow
+from posttrain.store.tokens import StepTokens, TokenRow, read_step_tokens
 from posttrain.types import Trajectory
 
 SCHEMA = """
@@ -88,9 +89,16 @@ CREATE TABLE IF NOT EXISTS sample_tokens (
     sampler_logp BLOB NOT NULL, learner_logp BLOB, entropy BLOB, loss_mask BLOB NOT NULL,
     PRIMARY KEY (step, group_idx, sample_idx)
 );
+CREATE TABLE IF NOT EXISTS step_tokens (
+    step INTEGER PRIMARY KEY, samples BLOB NOT NULL, ids BLOB NOT NULL, sampler_logp BLOB NOT NULL,
+    learner_logp BLOB NOT NULL, entropy BLOB NOT NULL, loss_mask BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS token_pieces (id INTEGER PRIMARY KEY, piece TEXT NOT NULL);
 """
+# every table with a `step` column (`sample_tokens`: read, no longer written: the one-row-per-sample record of
+# stores written before `step_tokens`)
 _TABLES = ("steps", "groups", "samples", "evals", "checkpoints", "eval_samples", "episodes", "domains", "failures",
-           "alerts", "sample_tokens")
+           "alerts", "sample_tokens", "step_tokens")
 
 
 def _leading(row: Any) -> tuple:
@@ -279,10 +287,10 @@ class RunStore:
         metrics: dict[str, float],
         groups: Iterable[tuple[int, str, list[float], bool]] = (),
         samples: Iterable[SampleRow] = (),
-        tokens: Iterable[TokenRow] = (),
+        tokens: StepTokens | None = None,
     ) -> None:
-        """One step's metrics, groups (idx, task_id, rewards, used), sample rows and their per-token records,
-        atomically."""
+        """One step's metrics, groups (idx, task_id, rewards, used), sample rows and their per-token records (the
+        texts of token ids new to the store with them), atomically."""
         with self.db:
             self.db.execute(
                 "INSERT OR REPLACE INTO steps(step, time, metrics) VALUES (?, ?, ?)",
@@ -298,17 +306,15 @@ class RunStore:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(step, *row.values()) for row in samples],
             )
-            self.db.executemany(
-                "INSERT OR REPLACE INTO sample_tokens(step, group_idx, sample_idx, pieces, sampler_logp, learner_logp,"
-                " entropy, loss_mask) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(step, *row.values()) for row in tokens],
-            )
+            if tokens is not None:
+                self.db.executemany("INSERT OR IGNORE INTO token_pieces(id, piece) VALUES (?, ?)", tokens.pieces.items())
+                self.db.execute(
+                    "INSERT OR REPLACE INTO step_tokens(step, samples, ids, sampler_logp, learner_logp, entropy,"
+                    " loss_mask) VALUES (?, ?, ?, ?, ?, ?, ?)", (step, *tokens.columns()))
 
     def sample_tokens(self, step: int) -> list[TokenRow]:
         """One step's per-token records, in group and sample order."""
-        rows = self.db.execute("SELECT group_idx, sample_idx, pieces, sampler_logp, learner_logp, entropy, loss_mask "
-                               "FROM sample_tokens WHERE step = ? ORDER BY group_idx, sample_idx", (step,))
-        return [TokenRow.from_columns(*r) for r in rows]
+        return [row for _, row in sorted(read_step_tokens(self.db, step).items())]
 
     def log_eval(self, step: int, name: str, metrics: dict[str, float], per_task: dict[str, float]) -> None:
         with self.db:
