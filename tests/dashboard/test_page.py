@@ -92,6 +92,31 @@ def test_page_updates_as_steps_are_appended_and_runs_start(served_runs, tmp_path
 
 
 @pytest.mark.slow
+def test_a_page_left_open_on_a_long_run_keeps_its_series_bounded_with_spikes_and_the_newest_step(served_runs):
+    from dashboard_runs import step_metrics
+
+    server, stores = served_runs
+    with Browser() as browser:
+        page = browser.open(server.url + "/")
+        page.wait_for(READY)
+        points = page.evaluate("parseInt(document.body.dataset.maxPoints, 10)")
+        last = 20 + 3 * points  # past twice the first load's points: the page must compact what it holds
+        with stores[0].db:
+            for s in range(21, last + 1):
+                m = step_metrics(s)
+                m["reward"] = 99.0 if s == 700 else m["reward"]  # a one-step spike among the compacted steps
+                stores[0].db.execute("INSERT INTO steps(step, time, metrics) VALUES (?, ?, ?)", (s, float(s), json.dumps(m)))
+        page.wait_for(f"JSON.parse(document.body.dataset.lastSteps)['0'] === {last}", timeout=10)
+        held = page.evaluate("window.dashboard.data[0].steps.length")
+        assert held <= 2 * points < last  # bounded: the page does not keep (and redraw) every step it saw
+        assert page.evaluate("Math.max.apply(null, window.dashboard.data[0].cols.reward)") == 99.0  # the spike stays
+        assert page.evaluate("window.dashboard.data[0].steps[window.dashboard.data[0].steps.length - 1]") == last
+        newest = page.evaluate("document.querySelector('td[data-key=reward][data-run=\"0\"]').textContent")
+        assert float(newest) == step_metrics(last)["reward"]  # the newest figure is exact, not a bucket's
+        assert page.console_errors() == []
+
+
+@pytest.mark.slow
 def test_per_token_overlays_mark_the_planted_gap_entropy_and_masked_tokens(served_runs):
     from dashboard_runs import PLANTED_GAP
 

@@ -147,32 +147,71 @@
     });
     renderLatest();
   }
-  function renderLatest() {
-    var box = clear(document.getElementById("latest"));
-    var coarse = selected().filter(function (r) { return state.data[r.id] && state.data[r.id].bucket > 1; });
-    coarse.forEach(function (r) {
-      box.appendChild(el("p", { cls: "muted decimated", text: r.name + ": the steps stored before the page opened are drawn as the minimum and maximum of every " +
-        state.data[r.id].bucket + " steps (spikes stay visible; the store keeps every value)" }));
-    });
-    var t = el("table", { id: "latest-table" });
-    var head = el("tr", {}, el("th", { cls: "l", text: "newest" }));
-    var runs = selected();
-    runs.forEach(function (r) { head.appendChild(el("th", { text: r.name })); });
-    t.appendChild(head);
-    t.appendChild(el("tr", {}, el("td", { cls: "l", text: "step" })));
-    runs.forEach(function (r) {
-      var d = state.data[r.id];
-      t.lastChild.appendChild(el("td", { cls: "last-step", "data-run": r.id, text: d && d.steps.length ? d.steps[d.steps.length - 1] : "-" }));
-    });
-    ["reward", "pass_rate", "entropy", "kl", "completion_tokens", "grad_norm"].forEach(function (k) {
-      var row = el("tr", {}, el("td", { cls: "l", text: k }));
+  var LATEST = ["reward", "pass_rate", "entropy", "kl", "completion_tokens", "grad_norm"];
+  function renderLatest() {  // built when the runs shown change; otherwise only its cells' texts are set
+    var runs = selected(), shape = runs.map(function (r) { return r.id + ":" + (state.data[r.id] && state.data[r.id].bucket); }).join(",");
+    var box = document.getElementById("latest");
+    if (state.latestShape !== shape || !box.firstChild) {
+      state.latestShape = shape;
+      clear(box);
       runs.forEach(function (r) {
-        var d = state.data[r.id], col = d && d.cols[k];
-        row.appendChild(el("td", { "data-key": k, "data-run": r.id, text: col ? fmt(col[col.length - 1]) : "-" }));
+        if (state.data[r.id] && state.data[r.id].bucket > 1) {
+          box.appendChild(el("p", { cls: "muted decimated", text: r.name + ": older steps are drawn as the minimum and maximum of every " +
+            state.data[r.id].bucket + " steps or so (spikes stay visible; the store keeps every value)" }));
+        }
       });
-      t.appendChild(row);
+      var t = el("table", { id: "latest-table" });
+      var head = el("tr", {}, el("th", { cls: "l", text: "newest" }));
+      runs.forEach(function (r) { head.appendChild(el("th", { text: r.name })); });
+      t.appendChild(head);
+      t.appendChild(el("tr", {}, el("td", { cls: "l", text: "step" })));
+      runs.forEach(function (r) { t.lastChild.appendChild(el("td", { cls: "last-step", "data-run": r.id, text: "-" })); });
+      LATEST.forEach(function (k) {
+        var row = el("tr", {}, el("td", { cls: "l", text: k }));
+        runs.forEach(function (r) { row.appendChild(el("td", { "data-key": k, "data-run": r.id, text: "-" })); });
+        t.appendChild(row);
+      });
+      box.appendChild(t);
+    }
+    var rows = document.getElementById("latest-table").rows;
+    runs.forEach(function (r, i) {
+      var d = state.data[r.id];
+      setText(rows[1].cells[i + 1], d && d.steps.length ? String(d.steps[d.steps.length - 1]) : "-");
+      LATEST.forEach(function (k, j) {
+        var col = d && d.cols[k];
+        setText(rows[j + 2].cells[i + 1], col ? fmt(col[col.length - 1]) : "-");
+      });
     });
-    box.appendChild(t);
+  }
+  function setText(node, text) {  // untouched when unchanged: no layout or paint for a figure that did not move
+    if (node.textContent !== text) node.textContent = text;
+  }
+  function compact(d) {  // a series past twice the first load's points: every 4 points -> their minimum and maximum
+    var n = d.steps.length - 1, steps = [], times = d.times ? [] : null, cols = {};  // the newest point stays exact
+    for (var b = 0; b < n; b += 4) {
+      var e = Math.min(b + 4, n) - 1;
+      steps.push(d.steps[b]); if (e > b) steps.push(d.steps[e]);
+      if (times) { times.push(d.times[b]); if (e > b) times.push(d.times[e]); }
+    }
+    Object.keys(d.cols).forEach(function (k) {
+      var col = d.cols[k], out = [];
+      for (var b = 0; b < n; b += 4) {
+        var e = Math.min(b + 4, n), lo = null, hi = null;
+        for (var i = b; i < e; i++) {
+          var v = col[i];
+          if (v === null || v === undefined) continue;
+          if (lo === null || v < lo) lo = v;
+          if (hi === null || v > hi) hi = v;
+        }
+        if (e - b === 1) out.push(col[b]); else out.push(lo, hi);
+      }
+      out.push(col[n]);
+      cols[k] = out;
+    });
+    steps.push(d.steps[n]);
+    if (times) times.push(d.times[n]);
+    d.steps = steps; d.cols = cols; if (times) d.times = times;
+    d.bucket = Math.max(d.bucket || 1, 1) * 2;
   }
   function merge(id, got, into) {
     into = into || state.data;
@@ -192,6 +231,7 @@
     });
     Array.prototype.push.apply(d.steps, got.steps);
     if (d.times) Array.prototype.push.apply(d.times, got.times);
+    if (d.steps.length > 2 * MAX_POINTS) compact(d);  // a page left open on a long run: drawing cost stays bounded
     return true;
   }
 
@@ -490,7 +530,11 @@
   }
   function polled() {
     state.polls++;
-    document.getElementById("status").textContent = "live · " + state.runs.length + " run(s) · polled " + new Date().toLocaleTimeString();
+    var now = Date.now();
+    if (!state.statusAt || now - state.statusAt >= 10000) {  // every 10 s: a clock repainted each poll costs a paint a second
+      state.statusAt = now;
+      document.getElementById("status").textContent = "live · " + state.runs.length + " run(s) · polled " + new Date(now).toLocaleTimeString();
+    }
   }
   function poll() {
     if (state.busy) return;
