@@ -12,10 +12,12 @@
 - ``dashboard_update_s``: from a new step committed to the store until the page shows it (median of 5; the
   page polls every second, the default). Baseline: the poll interval.
 - ``training_slowdown``: mean step time of a tiny-model training run with the dashboard open and polling that run,
-  over the mean with no page open, in interleaved phases of one run (ABAB...A, by default 41 phases of 100 steps, 2-3 s
-  each, the policy held still (lr 1e-9: step costs do not drift with learning), one sampling round a step; each phase timed from 2 s after its navigation, an open page complete: the cost of
-  a page that is open and polling; ``opening_cpu_s``, the CPU of opening it, is reported apart); ``slowdown_paired_median`` (and ``_mean``): each open phase against the closed phases either
-  side of it (cancels a drift in the machine's load), the median, with ``slowdown_paired_se``, its standard error (the
+  over the mean with no page open, in interleaved phases of one run (ABAB...A, by default 41 phases of 100 steps,
+  2-3 s each, one sampling round a step, the policy held still: lr 1e-9, so step costs do not drift with learning);
+  each phase is timed from 2 s after its navigation, an open page complete: the cost of a page that is open and
+  polling (``opening_cpu_s``, the CPU of opening it, is reported apart); ``slowdown_paired_median`` (and
+  ``_mean``): each open phase against the closed phases either side of it (cancels a drift in the machine's load),
+  the median, with ``slowdown_paired_se``, its standard error (the
   A/B resolves 2% when that is well under 0.01); ``reader_cores``: the CPU the dashboard server and Chromium used per
   wall second while open (psutil, all their processes), the cost a poll puts on the machine whatever the noise; the
   dashboard server and Chromium are separate processes, as in use.
