@@ -32,6 +32,27 @@ def test_an_unchanged_store_answers_304_and_a_commit_changes_the_etag(served_run
     assert runs[0]["version"] == store_version(stores[0].path) and runs[0]["steps"] == 21
 
 
+def test_a_live_poll_is_one_request_with_the_new_steps_of_the_runs_held(served_runs):
+    server, stores = served_runs
+    url = server.url + "/api/poll?after=0:20,1:12"
+    first = httpx.get(url)
+    body = first.json()
+    assert [r["id"] for r in body["runs"]] == [0, 1] and body["runs"][0]["steps"] == 20
+    assert body["steps"]["0"]["steps"] == [] and body["steps"]["1"]["steps"] == []
+    again = httpx.get(url, headers={"If-None-Match": first.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""  # no store changed: nothing read, nothing sent
+    write_step(stores[0], 21)
+    changed = httpx.get(url, headers={"If-None-Match": first.headers["etag"]})
+    assert changed.status_code == 200
+    got = changed.json()
+    assert got["steps"]["0"]["steps"] == [21] and got["steps"]["1"]["steps"] == []
+    assert got["runs"][0]["version"] == store_version(stores[0].path)
+    assert "0" not in httpx.get(server.url + "/api/poll?after=1:12").json()["steps"]  # only the runs named
+    assert httpx.get(server.url + "/api/poll?after=7:1").json()["steps"] == {}  # no such run: nothing, no error
+    bad = httpx.get(server.url + "/api/poll?after=0-20")
+    assert bad.status_code == 400 and "run:step" in bad.json()["detail"]
+
+
 def test_polls_query_by_primary_key_range_only(tmp_path, monkeypatch):
     store = make_run(tmp_path / "a", 6, domains=False)
     issued: list[str] = []
@@ -83,7 +104,7 @@ def test_an_idle_page_asks_for_nothing_and_off_screen_charts_wait(served_runs):
         page = browser.open(server.url + "/")
         page.wait_for("document.body.dataset.ready === '1' && document.body.dataset.complete === '1'")
         ev = page.evaluate
-        count = "performance.getEntriesByType('resource').filter(e => e.name.includes('/steps')).length"
+        count = "window.dashboard.stepReads"  # new steps read, by a live poll's answer or a run's steps route
         time.sleep(0.3)
         before, polls = ev(count), ev("window.dashboard.polls")
         page.wait_for(f"window.dashboard.polls >= {polls + 3}", timeout=10)  # three polls of unchanged stores

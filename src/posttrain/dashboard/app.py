@@ -115,6 +115,27 @@ def _summary(r: RunReader) -> dict[str, Any]:
         return {"name": r.dir.name, "dir": str(r.dir), "status": "starting", "steps": 0, "alerts": 0}
 
 
+NO_STEPS: dict[str, Any] = {"reset": False, "steps": [], "times": [], "cols": {}}
+
+
+def _listing(found: list[RunReader], versions: list[str]) -> list[dict[str, Any]]:
+    """`/api/runs`' answer: each run's summary with its id and store version."""
+    return [{"id": i, "version": v, **_summary(r)} for i, (r, v) in enumerate(zip(found, versions))]
+
+
+def _listing_tag(found: list[RunReader], versions: list[str], extra: str = "") -> str:
+    """An ETag that changes when any run's store changes, a run appears, or `extra` (the request's own terms) does."""
+    text = "|".join(f"{r.dir}={v}" for r, v in zip(found, versions)) + "#" + extra
+    return '"' + hashlib.blake2b(text.encode(), digest_size=12).hexdigest() + '"'
+
+
+def _steps_or_none(r: RunReader, after: int, max_points: int | None) -> dict[str, Any]:
+    try:
+        return r.steps_after(after, max_points)
+    except sqlite3.OperationalError:  # a store the trainer is creating this instant (no tables yet): none yet
+        return NO_STEPS
+
+
 def create_dashboard_app(paths: list[Path], poll_ms: int = 1000):
     """A FastAPI app showing the runs under `paths` (run directories or directories of runs), polling every `poll_ms`."""
     require_dashboard_extra()
@@ -166,10 +187,7 @@ def _add_polled_routes(app, runs: _Runs, answers: _Answers) -> None:
     def list_runs(request: Request) -> Response:
         found = runs.all()
         versions = [r.version() for r in found]  # each run's summary carries its version: the page's change test
-        etag = '"' + hashlib.blake2b("|".join(f"{r.dir}={v}" for r, v in zip(found, versions)).encode(),
-                                     digest_size=12).hexdigest() + '"'
-        return answers.answer(request, etag, lambda: [{"id": i, "version": v, **_summary(r)}
-                                                      for i, (r, v) in enumerate(zip(found, versions))])
+        return answers.answer(request, _listing_tag(found, versions), lambda: _listing(found, versions))
 
     @app.get("/api/runs/{i}/steps")
     def steps(request: Request, i: int, after: int = -1, max_points: int | None = None) -> Response:
@@ -178,7 +196,25 @@ def _add_polled_routes(app, runs: _Runs, answers: _Answers) -> None:
         try:
             return answers.answer(request, f'"{r.version()}"', lambda: r.steps_after(after, max_points))
         except sqlite3.OperationalError:  # a store the trainer is creating this instant (no tables yet): none yet
-            return Response(json.dumps({"reset": False, "steps": [], "times": [], "cols": {}}), media_type="application/json")
+            return Response(json.dumps(NO_STEPS), media_type="application/json")
+
+    @app.get("/api/poll")
+    def poll(request: Request, after: str = "", max_points: int | None = None) -> Response:
+        """A live page's poll in one request: the runs listing and, for each run `after` names (`i:step,...`), its
+        steps after that step. A 304 while no store changed (the same page asks the same `after` until one does)."""
+        from fastapi import HTTPException
+
+        try:
+            wanted = {int(i): int(step) for i, step in (part.split(":") for part in after.split(",") if part)}
+        except ValueError:
+            raise HTTPException(400, f"after must be run:step pairs separated by commas, got {after!r}") from None
+        found = runs.all()
+        versions = [r.version() for r in found]  # read before the steps: the steps sent hold at least these versions
+        etag = _listing_tag(found, versions, f"{after}&{max_points}")
+        return answers.answer(request, etag, lambda: {
+            "runs": _listing(found, versions),
+            "steps": {str(i): _steps_or_none(found[i], step, max_points) for i, step in wanted.items()
+                      if 0 <= i < len(found)}})
 
     @app.get("/api/runs/{i}/evals")
     def evals(request: Request, i: int) -> Response:

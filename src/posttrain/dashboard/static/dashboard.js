@@ -16,7 +16,7 @@
   // built when it nears the screen, and the panels below the fold (held-out, domains, failures, groups, samples,
   // episodes, staleness) load when scrolled to or once the page is idle after its first render.
   var state = { overlay: "none", holders: {}, below: false, runs: [], data: {}, stale: {}, charts: {}, dirty: {}, onScreen: {}, heldCharts: [], staleCharts: {},
-    alertsSeen: {}, versions: {}, slowVersions: {}, runsText: "", polls: 0, slowAt: 0, busy: false, draws: 0, timings: {} };
+    alertsSeen: {}, versions: {}, slowVersions: {}, runsText: "", polls: 0, slowAt: 0, busy: false, draws: 0, stepReads: 0, timings: {} };
   var observer = "IntersectionObserver" in window ? new IntersectionObserver(function (entries) {
     entries.forEach(function (e) {
       var key = e.target.getAttribute("data-key");
@@ -539,15 +539,22 @@
   function poll() {
     if (state.busy) return;
     state.busy = true;
-    fetch("/api/runs").then(function (r) {
-      if (!r.ok) throw new Error("/api/runs: " + r.status);
+    // after the first load, one request a poll: the runs and the new steps of the runs held (a 304 while no store
+    // changed); a run not held yet (new, or just shown) has its steps asked apart, as on a first load
+    var held = selected().filter(function (r) { return state.data[r.id]; }).map(function (r) {
+      var d = state.data[r.id];
+      return r.id + ":" + (d.steps.length ? d.steps[d.steps.length - 1] : -1);
+    }).join(",");
+    var url = state.polls ? "/api/poll?after=" + encodeURIComponent(held) : "/api/runs";
+    fetch(url).then(function (r) {
+      if (!r.ok) throw new Error(url + ": " + r.status);
       return r.text();
     }).then(function (text) {
       if (state.polls && text === state.runsText) {  // no store changed: nothing to ask or draw (but slow views due)
         return (slowDue() ? refreshSlow() : Promise.resolve()).then(polled);
       }
       state.runsText = text;
-      var runs = JSON.parse(text);
+      var answer = JSON.parse(text), runs = state.polls ? answer.runs : answer, sent = state.polls ? answer.steps : {};
       var old = {};
       state.runs.forEach(function (r) { old[r.id] = r; });
       var newRuns = runs.length !== state.runs.length;
@@ -562,6 +569,8 @@
         var d = state.data[r.id], after = d && d.steps.length ? d.steps[d.steps.length - 1] : -1;
         if (state.alertsSeen[r.id] !== r.alerts) { alertsChanged = true; state.alertsSeen[r.id] = r.alerts; }
         if (d && state.versions[r.id] === r.version) return false;  // this run's store has not changed
+        state.stepReads++;  // a run's new steps read (tests count them: none while no store changes)
+        if (d && sent[r.id]) { state.versions[r.id] = r.version; return merge(r.id, sent[r.id]); }
         var url = "/api/runs/" + r.id + "/steps?after=" + after + (after < 0 ? "&max_points=" + MAX_POINTS : "");
         return get(url).then(function (got) { state.versions[r.id] = r.version; return merge(r.id, got); });
       })).then(function (changed) {
