@@ -17,8 +17,8 @@ two compact tools (`read`, `submit`: short schemas keep the stable prefix small
 and the compact signature listing keep the stable prefix near 120 characters for the built-in
 character-level model), `agent_task_of` (the `AgentTask` a `Task` carries: files and
 gold answer, judged on the submitted answer by exact match), `oracle_calls` (the calls that solve a
-task, what the built-in base is pre-trained on, and `instruction_span`, where the trace's instruction lies), and
-the registry entry `agent:lookup` with its
+task, what the built-in base is pre-trained on; `oracle_trace` their tokens and `instruction_span` where the
+trace's instruction lies), and the registry entry `agent:lookup` with its
 `AgentSpec`, whose process score (`chain_progress`: the share of the chain read in order;
 blended into the training reward with the domain option `process_weight`, 0 by default) gives the
 failed episodes of a group partial credit. Its single-response view (`posttrain eval --suite agent:lookup`
