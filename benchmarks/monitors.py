@@ -138,9 +138,12 @@ def choose(selection: range) -> tuple[MonitorsConfig, list[dict]]:
 REAL_RUNS = ("collapse", "hack", "clean0", "clean1", "clean2", "agent")
 
 
-def real_runs(names: tuple[str, ...] = REAL_RUNS) -> dict[str, object]:
+def real_runs(names: tuple[str, ...] = REAL_RUNS, sets: tuple[str, ...] = ()) -> dict[str, object]:
     """Quickstart runs through the trainer: planted collapse, planted hackable reward, clean seeds 0-2, and the agent
-    recipe (seed 0). Each run prints one line as it ends (steps, seconds, alerts as kind@step, newest figures)."""
+    recipe (seed 0), each with config overrides `sets` (KEY=VALUE) last. Each run prints one line as it ends (steps,
+    seconds, alerts as kind@step, newest figures). A clean or agent run's base outside its band counts as a
+    `base_out_of_band@0` alert, as `posttrain train` stores it for the built-in base (here the run is given the base's
+    path, so its store has none)."""
     import tempfile
     import warnings
 
@@ -152,9 +155,10 @@ def real_runs(names: tuple[str, ...] = REAL_RUNS) -> dict[str, object]:
     out: dict[str, object] = {}
     root = tempfile.mkdtemp(prefix="monitors-bench-")
 
-    def run(name: str, sets: list[str]) -> tuple[list[dict], int]:
+    def run(name: str, run_sets: list[str]) -> tuple[list[dict], int]:
+        """The run's monitor alerts, a base out of band first as `base_out_of_band` at step 0, and its steps."""
         t0 = time.perf_counter()
-        cfg = load_config(None, [f"run_dir='{root}'", f"name='{name}'", "tensorboard=false", *sets])
+        cfg = load_config(None, [f"run_dir='{root}'", f"name='{name}'", "tensorboard=false", *run_sets, *sets])
         base = ensure_base(cfg.model.base)
         t_base = time.perf_counter() - t0
         cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"path": str(base.path)})})
@@ -168,15 +172,19 @@ def real_runs(names: tuple[str, ...] = REAL_RUNS) -> dict[str, object]:
                  for s, n, m in trainer.store.evals()]
         trainer.close()
         last = steps[-1][1] if steps else {}
+        if not base.in_band:
+            alerts.insert(0, {"kind": "base_out_of_band", "step": 0})
         raised = [f"{a['kind']}@{a['step']}" for a in alerts]
         print(f"real run {name}: {result.steps} steps in {time.perf_counter() - t0:.0f} s (base {t_base:.0f} s); alerts "
               f"{raised}; newest reward {last.get('reward')}, entropy "
-              f"{last.get('entropy')}; evals {evals}; store {cfg.run_dir}/{name}", flush=True)
+              f"{last.get('entropy')}; evals {evals}; base {base.path.name} at {base.accuracy:.3f} after {base.steps} "
+              f"steps ({'in' if base.in_band else 'OUT OF'} band); store {cfg.run_dir}/{name}", flush=True)
         return alerts, result.steps
 
     t0 = time.perf_counter()
     if "collapse" in names:
         alerts, _ = run("collapse", ["rl.lr=1e-2", "train.steps=40", "eval.every=10", "train.on_alert='stop'"])
+        alerts = [a for a in alerts if a["kind"] != "base_out_of_band"]  # the planted collapse's figure: monitors only
         out["collapse_alert_step"] = alerts[0]["step"] if alerts else None
         out["collapse_alert_kinds"] = sorted({a["kind"] for a in alerts})
     if "hack" in names:
@@ -207,10 +215,12 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=150, help="reporting seeds per kind")
     ap.add_argument("--real-only", default="", help="only these real runs, comma-separated (of " + ",".join(REAL_RUNS)
                     + "), skipping the simulated figures")
+    ap.add_argument("--set", action="append", default=[], help="config overrides for every real run, KEY=VALUE "
+                    "(e.g. model.base.max_steps=1500 to find a base built with that cap: it is part of the cache key)")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)
     if args.real_only:
-        result = real_runs(tuple(args.real_only.split(",")))
+        result = real_runs(tuple(args.real_only.split(",")), tuple(args.set))
         print(f"load average at end: {os.getloadavg()}", flush=True)
         print(json.dumps(result))
         return
@@ -229,7 +239,7 @@ def main() -> None:
                                  "baseline_unsmoothed_fpr": round(base["fpr"], 4), "hack_smooth": cfg.hack_smooth,
                                  "hack_drop": cfg.hack_drop, "simulated_seconds": round(time.perf_counter() - t0, 1)}
     if args.real:
-        result.update(real_runs())
+        result.update(real_runs(sets=tuple(args.set)))
     print(f"load average at end: {os.getloadavg()}", flush=True)
     print(json.dumps(result))
 

@@ -39,8 +39,8 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     # a mul base is at 47-60% after 300 steps, so both keep the standard 40-65% band.
     "mul": {"worked": True},
     "chain": {"worked": True},
-    # multi-hop lookups (agent:lookup): windows of oracle episodes (160 tokens; whole ones every 10th step), and
-    # a band check is a batch of real episodes in the sandbox (64 of them every 25 steps)
+    # multi-hop lookups (agent:lookup): windows of oracle episodes (the instruction, then 160 tokens; whole ones every
+    # 10th step), and a band check is a batch of real episodes in the sandbox (64 of them every 25 steps)
     "lookup": {"target_low": 0.25, "target_high": 0.55, "batch_size": 64, "eval_every": 25, "eval_size": 64,
                "max_steps": 3000, "digits": 3},
     # OpenSCAD parts (cad:parts, level = digits): gold programs after a ~300-character prompt (512 positions); a band

@@ -15,6 +15,8 @@ from posttrain.agent.lookup import (
     LookupSource,
     agent_task_of,
     chain_progress,
+    instruction,
+    instruction_span,
     oracle_calls,
     oracle_trace,
 )
@@ -103,6 +105,14 @@ def test_the_oracle_trace_is_the_runtime_episode_token_for_token(sandbox):
         view = ep.to_trajectory().token_view()
         ids, mask = oracle_trace(task, tok)
         assert view.ids == ids and view.mask == mask
+
+
+def test_the_instruction_span_is_the_task_entry_of_the_oracle_trace():
+    tok = char_tokenizer()
+    task = LookupSource(hops=3, min_hops=3).take(1, "train", seed=1)[0]
+    start, end = instruction_span(task, tok)
+    text = tok.decode(oracle_trace(task, tok)[0][start:end])
+    assert instruction(task.meta["key"]) in text and "<task>" in text and "tool_call" not in text
 
 
 def test_the_domain_and_its_single_turn_view():

@@ -100,6 +100,37 @@ def test_an_agent_base_is_checked_with_its_current_weights(tmp_path, monkeypatch
     assert stale != fresh
 
 
+def test_agent_trace_windows_hold_the_instruction_and_train_only_on_calls():
+    """A window of a later call must show which key to follow (the instruction), or the copy among a file's
+    lines is a guess; the instruction is context only, and no token is trained on a predecessor it lacks in the
+    episode."""
+    import random
+
+    from posttrain.agent.lookup import LookupSource, instruction, instruction_span, oracle_trace
+    from posttrain.models.tokenizer import char_tokenizer
+    from posttrain.recipes.builtin import AGENT_WINDOW, _trace_batch, _trace_window
+
+    tok = char_tokenizer()
+    tasks = LookupSource(hops=3, min_hops=3).take(8, "train", seed=0)
+    rng = random.Random(0)
+    for task in tasks:
+        ids, mask = oracle_trace(task, tok)
+        weight = [float(m) for m in mask]
+        keep = instruction_span(task, tok)
+        for _ in range(10):
+            # the window of positions: which episode token each window token is
+            pos, w = _trace_window(list(range(len(ids))), weight, rng, AGENT_WINDOW, keep)
+            assert set(range(*keep)) <= set(pos)  # the whole instruction, in order
+            assert len(pos) <= AGENT_WINDOW + keep[1] - keep[0]
+            assert w[-1] == 1.0 and (pos[-1] + 1 == len(ids) or not weight[pos[-1] + 1])  # it ends where a call ends
+            for j in range(1, len(pos)):
+                if w[j]:  # trained: a call token, after its own predecessor
+                    assert mask[pos[j]] and pos[j - 1] == pos[j] - 1 and w[j] == weight[pos[j]]
+    ids, mask = _trace_batch(tok, tasks, random.Random(1), AGENT_WINDOW)
+    for row, task in zip(ids.tolist(), tasks):
+        assert instruction(task.meta["key"]) in tok.decode([i for i in row if i != tok.pad_id])
+
+
 def test_keys_of_bases_built_before_worked_solutions_are_unchanged(tmp_path):
     """`worked` joins the cache key only when set: every base cached before it existed is still found."""
     assert base_key(BaseModelConfig()) == "arith-add-d2-s0-9f199c7a74"

@@ -17,7 +17,8 @@ two compact tools (`read`, `submit`: short schemas keep the stable prefix small
 and the compact signature listing keep the stable prefix near 120 characters for the built-in
 character-level model), `agent_task_of` (the `AgentTask` a `Task` carries: files and
 gold answer, judged on the submitted answer by exact match), `oracle_calls` (the calls that solve a
-task, what the built-in base is pre-trained on), and the registry entry `agent:lookup` with its
+task, what the built-in base is pre-trained on; `oracle_trace` their tokens and `instruction_span` where the
+trace's instruction lies), and the registry entry `agent:lookup` with its
 `AgentSpec`, whose process score (`chain_progress`: the share of the chain read in order;
 blended into the training reward with the domain option `process_weight`, 0 by default) gives the
 failed episodes of a group partial credit. Its single-response view (`posttrain eval --suite agent:lookup`
@@ -165,6 +166,23 @@ def oracle_calls(task: Task) -> list[tuple[ToolCall, str]]:
     return out
 
 
+def _oracle_head(task: Task, codec: Any) -> tuple[list[int], list[int]]:
+    """The ids an episode opens with: the stable prefix, then the task's entry (its instruction)."""
+    from posttrain.agent import format as fmt
+
+    prefix = codec.entry("prefix", fmt.render_prefix([t.schema() for t in TOOLS], SYSTEM, SPEC.tool_listing)).ids
+    return prefix, codec.entry("task", task.prompt).ids
+
+
+def instruction_span(task: Task, tokenizer: Any) -> tuple[int, int]:
+    """Where the task's entry (the instruction: which key to follow) lies in `oracle_trace(task, tokenizer)`'s ids,
+    as [start, end)."""
+    from posttrain.agent.models import TextCodec
+
+    prefix, instruction_ids = _oracle_head(task, TextCodec(tokenizer))
+    return len(prefix), len(prefix) + len(instruction_ids)
+
+
 def oracle_trace(task: Task, tokenizer: Any, decisions: list[bool] | None = None) -> tuple[list[int], list[bool]]:
     """The token sequence of the oracle's episode exactly as the runtime builds it (the stable prefix, the
     task, then per call the sampled call text and the encoded observation; the last observation is not
@@ -175,8 +193,8 @@ def oracle_trace(task: Task, tokenizer: Any, decisions: list[bool] | None = None
     from posttrain.agent.models import TextCodec
 
     codec = TextCodec(tokenizer)
-    ids = codec.entry("prefix", fmt.render_prefix([t.schema() for t in TOOLS], SYSTEM, SPEC.tool_listing)).ids
-    ids = ids + codec.entry("task", task.prompt).ids
+    prefix, instruction_ids = _oracle_head(task, codec)
+    ids = prefix + instruction_ids
     mask = [False] * len(ids)
     calls = oracle_calls(task)
     if decisions is not None:

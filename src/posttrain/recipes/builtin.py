@@ -51,8 +51,8 @@ BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3
 # and the quickstart's before/after figures); the base model's band checks draw the ones after them.
 EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
-AGENT_BASE_FORMAT = 5  # the same, for agent-domain bases (4: copy drills every other step; 5: 3 lines per file with
-# distractors, the split on the chain and value)
+AGENT_BASE_FORMAT = 6  # the same, for agent-domain bases (4: copy drills every other step; 5: 3 lines per file with
+# distractors, the split on the chain and value; 6: trace windows open with the task's instruction)
 AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
 CAD_BASE_FORMAT = 1  # the same, for CAD bases (their keys include it)
 CAD_CONTEXT = 256  # positions of a CAD base: a brief level-1 prompt and its gold program are at most ~160 tokens
@@ -139,7 +139,8 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
     return pad_rows(rows, masks, tokenizer.pad_id)
 
 
-AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the last observation and the call
+AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the last observation and the call, after
+# the task's instruction (without it a window of a later call cannot tell which of a file's lines to follow)
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
 AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
@@ -184,30 +185,41 @@ def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
-def _trace_window(ids: list[int], weight: list[float], rng: random.Random, width: int) -> tuple[list[int], list[float]]:
+def _trace_window(ids: list[int], weight: list[float], rng: random.Random, width: int,
+                  keep: tuple[int, int] | None = None) -> tuple[list[int], list[float]]:
     """A window of `width` tokens of an episode that ends with one of its calls (RoPE attention is relative:
-    what the window teaches holds at any position); the whole episode when it is shorter."""
+    what the window teaches holds at any position); the whole episode when it is shorter. `keep` = [start, end) of
+    tokens the window must hold (the instruction, which names the key to follow among a file's lines): when the
+    window starts after `start`, those tokens open it, then the window (its first token untrained, as it follows
+    them only here), so a window holds at most `width` + `end` - `start` tokens."""
     if len(ids) <= width:
         return ids, weight
     ends = [i + 1 for i in range(len(weight)) if weight[i] and (i + 1 == len(weight) or not weight[i + 1])]
     end = rng.choice(ends)
     start = max(0, end - width)
-    return ids[start:end], [0.0] + weight[start + 1:end]
+    if keep is None or start <= keep[0]:
+        return ids[start:end], [0.0] + weight[start + 1:end]
+    head, start = keep, max(start, keep[1])
+    # the token after the kept span is trained only where it follows that span in the episode too
+    first = weight[start] if start == head[1] else 0.0
+    return ids[head[0]:head[1]] + ids[start:end], [0.0] * (head[1] - head[0]) + [first] + weight[start + 1:end]
 
 
 def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None,
                  width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, T] right-padded oracle episodes (or windows of them, `width` tokens each, drawn with `rng`) and the
-    [B, T-1] loss weights: 1 on the calls the model samples, `AGENT_DECISION_WEIGHT` on their copied values."""
-    from posttrain.agent.lookup import oracle_trace
+    """[B, T] right-padded oracle episodes (or windows of them, `width` tokens each after the task's instruction,
+    drawn with `rng`) and the [B, T-1] loss weights: 1 on the calls the model samples, `AGENT_DECISION_WEIGHT` on
+    their copied values."""
+    from posttrain.agent.lookup import instruction_span, oracle_trace
 
     rows = []
     for t in tasks:
         decisions: list[bool] = []
         ids, mask = oracle_trace(t, tokenizer, decisions)
-        rows.append((ids, [AGENT_DECISION_WEIGHT if d else float(m) for m, d in zip(mask, decisions)]))
-    if width is not None and rng is not None:
-        rows = [_trace_window(ids, weight, rng, width) for ids, weight in rows]
+        weight = [AGENT_DECISION_WEIGHT if d else float(m) for m, d in zip(mask, decisions)]
+        if width is not None and rng is not None:
+            ids, weight = _trace_window(ids, weight, rng, width, instruction_span(t, tokenizer))
+        rows.append((ids, weight))
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
