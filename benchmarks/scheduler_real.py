@@ -32,7 +32,7 @@ import sys
 from posttrain.config import load_config
 from posttrain.rl.trainer import Trainer
 cfg = load_config(sys.argv[1])
-t = Trainer(cfg, resume=sys.argv[2] == "resume")
+t = Trainer(cfg, resume=sys.argv[2] == "resume", overwrite=sys.argv[2] == "again")
 t.run()
 t.close()
 """
@@ -156,6 +156,13 @@ def example_config(run_dir: Path, steps: int, every: int, model: str | None, exa
     return path
 
 
+def _rss_gib(pid: int) -> float:
+    try:
+        return int(open(f"/proc/{pid}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (OSError, ValueError, IndexError):  # the process is gone
+        return 0.0
+
+
 def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | None = None,
                model: str | None = None, plain: bool = False, example: Path | None = None) -> dict:
     run_dir = out or Path("runs") / f"scheduler-smoke-{time.strftime('%H%M%S')}"
@@ -173,14 +180,20 @@ def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | Non
     t0 = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(cfg), "fresh"], env=env)
     ckpt = run_dir / "many" / "checkpoints"
+    peak = 0.0  # the first child's largest resident set seen (GiB), sampled every 2 s
     while child.poll() is None and not (ckpt.exists() and any(ckpt.iterdir())):
+        peak = max(peak, _rss_gib(child.pid))
         time.sleep(2)
     time.sleep(5)  # a few steps past the checkpoint: the resume must redo them
     killed = child.poll() is None
     if killed:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    resumed = subprocess.run([sys.executable, "-c", CHILD, str(cfg), "resume" if killed else "fresh"], env=env)
+    elif child.returncode != 0:  # it died on its own (an exception, or the kernel's OOM killer: -9)
+        print(f"the first training child exited with {child.returncode} before it was killed", flush=True)
+    # resume whenever a checkpoint exists (a child that died on its own is resumed too); else a fresh run
+    started = ckpt.exists() and any(ckpt.iterdir())
+    resumed = subprocess.run([sys.executable, "-c", CHILD, str(cfg), "resume" if started else "again"], env=env)
     seconds = time.perf_counter() - t0
     from posttrain.store import RunStore
 
@@ -198,6 +211,7 @@ def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | Non
             "real_left_out": len(left_out) + len(plain_out or []) + len(arith_out), "real_steps": last,
             "real_completed": info.get("status") == "finished",
             "real_killed_and_resumed": killed and info.get("resumed_from") is not None,
+            "real_first_child_rc": None if killed else child.returncode, "real_first_child_peak_rss_gib": round(peak, 2),
             "real_resumed_from": info.get("resumed_from"), "real_seconds": seconds,
             "real_retired_domains": len(retired), "wasted_frac": wasted(rows, 50), "wasted_frac_at_8": wasted(rows, 8),
             "real_failures": cats, "real_child_rc": resumed.returncode}
