@@ -122,7 +122,7 @@ exclude = {json.dumps(left_out if left_out is not None else broken(levels))}
 """ if levels else "") + (f"""[[domains]]
 source = "rg:*"
 exclude = {json.dumps(plain)}
-""" if plain is not None else "") + """[[domains]]
+""" if plain is not None else "") + f"""[[domains]]
 source = "arith:*"
 levels = {ARITH_LEVELS}
 exclude = {json.dumps(arith_out if arith_out is not None else broken(ARITH_LEVELS, source="arith:*"))}
