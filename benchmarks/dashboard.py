@@ -285,7 +285,7 @@ def main() -> None:
         with Browser() as browser:
             ab = training_ab(browser, root, args.phases, args.per_phase)
         print(f"load average at end: {os.getloadavg()}", flush=True)
-        print(json.dumps({k: round(v, 4) for k, v in ab.items()}))
+        print(json.dumps({"training_slowdown": round(ab["slowdown"], 4), **{k: round(v, 4) for k, v in ab.items()}}))
         return
     t0 = time.perf_counter()
     big = build_store(root / "big" / "run10k", 10_000, 10)

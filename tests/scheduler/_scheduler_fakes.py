@@ -30,3 +30,18 @@ def group(task: Task, passes: int, n: int = 4) -> Group:
 
 def tagged(task_id: str, domain: str) -> Task:
     return Task(task_id, f"{task_id}?", "42", {DOMAIN_KEY: domain})
+
+
+class Numbered:
+    """A curriculum of tasks t0, t1, ... of domain `d`, in order; `seen`: the task ids it was updated with."""
+
+    def __init__(self):
+        self.next, self.seen = 0, []
+
+    def sample(self, k):
+        out = [tagged(f"t{self.next + i}", "d") for i in range(k)]
+        self.next += k
+        return out
+
+    def update(self, groups):
+        self.seen.extend(g.task.id for g in groups)

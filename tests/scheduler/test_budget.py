@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from _scheduler_fakes import tagged, traj
+from _scheduler_fakes import Numbered, traj
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,21 +27,6 @@ from posttrain.scheduler.pipeline import (
 )
 from posttrain.scheduler.task_scheduler import TaskScheduler
 from posttrain.types import Group
-
-
-class Numbered:
-    """A curriculum of tasks t0, t1, ... in order."""
-
-    def __init__(self):
-        self.next, self.seen = 0, []
-
-    def sample(self, k):
-        out = [tagged(f"t{self.next + i}", "d") for i in range(k)]
-        self.next += k
-        return out
-
-    def update(self, groups):
-        self.seen.extend(g.task.id for g in groups)
 
 
 def sized(tokens, passes=lambda i: 2, n=4):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from _scheduler_fakes import group, tagged
+from _scheduler_fakes import Numbered, group
 
 from posttrain.rl.advantages import has_signal
 from posttrain.scheduler.pipeline import FillRule, InlineRollouts, Piece, fill_batch, fill_draw
@@ -12,19 +12,12 @@ from posttrain.tasks.jsonl import ListSource
 from posttrain.types import Task
 
 
-class Counting:
+class Counting(Numbered):
     """A curriculum of numbered tasks of domain `d`; `passes(task)` decides each group's outcome (of 4)."""
 
     def __init__(self, passes):
-        self.passes, self.next, self.seen = passes, 0, []
-
-    def sample(self, k):
-        out = [tagged(f"t{self.next + i}", "d") for i in range(k)]
-        self.next += k
-        return out
-
-    def update(self, groups):
-        self.seen.extend(g.task.id for g in groups)
+        super().__init__()
+        self.passes = passes
 
 
 class Pieces:

@@ -193,10 +193,7 @@ def _add_polled_routes(app, runs: _Runs, answers: _Answers) -> None:
     def steps(request: Request, i: int, after: int = -1, max_points: int | None = None) -> Response:
         # compact JSON: 10,000 steps of ~30 metrics are megabytes
         r = runs.get(i)
-        try:
-            return answers.answer(request, f'"{r.version()}"', lambda: r.steps_after(after, max_points))
-        except sqlite3.OperationalError:  # a store the trainer is creating this instant (no tables yet): none yet
-            return Response(json.dumps(NO_STEPS), media_type="application/json")
+        return answers.answer(request, f'"{r.version()}"', lambda: _steps_or_none(r, after, max_points))
 
     @app.get("/api/poll")
     def poll(request: Request, after: str = "", max_points: int | None = None) -> Response:
