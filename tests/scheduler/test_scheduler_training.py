@@ -84,6 +84,15 @@ def test_failures_export_round_trips_through_posttrain_eval(cfg, tmp_path, tiny_
     exported = json.loads(done.output)["export"]
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == exported["tasks"] > 0 and exported["without_verifier"] == 0
+    # --since keeps what the late policy still fails: exactly the tasks failed from that step on
+    late = tmp_path / "late.jsonl"
+    assert runner.invoke(app, ["failures", str(c.path), "--domain", "arith:add", "--since", "3", "--export",
+                               str(late)]).exit_code == 0
+    late_lines = [json.loads(x) for x in late.read_text().splitlines()]
+    with RunStore(c.path / "run.sqlite") as store:
+        want = {r.task_id for s, r in store.failures("arith:add") if s >= 3}
+        assert want != {r.task_id for _, r in store.failures("arith:add")}  # the filter has something to drop
+    assert {x["id"] for x in late_lines} == want and all(x["meta"]["failure"]["run_step"] >= 3 for x in late_lines)
     assert all(x["meta"]["verifier"] == {"type": "numeric", "extract": "full", "abs_tol": 4.0, "rel_tol": 0.0}
                or x["meta"]["verifier"]["type"] == "numeric" for x in lines)
     # the failing responses, re-graded by the exported suite's own verifier, fail again: the suite judges as training did

@@ -1,6 +1,6 @@
 """`posttrain failures RUN`: a training run's failures by category with examples, and their export as a suite.
 
-Covers: `failures RUN [--domain D] [--category C] [--export FILE.jsonl] [--json]`: the top categories (counts,
+Covers: `failures RUN [--domain D] [--category C] [--since STEP] [--export FILE.jsonl] [--json]`: the top categories (counts,
 per domain, the newest examples of each), and `--export` writes a suite that `posttrain eval --suite FILE.jsonl`
 runs as it is (and `FILE.responses.jsonl`, the failing responses, for `posttrain eval --responses`).
 Does not cover: the summary and the export themselves (`eval/failure_suite.py`).
@@ -24,6 +24,7 @@ def failures_cmd(
     category: Optional[str] = typer.Option(None, "--category", help="Only this category (wrong_answer, format_error, "
                                            "truncated, timeout, runtime_error, tool_misuse, verifier_error, "
                                            "environment_error, reward_hack)."),
+    since: Optional[int] = typer.Option(None, "--since", min=0, help="Only failures from this training step on."),
     export: Optional[Path] = typer.Option(None, "--export", help="Write the failed tasks as a JSONL suite here."),
     examples: int = typer.Option(3, "--examples", min=0, help="Examples shown per category."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -41,8 +42,8 @@ def failures_cmd(
         if not path.exists():
             raise UserError(f"{run}: no run store (run.sqlite) there")
         with RunStore(path) as store:
-            summary = summarise_failures(store.failures(domain, category), examples)
-            exported = export_failure_suite(store, export, domain, category) if export is not None else None
+            summary = summarise_failures(store.failures(domain, category, since), examples)
+            exported = export_failure_suite(store, export, domain, category, since) if export is not None else None
     if as_json:
         out = summary.to_dict()
         if exported is not None:

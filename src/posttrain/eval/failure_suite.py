@@ -64,9 +64,12 @@ class Exported:
     without_verifier: int  # tasks whose domain's verifier has no spec: judged by exact match
 
 
-def export_failure_suite(store: RunStore, path: Path, domain: str | None = None, category: str | None = None) -> Exported:
-    """Write the failed tasks (newest failure per task) as a JSONL suite, and their failing responses beside it."""
-    rows = [(s, r) for s, r in store.failures(domain, category) if category is not None or r.category not in INFRASTRUCTURE]
+def export_failure_suite(store: RunStore, path: Path, domain: str | None = None, category: str | None = None,
+                         since: int | None = None) -> Exported:
+    """Write the failed tasks (newest failure per task) as a JSONL suite, and their failing responses beside it.
+    `since`: only failures from that training step on (what the policy of the run's late steps still fails)."""
+    rows = [(s, r) for s, r in store.failures(domain, category, since)
+            if category is not None or r.category not in INFRASTRUCTURE]
     tasks = store.failure_tasks()
     newest: dict[str, tuple[int, FailureRow]] = {}
     for step, r in rows:

@@ -373,12 +373,14 @@ class RunStore:
                 "INSERT OR IGNORE INTO failure_tasks(task_id, domain, meta, verifier) VALUES (?, ?, ?, ?)",
                 [(t.task_id, t.domain, json.dumps(t.meta), json.dumps(t.verifier)) for t in tasks])
 
-    def failures(self, domain: str | None = None, category: str | None = None) -> list[tuple[int, FailureRow]]:
-        """(step, row) of stored failures in step order, filtered by domain and category."""
+    def failures(self, domain: str | None = None, category: str | None = None,
+                 since: int | None = None) -> list[tuple[int, FailureRow]]:
+        """(step, row) of stored failures in step order, filtered by domain, category and first step (`since`)."""
         rows = self.db.execute(
             "SELECT step, domain, task_id, category, detail, response, prompt, answer FROM failures "
-            "WHERE (? IS NULL OR domain = ?) AND (? IS NULL OR category = ?) ORDER BY step, rowid",
-            (domain, domain, category, category))
+            "WHERE (? IS NULL OR domain = ?) AND (? IS NULL OR category = ?) AND (? IS NULL OR step >= ?) "
+            "ORDER BY step, rowid",
+            (domain, domain, category, category, since, since))
         return [(r[0], FailureRow(*r[1:])) for r in rows]
 
     def failure_tasks(self) -> dict[str, FailureTask]:
