@@ -1,0 +1,129 @@
+"""The failure loop closed (issue 36's `failure_suite_gain`): mine a run's failures, export them, train on them,
+evaluate on the exported suite's held-out half.
+
+Per seed, every stage through the CLI a user runs:
+1. a mining run: the addition recipe (`examples/addition.toml`, the built-in base) with `train.curriculum =
+   "scheduler"`, so every failed trajectory is categorised and stored;
+2. `posttrain failures RUN --since S --export FILE`: the tasks its late policy (steps >= S, the last quarter) still
+   failed, split by a hash of the task id into a training half and a held-out half, the failure suite;
+3. from the mining run's final model, arm F trains on the training half beside the ordinary domain (equal weights),
+   arm C on the ordinary domain alone, the same steps and recipe (both fixed before any run);
+4. greedy evaluation (`posttrain eval --json`) of the start model, F and C on the suite's held-out half and on the
+   ordinary held-out problems (`arith:add`'s held-out split, never trained on by any run).
+`failure_suite_gain` = F - start on the suite's held-out half (points); `ordinary_regression` = start - F on the
+ordinary held-out problems (goal <= 1 point); beside them `failure_vs_control` = F - C on the suite: what the failure
+curriculum adds over as much training without it. Each figure with its 95% Wilson interval bounds.
+
+    python benchmarks/failure_loop.py [--seeds 1 2 3] [--mine-steps 400] [--steps 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from posttrain.eval.metrics import wilson_interval
+from posttrain.tasks.base import split_of
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "examples" / "addition.toml"
+ORDINARY = 'source="arith:add", options={digits=2, held_out_fraction=0.15}'
+
+
+def _cli(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"posttrain {' '.join(args[:2])} failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def train(name: str, out: Path, seed: int, sets: list[str]) -> Path:
+    t0 = time.perf_counter()
+    _cli("train", str(RECIPE), "--set", f"run_dir='{out}'", "--set", f"name='{name}'", "--set", f"seed={seed}",
+         "--set", "tensorboard=false", *[x for s in sets for x in ("--set", s)])
+    print(f"  {name}: trained in {time.perf_counter() - t0:.0f} s", flush=True)
+    return out / name
+
+
+def greedy(model: Path, suite: str, out: Path) -> tuple[int, int]:
+    """(passed, tasks) of one greedy sample per task."""
+    last = _cli("eval", "--model", str(model), "--suite", suite, "--temperature", "0", "--samples", "1", "--json",
+                "--out", str(out)).strip().splitlines()[-1]
+    r = json.loads(last)
+    return round(r["pass@1"] * r["n_tasks"]), r["n_tasks"]
+
+
+def split_suite(suite: Path) -> tuple[Path, Path, int, int]:
+    """The exported suite's training half and held-out half (by a hash of the task id)."""
+    lines = [x for x in suite.read_text().splitlines() if x.strip()]
+    halves: dict[str, list[str]] = {"train": [], "held_out": []}
+    for x in lines:
+        halves[split_of(json.loads(x)["id"], 0.5)].append(x)
+    train_path, test_path = suite.with_name("suite_train.jsonl"), suite.with_name("suite_test.jsonl")
+    train_path.write_text("\n".join(halves["train"]) + "\n")
+    test_path.write_text("\n".join(halves["held_out"]) + "\n")
+    return train_path, test_path, len(halves["train"]), len(halves["held_out"])
+
+
+def one_seed(seed: int, out: Path, mine_steps: int, steps: int) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    mined = train("mine", out, seed, ["train.curriculum='scheduler'", f"train.steps={mine_steps}",
+                                      f"train.checkpoint_every={mine_steps}"])
+    since = mine_steps - mine_steps // 4
+    exported = json.loads(_cli("failures", str(mined), "--since", str(since), "--export", str(out / "suite.jsonl"),
+                               "--json"))
+    train_half, test_half, n_train, n_test = split_suite(out / "suite.jsonl")
+    print(f"  suite: {exported['export']['tasks']} tasks failed at steps >= {since} "
+          f"({exported['by_category']}); {n_train} to train on, {n_test} held out", flush=True)
+    start = mined / "final"
+    arm = [f"train.steps={steps}", f"train.checkpoint_every={steps}", "eval.every=0",
+           "eval.at_start=false", f"model.path='{start}'"]
+    f = train("failures", out, seed, arm + [f'domains=[{{source="{train_half}", options={{held_out_fraction=0.01}}}},'
+                                            f' {{{ORDINARY}}}]'])
+    c = train("control", out, seed, arm + [f"domains=[{{{ORDINARY}}}]"])
+    res: dict[str, dict[str, tuple[int, int]]] = {}
+    for label, model in (("start", start), ("failures", f / "final"), ("control", c / "final")):
+        res[label] = {"suite": greedy(model, str(test_half), out / f"eval-{label}-suite"),
+                      "ordinary": greedy(model, "arith:add", out / f"eval-{label}-ordinary")}
+        print(f"  {label}: suite {res[label]['suite']}, ordinary {res[label]['ordinary']}", flush=True)
+    acc = {k: {s: p / n for s, (p, n) in v.items()} for k, v in res.items()}
+    row = {"seed": seed, "suite_tasks": n_test, "suite_train_tasks": n_train, "since": since,
+           "failure_suite_gain": 100 * (acc["failures"]["suite"] - acc["start"]["suite"]),
+           "ordinary_regression": 100 * (acc["start"]["ordinary"] - acc["failures"]["ordinary"]),
+           "failure_vs_control": 100 * (acc["failures"]["suite"] - acc["control"]["suite"]),
+           "control_suite_gain": 100 * (acc["control"]["suite"] - acc["start"]["suite"]),
+           "counts": res}
+    for k in ("start", "failures", "control"):
+        p, n = res[k]["suite"]
+        ci = wilson_interval(p, n)
+        row[f"{k}_suite_ci"] = [round(100 * ci.lo, 1), round(100 * ci.hi, 1)]
+    print(f"seed {seed}: failure_suite_gain {row['failure_suite_gain']:+.1f} pts (start {100 * acc['start']['suite']:.1f}"
+          f" -> {100 * acc['failures']['suite']:.1f} on {n_test} held-out failures; control "
+          f"{100 * acc['control']['suite']:.1f}), ordinary held-out {100 * acc['start']['ordinary']:.1f} -> "
+          f"{100 * acc['failures']['ordinary']:.1f} (regression {row['ordinary_regression']:+.1f})", flush=True)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--mine-steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--out", type=Path, default=Path("runs") / f"failure-loop-{time.strftime('%H%M%S')}")
+    a = ap.parse_args()
+    rows = [one_seed(s, a.out / f"seed{s}", a.mine_steps, a.steps) for s in a.seeds]
+    med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
+    print(json.dumps({"failure_suite_gain": med("failure_suite_gain"),
+                      "min_failure_suite_gain": min(r["failure_suite_gain"] for r in rows),
+                      "ordinary_regression": med("ordinary_regression"),
+                      "max_ordinary_regression": max(r["ordinary_regression"] for r in rows),
+                      "failure_vs_control": med("failure_vs_control"), "runs": rows}))
+
+
+if __name__ == "__main__":
+    main()
