@@ -4,8 +4,9 @@ evaluate on the exported suite's held-out half.
 Per seed, every stage through the CLI a user runs:
 1. a mining run: the addition recipe (`examples/addition.toml`, the built-in base) with `train.curriculum =
    "scheduler"`, so every failed trajectory is categorised and stored;
-2. `posttrain failures RUN --since S --export FILE`: the tasks its late policy (steps >= S, the last quarter) still
-   failed, split by a hash of the task id into a training half and a held-out half, the failure suite;
+2. `posttrain failures RUN --since S --min-fail-rate R --export FILE`: the tasks its late policy (steps >= S, the
+   last quarter) still failed in at least a share R of their samples (0.5; 0 exports every task with one failed
+   sample, which the start model mostly solves greedily: a suite of sampling slips), split by a hash of the task id into a training half and a held-out half, the failure suite;
 3. from the mining run's final model, arm F trains on the training half beside the ordinary domain (equal weights),
    arm C on the ordinary domain alone, the same steps and recipe (both fixed before any run);
 4. greedy evaluation (`posttrain eval --json`) of the start model, F and C on the suite's held-out half and on the
@@ -14,7 +15,7 @@ Per seed, every stage through the CLI a user runs:
 ordinary held-out problems (goal <= 1 point); beside them `failure_vs_control` = F - C on the suite: what the failure
 curriculum adds over as much training without it. Each figure with its 95% Wilson interval bounds.
 
-    python benchmarks/failure_loop.py [--seeds 1 2 3] [--mine-steps 400] [--steps 100]
+    python benchmarks/failure_loop.py [--seeds 1 2 3] [--mine-steps 400] [--steps 100] [--min-fail-rate 0.5]
 """
 
 from __future__ import annotations
@@ -70,12 +71,12 @@ def split_suite(suite: Path) -> tuple[Path, Path, int, int]:
     return train_path, test_path, len(halves["train"]), len(halves["held_out"])
 
 
-def one_seed(seed: int, out: Path, mine_steps: int, steps: int) -> dict:
+def one_seed(seed: int, out: Path, mine_steps: int, steps: int, min_fail_rate: float) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     mined = train("mine", out, seed, ["train.curriculum='scheduler'", f"train.steps={mine_steps}",
                                       f"train.checkpoint_every={mine_steps}"])
     since = mine_steps - mine_steps // 4
-    exported = json.loads(_cli("failures", str(mined), "--since", str(since), "--export", str(out / "suite.jsonl"),
+    exported = json.loads(_cli("failures", str(mined), "--since", str(since), "--min-fail-rate", str(min_fail_rate), "--export", str(out / "suite.jsonl"),
                                "--json"))
     train_half, test_half, n_train, n_test = split_suite(out / "suite.jsonl")
     print(f"  suite: {exported['export']['tasks']} tasks failed at steps >= {since} "
@@ -92,7 +93,7 @@ def one_seed(seed: int, out: Path, mine_steps: int, steps: int) -> dict:
                       "ordinary": greedy(model, "arith:add", out / f"eval-{label}-ordinary")}
         print(f"  {label}: suite {res[label]['suite']}, ordinary {res[label]['ordinary']}", flush=True)
     acc = {k: {s: p / n for s, (p, n) in v.items()} for k, v in res.items()}
-    row = {"seed": seed, "suite_tasks": n_test, "suite_train_tasks": n_train, "since": since,
+    row = {"seed": seed, "min_fail_rate": min_fail_rate, "suite_tasks": n_test, "suite_train_tasks": n_train, "since": since,
            "failure_suite_gain": 100 * (acc["failures"]["suite"] - acc["start"]["suite"]),
            "ordinary_regression": 100 * (acc["start"]["ordinary"] - acc["failures"]["ordinary"]),
            "failure_vs_control": 100 * (acc["failures"]["suite"] - acc["control"]["suite"]),
@@ -114,9 +115,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--mine-steps", type=int, default=400)
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--min-fail-rate", type=float, default=0.5)
     ap.add_argument("--out", type=Path, default=Path("runs") / f"failure-loop-{time.strftime('%H%M%S')}")
     a = ap.parse_args()
-    rows = [one_seed(s, a.out / f"seed{s}", a.mine_steps, a.steps) for s in a.seeds]
+    rows = [one_seed(s, a.out / f"seed{s}", a.mine_steps, a.steps, a.min_fail_rate) for s in a.seeds]
     med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
     print(json.dumps({"failure_suite_gain": med("failure_suite_gain"),
                       "min_failure_suite_gain": min(r["failure_suite_gain"] for r in rows),

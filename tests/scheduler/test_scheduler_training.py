@@ -93,6 +93,18 @@ def test_failures_export_round_trips_through_posttrain_eval(cfg, tmp_path, tiny_
         want = {r.task_id for s, r in store.failures("arith:add") if s >= 3}
         assert want != {r.task_id for _, r in store.failures("arith:add")}  # the filter has something to drop
     assert {x["id"] for x in late_lines} == want and all(x["meta"]["failure"]["run_step"] >= 3 for x in late_lines)
+    # --min-fail-rate keeps the tasks failed in at least that share of their samples, counted here from the samples
+    usual = tmp_path / "usual.jsonl"
+    assert runner.invoke(app, ["failures", str(c.path), "--domain", "arith:add", "--min-fail-rate", "0.75",
+                               "--export", str(usual)]).exit_code == 0
+    with RunStore(c.path / "run.sqlite") as store:
+        tried: dict[str, list[int]] = {}
+        for task_id, passed in store.db.execute("SELECT task_id, passed FROM samples"):
+            tried.setdefault(task_id, []).append(int(passed or 0))
+    failed_ids = {x["id"] for x in lines}
+    usually = {t for t in failed_ids if tried[t].count(0) >= 0.75 * len(tried[t])}
+    assert {json.loads(x)["id"] for x in usual.read_text().splitlines()} == usually
+    assert 0 < len(usually) < len(failed_ids)  # the filter keeps some failed tasks and drops others
     assert all(x["meta"]["verifier"] == {"type": "numeric", "extract": "full", "abs_tol": 4.0, "rel_tol": 0.0}
                or x["meta"]["verifier"]["type"] == "numeric" for x in lines)
     # the failing responses, re-graded by the exported suite's own verifier, fail again: the suite judges as training did

@@ -1,6 +1,6 @@
 """`posttrain failures RUN`: a training run's failures by category with examples, and their export as a suite.
 
-Covers: `failures RUN [--domain D] [--category C] [--since STEP] [--export FILE.jsonl] [--json]`: the top categories (counts,
+Covers: `failures RUN [--domain D] [--category C] [--since STEP] [--min-fail-rate R] [--export FILE.jsonl] [--json]`: the top categories (counts,
 per domain, the newest examples of each), and `--export` writes a suite that `posttrain eval --suite FILE.jsonl`
 runs as it is (and `FILE.responses.jsonl`, the failing responses, for `posttrain eval --responses`).
 Does not cover: the summary and the export themselves (`eval/failure_suite.py`).
@@ -25,6 +25,8 @@ def failures_cmd(
                                            "truncated, timeout, runtime_error, tool_misuse, verifier_error, "
                                            "environment_error, reward_hack)."),
     since: Optional[int] = typer.Option(None, "--since", min=0, help="Only failures from this training step on."),
+    min_fail_rate: float = typer.Option(0.0, "--min-fail-rate", min=0.0, max=1.0,
+                                        help="Export only tasks failed in at least this share of their samples."),
     export: Optional[Path] = typer.Option(None, "--export", help="Write the failed tasks as a JSONL suite here."),
     examples: int = typer.Option(3, "--examples", min=0, help="Examples shown per category."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -43,7 +45,7 @@ def failures_cmd(
             raise UserError(f"{run}: no run store (run.sqlite) there")
         with RunStore(path) as store:
             summary = summarise_failures(store.failures(domain, category, since), examples)
-            exported = export_failure_suite(store, export, domain, category, since) if export is not None else None
+            exported = export_failure_suite(store, export, domain, category, since, min_fail_rate) if export is not None else None
     if as_json:
         out = summary.to_dict()
         if exported is not None:

@@ -65,11 +65,17 @@ class Exported:
 
 
 def export_failure_suite(store: RunStore, path: Path, domain: str | None = None, category: str | None = None,
-                         since: int | None = None) -> Exported:
+                         since: int | None = None, min_fail_rate: float = 0.0) -> Exported:
     """Write the failed tasks (newest failure per task) as a JSONL suite, and their failing responses beside it.
-    `since`: only failures from that training step on (what the policy of the run's late steps still fails)."""
+    `since`: only failures from that training step on (what the policy of the run's late steps still fails);
+    `min_fail_rate`: only tasks failed in at least that share of their sampled trajectories over the same steps
+    (what the policy usually fails, not a sampling slip of a task it mostly solves)."""
     rows = [(s, r) for s, r in store.failures(domain, category, since)
             if category is not None or r.category not in INFRASTRUCTURE]
+    if min_fail_rate > 0.0:
+        tried = store.attempts(since)
+        failed = Counter(r.task_id for _, r in rows)
+        rows = [(s, r) for s, r in rows if failed[r.task_id] >= min_fail_rate * tried.get(r.task_id, 0)]
     tasks = store.failure_tasks()
     newest: dict[str, tuple[int, FailureRow]] = {}
     for step, r in rows:

@@ -383,6 +383,14 @@ class RunStore:
             (domain, domain, category, category, since, since))
         return [(r[0], FailureRow(*r[1:])) for r in rows]
 
+    def attempts(self, since: int | None = None) -> dict[str, int]:
+        """Trajectories sampled per task id (every stored group, kept or not), from step `since` on."""
+        rows = self.db.execute("SELECT task_id, rewards FROM groups WHERE ? IS NULL OR step >= ?", (since, since))
+        out: dict[str, int] = {}
+        for task_id, rewards in rows:
+            out[task_id] = out.get(task_id, 0) + len(json.loads(rewards))
+        return out
+
     def failure_tasks(self) -> dict[str, FailureTask]:
         rows = self.db.execute("SELECT task_id, domain, meta, verifier FROM failure_tasks")
         return {t: FailureTask(t, d, json.loads(m), json.loads(v)) for t, d, m, v in rows}
