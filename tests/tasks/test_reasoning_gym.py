@@ -14,8 +14,9 @@ from reasoning_gym.factory import DATASETS
 from posttrain.rewards import PerTask, make_verifier, score_sync
 from posttrain.rewards.reasoning_gym import decode_entry, encode_entry, same_value, storable_entry
 from posttrain.tasks import TaskFileError, load_domain
+from posttrain.tasks.bounded import GenerationFailed, shared_worker
 from posttrain.tasks.domains import list_domains
-from posttrain.tasks.reasoning_gym import RGSource
+from posttrain.tasks.reasoning_gym import RGSource, rg_reference
 from posttrain.types import Task, VerdictStatus
 
 # Every registered generator is either checked for parity or listed here with the reason.
@@ -61,9 +62,10 @@ def test_score_parity_with_reasoning_gym(name):
     for i, task in enumerate(suite.tasks):
         if name in NONDETERMINISTIC:
             entry = decode_entry(task.meta["rg"]["entry"])
-        else:
-            entry = reference[i]
-            assert task.answer == entry["answer"] and task.prompt == entry["question"]
+        else:  # reasoning-gym's own entry, made where the tasks are made (some depend on the string hash seed)
+            ref = shared_worker().call(rg_reference, name, 0, SIZE, i)
+            assert task.answer == ref["answer"] and task.prompt == ref["question"]
+            entry = decode_entry(ref["entry"]) if ref["entry"] is not None else reference[i]
         for response in [entry["answer"], *_wrong_answers(entry["answer"])]:
             tasks.append(_roundtrip(task))
             responses.append(response)
@@ -170,20 +172,23 @@ def test_entries_a_generator_fails_to_make_are_skipped_and_a_broken_generator_st
     source = load_domain("rg:basic_arithmetic", held_out_fraction=0.2).source
     whole = source.take(5, "train", seed=0)
 
-    class Failing:  # the generator's dataset, failing on every other entry it is asked for
-        def __init__(self, ds, every):
-            self.ds, self.every, self.calls = ds, every, 0
+    class Failing:  # the generator's worker, in process, failing on every other entry it is asked for
+        generation = 0
 
-        def __getitem__(self, i):
-            self.calls += 1
-            if self.calls % self.every == 0:
-                raise ValueError("Failed to generate valid expression after 100 attempts")
-            return self.ds[i]
+        def __init__(self, every):
+            self.every, self.calls = every, 0
 
-    source._ds = Failing(source._ds, 2)
+        def call(self, fn, *args, timeout_s=None):
+            if fn.__name__ == "_entry_fields":
+                self.calls += 1
+                if self.calls % self.every == 0:
+                    raise GenerationFailed("ValueError: Failed to generate valid expression after 100 attempts")
+            return fn(*args)
+
+    source.worker = Failing(2)
     tasks = source.take(5, "train", seed=0)
     assert len(tasks) == 5 and all(t.answer for t in tasks) and tasks != whole  # other entries, none failed
     assert source.sample(random.Random(0), "train").answer and len(source.first(4)) == 4
-    source._ds = Failing(source._ds.ds, 1)
+    source.worker = Failing(1)
     with pytest.raises(TaskFileError, match="failed to generate: ValueError: Failed to generate"):
         source.sample(random.Random(0), "train")

@@ -163,7 +163,7 @@ def resolve_config(name: str, config: dict[str, Any], level: int | None = None) 
     if unknown:
         raise ValueError(
             f"rg:{name}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(allowed)} "
-            "(and seed, size, level, answer_format, limit, split, held_out_fraction)"
+            "(and seed, size, level, answer_format, limit, split, held_out_fraction, generate_timeout_s)"
         )
     kwargs: dict[str, Any] = {}
     if level is not None:

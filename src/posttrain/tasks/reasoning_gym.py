@@ -11,7 +11,10 @@ reasoning-gym defines a dataset, or only its train / held-out part); and
 `RGSource`, the `TaskSource` behind `tasks.source = "rg:<dataset>"`, whose
 split is a hash of each question, so held-out questions are never trained on
 (an entry the generator fails to make is skipped by every draw: countdown,
-for one, gives up on a few).
+for one, gives up on a few). Entries are generated in a bounded worker process (`tasks/bounded.py`):
+an entry that takes over `generate_timeout_s` (number_sequence squares its way into numbers of millions of
+digits on ~4% of its level-2 entries) or over the worker's memory limit is such a skipped entry too, and is
+not asked for again by that source. Whether an entry near the limit makes it can depend on the machine's load.
 `answer_format = "tag"` appends reasoning-gym's answer-tag instruction to each
 prompt and makes the verifier read the last `<answer>` tag.
 Does not cover: scoring (`rewards/reasoning_gym.py`, reasoning-gym's own
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from posttrain.tasks.base import Split, split_of
+from posttrain.tasks.bounded import START_TIMEOUT_S, BoundedWorker, GenerationFailed, GenerationTimeout, shared_worker
 from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain
 from posttrain.tasks.jsonl import TaskFileError
 from posttrain.types import Task
@@ -59,6 +63,11 @@ class RGSource:
     size: int = VIRTUAL_SIZE
     answer_format: AnswerFormat = "plain"
     held_out_fraction: float = 0.15
+    generate_timeout_s: float = 10.0
+    """An entry that takes longer to generate is skipped (its worker killed): a generator stuck on one entry
+    would otherwise hold the whole run."""
+    worker: BoundedWorker | None = field(default=None, repr=False, compare=False)
+    """Where entries are generated (None: the process's shared worker)."""
 
     def __post_init__(self) -> None:
         from posttrain.rewards.reasoning_gym import build_dataset, rg_version
@@ -82,20 +91,32 @@ class RGSource:
         except ValueError as exc:
             raise TaskFileError(str(exc) if str(exc).startswith("rg:") else f"rg:{self.dataset}: {exc}") from None
         self._prefix = f"rg:{self.dataset}{_config_tag(self.config, self.level)}:s{self.seed}"
+        self._stuck: set[int] = set()  # entries that ran past the limits: never asked for again
+        self._warm: tuple[int, int] | None = None  # (worker, its generation) this dataset was built in
 
     @property
     def name(self) -> str:
         return self._prefix
 
     def task(self, index: int) -> Task:
-        from posttrain.rewards.reasoning_gym import fingerprint, storable_entry
-
+        if index in self._stuck:
+            raise TaskFileError(f"rg:{self.dataset}: entry {index} ran past the generation limits before (skipped)")
+        worker = self.worker or shared_worker()
         try:
-            entry = self._ds[index]
-        except Exception as exc:  # noqa: BLE001 - a generator bug is the user's one-line error, not a traceback
-            raise TaskFileError(f"rg:{self.dataset}: entry {index} failed to generate: {type(exc).__name__}: {exc}") from None
-        gold = entry.get("answer")
-        recipe = {**self._recipe, "index": index, "fingerprint": fingerprint(entry), "entry": storable_entry(entry)}
+            if self._warm != (id(worker), worker.generation):  # build the generator there outside the entry's limit
+                worker.call(_build, self._recipe, timeout_s=START_TIMEOUT_S)
+                self._warm = (id(worker), worker.generation)
+            entry = worker.call(_entry_fields, self._recipe, index, timeout_s=self.generate_timeout_s)
+        except GenerationTimeout:
+            self._stuck.add(index)
+            raise TaskFileError(f"rg:{self.dataset}: entry {index} took over {self.generate_timeout_s:g} s to "
+                                "generate (skipped)") from None
+        except GenerationFailed as exc:  # a generator bug is the user's one-line error, not a traceback
+            if "MemoryError" in str(exc) or "died" in str(exc):
+                self._stuck.add(index)
+            raise TaskFileError(f"rg:{self.dataset}: entry {index} failed to generate: {exc}") from None
+        gold = entry["answer"]
+        recipe = {**self._recipe, "index": index, "fingerprint": entry["fingerprint"], "entry": entry["entry"]}
         tagged = self.answer_format == "tag"
         meta: dict[str, Any] = {
             "verifier": {"type": "reasoning_gym", "extract": "tag" if tagged else "full"},
@@ -163,6 +184,37 @@ class RGSource:
         return out
 
 
+def _build(recipe: dict[str, Any]) -> None:
+    """Build (and cache) the recipe's generator in the bounded worker."""
+    from posttrain.rewards.reasoning_gym import build_dataset
+
+    build_dataset(recipe)
+
+
+def _entry_fields(recipe: dict[str, Any], index: int) -> dict[str, Any]:
+    """What a task needs of entry `index` (run in the bounded worker: the generator's own objects stay there)."""
+    from posttrain.rewards.reasoning_gym import build_dataset, fingerprint, storable_entry
+
+    entry = build_dataset(recipe)[index]
+    gold = entry.get("answer")
+    return {"question": str(entry["question"]), "answer": None if gold is None else str(gold), "fingerprint": fingerprint(entry),
+            "entry": storable_entry(entry)}
+
+
+def rg_reference(dataset: str, seed: int, size: int, index: int) -> dict[str, Any]:
+    """reasoning-gym's own `create_dataset(dataset, seed=seed, size=size)[index]`: question and answer as text and
+    the entry's storable form (a parity reference for tests and surveys; run it in the generation worker, whose
+    string hashing the entries depend on for some generators)."""
+    import reasoning_gym
+
+    entry = reasoning_gym.create_dataset(dataset, seed=seed, size=size)[index]
+    gold = entry.get("answer")
+    from posttrain.rewards.reasoning_gym import storable_entry
+
+    return {"question": str(entry["question"]), "answer": None if gold is None else str(gold),
+            "entry": storable_entry(entry)}
+
+
 def rg_datasets(leveled: bool = False) -> list[str]:
     """reasoning-gym's registered datasets (those with a curriculum, whose `level` sets difficulty, when `leveled`),
     `composite` left out (build one domain per dataset instead)."""
@@ -198,20 +250,27 @@ def _rg_domain(
     level: int | None = None,
     held_out_fraction: float = 0.15,
     limit: int | None = None,
+    generate_timeout_s: float = 10.0,
     **config: Any,
 ) -> Domain:
     """Training samples the train split of `VIRTUAL_SIZE` entries (or of `size`, when given); the evaluation
-    view is entries 0..size-1 (`split = "all"`, size 100 by default) or the first `size` of one split."""
+    view is entries 0..size-1 (`split = "all"`, size 100 by default) or the first `size` of one split.
+    `generate_timeout_s`: an entry that takes longer to generate is skipped."""
     from posttrain.rewards.reasoning_gym import ReasoningGymScore
 
     if split not in ("all", "train", "held_out"):
         raise TaskFileError(f"rg:{dataset}: split must be 'all', 'train' or 'held_out', got {split!r}")
-    train = RGSource(dataset, config, level, seed, size or VIRTUAL_SIZE, answer_format, held_out_fraction)
+    if not generate_timeout_s > 0:
+        raise TaskFileError(f"rg:{dataset}: generate_timeout_s must be > 0, got {generate_timeout_s!r}")
+    train = RGSource(dataset, config, level, seed, size or VIRTUAL_SIZE, answer_format, held_out_fraction,
+                     generate_timeout_s)
     eval_size = size or DEFAULT_SIZE
     if split == "all":
-        view = train if size else RGSource(dataset, config, level, seed, eval_size, answer_format, held_out_fraction)
+        view = train if size else RGSource(dataset, config, level, seed, eval_size, answer_format, held_out_fraction,
+                                           generate_timeout_s)
     else:  # draw from a larger index range so that `size` tasks of the split exist
-        view = RGSource(dataset, config, level, seed, VIRTUAL_SIZE, answer_format, held_out_fraction)
+        view = RGSource(dataset, config, level, seed, VIRTUAL_SIZE, answer_format, held_out_fraction,
+                        generate_timeout_s)
 
     def evaluation(n: int | None, _seed: int) -> list[Task]:
         return view.first(eval_size if n is None else min(eval_size, n), split)
