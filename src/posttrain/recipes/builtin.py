@@ -185,6 +185,20 @@ def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
+def drill_accuracy(model: CausalLM, ids: torch.Tensor, weight: torch.Tensor, chunk: int = 128) -> float:
+    """Greedy teacher-forced accuracy of `model` on drills (`_copy_drills`' [B, T] ids and [B, T-1] weights): the
+    share of the tokens with loss whose argmax prediction is the drill's token."""
+    model.eval()
+    right = total = 0
+    with torch.no_grad():
+        for i in range(0, len(ids), chunk):
+            rows, scored = ids[i:i + chunk], weight[i:i + chunk] > 0  # [b, T], [b, T-1]
+            pred = model(rows)[:, :-1].argmax(-1)  # [b, T-1]: pred[:, j] guesses rows[:, j + 1]
+            right += int((pred == rows[:, 1:])[scored].sum())
+            total += int(scored.sum())
+    return right / max(total, 1)
+
+
 def _trace_window(ids: list[int], weight: list[float], rng: random.Random, width: int,
                   keep: tuple[int, int] | None = None) -> tuple[list[int], list[float]]:
     """A window of `width` tokens of an episode that ends with one of its calls (RoPE attention is relative:
@@ -302,6 +316,19 @@ def _stopping_verifier(cfg: BaseModelConfig, source: Any, agent: bool) -> tuple[
     return verifier, source.max_solution_chars + 1 if cfg.worked else len(str(10 ** (cfg.digits + 1))) + 2
 
 
+BASE_WARMUP = 50  # steps over which pre-training's lr ramps up linearly from 0 to `cfg.lr`
+
+
+def _optimizer(model: CausalLM, cfg: BaseModelConfig) -> torch.optim.Optimizer:
+    """Pre-training's optimizer (its lr is set at every step by `_sgd_step`, from `_lr_at`)."""
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
+
+
+def _lr_at(cfg: BaseModelConfig, step: int) -> float:
+    """Pre-training's lr at `step` (1-based): a linear warmup over `BASE_WARMUP` steps, then constant."""
+    return cfg.lr * min(1.0, step / BASE_WARMUP)
+
+
 def _sgd_step(model: CausalLM, opt: torch.optim.Optimizer, ids: torch.Tensor, mask: torch.Tensor, lr: float) -> None:
     """One next-token step on `ids` [B, T], the loss counted where `mask` [B, T-1] is 1."""
     model.train()
@@ -325,7 +352,7 @@ def pretrain_base(
     source = base_task_source(cfg)
     agent = is_agent(cfg)
     model = _fresh_model(cfg, tokenizer.vocab_size, agent)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    opt = _optimizer(model, cfg)
     rng = random.Random(cfg.seed)
     held_out = stopping_set(cfg, source)
     engine = build_engine(None, model, tokenizer)
@@ -352,7 +379,7 @@ def pretrain_base(
     check_every, below, refined = cfg.eval_every, None, False
     step = 1
     while step <= cfg.max_steps:
-        _sgd_step(model, opt, *batch([source.sample(rng) for _ in range(cfg.batch_size)]), cfg.lr * min(1.0, step / 50))
+        _sgd_step(model, opt, *batch([source.sample(rng) for _ in range(cfg.batch_size)]), _lr_at(cfg, step))
         if step % check_every == 0 or step == cfg.max_steps:
             accuracy = measure()
             if on_eval:
