@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from posttrain.config import BaseModelConfig
@@ -17,24 +18,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _lines_and_target(tok, ids, w):
-    """Per drill: the key the instruction names, the file's lines as {key: value}, and the trained token."""
+    """Per drill: the key the instruction names, the file's lines as (key, value) pairs, and the trained token."""
     out = []
     for row, weight in zip(ids, w):
         text = tok.decode([i for i in row.tolist() if i != tok.pad_id])
         (scored,) = torch.nonzero(weight).flatten().tolist()  # exactly one trained token per drill
         key = re.search(r"Find the value of (\w\w)\.", text).group(1)
         body = text.split('<tool_response name="read">\n')[1].split("\n</tool_response>")[0]
-        lines = dict(re.fullmatch(r"(\w\w) (?:->|=) (\w)", ln).groups() for ln in body.split("\n"))
+        lines = [re.fullmatch(r"(\w\w) (?:->|=) (\w)", ln).groups() for ln in body.split("\n")]
         out.append((key, lines, tok.decode([int(row[scored + 1])])))
     return out
 
 
-def test_a_three_line_drill_trains_only_the_value_of_the_instructions_key():
+@pytest.mark.parametrize("near", [0.0, 1.0])
+def test_a_three_line_drill_trains_only_the_value_of_the_instructions_key(near):
     tok = char_tokenizer()
-    ids, w = _copy_drills(tok, random.Random(0), 64, lines=3)
+    ids, w = _copy_drills(tok, random.Random(0), 64, lines=3, near=near)
+    shared = 0
     for key, lines, target in _lines_and_target(tok, ids, w):
-        assert len(lines) == 3 and key in lines
-        assert target == lines[key]
+        assert len(lines) == 3 and [v for k, v in lines if k == key] == [target]  # the key's line, only one
+        shared += sum(k[0] == key[0] or k[1] == key[1] for k, _ in lines if k != key)
+    # near keys: every distractor shares a character with the key in its place; random keys: about 1 in 13 do
+    assert shared == 128 if near else shared < 40
 
 
 class _Fixed(torch.nn.Module):
@@ -56,7 +61,7 @@ def test_drill_accuracy_scores_the_gold_answer_right_and_a_distractors_value_wro
     assert drill_accuracy(_Fixed(gold, tok.vocab_size), ids, w) == 1.0
     planted = gold.clone()
     key, lines, target = _lines_and_target(tok, ids, w)[0]
-    wrong = next(v for k, v in lines.items() if k != key and v != target)
+    wrong = next(v for k, v in lines if k != key and v != target)
     (scored,) = torch.nonzero(w[0]).flatten().tolist()
     planted[0, scored] = tok.encode(wrong, add_bos=False)[0]
     assert drill_accuracy(_Fixed(planted, tok.vocab_size), ids, w) == 15 / 16

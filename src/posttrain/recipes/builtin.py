@@ -150,12 +150,15 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 AGENT_DRILL_EVERY = 2  # every 2nd step is a batch of copy drills (short, cheap: most of what the base must learn)
 
 
-def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 1,
+                 near: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """n short copy drills: an observation line (`qx -> k` or `qx = 7`), a random-length tail of the text that
     follows it in an episode, then the copied character, the only token with loss. The varying gap makes the
     model find the character by what precedes it (content), which is what an episode needs at any distance.
     With `lines` > 1 the observation holds other keys' lines too, and the drill opens with the task's instruction:
-    the line to copy from is the one whose key the instruction names, as in an episode with distractors."""
+    the line to copy from is the one whose key the instruction names, as in an episode with distractors. With
+    probability `near` a distractor's key shares one of the key's characters, in its place (so that matching one
+    character of the key is not enough)."""
     from posttrain.agent import format as fmt
     from posttrain.agent.episode import ToolCall
     from posttrain.agent.lookup import SYMBOLS, instruction
@@ -168,7 +171,13 @@ def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 
         line = f"{key} -> {x}" if pointer else f"{key} = {x}"
         call = ToolCall("read", {"path": "\0"}) if pointer else ToolCall("submit", {"answer": "\0"})
         if lines > 1:
-            others = [k for k in (rng.choice(_LETTERS) + rng.choice(_LETTERS) for _ in range(2 * lines)) if k != key]
+            def other() -> str:
+                k = rng.choice(_LETTERS) + rng.choice(_LETTERS)
+                if near and rng.random() < near:  # (no draw at 0: the recipe's drills are unchanged)
+                    k = key[0] + k[1] if rng.random() < 0.5 else k[0] + key[1]
+                return k
+
+            others = [k for k in (other() for _ in range(2 * lines)) if k != key]
             shown = [line] + [f"{k} -> {rng.choice(SYMBOLS)}" if rng.random() < 0.5 else f"{k} = {rng.choice(SYMBOLS)}"
                               for k in others[: lines - 1]]
             rng.shuffle(shown)
