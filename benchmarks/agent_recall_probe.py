@@ -50,8 +50,7 @@ def probe(cfg, steps: int, every: int, batch: int, lines: int, eval_n: int = 256
     import torch
 
     from posttrain.models.tokenizer import char_tokenizer
-    from posttrain.recipes.builtin import (_copy_drills, _fresh_model, _lr_at, _optimizer, _sgd_step, drill_accuracy,
-                                           stopping_set)
+    from posttrain.recipes.builtin import _copy_drills, _fresh_model, _lr_at, _optimizer, _sgd_step, drill_accuracy, stopping_set
 
     torch.manual_seed(cfg.seed)
     tok = char_tokenizer()
@@ -97,7 +96,6 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-
     from agent_base import agent_base_config
 
     torch.set_num_threads(args.threads)

@@ -150,6 +150,15 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 AGENT_DRILL_EVERY = 2  # every 2nd step is a batch of copy drills (short, cheap: most of what the base must learn)
 
 
+def _distractor_key(rng: random.Random, key: str, near: float) -> str:
+    """A drill's distractor key: two random letters, or with probability `near` one of them `key`'s, in its place
+    (no draw at `near` = 0: the recipe's drills are unchanged). It may equal `key`; the caller drops those."""
+    k = rng.choice(_LETTERS) + rng.choice(_LETTERS)
+    if near and rng.random() < near:
+        k = key[0] + k[1] if rng.random() < 0.5 else k[0] + key[1]
+    return k
+
+
 def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 1,
                  near: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """n short copy drills: an observation line (`qx -> k` or `qx = 7`), a random-length tail of the text that
@@ -171,13 +180,7 @@ def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 
         line = f"{key} -> {x}" if pointer else f"{key} = {x}"
         call = ToolCall("read", {"path": "\0"}) if pointer else ToolCall("submit", {"answer": "\0"})
         if lines > 1:
-            def other() -> str:
-                k = rng.choice(_LETTERS) + rng.choice(_LETTERS)
-                if near and rng.random() < near:  # (no draw at 0: the recipe's drills are unchanged)
-                    k = key[0] + k[1] if rng.random() < 0.5 else k[0] + key[1]
-                return k
-
-            others = [k for k in (other() for _ in range(2 * lines)) if k != key]
+            others = [k for k in (_distractor_key(rng, key, near) for _ in range(2 * lines)) if k != key]
             shown = [line] + [f"{k} -> {rng.choice(SYMBOLS)}" if rng.random() < 0.5 else f"{k} = {rng.choice(SYMBOLS)}"
                               for k in others[: lines - 1]]
             rng.shuffle(shown)
