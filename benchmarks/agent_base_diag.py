@@ -18,22 +18,12 @@ import re
 import torch
 
 
-def main() -> None:
+def teacher_forced(model, tok, tasks) -> dict:
+    """On `tasks`' oracle episodes: each call's copied value predicted greedily, counted by call kind as the right
+    line's character, a distractor line's, or another; and the greedy accuracy on the other call tokens."""
     from posttrain.agent.lookup import oracle_calls, oracle_trace
-    from posttrain.config import BaseModelConfig
-    from posttrain.models import load_model
-    from posttrain.models.tokenizer import char_tokenizer
-    from posttrain.recipes.builtin import _copy_drills, stopping_set
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model", help="a base's directory (the cache entry)")
-    ap.add_argument("--seed", type=int, default=0, help="the base's seed (its stopping set)")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    model, _ = load_model(args.model)
     model.eval()
-    tok = char_tokenizer()
-    tasks = stopping_set(BaseModelConfig(family="lookup", seed=args.seed))
     stats: dict[str, dict[str, int]] = {}
     format_right = format_n = 0
     for t in tasks:
@@ -55,13 +45,27 @@ def main() -> None:
             if mask[i] and not decisions[i]:
                 format_n += 1
                 format_right += pred[i - 1] == ids[i]
-    print(json.dumps({"decisions": stats, "call_token_acc": round(format_right / format_n, 4), "tasks": len(tasks)}))
+    return {"decisions": stats, "call_token_acc": round(format_right / format_n, 4), "tasks": len(tasks)}
+
+
+def main() -> None:
+    from posttrain.config import BaseModelConfig
+    from posttrain.models import load_model
+    from posttrain.models.tokenizer import char_tokenizer
+    from posttrain.recipes.builtin import _copy_drills, drill_accuracy, stopping_set
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", help="a base's directory (the cache entry)")
+    ap.add_argument("--seed", type=int, default=0, help="the base's seed (its stopping set)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model, _ = load_model(args.model)
+    tok = char_tokenizer()
+    tasks = stopping_set(BaseModelConfig(family="lookup", seed=args.seed))
+    print(json.dumps(teacher_forced(model, tok, tasks)))
     for lines in (1, 3):
         ids, w = _copy_drills(tok, random.Random(123), 256, lines)
-        with torch.no_grad():
-            pred = model(ids)[:, :-1].argmax(-1)
-        print(json.dumps({"drill_lines": lines,
-                          "drill_copy_acc": round(float(((pred == ids[:, 1:]).float() * w).sum() / w.sum()), 4)}))
+        print(json.dumps({"drill_lines": lines, "drill_copy_acc": round(drill_accuracy(model, ids, w), 4)}))
 
 
 if __name__ == "__main__":

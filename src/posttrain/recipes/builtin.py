@@ -150,12 +150,24 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 AGENT_DRILL_EVERY = 2  # every 2nd step is a batch of copy drills (short, cheap: most of what the base must learn)
 
 
-def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def _distractor_key(rng: random.Random, key: str, near: float) -> str:
+    """A drill's distractor key: two random letters, or with probability `near` one of them `key`'s, in its place
+    (no draw at `near` = 0: the recipe's drills are unchanged). It may equal `key`; the caller drops those."""
+    k = rng.choice(_LETTERS) + rng.choice(_LETTERS)
+    if near and rng.random() < near:
+        k = key[0] + k[1] if rng.random() < 0.5 else k[0] + key[1]
+    return k
+
+
+def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 1,
+                 near: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """n short copy drills: an observation line (`qx -> k` or `qx = 7`), a random-length tail of the text that
     follows it in an episode, then the copied character, the only token with loss. The varying gap makes the
     model find the character by what precedes it (content), which is what an episode needs at any distance.
     With `lines` > 1 the observation holds other keys' lines too, and the drill opens with the task's instruction:
-    the line to copy from is the one whose key the instruction names, as in an episode with distractors."""
+    the line to copy from is the one whose key the instruction names, as in an episode with distractors. With
+    probability `near` a distractor's key shares one of the key's characters, in its place (so that matching one
+    character of the key is not enough)."""
     from posttrain.agent import format as fmt
     from posttrain.agent.episode import ToolCall
     from posttrain.agent.lookup import SYMBOLS, instruction
@@ -168,7 +180,7 @@ def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 
         line = f"{key} -> {x}" if pointer else f"{key} = {x}"
         call = ToolCall("read", {"path": "\0"}) if pointer else ToolCall("submit", {"answer": "\0"})
         if lines > 1:
-            others = [k for k in (rng.choice(_LETTERS) + rng.choice(_LETTERS) for _ in range(2 * lines)) if k != key]
+            others = [k for k in (_distractor_key(rng, key, near) for _ in range(2 * lines)) if k != key]
             shown = [line] + [f"{k} -> {rng.choice(SYMBOLS)}" if rng.random() < 0.5 else f"{k} = {rng.choice(SYMBOLS)}"
                               for k in others[: lines - 1]]
             rng.shuffle(shown)
@@ -183,6 +195,20 @@ def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 
         ids = tokenizer.encode(text, add_bos=False) + tokenizer.encode(x, add_bos=False)
         rows.append((ids, [0.0] * (len(ids) - 1) + [1.0]))
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
+
+
+def drill_accuracy(model: CausalLM, ids: torch.Tensor, weight: torch.Tensor, chunk: int = 128) -> float:
+    """Greedy teacher-forced accuracy of `model` on drills (`_copy_drills`' [B, T] ids and [B, T-1] weights): the
+    share of the tokens with loss whose argmax prediction is the drill's token."""
+    model.eval()
+    right = total = 0
+    with torch.no_grad():
+        for i in range(0, len(ids), chunk):
+            rows, scored = ids[i:i + chunk], weight[i:i + chunk] > 0  # [b, T], [b, T-1]
+            pred = model(rows)[:, :-1].argmax(-1)  # [b, T-1]: pred[:, j] guesses rows[:, j + 1]
+            right += int((pred == rows[:, 1:])[scored].sum())
+            total += int(scored.sum())
+    return right / max(total, 1)
 
 
 def _trace_window(ids: list[int], weight: list[float], rng: random.Random, width: int,
@@ -302,6 +328,19 @@ def _stopping_verifier(cfg: BaseModelConfig, source: Any, agent: bool) -> tuple[
     return verifier, source.max_solution_chars + 1 if cfg.worked else len(str(10 ** (cfg.digits + 1))) + 2
 
 
+BASE_WARMUP = 50  # steps over which pre-training's lr ramps up linearly from 0 to `cfg.lr`
+
+
+def _optimizer(model: CausalLM, cfg: BaseModelConfig) -> torch.optim.Optimizer:
+    """Pre-training's optimizer (its lr is set at every step by `_sgd_step`, from `_lr_at`)."""
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
+
+
+def _lr_at(cfg: BaseModelConfig, step: int) -> float:
+    """Pre-training's lr at `step` (1-based): a linear warmup over `BASE_WARMUP` steps, then constant."""
+    return cfg.lr * min(1.0, step / BASE_WARMUP)
+
+
 def _sgd_step(model: CausalLM, opt: torch.optim.Optimizer, ids: torch.Tensor, mask: torch.Tensor, lr: float) -> None:
     """One next-token step on `ids` [B, T], the loss counted where `mask` [B, T-1] is 1."""
     model.train()
@@ -325,7 +364,7 @@ def pretrain_base(
     source = base_task_source(cfg)
     agent = is_agent(cfg)
     model = _fresh_model(cfg, tokenizer.vocab_size, agent)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    opt = _optimizer(model, cfg)
     rng = random.Random(cfg.seed)
     held_out = stopping_set(cfg, source)
     engine = build_engine(None, model, tokenizer)
@@ -352,7 +391,7 @@ def pretrain_base(
     check_every, below, refined = cfg.eval_every, None, False
     step = 1
     while step <= cfg.max_steps:
-        _sgd_step(model, opt, *batch([source.sample(rng) for _ in range(cfg.batch_size)]), cfg.lr * min(1.0, step / 50))
+        _sgd_step(model, opt, *batch([source.sample(rng) for _ in range(cfg.batch_size)]), _lr_at(cfg, step))
         if step % check_every == 0 or step == cfg.max_steps:
             accuracy = measure()
             if on_eval:
