@@ -6,7 +6,8 @@ Per seed, every stage through the CLI a user runs:
    "scheduler"`, so every failed trajectory is categorised and stored;
 2. `posttrain failures RUN --since S --min-fail-rate R --export FILE`: the tasks its late policy (steps >= S, the
    last quarter) still failed in at least a share R of their samples (0.5; 0 exports every task with one failed
-   sample, which the start model mostly solves greedily: a suite of sampling slips), split by a hash of the task id into a training half and a held-out half, the failure suite;
+   sample, which the start model mostly solves greedily: a suite of sampling slips), split by a hash of the task id
+   into a training half and a held-out half, the failure suite;
 3. from the mining run's final model, arm F trains on the training half beside the ordinary domain (equal weights),
    arm C on the ordinary domain alone, the same steps and recipe (both fixed before any run);
 4. greedy evaluation (`posttrain eval --json`) of the start model, F and C on both halves of the suite and on the
@@ -78,7 +79,8 @@ def one_seed(seed: int, out: Path, mine_steps: int, steps: int, min_fail_rate: f
     mined = train("mine", out, seed, ["train.curriculum='scheduler'", f"train.steps={mine_steps}",
                                       f"train.checkpoint_every={mine_steps}"])
     since = mine_steps - mine_steps // 4
-    exported = json.loads(_cli("failures", str(mined), "--since", str(since), "--min-fail-rate", str(min_fail_rate), "--export", str(out / "suite.jsonl"),
+    exported = json.loads(_cli("failures", str(mined), "--since", str(since), "--min-fail-rate", str(min_fail_rate),
+                               "--export", str(out / "suite.jsonl"),
                                "--json"))
     train_half, test_half, n_train, n_test = split_suite(out / "suite.jsonl")
     print(f"  suite: {exported['export']['tasks']} tasks failed at steps >= {since} "
@@ -94,7 +96,8 @@ def one_seed(seed: int, out: Path, mine_steps: int, steps: int, min_fail_rate: f
         res[label] = {"suite": greedy(model, str(test_half), out / f"eval-{label}-suite"),
                       "trained": greedy(model, str(train_half), out / f"eval-{label}-trained"),
                       "ordinary": greedy(model, "arith:add", out / f"eval-{label}-ordinary")}
-        print(f"  {label}: suite {res[label]['suite']}, trained half {res[label]['trained']}, ordinary {res[label]['ordinary']}", flush=True)
+        print(f"  {label}: suite {res[label]['suite']}, trained half {res[label]['trained']}, "
+              f"ordinary {res[label]['ordinary']}", flush=True)
     acc = {k: {s: p / n for s, (p, n) in v.items()} for k, v in res.items()}
 
     def whole(label: str) -> float:
@@ -117,7 +120,8 @@ def one_seed(seed: int, out: Path, mine_steps: int, steps: int, min_fail_rate: f
     print(f"seed {seed}: failure_suite_gain {row['failure_suite_gain']:+.1f} pts on the whole suite (trained half "
           f"{100 * acc['start']['trained']:.1f} -> {100 * acc['failures']['trained']:.1f}); held-out half "
           f"{100 * acc['start']['suite']:.1f} -> {100 * acc['failures']['suite']:.1f} on {n_test} failures "
-          f"({row['failure_heldout_gain']:+.1f}; control {100 * acc['control']['suite']:.1f}), ordinary held-out {100 * acc['start']['ordinary']:.1f} -> "
+          f"({row['failure_heldout_gain']:+.1f}; control {100 * acc['control']['suite']:.1f}), ordinary held-out "
+          f"{100 * acc['start']['ordinary']:.1f} -> "
           f"{100 * acc['failures']['ordinary']:.1f} (regression {row['ordinary_regression']:+.1f})", flush=True)
     return row
 
