@@ -1,9 +1,9 @@
 """`posttrain failures RUN`: a training run's failures by category with examples, and their export as a suite.
 
 Covers: `failures RUN [--domain D] [--category C] [--since STEP] [--min-fail-rate R] [--export FILE.jsonl]
-[--json]`: the top categories (counts,
-per domain, the newest examples of each), and `--export` writes a suite that `posttrain eval --suite FILE.jsonl`
-runs as it is (and `FILE.responses.jsonl`, the failing responses, for `posttrain eval --responses`).
+[--json]`: the top categories (counts, per domain, the newest examples of each), and `--export` writes a suite
+that `posttrain eval --suite FILE.jsonl` runs as it is (and `FILE.responses.jsonl`, the failing responses, for
+`posttrain eval --responses`).
 Does not cover: the summary and the export themselves (`eval/failure_suite.py`).
 """
 

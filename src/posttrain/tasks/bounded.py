@@ -35,16 +35,20 @@ class GenerationTimeout(Exception):
 
 
 class GenerationFailed(Exception):
-    """A generator call raised, or its worker died."""
+    """A generator call raised, or its worker died. `out_of_bounds`: it died or ran out of memory (asking again
+    would do the same), as opposed to an ordinary exception of the generator."""
+
+    def __init__(self, message: str, out_of_bounds: bool = False) -> None:
+        super().__init__(message)
+        self.out_of_bounds = out_of_bounds
 
 
 class BoundedWorker:
     """Runs `fn(*args)` in a worker process, bounded in wall time and memory (see the module docstring)."""
 
-    def __init__(self, timeout_s: float = 2.0, memory_mb: int = 4096, preload: tuple[str, ...] = ()) -> None:
+    def __init__(self, timeout_s: float = 10.0, memory_mb: int = 4096) -> None:
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
-        self.preload = preload
         self.restarts = 0  # workers killed or lost so far
         self.generation = 0  # moves whenever the worker process changes: what a caller warmed in it is gone
         self._lock = threading.Lock()
@@ -61,7 +65,7 @@ class BoundedWorker:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "posttrain.tasks.bounded", str(to_child_r), str(to_parent_w),
-                 str(self.memory_mb), *self.preload],
+                 str(self.memory_mb)],
                 pass_fds=(to_child_r, to_parent_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env)
         finally:
             os.close(to_child_r)
@@ -71,7 +75,7 @@ class BoundedWorker:
             self._kill()
             raise GenerationFailed(f"the generator worker did not start within {START_TIMEOUT_S:.0f} s")
         try:
-            self._recv.recv()  # "ready": limits set, `preload` imported
+            self._recv.recv()  # "ready": limits set
         except (EOFError, OSError):
             self._kill()
             raise GenerationFailed("the generator worker exited while starting") from None
@@ -119,10 +123,10 @@ class BoundedWorker:
             except (EOFError, OSError, BrokenPipeError):
                 code = self._proc.poll() if self._proc is not None else None
                 self._kill()
-                raise GenerationFailed(f"the generator worker died (exit code {code})") from None
+                raise GenerationFailed(f"the generator worker died (exit code {code})", out_of_bounds=True) from None
         if status == "ok":
             return value
-        raise GenerationFailed(value)
+        raise GenerationFailed(value, out_of_bounds=value.startswith("MemoryError"))
 
     def close(self) -> None:
         with self._lock:
@@ -140,24 +144,22 @@ _shared_lock = threading.Lock()
 
 
 def shared_worker() -> BoundedWorker:
-    """The process's default worker (reasoning-gym preloaded), closed at exit."""
+    """The process's default worker, closed at exit."""
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = BoundedWorker(preload=("posttrain.tasks.reasoning_gym",))
+            _shared = BoundedWorker()
             atexit.register(_shared.close)
         return _shared
 
 
-def _serve(read_fd: int, write_fd: int, memory_mb: int, preload: list[str]) -> None:
-    """The worker's loop: limits, imports, "ready", then one reply per request until the parent goes."""
+def _serve(read_fd: int, write_fd: int, memory_mb: int) -> None:
+    """The worker's loop: limits, "ready", then one reply per request until the parent goes."""
     import resource
 
     if memory_mb > 0:
         limit = memory_mb << 20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    for name in preload:
-        importlib.import_module(name)
     recv, send = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     send.send("ready")
     while True:
@@ -178,4 +180,4 @@ def _serve(read_fd: int, write_fd: int, memory_mb: int, preload: list[str]) -> N
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])
+    _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))

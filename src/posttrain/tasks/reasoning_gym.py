@@ -76,6 +76,8 @@ class RGSource:
             raise TaskFileError(f"rg:{self.dataset}: answer_format must be 'plain' or 'tag', got {self.answer_format!r}")
         if not 0 < self.held_out_fraction < 1:
             raise TaskFileError(f"rg:{self.dataset}: held_out_fraction must be in (0, 1), got {self.held_out_fraction}")
+        if not self.generate_timeout_s > 0:
+            raise TaskFileError(f"rg:{self.dataset}: generate_timeout_s must be > 0, got {self.generate_timeout_s!r}")
         if not isinstance(self.size, int) or self.size < 1:
             raise TaskFileError(f"rg:{self.dataset}: size must be a positive integer, got {self.size!r}")
         try:
@@ -85,7 +87,7 @@ class RGSource:
         self._recipe = {"dataset": self.dataset, "config": dict(self.config), "level": self.level,
                         "seed": self.seed, "size": self.size, "version": rg_version()}
         try:
-            self._ds = build_dataset(self._recipe)
+            build_dataset(self._recipe)  # the configuration's errors, here and in one line
         except ImportError as exc:
             raise TaskFileError(f"rg:{self.dataset}: {exc}") from None
         except ValueError as exc:
@@ -112,7 +114,7 @@ class RGSource:
             raise TaskFileError(f"rg:{self.dataset}: entry {index} took over {self.generate_timeout_s:g} s to "
                                 "generate (skipped)") from None
         except GenerationFailed as exc:  # a generator bug is the user's one-line error, not a traceback
-            if "MemoryError" in str(exc) or "died" in str(exc):
+            if exc.out_of_bounds:
                 self._stuck.add(index)
             raise TaskFileError(f"rg:{self.dataset}: entry {index} failed to generate: {exc}") from None
         gold = entry["answer"]
@@ -193,12 +195,18 @@ def _build(recipe: dict[str, Any]) -> None:
 
 def _entry_fields(recipe: dict[str, Any], index: int) -> dict[str, Any]:
     """What a task needs of entry `index` (run in the bounded worker: the generator's own objects stay there)."""
-    from posttrain.rewards.reasoning_gym import build_dataset, fingerprint, storable_entry
+    from posttrain.rewards.reasoning_gym import build_dataset
 
-    entry = build_dataset(recipe)[index]
+    return _fields(build_dataset(recipe)[index])
+
+
+def _fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry as the parent process takes it: question and gold answer as text, fingerprint, storable form."""
+    from posttrain.rewards.reasoning_gym import fingerprint, storable_entry
+
     gold = entry.get("answer")
-    return {"question": str(entry["question"]), "answer": None if gold is None else str(gold), "fingerprint": fingerprint(entry),
-            "entry": storable_entry(entry)}
+    return {"question": str(entry["question"]), "answer": None if gold is None else str(gold),
+            "fingerprint": fingerprint(entry), "entry": storable_entry(entry)}
 
 
 def rg_reference(dataset: str, seed: int, size: int, index: int) -> dict[str, Any]:
@@ -207,12 +215,7 @@ def rg_reference(dataset: str, seed: int, size: int, index: int) -> dict[str, An
     string hashing the entries depend on for some generators)."""
     import reasoning_gym
 
-    entry = reasoning_gym.create_dataset(dataset, seed=seed, size=size)[index]
-    gold = entry.get("answer")
-    from posttrain.rewards.reasoning_gym import storable_entry
-
-    return {"question": str(entry["question"]), "answer": None if gold is None else str(gold),
-            "entry": storable_entry(entry)}
+    return _fields(reasoning_gym.create_dataset(dataset, seed=seed, size=size)[index])
 
 
 def rg_datasets(leveled: bool = False) -> list[str]:
@@ -260,8 +263,6 @@ def _rg_domain(
 
     if split not in ("all", "train", "held_out"):
         raise TaskFileError(f"rg:{dataset}: split must be 'all', 'train' or 'held_out', got {split!r}")
-    if not generate_timeout_s > 0:
-        raise TaskFileError(f"rg:{dataset}: generate_timeout_s must be > 0, got {generate_timeout_s!r}")
     train = RGSource(dataset, config, level, seed, size or VIRTUAL_SIZE, answer_format, held_out_fraction,
                      generate_timeout_s)
     eval_size = size or DEFAULT_SIZE
