@@ -726,6 +726,10 @@ class SchedulerConfig(_Section):
     1, and its difficulty knob, if any, at the end of its band)."""
     retire_informative: float = Field(0.02, ge=0.0, le=1.0)
     """A domain whose informative share falls to this is retired (when its pass rate is 0 or 1)."""
+    retire_dry_after: int = Field(32, ge=0)
+    """A domain with no passing sample in its last this many groups is retired (at the easy end of its band, if it
+    has one), whatever its scores vary by below the pass mark, and a re-check brings it back only with a passing
+    sample (0: off; then only the informative share retires a domain, and partial credit keeps one live)."""
     band_low: float = Field(0.2, ge=0.0, le=1.0)
     """Below this pass rate a domain with a `band` moves one level easier."""
     band_high: float = Field(0.8, ge=0.0, le=1.0)

@@ -128,6 +128,75 @@ def test_a_domain_that_never_passes_is_retired_and_probed_periodically():
     assert s.domains["dead"].status is DomainStatus.ACTIVE and s.domain_weight("dead") > 0
 
 
+def _partial(task: Task, passes: int, n: int = 4) -> Group:
+    """A group whose scores vary below the pass mark (reasoning-gym's credit for an answer among other
+    characters): 0.0, 0.25, 0.5, ... for the failures, 1.0 for the `passes` first."""
+    from _scheduler_fakes import traj
+
+    from posttrain.types import Verdict
+
+    out = []
+    for i in range(n):
+        t = traj(task, i < passes)
+        if i >= passes:
+            t.verdict = Verdict(0.25 * (i % 3), False, t.verdict.status, "v")
+        out.append(t)
+    return Group(task, out)
+
+
+def _run_partial(s: TaskScheduler, steps: range, dead_passes: int = 0) -> int:
+    """Steps of 8 draws: "dead" groups vary only below the pass mark, "live" ones pass half. Returns the dead
+    domain's draws."""
+    dead = 0
+    for step in steps:
+        s.set_step(step)
+        tasks = s.sample(8)
+        dead += sum(t.meta[DOMAIN_KEY] == "dead" for t in tasks)
+        s.update([_partial(t, dead_passes) if t.meta[DOMAIN_KEY] == "dead" else group(t, 2, 4) for t in tasks])
+    return dead
+
+
+def _partial_scheduler(dry: int) -> TaskScheduler:
+    specs = [DomainSpec("dead", _source("d", 1000)), DomainSpec("live", _source("l", 1000))]
+    return TaskScheduler(specs, SchedulerSettings(retire_dry_after=dry, recheck_every=50), seed=1)
+
+
+def test_a_domain_whose_scores_vary_only_below_the_pass_mark_is_retired_after_retire_dry_after_groups():
+    s = _partial_scheduler(dry=12)
+    drawn = _run_partial(s, range(1, 200))
+    d = s.domains["dead"]
+    assert d.status is DomainStatus.RETIRED and not d.ever_passed
+    # 12 groups (plus the rest of the step it retires in: 8 draws go out at once), then one probe per 50 steps: the
+    # probes show variance and no pass, so it stays retired
+    assert 12 <= drawn <= 12 + 7 + 4
+    # the planted failure the rule exists for: without it, partial credit keeps the domain live and drawn
+    off = _partial_scheduler(dry=0)
+    assert _run_partial(off, range(1, 200)) > 300 and off.domains["dead"].status is DomainStatus.ACTIVE
+    # a probe with a passing sample brings it back; the dry count starts again
+    s.set_step(400)
+    probe = [t for t in s.sample(8) if t.meta[DOMAIN_KEY] == "dead"]
+    assert probe
+    s.update([_partial(probe[0], 1)])
+    assert d.status is DomainStatus.ACTIVE and d.dry == 0
+
+
+def test_a_domain_that_passes_now_and_then_is_not_dry():
+    s = _partial_scheduler(dry=12)
+    seen = 0
+    for step in range(1, 200):
+        s.set_step(step)
+        tasks = s.sample(8)
+        groups = []
+        for t in tasks:
+            if t.meta[DOMAIN_KEY] == "dead":  # one passing sample in every 8th of its groups
+                seen += 1
+                groups.append(_partial(t, int(seen % 8 == 0)))
+            else:
+                groups.append(group(t, 2, 4))
+        s.update(groups)
+    assert s.domains["dead"].status is DomainStatus.ACTIVE and s.domains["dead"].groups > 100
+
+
 def _masked(task: Task, status) -> Group:
     from _scheduler_fakes import traj
 

@@ -14,10 +14,15 @@ probability `revisit` the task comes instead from the domain's pool of tasks
 whose last group had variance (bounded, `pool_size`), again accepted by weight,
 so a large or generated source still gets its learnable tasks back. Tasks
 solved always or never (after `min_attempts`) are retired, and so are whole
-domains whose groups stopped carrying signal at a pass rate of 0 or 1; both
-come back through periodic re-checks (a retired task is accepted with
-probability 1/`recheck_every`; a retired domain gets one probe group every
-`recheck_every` steps and returns when it shows variance). Domains with a
+domains whose groups stopped carrying signal at a pass rate of 0 or 1, and
+domains with no passing sample in their last `retire_dry_after` groups (a
+score that varies only below the pass mark, such as reasoning-gym's credit for
+a response that contains the answer among other characters, is not progress
+on the task's acceptance criterion, the same judgement the task posteriors
+make on passes); all come back through periodic re-checks (a retired task is
+accepted with probability 1/`recheck_every`; a retired domain gets one probe
+group every `recheck_every` steps and returns when it shows variance, with a
+passing sample when `retire_dry_after` is on). Domains with a
 difficulty knob move along it to keep their pass rate in the band
 (`scheduler/band.py`); rollout seconds and tokens feed `scheduler/cost.py`
 (long lane, budgets, timeouts). `domain_metrics()` and `drain_failures()`
@@ -82,6 +87,7 @@ class SchedulerSettings:
     domain_rate: float = 0.05
     retire_after_groups: int = 8
     retire_informative: float = 0.02
+    retire_dry_after: int = 32
     band_low: float = 0.2
     band_high: float = 0.8
     band_window: int = 64
@@ -124,6 +130,7 @@ class _Domain:
     inflight: int = 0
     retired_at: int = 0
     ever_passed: bool = False  # any valid sample of the domain passed, ever
+    dry: int = 0  # groups since its last passing sample
     stats: dict[str, int] = field(default_factory=dict)  # task id -> difficulty << 64 | attempts << 32 | passes
     pool: list[Task] = field(default_factory=list)  # recently informative tasks, revisited (bounded)
     in_pool: dict[str, int] = field(default_factory=dict)  # task id -> index in pool
@@ -426,6 +433,7 @@ class TaskScheduler:
     def _count(self, d: _Domain, task: Task, passes: int, attempts: int, signal: float) -> None:
         """One finished group of `d` into its task's posterior, the domain's moving figures and its pool."""
         d.ever_passed = d.ever_passed or passes > 0
+        d.dry = 0 if passes > 0 else d.dry + 1
         packed = d.stats.get(task.id, 0)
         a, p = _unpack(packed)
         difficulty = None
@@ -473,15 +481,19 @@ class TaskScheduler:
         move = self.band.observe(name, passes, attempts, self.step)
         if move is not None and d.spec.source_at is not None:
             d.source = d.spec.source_at(move.new)
-            d.informative, d.groups = 1.0, 0  # a new level is a new domain to learn about
+            d.informative, d.groups, d.dry = 1.0, 0, 0  # a new level is a new domain to learn about
             return
+        dry_rule = self.s.retire_dry_after > 0
         if d.status is DomainStatus.RETIRED:
-            if signal:  # a re-check found signal: its share comes back
+            if signal and (passes > 0 or not dry_rule):  # a re-check found signal: its share comes back
                 d.status, d.informative, d.groups = DomainStatus.ACTIVE, 1.0, 0
             return
         at_bound = name not in self.band.levels or self._band_stuck(name)
-        if (at_bound and d.groups >= self.s.retire_after_groups and d.informative <= self.s.retire_informative
-                and (d.pass_rate <= 0.0 or d.pass_rate >= 1.0)):
+        quiet = (d.groups >= self.s.retire_after_groups and d.informative <= self.s.retire_informative
+                 and (d.pass_rate <= 0.0 or d.pass_rate >= 1.0))
+        lv = self.band.levels.get(name)
+        at_floor = lv is None or lv.level <= lv.lo  # no easier level to move to
+        if (at_bound and quiet) or (at_floor and dry_rule and d.dry >= self.s.retire_dry_after):
             d.status, d.retired_at = DomainStatus.RETIRED, self.step
 
     def _band_stuck(self, name: str) -> bool:
@@ -530,7 +542,7 @@ class TaskScheduler:
             "domains": {n: {"status": d.status.value, "informative": d.informative, "pass_rate": d.pass_rate,
                             "groups": d.groups, "drawn": d.drawn, "window": list(d.informative_window),
                             "inflight": d.inflight, "retired_at": d.retired_at, "stats": dict(d.stats),
-                            "ever_passed": d.ever_passed, "ability": d.ability,
+                            "ever_passed": d.ever_passed, "dry": d.dry, "ability": d.ability,
                             "ability_var": d.ability_var, "difficulty_sum": d.difficulty_sum, "tried": d.tried,
                             "busy": sorted(d.busy),
                             "pool": [task_state(t) for t in d.pool]}
@@ -549,7 +561,7 @@ class TaskScheduler:
             d.groups, d.drawn, d.informative_window = s["groups"], s["drawn"], list(s["window"])
             d.inflight, d.retired_at, d.stats = s["inflight"], s["retired_at"], dict(s["stats"])
             d.pool = [task_of(t) for t in s["pool"]]
-            d.ever_passed = s["ever_passed"]
+            d.ever_passed, d.dry = s["ever_passed"], s.get("dry", 0)
             d.ability, d.ability_var = s.get("ability", 0.0), s.get("ability_var", 1.0)
             d.difficulty_sum, d.tried = s.get("difficulty_sum", 0.0), s.get("tried", 0)
             d.busy, d.ranked = set(s.get("busy", ())), None
