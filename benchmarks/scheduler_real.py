@@ -5,8 +5,10 @@ Covers `real_smoke()` (used by `benchmarks/scheduler.py --real-smoke`, or run al
 domains: an agent domain still trains alone), trained with `train.curriculum = "scheduler"` in a child process
 that is SIGKILLed after its first checkpoint and then resumed to the end; it reports whether it completed, the
 domain count, and `wasted_frac`: the share of rollouts (groups) spent on domains that never produced a passing
-sample, after their first `threshold` groups (the issue's threshold is 50; a short smoke gives few domains that
-many groups, so the figure at the scheduler's own `retire_after_groups` is printed beside it).
+sample, after their first `threshold` groups (the issue's threshold is 50 attempts: read as 50 groups for
+`wasted_frac`, and as 50 rollouts, 13 groups of 4, for `wasted_frac_50_rollouts`; the figure at the scheduler's
+`retire_after_groups` is printed beside them). Beside it: `real_domains_passed` (domains with a passing sample)
+and `probe_frac` (the share of groups drawn for retired domains' re-checks).
 Not measured here: tokens_ratio, real_gain_ratio, failure_suite_gain, async_time_ratio (hours of CPU).
 
     python benchmarks/scheduler_real.py [--steps 40] [--levels 0 1 2]
@@ -24,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+SAMPLES = 4  # per group
 MAX_TOKENS = 24  # the short arithmetic answers fit with room; the rule below leaves out generators none of whose fit
 ARITH_LEVELS = [1, 2, 3, 4, 5, 6, 7, 8, 9]  # digit counts; the same rule leaves out those whose answers do not fit
 
@@ -102,7 +105,7 @@ name = "many"
 run_dir = "{run_dir}"
 tensorboard = false
 """ + (f'[model]\npath = "{model}"\n' if model else "") + f"""[sampling]
-n = 4
+n = {SAMPLES}
 max_tokens = {MAX_TOKENS}
 [train]
 steps = {steps}
@@ -204,6 +207,8 @@ def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | Non
         fails = store.failures()
     domains = sorted({d for _, d, _ in rows})
     retired = {d for s, d, m in rows if s == last and m.get("retired")}
+    drawn = sum(m.get("drawn", 0.0) for _, _, m in rows) or 1.0
+    probes = sum(m.get("drawn", 0.0) for _, _, m in rows if m.get("retired"))  # drawn while retired: re-checks
     cats: dict[str, int] = {}
     for _, f in fails:
         cats[f.category] = cats.get(f.category, 0) + 1
@@ -213,7 +218,9 @@ def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | Non
             "real_killed_and_resumed": killed and info.get("resumed_from") is not None,
             "real_first_child_rc": None if killed else child.returncode, "real_first_child_peak_rss_gib": round(peak, 2),
             "real_resumed_from": info.get("resumed_from"), "real_seconds": seconds,
-            "real_retired_domains": len(retired), "wasted_frac": wasted(rows, 50), "wasted_frac_at_8": wasted(rows, 8),
+            "real_retired_domains": len(retired), "wasted_frac": wasted(rows, 50),
+            "wasted_frac_50_rollouts": wasted(rows, -(-50 // SAMPLES)), "wasted_frac_at_8": wasted(rows, 8),
+            "real_domains_passed": len({d for _, d, m in rows if m.get("ever_passed")}), "probe_frac": probes / drawn,
             "real_failures": cats, "real_child_rc": resumed.returncode}
 
 

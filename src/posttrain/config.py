@@ -716,7 +716,10 @@ class SchedulerConfig(_Section):
     """Attempts before a task solved always or never is retired."""
     recheck_every: int = Field(50, ge=1)
     """Re-checks: a retired task is accepted 1 in this many draws; a retired domain gets a probe group this many
-    steps after it was retired (and after each probe)."""
+    steps after it was retired (and after each probe, times recheck_backoff per probe that found nothing)."""
+    recheck_backoff: float = Field(2.0, ge=1.0)
+    """A retired domain's wait for its next probe grows by this factor after each probe that did not bring it back,
+    up to 8x recheck_every at the default (1.0: a fixed period)."""
     domain_floor: float = Field(0.05, gt=0.0, le=1.0)
     """The least a live domain's learnability (its recent informative share) counts for its draw weight."""
     domain_rate: float = Field(0.05, gt=0.0, le=1.0)

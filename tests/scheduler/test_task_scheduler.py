@@ -99,9 +99,10 @@ def test_always_and_never_solved_tasks_retire_and_come_back_on_recheck():
     assert share == pytest.approx(0.0909, abs=0.02)
 
 
-def _dead_domain_scheduler():
+def _dead_domain_scheduler(backoff: float = 1.0):
     specs = [DomainSpec("dead", _source("d", 1000)), DomainSpec("live", _source("l", 1000))]
-    return TaskScheduler(specs, SchedulerSettings(retire_after_groups=8, retire_informative=0.05, recheck_every=5), seed=1)
+    return TaskScheduler(specs, SchedulerSettings(retire_after_groups=8, retire_informative=0.05, recheck_every=5,
+                                                  recheck_backoff=backoff), seed=1)
 
 
 def test_a_domain_that_never_passes_is_retired_and_probed_periodically():
@@ -126,6 +127,27 @@ def test_a_domain_that_never_passes_is_retired_and_probed_periodically():
     assert probe
     s.update([group(probe[0], 2, 4)])
     assert s.domains["dead"].status is DomainStatus.ACTIVE and s.domain_weight("dead") > 0
+
+
+def test_each_probe_that_finds_nothing_doubles_the_wait_for_the_next_up_to_eight_periods():
+    s = _dead_domain_scheduler(backoff=2.0)
+    probes, retired = [], None
+    for step in range(1, 400):
+        s.set_step(step)
+        tasks = s.sample(8)
+        if retired is not None:
+            probes += [step] * sum(t.meta[DOMAIN_KEY] == "dead" for t in tasks)
+        s.update([group(t, 0 if t.meta[DOMAIN_KEY] == "dead" else 2, 4) for t in tasks])
+        if retired is None and s.domains["dead"].status is DomainStatus.RETIRED:
+            retired = step
+    waits = [b - a for a, b in zip([retired] + probes, probes)]
+    assert waits[:5] == [5, 10, 20, 40, 40]
+    # with a fixed period (backoff 1) the same 400 steps probe every 5 steps
+    fixed = _dead_domain_scheduler(backoff=1.0)
+    for step in range(1, 400):
+        fixed.set_step(step)
+        fixed.update([group(t, 0 if t.meta[DOMAIN_KEY] == "dead" else 2, 4) for t in fixed.sample(8)])
+    assert fixed.domains["dead"].rechecks > 60 > len(probes)
 
 
 def _partial(task: Task, passes: int, n: int = 4) -> Group:

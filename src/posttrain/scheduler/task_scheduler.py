@@ -21,8 +21,9 @@ a response that contains the answer among other characters, is not progress
 on the task's acceptance criterion, the same judgement the task posteriors
 make on passes); all come back through periodic re-checks (a retired task is
 accepted with probability 1/`recheck_every`; a retired domain gets one probe
-group every `recheck_every` steps and returns when it shows variance, with a
-passing sample when `retire_dry_after` is on). Domains with a
+group `recheck_every` steps after it retired, each probe that finds nothing
+stretches its next wait by `recheck_backoff` (three times at most), and it returns when a
+probe shows variance, with a passing sample when `retire_dry_after` is on). Domains with a
 difficulty knob move along it to keep their pass rate in the band
 (`scheduler/band.py`); rollout seconds and tokens feed `scheduler/cost.py`
 (long lane, budgets, timeouts). `domain_metrics()` and `drain_failures()`
@@ -88,6 +89,7 @@ class SchedulerSettings:
     retire_after_groups: int = 8
     retire_informative: float = 0.02
     retire_dry_after: int = 32
+    recheck_backoff: float = 2.0
     band_low: float = 0.2
     band_high: float = 0.8
     band_window: int = 64
@@ -131,6 +133,7 @@ class _Domain:
     retired_at: int = 0
     ever_passed: bool = False  # any valid sample of the domain passed, ever
     dry: int = 0  # groups since its last passing sample
+    rechecks: int = 0  # probes since it retired that did not bring it back
     stats: dict[str, int] = field(default_factory=dict)  # task id -> difficulty << 64 | attempts << 32 | passes
     pool: list[Task] = field(default_factory=list)  # recently informative tasks, revisited (bounded)
     in_pool: dict[str, int] = field(default_factory=dict)  # task id -> index in pool
@@ -165,6 +168,7 @@ class _Domain:
             self.in_pool[last.id] = i
 
 
+_MAX_BACKOFFS = 3  # a retired domain's wait between probes stops growing at recheck_backoff ** 3 periods
 _SCALE = 4096.0  # a difficulty is kept to 1/4096 of a logit, in 21 bits (|difficulty| < 256), packed with the
 _OFFSET = 1 << 20  # counts so that 1M tasks cost no extra object each; 0 in those bits: no difficulty estimated
 
@@ -260,10 +264,15 @@ class TaskScheduler:
         for d in self.domains.values():
             if room <= len(out):
                 break
-            if d.status is DomainStatus.RETIRED and self.step - d.retired_at >= self.s.recheck_every:
+            if d.status is DomainStatus.RETIRED and self.step - d.retired_at >= self._recheck_wait(d):
                 d.retired_at = self.step  # the next re-check is a period later, whatever this one shows
+                d.rechecks += 1
                 out.append(self._tag(d.source.sample(self.rng, "train"), d.spec.name))
         return out
+
+    def _recheck_wait(self, d: _Domain) -> float:
+        """Steps from a retired domain's retirement (or last probe) to its next probe."""
+        return self.s.recheck_every * self.s.recheck_backoff ** min(d.rechecks, _MAX_BACKOFFS)
 
     def draw(self) -> Task:
         """One fresh task: a domain by weight (none past its in-flight limit), then a task inside it."""
@@ -486,7 +495,7 @@ class TaskScheduler:
         dry_rule = self.s.retire_dry_after > 0
         if d.status is DomainStatus.RETIRED:
             if signal and (passes > 0 or not dry_rule):  # a re-check found signal: its share comes back
-                d.status, d.informative, d.groups = DomainStatus.ACTIVE, 1.0, 0
+                d.status, d.informative, d.groups, d.rechecks = DomainStatus.ACTIVE, 1.0, 0, 0
             return
         at_bound = name not in self.band.levels or self._band_stuck(name)
         quiet = (d.groups >= self.s.retire_after_groups and d.informative <= self.s.retire_informative
@@ -494,7 +503,7 @@ class TaskScheduler:
         lv = self.band.levels.get(name)
         at_floor = lv is None or lv.level <= lv.lo  # no easier level to move to
         if (at_bound and quiet) or (at_floor and dry_rule and d.dry >= self.s.retire_dry_after):
-            d.status, d.retired_at = DomainStatus.RETIRED, self.step
+            d.status, d.retired_at, d.rechecks = DomainStatus.RETIRED, self.step, 0
 
     def _band_stuck(self, name: str) -> bool:
         """The knob cannot move further in the direction the pass rate asks."""
@@ -542,7 +551,7 @@ class TaskScheduler:
             "domains": {n: {"status": d.status.value, "informative": d.informative, "pass_rate": d.pass_rate,
                             "groups": d.groups, "drawn": d.drawn, "window": list(d.informative_window),
                             "inflight": d.inflight, "retired_at": d.retired_at, "stats": dict(d.stats),
-                            "ever_passed": d.ever_passed, "dry": d.dry, "ability": d.ability,
+                            "ever_passed": d.ever_passed, "dry": d.dry, "rechecks": d.rechecks, "ability": d.ability,
                             "ability_var": d.ability_var, "difficulty_sum": d.difficulty_sum, "tried": d.tried,
                             "busy": sorted(d.busy),
                             "pool": [task_state(t) for t in d.pool]}
@@ -561,7 +570,7 @@ class TaskScheduler:
             d.groups, d.drawn, d.informative_window = s["groups"], s["drawn"], list(s["window"])
             d.inflight, d.retired_at, d.stats = s["inflight"], s["retired_at"], dict(s["stats"])
             d.pool = [task_of(t) for t in s["pool"]]
-            d.ever_passed, d.dry = s["ever_passed"], s.get("dry", 0)
+            d.ever_passed, d.dry, d.rechecks = s["ever_passed"], s.get("dry", 0), s.get("rechecks", 0)
             d.ability, d.ability_var = s.get("ability", 0.0), s.get("ability_var", 1.0)
             d.difficulty_sum, d.tried = s.get("difficulty_sum", 0.0), s.get("tried", 0)
             d.busy, d.ranked = set(s.get("busy", ())), None
