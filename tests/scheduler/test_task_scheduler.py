@@ -202,6 +202,26 @@ def test_a_domain_whose_scores_vary_only_below_the_pass_mark_is_retired_after_re
     assert d.status is DomainStatus.ACTIVE and d.dry == 0
 
 
+@pytest.mark.parametrize("retired_at, probe_passes, back", [
+    (0, 4, True),   # never solved, now always: it moved, though the probe has no variance
+    (0, 0, False),
+    (1, 4, False),  # always solved, still
+    (1, 0, True),   # always solved, now never
+    (1, 3, True),
+])
+def test_a_retired_domain_comes_back_when_a_probe_shows_it_moved_either_way(retired_at, probe_passes, back):
+    s = _partial_scheduler(dry=12)
+    for step in range(1, 30):
+        s.set_step(step)
+        s.update([group(t, 4 * retired_at if t.meta[DOMAIN_KEY] == "dead" else 2, 4) for t in s.sample(8)])
+    d = s.domains["dead"]
+    assert d.status is DomainStatus.RETIRED and d.retired_solved is bool(retired_at)
+    s.set_step(200)
+    probe = [t for t in s.sample(8) if t.meta[DOMAIN_KEY] == "dead"]
+    s.update([group(probe[0], probe_passes, 4)])
+    assert (d.status is DomainStatus.ACTIVE) is back
+
+
 def test_a_domain_that_passes_now_and_then_is_not_dry():
     s = _partial_scheduler(dry=12)
     seen = 0

@@ -23,7 +23,8 @@ make on passes); all come back through periodic re-checks (a retired task is
 accepted with probability 1/`recheck_every`; a retired domain gets one probe
 group `recheck_every` steps after it retired, each probe that finds nothing
 stretches its next wait by `recheck_backoff` (three times at most), and it returns when a
-probe shows variance, with a passing sample when `retire_dry_after` is on). Domains with a
+probe shows it moved: a failure for a domain retired as always solved, else a
+passing sample (or, with `retire_dry_after` off, any variance)). Domains with a
 difficulty knob move along it to keep their pass rate in the band
 (`scheduler/band.py`); rollout seconds and tokens feed `scheduler/cost.py`
 (long lane, budgets, timeouts). `domain_metrics()` and `drain_failures()`
@@ -134,6 +135,7 @@ class _Domain:
     ever_passed: bool = False  # any valid sample of the domain passed, ever
     dry: int = 0  # groups since its last passing sample
     rechecks: int = 0  # probes since it retired that did not bring it back
+    retired_solved: bool = False  # retired because always solved (else never, or no longer)
     stats: dict[str, int] = field(default_factory=dict)  # task id -> difficulty << 64 | attempts << 32 | passes
     pool: list[Task] = field(default_factory=list)  # recently informative tasks, revisited (bounded)
     in_pool: dict[str, int] = field(default_factory=dict)  # task id -> index in pool
@@ -493,8 +495,9 @@ class TaskScheduler:
             d.informative, d.groups, d.dry = 1.0, 0, 0  # a new level is a new domain to learn about
             return
         dry_rule = self.s.retire_dry_after > 0
-        if d.status is DomainStatus.RETIRED:
-            if signal and (passes > 0 or not dry_rule):  # a re-check found signal: its share comes back
+        if d.status is DomainStatus.RETIRED:  # a re-check that shows the domain moved brings its share back
+            moved = passes < attempts if d.retired_solved else passes > 0 or (signal and not dry_rule)
+            if moved:
                 d.status, d.informative, d.groups, d.rechecks = DomainStatus.ACTIVE, 1.0, 0, 0
             return
         at_bound = name not in self.band.levels or self._band_stuck(name)
@@ -504,6 +507,7 @@ class TaskScheduler:
         at_floor = lv is None or lv.level <= lv.lo  # no easier level to move to
         if (at_bound and quiet) or (at_floor and dry_rule and d.dry >= self.s.retire_dry_after):
             d.status, d.retired_at, d.rechecks = DomainStatus.RETIRED, self.step, 0
+            d.retired_solved = d.pass_rate >= 1.0
 
     def _band_stuck(self, name: str) -> bool:
         """The knob cannot move further in the direction the pass rate asks."""
@@ -551,7 +555,8 @@ class TaskScheduler:
             "domains": {n: {"status": d.status.value, "informative": d.informative, "pass_rate": d.pass_rate,
                             "groups": d.groups, "drawn": d.drawn, "window": list(d.informative_window),
                             "inflight": d.inflight, "retired_at": d.retired_at, "stats": dict(d.stats),
-                            "ever_passed": d.ever_passed, "dry": d.dry, "rechecks": d.rechecks, "ability": d.ability,
+                            "ever_passed": d.ever_passed, "dry": d.dry, "rechecks": d.rechecks,
+                            "retired_solved": d.retired_solved, "ability": d.ability,
                             "ability_var": d.ability_var, "difficulty_sum": d.difficulty_sum, "tried": d.tried,
                             "busy": sorted(d.busy),
                             "pool": [task_state(t) for t in d.pool]}
@@ -571,6 +576,7 @@ class TaskScheduler:
             d.inflight, d.retired_at, d.stats = s["inflight"], s["retired_at"], dict(s["stats"])
             d.pool = [task_of(t) for t in s["pool"]]
             d.ever_passed, d.dry, d.rechecks = s["ever_passed"], s.get("dry", 0), s.get("rechecks", 0)
+            d.retired_solved = s.get("retired_solved", False)
             d.ability, d.ability_var = s.get("ability", 0.0), s.get("ability_var", 1.0)
             d.difficulty_sum, d.tried = s.get("difficulty_sum", 0.0), s.get("tried", 0)
             d.busy, d.ranked = set(s.get("busy", ())), None
