@@ -208,7 +208,7 @@ def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | Non
     domains = sorted({d for _, d, _ in rows})
     retired = {d for s, d, m in rows if s == last and m.get("retired")}
     drawn = sum(m.get("drawn", 0.0) for _, _, m in rows) or 1.0
-    probes = sum(m.get("drawn", 0.0) for _, _, m in rows if m.get("retired"))  # drawn while retired: re-checks
+    probes = sum(m.get("probes", 0.0) for _, _, m in rows)
     cats: dict[str, int] = {}
     for _, f in fails:
         cats[f.category] = cats.get(f.category, 0) + 1

@@ -113,14 +113,18 @@ def test_a_domain_that_never_passes_is_retired_and_probed_periodically():
         s.update([group(t, 0 if t.meta[DOMAIN_KEY] == "dead" else 2, 4) for t in tasks])
     assert s.domains["dead"].status is DomainStatus.RETIRED
     assert s.domain_weight("dead") == 0.0
-    # retired: only probes from now on, one every recheck_every steps
-    dead = 0
+    # retired: only probes from now on, one every recheck_every steps, and the metrics count them as probes
+    dead = probes = 0
+    s.domain_metrics()
     for step in range(40, 60):
         s.set_step(step)
         tasks = s.sample(8)
         dead += sum(t.meta[DOMAIN_KEY] == "dead" for t in tasks)
         s.update([group(t, 0 if t.meta[DOMAIN_KEY] == "dead" else 2, 4) for t in tasks])
-    assert 3 <= dead <= 5
+        m = s.domain_metrics()
+        probes += m["dead"]["probes"]
+        assert m["live"]["probes"] == 0
+    assert 3 <= dead <= 5 and probes == dead
     # the domain moves (a probe shows variance): its share comes back
     s.set_step(100)
     probe = [t for t in s.sample(8) if t.meta[DOMAIN_KEY] == "dead"]

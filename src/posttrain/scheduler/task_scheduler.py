@@ -129,6 +129,7 @@ class _Domain:
     pass_rate: float = float("nan")  # recent pass rate (moving average)
     groups: int = 0
     drawn: int = 0  # tasks handed out since the last metrics call
+    probed: int = 0  # of them, re-check probes of the domain while retired
     informative_window: list[int] = field(default_factory=lambda: [0, 0])  # [informative, groups] since metrics
     inflight: int = 0
     retired_at: int = 0
@@ -269,6 +270,7 @@ class TaskScheduler:
             if d.status is DomainStatus.RETIRED and self.step - d.retired_at >= self._recheck_wait(d):
                 d.retired_at = self.step  # the next re-check is a period later, whatever this one shows
                 d.rechecks += 1
+                d.probed += 1
                 out.append(self._tag(d.source.sample(self.rng, "train"), d.spec.name))
         return out
 
@@ -523,7 +525,8 @@ class TaskScheduler:
 
     def domain_metrics(self) -> dict[str, dict[str, float]]:
         """Per domain since the previous call: pass_rate, difficulty, share, informative_frac, seconds, tokens,
-        failures (all so far), retired (0/1), weight, drawn (tasks handed out), ever_passed (0/1)."""
+        failures (all so far), retired (0/1), weight, drawn (tasks handed out), probes (of them, re-checks of the
+        domain while retired), ever_passed (0/1)."""
         drawn = sum(d.drawn for d in self.domains.values()) or 1
         out = {}
         for name, d in self.domains.items():
@@ -536,9 +539,9 @@ class TaskScheduler:
                 "seconds": e.seconds, "tokens": e.tokens,
                 "failures": float(sum(self.bank.counts.get(name, {}).values())),
                 "retired": float(d.status is DomainStatus.RETIRED), "weight": self.domain_weight(name),
-                "drawn": float(d.drawn), "ever_passed": float(d.ever_passed),
+                "drawn": float(d.drawn), "probes": float(d.probed), "ever_passed": float(d.ever_passed),
             }
-            d.drawn, d.informative_window = 0, [0, 0]
+            d.drawn, d.probed, d.informative_window = 0, 0, [0, 0]
         return out
 
     def summary(self) -> dict[str, float]:
@@ -553,7 +556,7 @@ class TaskScheduler:
         return {
             "rng": self.rng.getstate(), "step": self.step, "decisions": self.decisions,
             "domains": {n: {"status": d.status.value, "informative": d.informative, "pass_rate": d.pass_rate,
-                            "groups": d.groups, "drawn": d.drawn, "window": list(d.informative_window),
+                            "groups": d.groups, "drawn": d.drawn, "probed": d.probed, "window": list(d.informative_window),
                             "inflight": d.inflight, "retired_at": d.retired_at, "stats": dict(d.stats),
                             "ever_passed": d.ever_passed, "dry": d.dry, "rechecks": d.rechecks,
                             "retired_solved": d.retired_solved, "ability": d.ability,
@@ -573,6 +576,7 @@ class TaskScheduler:
             d = self.domains[name]
             d.status, d.informative, d.pass_rate = DomainStatus(s["status"]), s["informative"], s["pass_rate"]
             d.groups, d.drawn, d.informative_window = s["groups"], s["drawn"], list(s["window"])
+            d.probed = s.get("probed", 0)
             d.inflight, d.retired_at, d.stats = s["inflight"], s["retired_at"], dict(s["stats"])
             d.pool = [task_of(t) for t in s["pool"]]
             d.ever_passed, d.dry, d.rechecks = s["ever_passed"], s.get("dry", 0), s.get("rechecks", 0)
