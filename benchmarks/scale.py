@@ -14,7 +14,8 @@ CPU, always (each measured against its baseline in the same run):
 - `dp_train_time_ratio` (no goal; what torchrun buys on this machine): the built-in addition recipe for
   `--dp-steps` steps on 2 torchrun ranks of 1 thread each over 1 process of 2 threads (the same cores),
   training time only, with both held-out greedy gains (`dp_gain_one_process`, `dp_gain_two_ranks`).
-- `lora_gain_ratio`: held-out greedy-accuracy gain of a LoRA run (`--lora-r` 8, `--lora-alpha` 16, every
+- `lora_gain_ratio`: held-out greedy-accuracy gain on the reporting half (the selection half's beside it; the
+  learning rate was chosen on the selection half) of a LoRA run (`--lora-r` 8, `--lora-alpha` 16, every
   projection; lr `--lora-lr`, above the full run's as is usual for LoRA) over the gain of full fine-tuning at equal steps
   (`--steps`, default the recipe's 300) on the built-in addition recipe (examples/addition.toml), each from
   the same base model and seed, in a fresh process, for every seed of `--seeds`; the key is the median of
@@ -81,20 +82,32 @@ from posttrain.config import load_config
 from posttrain.rl.trainer import Trainer
 cfg = load_config(sys.argv[1], [f"run_dir='{sys.argv[2]}'", f"train.steps={sys.argv[3]}", "eval.every=0",
                                 "train.checkpoint_every=0", "tensorboard=false", *sys.argv[4:]])
+from posttrain.eval.accuracy import evaluate_accuracy
 start = time.perf_counter()
 trainer = Trainer(cfg, overwrite=True)
+
+def reporting():  # greedy on the reporting half: never what a checkpoint or a learning rate was chosen on
+    if not trainer.lead:
+        return None
+    return evaluate_accuracy(trainer.engine, trainer.reporting, trainer.verifier, trainer.params.max_tokens,
+                             sandboxes=trainer.parts.sandboxes).accuracy
+
 before = trainer.evaluate().get("greedy_accuracy")  # under torchrun every rank calls it (the replica check)
+before_r = reporting()
 train_start = time.perf_counter()
 for _ in range(cfg.train.steps):
     trainer.train_step()
 train_s = time.perf_counter() - train_start
 after = trainer.evaluate().get("greedy_accuracy")
+after_r = reporting()
 trainable = sum(p.numel() for p in trainer.learner.params)
 total = sum(p.numel() for p in trainer.model.parameters())
 lead = trainer.lead
 trainer.close()
 if lead:
-    print(json.dumps({"before": before, "after": after, "gain": after - before, "trainable_params": trainable,
+    print(json.dumps({"before": before, "after": after, "gain": after - before, "before_reporting": before_r,
+                      "after_reporting": after_r, "gain_reporting": after_r - before_r,
+                      "n_reporting": len(trainer.reporting), "trainable_params": trainable,
                       "total_params": total, "seconds": time.perf_counter() - start, "train_s": train_s}))
 """
 
@@ -214,13 +227,15 @@ def lora_gain(steps: int, lora_lr: float, seeds: list[int], r: int = 8, alpha: f
             with tempfile.TemporaryDirectory() as runs:
                 arms[arm] = _child(ARM_CHILD, config, runs, str(steps), f"seed={seed}", *extra)
             a = arms[arm]
-            print(f"seed {seed} {arm}: held-out greedy {a['before']:.3f} -> {a['after']:.3f} (gain {a['gain']:+.3f}) in "
-                  f"{steps} steps, {a['trainable_params']:,} of {a['total_params']:,} parameters trained, "
-                  f"{a['seconds']:.0f} s", flush=True)
+            print(f"seed {seed} {arm}: reporting half ({a['n_reporting']}) greedy {a['before_reporting']:.3f} -> "
+                  f"{a['after_reporting']:.3f} (gain {a['gain_reporting']:+.3f}); selection half {a['before']:.3f} -> "
+                  f"{a['after']:.3f} (gain {a['gain']:+.3f}); {steps} steps, {a['trainable_params']:,} of "
+                  f"{a['total_params']:,} parameters trained, {a['seconds']:.0f} s", flush=True)
         full, lora = arms["full"], arms["lora"]
-        ratio = lora["gain"] / full["gain"] if full["gain"] > 0 else float("nan")
-        rows.append({"seed": seed, "ratio": round(ratio, 3), "lora_gain": round(lora["gain"], 4),
-                     "full_gain": round(full["gain"], 4)})
+        ratio = lora["gain_reporting"] / full["gain_reporting"] if full["gain_reporting"] > 0 else float("nan")
+        rows.append({"seed": seed, "ratio": round(ratio, 3), "lora_gain": round(lora["gain_reporting"], 4),
+                     "full_gain": round(full["gain_reporting"], 4), "lora_gain_selection": round(lora["gain"], 4),
+                     "full_gain_selection": round(full["gain"], 4)})
         trainable = (lora["trainable_params"], full["trainable_params"])
     ratios = [row["ratio"] for row in rows]
     return {"lora_gain_ratio": round(statistics.median(ratios), 3), "lora_gain_ratio_min": min(ratios),
