@@ -42,7 +42,14 @@ def invalid_rate(engine, tasks, verifier, max_tokens: int, temperature: float, s
     run = run_eval(engine, Suite("reporting", list(tasks), verifier), spec)
     recs = run.records
     bad = [r for r in recs if r.ok and (r.info.get("run") != "ok" or r.info.get("watertight") is not True)]
+    # pass rate by the target's number of features (level 1: 1 = a block, 2 = a block with a through-hole), so that
+    # a gain capped by one kind of part the model never solves shows as such
+    features = {t.id: len(t.meta["target_part"]["features"]) for t in tasks}
+    kinds: dict[int, list[bool]] = {}
+    for r in recs:
+        kinds.setdefault(features[r.task_id], []).append(r.ok and r.passed)
     return {"n": len(recs), "passed": sum(r.ok and r.passed for r in recs) / len(recs), "invalid": len(bad) / len(recs),
+            "passed_by_features": {k: [sum(v) / len(v), len(v)] for k, v in sorted(kinds.items())},
             "verifier_errors": sum(not r.ok for r in recs),
             "invalid_kinds": {k: sum(r.info.get("run") == k for r in bad) for k in {r.info.get("run") for r in bad}}}
 
