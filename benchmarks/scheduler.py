@@ -15,7 +15,8 @@ Simulation figures (no model; the scheduler's own code makes every decision):
 Real runs (`--real-smoke`): the built-in model over the glob expansion of many domains, a few dozen steps,
 killed and resumed, wasted_frac (rollouts on domains that never produced a passing sample, after their first 50).
 Not implemented as measured runs here (printed as null): async_time_ratio, tokens_ratio, failure_suite_gain,
-real_gain_ratio; they need hours of CPU (see benchmarks/RESULTS.md).
+real_gain_ratio; they need hours of CPU (see benchmarks/RESULTS.md). failure_suite_gain is measured by
+benchmarks/failure_loop.py, real_gain_ratio by benchmarks/scheduler_gain.py.
 
     python benchmarks/scheduler.py [--seeds 1 2] [--quick] [--real-smoke]
 The last line is one JSON object.
