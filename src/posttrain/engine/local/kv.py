@@ -297,7 +297,8 @@ class SlotCache:
         b, hq, _, d = q.shape
         if self._native_rows is None:  # the same for every layer of this step
             rows = self._row_index(self._bound[0], b).to(torch.int64).contiguous()
-            own = (torch.tensor(self._bound[1], dtype=torch.int64, device=q.device) + 1).contiguous()  # slots 0..start, this one included
+            # slots 0..start, this one included
+            own = (torch.tensor(self._bound[1], dtype=torch.int64, device=q.device) + 1).contiguous()
             self._native_rows = (rows, own, sh.group.to(torch.int64).contiguous(),
                                  sh.row_offset.to(torch.int64).contiguous())
         rows, own, group, plen = self._native_rows
