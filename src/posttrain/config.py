@@ -44,9 +44,11 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     "lookup": {"target_low": 0.25, "target_high": 0.55, "batch_size": 64, "eval_every": 25, "eval_size": 64,
                "max_steps": 3000, "digits": 3},
     # OpenSCAD parts (cad:parts, level = digits): gold programs after a ~300-character prompt (512 positions); a band
-    # check is a batch of greedy programs judged by the sandboxed `cad` verifier (64 of them every 25 steps)
+    # check is a batch of greedy programs judged by the sandboxed `cad` verifier (64 of them every 25 steps), and each
+    # part kind (level 1: a block, a block with a hole) must pass at >= 15% (a base that solved blocks alone left
+    # GRPO no holed part to reinforce: issue 42)
     "cad:parts": {"target_low": 0.30, "target_high": 0.60, "batch_size": 32, "eval_every": 25, "eval_size": 64,
-                  "max_steps": 3000, "digits": 1},
+                  "max_steps": 3000, "digits": 1, "kind_floor": 0.15},
 }
 """Per-family defaults of the built-in base model, applied to the fields a config leaves unset."""
 _WORKED_FAMILIES = tuple(f for f, d in FAMILY_BASE_DEFAULTS.items() if d.get("worked"))
@@ -101,6 +103,9 @@ class BaseModelConfig(_Section):
     """Seeds the initial weights and the data order: the same seed builds the same model."""
     cache_dir: str | None = None
     """Where built base models are kept (default: $POSTTRAIN_CACHE or ~/.cache/posttrain)."""
+    kind_floor: float | None = Field(None, ge=0.0, le=1.0)
+    """CAD bases: in band only when every part kind in the band check (its number of features) also passes at least
+    this share greedy (`cad:parts` default 0.15); None: the overall rate alone. Only a set value joins the cache key."""
     context: int | None = Field(None, ge=64, le=1_048_576)
     """Positions the built-in model holds (its `max_position_embeddings`); None: the family's own (128, and
     1,024 for `lookup`). Only a set value joins the cache key, so every base built before it keeps its key."""

@@ -44,3 +44,42 @@ def test_a_cad_base_is_built_and_checked_by_the_cad_verifier(tmp_path, monkeypat
     assert load_model(build.path)[0].config.max_position_embeddings == 256
     meta = json.loads((build.path / "base.json").read_text())
     assert meta["config"]["family"] == "cad:parts" and not build.in_band  # 2 steps: far below its band, said so
+
+
+def _planted(monkeypatch, holed_pass: float):
+    """The band check, planted: every block passes, and the first `holed_pass` share of the holed parts."""
+    import posttrain.recipes.builtin as builtin
+    from posttrain.eval.accuracy import AccuracyResult
+
+    def check(engine, tasks, verifier, max_tokens, **kw):
+        holed = [t for t in tasks if builtin.part_kind(t) == "2"]
+        passed = {t.id: 1.0 if builtin.part_kind(t) == "1" else 0.0 for t in tasks}
+        for t in holed[: round(holed_pass * len(holed))]:
+            passed[t.id] = 1.0
+        return AccuracyResult(accuracy=sum(passed.values()) / len(tasks), n_tasks=len(tasks), n_samples=len(tasks),
+                              n_errors=0, per_task=passed)
+
+    monkeypatch.setattr(builtin, "evaluate_accuracy", check)
+
+
+def test_the_band_counts_each_part_kind(tmp_path, monkeypatch):
+    from posttrain.recipes.builtin import band_ok
+
+    cfg = BaseModelConfig(family="cad:parts")
+    assert cfg.kind_floor == 0.15 and BaseModelConfig().kind_floor is None
+    assert band_ok(cfg, 0.5, {"1": 0.6, "2": 0.4}) and not band_ok(cfg, 0.5, {"1": 1.0, "2": 0.0})
+    assert not band_ok(cfg, 0.7, {"1": 0.8, "2": 0.6})  # the overall band still holds
+    assert band_ok(BaseModelConfig(family="cad:parts", kind_floor=None), 0.5, {"1": 1.0, "2": 0.0})
+    assert base_key(cfg) != base_key(BaseModelConfig(family="cad:parts", kind_floor=0.3))
+    tiny = dict(TINY, max_steps=4, hidden_size=8, intermediate_size=8, target_low=0.1, target_high=0.9)
+    # blocks all pass, holed parts none: inside the overall band (10-90% here), yet out of band; it trains to its cap
+    _planted(monkeypatch, 0.0)
+    build = ensure_base(BaseModelConfig(family="cad:parts", cache_dir=str(tmp_path / "a"), **tiny))
+    assert 0.1 <= build.accuracy <= 0.9 and build.by_kind == {"1": 1.0, "2": 0.0}
+    assert not build.in_band and build.steps == 4
+    meta = json.loads((build.path / "base.json").read_text())
+    assert "per part kind" in meta["warning"] and [c[0] for c in meta["checks"]] == [2, 4]
+    # a third of the holed parts pass as well: in band at the first check
+    _planted(monkeypatch, 1 / 3)
+    build = ensure_base(BaseModelConfig(family="cad:parts", cache_dir=str(tmp_path / "b"), **tiny))
+    assert build.in_band and build.steps == 2 and build.by_kind["2"] >= 0.15

@@ -54,7 +54,9 @@ CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include
 AGENT_BASE_FORMAT = 6  # the same, for agent-domain bases (4: copy drills every other step; 5: 3 lines per file with
 # distractors, the split on the chain and value; 6: trace windows open with the task's instruction)
 AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
-CAD_BASE_FORMAT = 1  # the same, for CAD bases (their keys include it)
+CAD_BASE_FORMAT = 2  # the same, for CAD bases (their keys include it; 2: the band counts each part kind against
+# `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches)
+CAD_BLOCK_REDRAW = 0.5  # a CAD base's batches: a drawn part with one feature (a bare block) is redrawn this often
 CAD_CONTEXT = 256  # positions of a CAD base: a brief level-1 prompt and its gold program are at most ~160 tokens
 
 
@@ -66,6 +68,7 @@ class BaseBuild:
     seconds: float
     cached: bool  # True when reused from the cache, not built now
     in_band: bool
+    by_kind: dict[str, float] | None = None  # held-out greedy pass rate per part kind at the stop (CAD bases)
 
 
 def cache_root(cfg: BaseModelConfig) -> Path:
@@ -88,7 +91,7 @@ def is_cad(cfg: BaseModelConfig) -> bool:
 def base_key(cfg: BaseModelConfig) -> str:
     # `worked` and `context` join the key only when set, so every base built before them keeps its key
     fields = cfg.model_dump(exclude={"cache_dir"} | (set() if cfg.worked else {"worked"})
-                            | (set() if cfg.context else {"context"}))
+                            | (set() if cfg.context else {"context"}) | (set() if cfg.kind_floor else {"kind_floor"}))
     if is_agent(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "agent_format": AGENT_BASE_FORMAT, **fields}, sort_keys=True)
         return f"agent-{cfg.family}-h{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
@@ -328,6 +331,28 @@ def _stopping_verifier(cfg: BaseModelConfig, source: Any, agent: bool) -> tuple[
     return verifier, source.max_solution_chars + 1 if cfg.worked else len(str(10 ** (cfg.digits + 1))) + 2
 
 
+def part_kind(task: Any) -> str:
+    """A CAD task's part kind for the band: its number of features (level 1: `1` a block, `2` a block with a hole)."""
+    return str(len(task.meta["target_part"]["features"]))
+
+
+def kind_rates(tasks: list, per_task: dict[str, float]) -> dict[str, float]:
+    """Greedy pass rate per part kind over `tasks` (`per_task`: task id -> pass rate, as `evaluate_accuracy` gives)."""
+    kinds: dict[str, list[float]] = {}
+    for t in tasks:
+        kinds.setdefault(part_kind(t), []).append(per_task.get(t.id, 0.0))
+    return {k: sum(v) / len(v) for k, v in sorted(kinds.items())}
+
+
+def band_ok(cfg: BaseModelConfig, accuracy: float, by_kind: dict[str, float] | None) -> bool:
+    """In band: the overall held-out rate inside [target_low, target_high] and, with `kind_floor` set and rates per
+    kind measured, every part kind present at or above the floor (a band met by blocks alone leaves RL nothing to
+    reinforce on holed parts)."""
+    if not cfg.target_low <= accuracy <= cfg.target_high:
+        return False
+    return not (cfg.kind_floor and by_kind) or all(r >= cfg.kind_floor for r in by_kind.values())
+
+
 BASE_WARMUP = 50  # steps over which pre-training's lr ramps up linearly from 0 to `cfg.lr`
 
 
@@ -356,9 +381,11 @@ def _sgd_step(model: CausalLM, opt: torch.optim.Optimizer, ids: torch.Tensor, ma
 
 
 def pretrain_base(
-    cfg: BaseModelConfig, out_dir: Path, on_eval: Callable[[int, float], None] | None = None
+    cfg: BaseModelConfig, out_dir: Path, on_eval: Callable[[int, float], None] | None = None,
+    report: dict[str, Any] | None = None,
 ) -> tuple[float, int]:
-    """Train from scratch until held-out greedy accuracy reaches the band; returns (accuracy, steps)."""
+    """Train from scratch until held-out greedy accuracy reaches the band; returns (accuracy, steps). `report` (a
+    dict) receives `by_kind`, the last check's pass rate per part kind (CAD bases; None otherwise), and `checks`."""
     torch.manual_seed(cfg.seed)
     tokenizer = char_tokenizer()
     source = base_task_source(cfg)
@@ -370,13 +397,26 @@ def pretrain_base(
     engine = build_engine(None, model, tokenizer)
     verifier, max_answer = _stopping_verifier(cfg, source, agent)
 
+    report = report if report is not None else {}
+    report.update(by_kind=None, checks=[])
+
     def measure() -> float:
         # the weights moved since the last check: the engine must forget KV it cached with the old ones (an agent's
         # long shared prefix would otherwise be read from the model of the first check, and every episode fail)
         engine.set_version(step)
         if agent:
             return _episode_success(engine, held_out)
-        return evaluate_accuracy(engine, held_out, verifier, max_tokens=max_answer).accuracy
+        result = evaluate_accuracy(engine, held_out, verifier, max_tokens=max_answer)
+        if is_cad(cfg):
+            report["by_kind"] = kind_rates(held_out, result.per_task)
+        report["checks"].append([step, result.accuracy, report["by_kind"]])
+        return result.accuracy
+
+    def draw() -> Any:
+        task = source.sample(rng)
+        if is_cad(cfg) and len(task.meta["target_part"]["features"]) == 1 and rng.random() < CAD_BLOCK_REDRAW:
+            task = source.sample(rng)  # half the bare blocks redrawn: holed parts are ~2/3 of a batch
+        return task
 
     def batch(tasks) -> tuple[torch.Tensor, torch.Tensor]:
         if not agent:
@@ -391,11 +431,13 @@ def pretrain_base(
     check_every, below, refined = cfg.eval_every, None, False
     step = 1
     while step <= cfg.max_steps:
-        _sgd_step(model, opt, *batch([source.sample(rng) for _ in range(cfg.batch_size)]), _lr_at(cfg, step))
+        _sgd_step(model, opt, *batch([draw() for _ in range(cfg.batch_size)]), _lr_at(cfg, step))
         if step % check_every == 0 or step == cfg.max_steps:
             accuracy = measure()
             if on_eval:
                 on_eval(step, accuracy)
+            if band_ok(cfg, accuracy, report["by_kind"]):
+                break
             if accuracy > cfg.target_high and below is not None and not refined:
                 # stepped over the whole band between two checks: go back to the last check below it and
                 # replay the same batches (model, optimizer and data order restored) checking every step
@@ -405,8 +447,9 @@ def pretrain_base(
                 step, check_every, refined = below[3], 1, True
                 step += 1
                 continue
-            if accuracy >= cfg.target_low:
+            if accuracy > cfg.target_high:  # over the band (a second overshoot, or the first check): stop, out of band
                 break
+            # below the band, or inside it with a part kind under `kind_floor`: train on
             below = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), rng.getstate(), step)
         step += 1
     save_model(model, tokenizer, out_dir)
@@ -431,22 +474,28 @@ def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | No
         meta_path = final / "base.json"
         if meta_path.exists() and not rebuild:
             meta = json.loads(meta_path.read_text())
-            return BaseBuild(final, meta["accuracy"], meta["steps"], meta["seconds"], True, meta["in_band"])
+            return BaseBuild(final, meta["accuracy"], meta["steps"], meta["seconds"], True, meta["in_band"],
+                             meta.get("by_kind"))
         tmp = root / f".{final.name}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         start = time.perf_counter()
-        accuracy, steps = pretrain_base(cfg, tmp, on_eval)
+        report: dict[str, Any] = {}
+        accuracy, steps = pretrain_base(cfg, tmp, on_eval, report)
         seconds = time.perf_counter() - start
-        in_band = cfg.target_low <= accuracy <= cfg.target_high
+        by_kind = report.get("by_kind")
+        in_band = band_ok(cfg, accuracy, by_kind)
         meta = {"accuracy": accuracy, "steps": steps, "seconds": seconds, "in_band": in_band, "config": cfg.model_dump(),
+                "by_kind": by_kind, "kind_floor": cfg.kind_floor, "checks": report.get("checks"),
                 "band": [cfg.target_low, cfg.target_high], "stopping_set": f"held-out problems after the first {EVAL_RESERVE}"}
         if not in_band:
             import warnings
 
-            meta["warning"] = (f"stopped at held-out accuracy {accuracy:.3f} after {steps} steps, outside the band "
+            kinds = "" if not by_kind else " (per part kind " + ", ".join(f"{k}: {v:.3f}" for k, v in by_kind.items()) \
+                + f"; floor {cfg.kind_floor})"
+            meta["warning"] = (f"stopped at held-out accuracy {accuracy:.3f}{kinds} after {steps} steps, outside the band "
                                f"{cfg.target_low:.2f}-{cfg.target_high:.2f}")
             warnings.warn(f"built-in base model: {meta['warning']}", stacklevel=2)
         (tmp / "base.json").write_text(json.dumps(meta, indent=2))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        return BaseBuild(final, accuracy, steps, seconds, False, in_band)
+        return BaseBuild(final, accuracy, steps, seconds, False, in_band, by_kind)
