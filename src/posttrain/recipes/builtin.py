@@ -414,7 +414,7 @@ def pretrain_base(
 
     def draw() -> Any:
         task = source.sample(rng)
-        if is_cad(cfg) and len(task.meta["target_part"]["features"]) == 1 and rng.random() < CAD_BLOCK_REDRAW:
+        if is_cad(cfg) and part_kind(task) == "1" and rng.random() < CAD_BLOCK_REDRAW:
             task = source.sample(rng)  # half the bare blocks redrawn: holed parts are ~2/3 of a batch
         return task
 
