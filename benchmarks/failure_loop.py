@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from posttrain.eval.metrics import wilson_interval
@@ -57,7 +58,7 @@ def train(name: str, out: Path, seed: int, sets: list[str]) -> Path:
     t0 = time.perf_counter()
     _cli("train", str(RECIPE), "--set", f"run_dir='{out}'", "--set", f"name='{name}'", "--set", f"seed={seed}",
          "--set", "tensorboard=false", *[x for s in sets for x in ("--set", s)])
-    print(f"  {name}: trained in {time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"  {out.name} {name}: trained in {time.perf_counter() - t0:.0f} s", flush=True)
     return out / name
 
 
@@ -103,7 +104,11 @@ def gate(start: tuple[int, int], curve: dict[int, tuple[int, int]], tolerance: f
 
 
 def arm(name: str, out: Path, seed: int, start: Path, domains: str, steps: int, every: int) -> Path:
-    """Train one arm from the mining run's final model, a checkpoint every `every` steps, all kept for the gate."""
+    """Train one arm from the mining run's final model, a checkpoint every `every` steps, all kept for the gate
+    (an arm already trained in `out` by an earlier run with the same settings is reused)."""
+    if (out / name / "final").exists():
+        print(f"  {out.name} {name}: reused {out / name}", flush=True)
+        return out / name
     return train(name, out, seed, [f"train.steps={steps}", f"train.checkpoint_every={every}",
                                    f"train.keep_checkpoints={steps // every + 1}", "eval.every=0",
                                    "eval.at_start=false", f"model.path='{start}'", f"domains=[{domains}]"])
@@ -114,7 +119,7 @@ def one_seed(seed: int, out: Path, mine_steps: int, steps: int, min_fail_rate: f
     out.mkdir(parents=True, exist_ok=True)
     if (out / "mine" / "final").exists():  # the mining run is deterministic per seed: a rerun reuses it
         mined = out / "mine"
-        print(f"  mine: reused {mined}", flush=True)
+        print(f"  {out.name} mine: reused {mined}", flush=True)
     else:
         mined = train("mine", out, seed, ["train.curriculum='scheduler'", f"train.steps={mine_steps}",
                                           f"train.checkpoint_every={mine_steps}"])
@@ -123,7 +128,7 @@ def one_seed(seed: int, out: Path, mine_steps: int, steps: int, min_fail_rate: f
                                "--export", str(out / "suite.jsonl"),
                                "--json"))
     train_half, test_half, n_train, n_test = split_suite(out / "suite.jsonl")
-    print(f"  suite: {exported['export']['tasks']} tasks failed at steps >= {since} "
+    print(f"  {out.name} suite: {exported['export']['tasks']} tasks failed at steps >= {since} "
           f"({exported['by_category']}); {n_train} to train on, {n_test} held out", flush=True)
     if mine_only:
         return None
@@ -144,7 +149,7 @@ def one_seed(seed: int, out: Path, mine_steps: int, steps: int, min_fail_rate: f
         chosen[label] = gate(ordinary["start"]["selection"], curves[label], tolerance)
         ordinary[label] = halves[chosen[label]] if chosen[label] else ordinary["start"]
         ordinary[f"{label}_last"] = halves[steps]
-        print(f"  {label}: ordinary selection half by step {curves[label]} (start "
+        print(f"  {out.name} {label}: ordinary selection half by step {curves[label]} (start "
               f"{ordinary['start']['selection']}); kept step {chosen[label]}", flush=True)
     models = {"start": str(start), **{k: ckpt[k][chosen[k]] if chosen[k] else str(start) for k in runs},
               "failures_last": ckpt["failures"][steps]}
@@ -153,7 +158,7 @@ def one_seed(seed: int, out: Path, mine_steps: int, steps: int, min_fail_rate: f
         res[label] = {"suite": greedy(model, str(test_half), out / f"eval-{label}-suite"),
                       "trained": greedy(model, str(train_half), out / f"eval-{label}-trained"),
                       "ordinary": ordinary[label]["reporting"]}
-        print(f"  {label}: suite {res[label]['suite']}, trained half {res[label]['trained']}, "
+        print(f"  {out.name} {label}: suite {res[label]['suite']}, trained half {res[label]['trained']}, "
               f"ordinary reporting half {res[label]['ordinary']}", flush=True)
     acc = {k: {s: p / n for s, (p, n) in v.items()} for k, v in res.items()}
 
@@ -197,14 +202,20 @@ def main() -> None:
     ap.add_argument("--ordinary-weight", type=float, default=1.0, help="the ordinary domain's weight in arm F")
     ap.add_argument("--every", type=int, default=20, help="steps between the checkpoints the gate reads")
     ap.add_argument("--tolerance", type=float, default=1.0, help="points below the start the gate accepts")
+    ap.add_argument("--parallel", action="store_true", help="the seeds at the same time (every stage is a CLI "
+                    "process, so this is one process per seed)")
     ap.add_argument("--mine-only", action="store_true", help="only the mining runs and their suites (a later run "
                     "with the same --out reuses them)")
     ap.add_argument("--out", type=Path, default=Path("runs") / f"failure-loop-{time.strftime('%H%M%S')}")
     a = ap.parse_args()
     if a.steps % a.every:
         raise SystemExit(f"--steps ({a.steps}) must be a multiple of --every ({a.every})")
-    rows = [one_seed(s, a.out / f"seed{s}", a.mine_steps, a.steps, a.min_fail_rate, a.ordinary_weight, a.every,
-                     a.tolerance, a.mine_only) for s in a.seeds]
+    def seed_row(s: int) -> dict | None:
+        return one_seed(s, a.out / f"seed{s}", a.mine_steps, a.steps, a.min_fail_rate, a.ordinary_weight, a.every,
+                        a.tolerance, a.mine_only)
+
+    with ThreadPoolExecutor(len(a.seeds) if a.parallel else 1) as pool:
+        rows = list(pool.map(seed_row, a.seeds))
     if a.mine_only:
         return
     med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
