@@ -72,6 +72,18 @@ def test_a_call_openscad_ignores_with_a_warning_scores_zero(verifier):
     assert verifier_version(lenient) != verifier_version(verifier)
 
 
+def test_the_verifier_spec_is_json_and_rebuilds_it():
+    """The scheduler's failure bank stores each failed task's verifier spec as JSON: the `render` settings record
+    made `train.curriculum = "scheduler"` crash at its first step on `cad:parts` (issue 42, ninth session)."""
+    import json
+
+    from posttrain.rewards.registry import make_verifier, spec_of
+
+    for v in (CadVerifier(), CadVerifier(hard_warnings=False, render=RenderSettings(size=320, views=("top", "front")))):
+        spec = json.loads(json.dumps(spec_of(v)))
+        assert spec["type"] == "cad" and make_verifier(spec) == v
+
+
 def test_a_forgotten_small_hole_fails_although_the_global_iou_passes(verifier):
     """IoU weighs a feature by its volume: a 1 mm hole in a 60 x 40 plate is 0.13 % of it. The feature's own box
     catches it; a mesh target (no features known) is judged by the global IoU alone."""
