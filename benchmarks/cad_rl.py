@@ -15,12 +15,14 @@ Each process runs torch on one thread: on the shared 2 cores (load 8-16 from oth
 training step of the built-in model 2.3x faster than two. `--parallel` runs each seed in its own process at once
 (the same work, finished sooner on a machine whose other jobs take most of it) and aggregates their rows.
 
-    nice -n 10 python benchmarks/cad_rl.py [--seeds 1 2 3] [--parallel] [--base-seed 0] [--set train.steps=40 ...]
+    nice -n 10 python benchmarks/cad_rl.py [--seeds 1 2 3] [--parallel] [--base-seed 0] [--keep-runs DIR]
+                                           [--set train.steps=40 ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -61,6 +63,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=4, help="sampled programs per reporting part (T=1)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra config overrides")
     ap.add_argument("--parallel", action="store_true", help="one process per seed, all at once")
+    ap.add_argument("--keep-runs", default=None, help="keep the run directories (their stores: curves by part kind) here; "
+                    "default: a temporary directory, deleted at the end")
     args = ap.parse_args()
     import torch
 
@@ -77,7 +81,8 @@ def main() -> None:
         procs = []
         for seed in args.seeds:
             cmd = [sys.executable, __file__, "--seeds", str(seed), "--base-seed", str(args.base_seed), "--samples",
-                   str(args.samples)] + [x for o in args.overrides for x in ("--set", o)]
+                   str(args.samples)] + [x for o in args.overrides for x in ("--set", o)] \
+                + (["--keep-runs", args.keep_runs] if args.keep_runs else [])
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
         for seed, proc in zip(args.seeds, procs):
             text, _ = proc.communicate()
@@ -86,7 +91,9 @@ def main() -> None:
             if proc.returncode != 0 or not got:  # the other seeds' rows are still read and reported
                 print(f"seed {seed} failed (exit {proc.returncode})", flush=True)
             rows += got
-    with tempfile.TemporaryDirectory() as runs:
+    if args.keep_runs:
+        os.makedirs(args.keep_runs, exist_ok=True)
+    with tempfile.TemporaryDirectory() if not args.keep_runs else contextlib.nullcontext(args.keep_runs) as runs:
         for seed in [] if rows else args.seeds:
             cfg = load_config(None, [*CAD_OVERRIDES, f"seed={seed}", f"model.base.seed={args.base_seed}",
                                      f"run_dir='{runs}'", f"name='cad-rl-seed{seed}'", "tensorboard=false", *args.overrides])

@@ -54,6 +54,36 @@ def test_gold_scores_full_marks_and_a_missing_hole_gets_partial_credit(verifier)
     assert v.passed and v.score == 1.0
 
 
+def test_a_call_openscad_ignores_with_a_warning_scores_zero(verifier):
+    """An unknown module (a garbled `cylinder`) or an argument given twice: OpenSCAD warns, drops the call and
+    renders the rest, here the block without its hole, which earned that block's partial credit until warnings
+    became errors (RL learnt to write such calls in place of a hole: issue 42). `hard_warnings = False` keeps
+    OpenSCAD's own leniency."""
+    garbled = "difference(){cube([20,10,5]);translate([10,5,-1])cyr(h=7,2,$fn=32);}"
+    twice = "difference(){cube([20,10,5]);translate([10,5,-1])cylinder(h=7,r=2,$fn=32,$fn=8);}"
+    no_hole, bad, doubled = judge(verifier, TASK, "cube([20, 10, 5]);", garbled, twice)
+    assert no_hole.ok and 0.5 < no_hole.score < 1.0
+    for v, why in ((bad, "unknown module 'cyr'"), (doubled, "supplied more than once")):
+        assert v.ok and not v.passed and v.score == 0.0 and v.info["run"] == "error" and why in v.info["log"]
+    lenient = CadVerifier(hard_warnings=False)
+    bad, doubled = judge(lenient, TASK, garbled, twice)
+    assert bad.info["run"] == "ok" and bad.score == pytest.approx(no_hole.score)
+    assert doubled.info["run"] == "ok" and doubled.passed  # the second $fn is ignored: the hole is there
+    assert verifier_version(lenient) != verifier_version(verifier)
+
+
+def test_the_verifier_spec_is_json_and_rebuilds_it():
+    """The scheduler's failure bank stores each failed task's verifier spec as JSON: the `render` settings record
+    made `train.curriculum = "scheduler"` crash at its first step on `cad:parts` (issue 42, ninth session)."""
+    import json
+
+    from posttrain.rewards.registry import make_verifier, spec_of
+
+    for v in (CadVerifier(), CadVerifier(hard_warnings=False, render=RenderSettings(size=320, views=("top", "front")))):
+        spec = json.loads(json.dumps(spec_of(v)))
+        assert spec["type"] == "cad" and make_verifier(spec) == v
+
+
 def test_a_forgotten_small_hole_fails_although_the_global_iou_passes(verifier):
     """IoU weighs a feature by its volume: a 1 mm hole in a 60 x 40 plate is 0.13 % of it. The feature's own box
     catches it; a mesh target (no features known) is judged by the global IoU alone."""

@@ -71,9 +71,9 @@ AGENT_OVERRIDES = [
 # `posttrain quickstart --cad`: single-turn RL on the easy CAD level, brief form (examples/cad.toml is this run)
 CAD_OVERRIDES = [
     "tasks.source=cad:parts", "tasks.options.level=1", "tasks.options.brief=true", "model.base.family=cad:parts",
-    "sampling.n=8", "sampling.temperature=1.0", "sampling.max_tokens=96", "train.steps=20",
+    "sampling.n=8", "sampling.temperature=1.0", "sampling.max_tokens=96", "train.steps=60",
     "train.prompts_per_step=8", "eval.every=10", "eval.size=200", "train.checkpoint_every=10",
-    "rl.lr=3e-4", "rl.advantage=grpo",
+    "rl.lr=1e-4", "rl.advantage=grpo",
 ]
 
 

@@ -5,7 +5,8 @@ text), `unsafe_reason` (refuses file references: `include`/`use`/`import`/`surfa
 workspace files a task allows, absolute or `..` paths, the deprecated `file=` arguments), `run_openscad`
 (a batch of programs in one sandbox execution, each in its own directory under its own time and
 address-space cap, each mesh exported by OpenSCAD itself as binary STL and read back base64 on lines
-tagged with a per-run nonce), and `CadVerifier`: reward = 1.0 when the solid passes (a closed 2-manifold
+tagged with a per-run nonce; a warning is an error by default: `CadVerifier.hard_warnings`), and
+`CadVerifier`: reward = 1.0 when the solid passes (a closed 2-manifold
 whose IoU with the target >= the task's `pass_iou`, and, for a feature-list target, whose IoU inside the box
 around every feature too: IoU alone weighs a feature by its volume, and a forgotten small hole would pass),
 else the smaller of the IoU and the worst feature's as partial credit; `Verdict.breakdown` has iou, volume,
@@ -103,14 +104,17 @@ def unsafe_reason(program: str, allowed: Sequence[str] = ()) -> str | None:
     return None
 
 
-def _batch_script(n: int, nonce: str, timeout_s: float, mem_kb: int, max_mesh_bytes: int, binary: str = OPENSCAD) -> str:
+def _batch_script(n: int, nonce: str, timeout_s: float, mem_kb: int, max_mesh_bytes: int, binary: str = OPENSCAD,
+                  hard_warnings: bool = False) -> str:
     """The shell program of one sandbox execution: each item's program in its own directory, the mesh exported
-    by OpenSCAD, then a tagged line per item (nonce, index, exit code, base64 mesh, base64 log tail)."""
+    by OpenSCAD, then a tagged line per item (nonce, index, exit code, base64 mesh, base64 log tail). With
+    `hard_warnings` OpenSCAD stops at a program's first warning (`--hardwarnings`), an error like any other."""
+    flags = " --hardwarnings" if hard_warnings else ""
     return f"""
 for i in $(seq 0 {n - 1}); do
   cd /work/i$i || exit 3
   rm -f /tmp/o.stl /tmp/e.txt
-  ( ulimit -v {mem_kb}; exec timeout -s KILL {timeout_s:g} {binary} -o /tmp/o.stl --export-format binstl model.scad ) \\
+  ( ulimit -v {mem_kb}; exec timeout -s KILL {timeout_s:g} {binary}{flags} -o /tmp/o.stl --export-format binstl model.scad ) \\
     >/tmp/e.txt 2>&1 </dev/null
   rc=$?
   size=$(stat -c %s /tmp/o.stl 2>/dev/null || echo 0)
@@ -149,7 +153,8 @@ def _parse_batch(stdout: str, nonce: str, n: int) -> dict[int, ScadRun]:
 
 
 async def run_openscad(sandbox: Any, programs: Sequence[str], *, timeout_s: float = 10.0, memory_mb: int = 1024,
-                       max_mesh_bytes: int = 8 << 20, binary: str = OPENSCAD) -> list[ScadRun | None]:
+                       max_mesh_bytes: int = 8 << 20, binary: str = OPENSCAD,
+                       hard_warnings: bool = False) -> list[ScadRun | None]:
     """Each program's run, in one sandbox execution; None for items the execution did not report (it was killed:
     the caller re-runs those alone). Refusals are the caller's job (`unsafe_reason`)."""
     from posttrain.sandbox import Limits
@@ -160,7 +165,7 @@ async def run_openscad(sandbox: Any, programs: Sequence[str], *, timeout_s: floa
     budget = n * (timeout_s + 2.0) + 5.0
     limits = Limits(wall_s=budget, cpu_s=budget, memory_mb=memory_mb + 256, pids=32,
                     output_bytes=max(1 << 20, n * (max_mesh_bytes * 4 // 3 + 4096)), disk_mb=max(64, 2 * max_mesh_bytes >> 20))
-    script = _batch_script(n, nonce, timeout_s, memory_mb * 1024, max_mesh_bytes, binary)
+    script = _batch_script(n, nonce, timeout_s, memory_mb * 1024, max_mesh_bytes, binary, hard_warnings)
     res = await sandbox.arun(["/bin/sh", "-c", script], files=files, limits=limits, prefork=False)
     from posttrain.sandbox import ExecStatus
 
@@ -208,6 +213,10 @@ class CadVerifier:
     max_concurrency: int = 2  # sandbox executions at once
     render: RenderSettings = field(default_factory=RenderSettings)
     binary: str = OPENSCAD  # the OpenSCAD executable, on the sandbox's PATH
+    hard_warnings: bool = True  # a program OpenSCAD warns about (an unknown module or function, an argument given
+    # twice) fails as OpenSCAD's own error. Without it OpenSCAD drops the offending call and renders the rest, so a
+    # garbled call in place of a part's hole (`cyr(h=6,5)`) made a solid and earned the partial credit of a misplaced
+    # hole; RL on the easy level learnt to write such calls (issue 42, benchmarks/RESULTS.md, ninth session)
     run_cache: int = 2048  # programs whose runs are remembered (the same text gives the same mesh): a sampled group
     # repeats programs across steps, and an evaluation repeats the greedy one; 0 runs every program every time
     name: str = "cad"
@@ -250,7 +259,8 @@ class CadVerifier:
         async def chunk(lo: int, hi: int) -> list[ScadRun]:
             async with sem:
                 got = await run_openscad(sandbox, programs[lo:hi], timeout_s=self.timeout_s, memory_mb=self.memory_mb,
-                                         max_mesh_bytes=self.max_mesh_bytes, binary=self.binary)
+                                         max_mesh_bytes=self.max_mesh_bytes, binary=self.binary,
+                                         hard_warnings=self.hard_warnings)
             if hi - lo > 1 and any(g is None for g in got):
                 done = [g if g is not None else (await chunk(lo + k, lo + k + 1))[0] for k, g in enumerate(got)]
             else:

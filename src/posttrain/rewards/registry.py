@@ -116,7 +116,8 @@ class PerTask:
 def spec_of(verifier: Any) -> VerifierSpec | None:
     """The spec that rebuilds `verifier` through `make_verifier` (a dataclass verifier of a registered kind: its
     `name` is the kind, its fields the arguments, nested verifiers as nested specs), or None when there is none
-    (a verifier with a custom name or state, a wrapper such as a length cap). Checked by rebuilding it."""
+    (a verifier with a custom name or state, a wrapper such as a length cap). A nested settings record becomes a
+    dict. Checked by rebuilding it, and JSON-able (it is stored and exported)."""
     if not dataclasses.is_dataclass(verifier) or isinstance(verifier, type):
         return None
     kind = getattr(verifier, "name", None)
@@ -132,8 +133,11 @@ def spec_of(verifier: Any) -> VerifierSpec | None:
             value = spec_of(value)
             if value is None:
                 return None
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)  # a settings record (the cad verifier's `render`): its factory takes a dict
         spec[f.name] = value
     try:
+        json.dumps(spec)  # a spec is written out (the failure bank's tasks, exported suites): JSON or none
         rebuilt = make_verifier(spec)
     except (ValueError, TypeError):
         return None
