@@ -159,22 +159,18 @@ def bootstrap_gain_diff(per_task: list[dict[str, dict[str, tuple[list[int], list
     over its domains, the pooled one the mean over seeds. Returns (point estimate, low, high)."""
     import numpy as np
 
-    from posttrain.eval.metrics import bootstrap_indices
+    from posttrain.eval.metrics import pooled_paired_diff
 
-    points, draws = [], []  # per seed: the point difference, and its `samples` resampled ones
-    for i, seed_rows in enumerate(per_task):
-        dom_points, dom_draws = [], []
-        for j, arms in enumerate(seed_rows.values()):
+    per_seed = []
+    for seed_rows in per_task:
+        groups = []
+        for arms in seed_rows.values():
             s0, e0 = (np.asarray(x, dtype=float) for x in arms["scheduler"])
             s1, e1 = (np.asarray(x, dtype=float) for x in arms["uniform"])
-            d = (e0 - s0) - (e1 - s1)  # per task, paired across the arms
-            dom_points.append(d.mean())
-            dom_draws.append(d[bootstrap_indices(len(d), samples, seed + 1000 * i + j)].mean(axis=1))
-        points.append(np.mean(dom_points))
-        draws.append(np.mean(dom_draws, axis=0))
-    pooled = 100 * np.mean(draws, axis=0)
-    lo, hi = np.quantile(pooled, [(1 - level) / 2, (1 + level) / 2])
-    return float(100 * np.mean(points)), float(lo), float(hi)
+            groups.append((e0 - s0) - (e1 - s1))  # per task, paired across the arms
+        per_seed.append(groups)
+    point, lo, hi = pooled_paired_diff(per_seed, samples, seed, level)
+    return 100 * point, 100 * lo, 100 * hi
 
 
 def summarise(rows: list[dict]) -> dict:

@@ -123,3 +123,20 @@ def test_wilson_interval_by_hand():
     assert wilson_interval(50, 50).hi == 1.0 and wilson_interval(50, 50).lo == pytest.approx(1 - zero.hi)
     with pytest.raises(ValueError, match="successes"):
         wilson_interval(3, 2)
+
+
+def test_pooled_paired_diff_finds_a_planted_difference_and_none_where_there_is_none():
+    from posttrain.eval.metrics import pooled_paired_diff
+
+    # arm A fixed 30 of 100 tasks more than arm B on each of two seeds: +0.3, an interval that excludes 0
+    planted = [[[1] * 30 + [0] * 70], [[0] * 70 + [1] * 30]]
+    point, lo, hi = pooled_paired_diff(planted)
+    assert point == 0.3 and 0.2 < lo < 0.3 < hi < 0.4
+    # the same gains on every task: no difference, and no width
+    assert pooled_paired_diff([[[0] * 50], [[0] * 80]]) == (0.0, 0.0, 0.0)
+    # groups weigh equally within a seed (a domain of 10 tasks counts as much as one of 90)
+    point, _, _ = pooled_paired_diff([[[1] * 10, [0] * 90]])
+    assert point == 0.5
+    # gains and losses cancel in the point, and the interval straddles 0
+    point, lo, hi = pooled_paired_diff([[[1] * 20 + [-1] * 20 + [0] * 60]])
+    assert point == 0.0 and lo < 0 < hi

@@ -5,7 +5,8 @@ Covers: the unbiased pass@k estimator of Chen et al. (2021),
 n < k); pass^k, the chance that k draws all succeed, C(c, k) / C(n, k);
 the Wilson interval of a proportion; means over tasks with a confidence interval that treats each task as a
 cluster of its samples (a t interval on the task-level estimates, or a
-percentile bootstrap over tasks); Student-t quantiles without scipy;
+percentile bootstrap over tasks); a paired difference between two training arms pooled over seeds and
+domains, with its bootstrap interval (`pooled_paired_diff`); Student-t quantiles without scipy;
 percentiles for latency. `Price` and `price_for` are re-exported from
 `posttrain.pricing`, where the one price record lives.
 Does not cover: significance tests between two results (see `stats.py`) or
@@ -196,6 +197,27 @@ def bootstrap_indices(n_items: int, reps: int, seed: int) -> "np.ndarray":
     import numpy as np
 
     return np.random.default_rng(seed).integers(0, n_items, size=(reps, n_items))
+
+
+def pooled_paired_diff(per_seed: Sequence[Sequence[Sequence[float]]], reps: int = 2000, seed: int = 0,
+                       confidence: float = 0.95) -> tuple[float, float, float]:
+    """(point, low, high) of a difference between two arms, paired by task: `per_seed[i][j]` holds, for seed i and
+    group j (a domain), each task's difference (arm A's gain on it minus arm B's). Tasks are resampled within
+    each seed and group; a seed's figure is the mean over its groups, the pooled one the mean over seeds."""
+    import numpy as np
+
+    points, draws = [], []
+    for i, groups in enumerate(per_seed):
+        g_points, g_draws = [], []
+        for j, diffs in enumerate(groups):
+            d = np.asarray(diffs, dtype=float)
+            g_points.append(d.mean())
+            g_draws.append(d[bootstrap_indices(len(d), reps, seed + 1000 * i + j)].mean(axis=1))
+        points.append(np.mean(g_points))
+        draws.append(np.mean(g_draws, axis=0))
+    pooled = np.mean(draws, axis=0)
+    lo, hi = np.quantile(pooled, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(np.mean(points)), float(lo), float(hi)
 
 
 def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, reps: int = 2000, seed: int = 0) -> Interval:
