@@ -346,6 +346,8 @@ def band_accuracy(engine: Any, tasks: list, verifier: Any, max_tokens: int) -> A
     from posttrain.rewards.base import score_sync
 
     result = evaluate_accuracy(engine, tasks, verifier, max_tokens=max_tokens)
+    if not result.errored:
+        return result
     per_task, errored = dict(result.per_task), dict(result.errored)
     by_id = {t.id: t for t in tasks}
     for _ in range(REGRADE_TRIES - 1):
@@ -358,7 +360,8 @@ def band_accuracy(engine: Any, tasks: list, verifier: Any, max_tokens: int) -> A
     if errored:
         warnings.warn(f"base model band check: {len(errored)} of {len(tasks)} responses still unjudged after "
                       f"{REGRADE_TRIES} tries (counted as failures): {next(iter(errored.values()))[:80]!r}", stacklevel=2)
-    accuracy = sum(per_task.get(t.id, 0.0) for t in tasks) / len(tasks)
+    # greedy, one sample a task: each response judged now adds its pass to the first grading's count
+    accuracy = result.accuracy + sum(per_task[i] - result.per_task.get(i, 0.0) for i in result.errored) / result.n_samples
     return AccuracyResult(accuracy, result.n_tasks, result.n_samples, len(errored), per_task, errored)
 
 
