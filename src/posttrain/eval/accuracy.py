@@ -30,6 +30,8 @@ class AccuracyResult:
     n_samples: int
     n_errors: int
     per_task: dict[str, float] = field(default_factory=dict)  # task id -> pass rate
+    errored: dict[str, str] = field(default_factory=dict)  # task id -> a response whose verdict is not OK (the
+    # verifier's error or timeout, e.g. a stalled sandbox on a loaded machine: not the model's failure)
 
 
 def evaluate_accuracy(
@@ -56,9 +58,12 @@ def evaluate_accuracy(
     run = run_eval(engine, Suite("held-out", list(tasks), verifier), spec, renderer=renderer, sandboxes=sandboxes)
     per_task: dict[str, list[bool]] = {}
     errors = 0
+    errored: dict[str, str] = {}
     for r in run.records:
         per_task.setdefault(r.task_id, []).append(r.ok and r.passed)
         errors += not r.ok
+        if not r.ok:
+            errored[r.task_id] = r.response
     total = len(run.records)
     return AccuracyResult(
         accuracy=sum(sum(v) for v in per_task.values()) / total,
@@ -66,4 +71,5 @@ def evaluate_accuracy(
         n_samples=total,
         n_errors=errors,
         per_task={t: sum(v) / len(v) for t, v in per_task.items()},
+        errored=errored,
     )

@@ -35,7 +35,7 @@ import torch
 
 from posttrain.config import BaseModelConfig
 from posttrain.engine.build import build_engine
-from posttrain.eval.accuracy import evaluate_accuracy
+from posttrain.eval.accuracy import AccuracyResult, evaluate_accuracy
 from posttrain.models.batch import pad_rows
 from posttrain.models.config import ModelConfig
 from posttrain.models.io import save_model
@@ -54,8 +54,10 @@ CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include
 AGENT_BASE_FORMAT = 6  # the same, for agent-domain bases (4: copy drills every other step; 5: 3 lines per file with
 # distractors, the split on the chain and value; 6: trace windows open with the task's instruction)
 AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
-CAD_BASE_FORMAT = 2  # the same, for CAD bases (their keys include it; 2: the band counts each part kind against
-# `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches)
+CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the band counts each part kind against
+# `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
+# band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
+# format-2 base built on a loaded machine may have trained past the step where its band was met)
 CAD_BLOCK_REDRAW = 0.5  # a CAD base's batches: a drawn part with one feature (a bare block) is redrawn this often
 CAD_CONTEXT = 256  # positions of a CAD base: a brief level-1 prompt and its gold program are at most ~160 tokens
 
@@ -331,6 +333,38 @@ def _stopping_verifier(cfg: BaseModelConfig, source: Any, agent: bool) -> tuple[
     return verifier, source.max_solution_chars + 1 if cfg.worked else len(str(10 ** (cfg.digits + 1))) + 2
 
 
+REGRADE_TRIES = 3  # a band check grades a response whose verdict the machine spoiled at most this often in all
+
+
+def band_accuracy(engine: Any, tasks: list, verifier: Any, max_tokens: int) -> AccuracyResult:
+    """A band check's greedy accuracy on `tasks`, each response whose verdict is not OK (the verifier's error or
+    timeout: a stalled OpenSCAD run on a loaded machine) graded again, up to `REGRADE_TRIES` times in all, so the
+    stop reads the model, not the machine's load (issue 42: one CAD base read 0.203 and 0.500 at the same step
+    in two sessions). The responses are not regenerated. Still unjudged after that: a failure, with a warning."""
+    import warnings
+
+    from posttrain.rewards.base import score_sync
+
+    result = evaluate_accuracy(engine, tasks, verifier, max_tokens=max_tokens)
+    if not result.errored:
+        return result
+    per_task, errored = dict(result.per_task), dict(result.errored)
+    by_id = {t.id: t for t in tasks}
+    for _ in range(REGRADE_TRIES - 1):
+        if not errored:
+            break
+        ids = list(errored)
+        verdicts = score_sync(verifier, [by_id[i] for i in ids], [errored[i] for i in ids])
+        errored = {i: errored[i] for i, v in zip(ids, verdicts) if not v.ok}
+        per_task.update({i: float(v.passed) for i, v in zip(ids, verdicts) if v.ok})
+    if errored:
+        warnings.warn(f"base model band check: {len(errored)} of {len(tasks)} responses still unjudged after "
+                      f"{REGRADE_TRIES} tries (counted as failures): {next(iter(errored.values()))[:80]!r}", stacklevel=2)
+    # greedy, one sample a task: each response judged now adds its pass to the first grading's count
+    accuracy = result.accuracy + sum(per_task[i] - result.per_task.get(i, 0.0) for i in result.errored) / result.n_samples
+    return AccuracyResult(accuracy, result.n_tasks, result.n_samples, len(errored), per_task, errored)
+
+
 def part_kind(task: Any) -> str:
     """A CAD task's part kind for the band: its number of features (level 1: `1` a block, `2` a block with a hole)."""
     return str(len(task.meta["target_part"]["features"]))
@@ -406,7 +440,7 @@ def pretrain_base(
         engine.set_version(step)
         if agent:
             return _episode_success(engine, held_out)
-        result = evaluate_accuracy(engine, held_out, verifier, max_tokens=max_answer)
+        result = band_accuracy(engine, held_out, verifier, max_answer)
         if is_cad(cfg):
             report["by_kind"] = kind_rates(held_out, result.per_task)
         report["checks"].append([step, result.accuracy, report["by_kind"]])

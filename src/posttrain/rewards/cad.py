@@ -32,6 +32,7 @@ import base64
 import enum
 import functools
 import hashlib
+import math
 import re
 import secrets
 import subprocess
@@ -64,7 +65,8 @@ class RunStatus(str, enum.Enum):
 
     OK = "ok"  # a mesh came back
     ERROR = "error"  # OpenSCAD failed (syntax, CGAL), or made no mesh
-    TIMEOUT = "timeout"  # killed at the per-program limit
+    TIMEOUT = "timeout"  # past the per-program limit of CPU seconds: the program's own cost, the same on any load
+    STALLED = "stalled"  # past the wall-clock backstop, or lost with its batch: the machine's load, not the program
     REFUSED = "refused"  # refused before running (a file reference, too long)
     TOO_BIG = "too_big"  # the mesh was over the size cap
     UNAVAILABLE = "unavailable"  # OpenSCAD is not installed where the sandbox runs: the verifier's failure, never a 0
@@ -104,17 +106,27 @@ def unsafe_reason(program: str, allowed: Sequence[str] = ()) -> str | None:
     return None
 
 
+WALL_FACTOR = 10  # the wall-clock backstop of one OpenSCAD run, in multiples of its CPU limit
+
+
 def _batch_script(n: int, nonce: str, timeout_s: float, mem_kb: int, max_mesh_bytes: int, binary: str = OPENSCAD,
                   hard_warnings: bool = False) -> str:
     """The shell program of one sandbox execution: each item's program in its own directory, the mesh exported
     by OpenSCAD, then a tagged line per item (nonce, index, exit code, base64 mesh, base64 log tail). With
-    `hard_warnings` OpenSCAD stops at a program's first warning (`--hardwarnings`), an error like any other."""
+    `hard_warnings` OpenSCAD stops at a program's first warning (`--hardwarnings`), an error like any other.
+
+    The per-program limit counts CPU seconds (`ulimit -t`, soft: SIGXCPU, exit 152), so whether a program is too
+    slow does not depend on what else the machine runs, as a wall-clock limit did (a level-1 part takes ~0.15 s of
+    CPU; on a loaded machine a niced run can take 100 times that in wall time). The wall clock is only a backstop,
+    `WALL_FACTOR` times longer (exit 124, or 137 after the KILL: STALLED, the machine's failure, not a 0)."""
     flags = " --hardwarnings" if hard_warnings else ""
+    cpu_s = max(1, math.ceil(timeout_s))
     return f"""
 for i in $(seq 0 {n - 1}); do
   cd /work/i$i || exit 3
   rm -f /tmp/o.stl /tmp/e.txt
-  ( ulimit -v {mem_kb}; exec timeout -s KILL {timeout_s:g} {binary}{flags} -o /tmp/o.stl --export-format binstl model.scad ) \\
+  ( ulimit -v {mem_kb}; ulimit -H -t {cpu_s + 1}; ulimit -S -t {cpu_s}
+    exec timeout -k 2 {WALL_FACTOR * cpu_s} {binary}{flags} -o /tmp/o.stl --export-format binstl model.scad ) \\
     >/tmp/e.txt 2>&1 </dev/null
   rc=$?
   size=$(stat -c %s /tmp/o.stl 2>/dev/null || echo 0)
@@ -141,8 +153,10 @@ def _parse_batch(stdout: str, nonce: str, n: int) -> dict[int, ScadRun]:
             continue
         if rc in ("126", "127"):
             out[i] = ScadRun(RunStatus.UNAVAILABLE, log=text)
-        elif rc in ("137", "124"):
+        elif rc in ("152", "158"):  # SIGXCPU: the CPU limit (158 where SIGXCPU is 30)
             out[i] = ScadRun(RunStatus.TIMEOUT, log=text)
+        elif rc in ("137", "124"):
+            out[i] = ScadRun(RunStatus.STALLED, log=text)
         elif mesh == "BIG":
             out[i] = ScadRun(RunStatus.TOO_BIG, log=text)
         elif rc != "0" or not body:
@@ -162,8 +176,8 @@ async def run_openscad(sandbox: Any, programs: Sequence[str], *, timeout_s: floa
     n = len(programs)
     nonce = secrets.token_hex(12)
     files = {f"i{k}/model.scad": p for k, p in enumerate(programs)}
-    budget = n * (timeout_s + 2.0) + 5.0
-    limits = Limits(wall_s=budget, cpu_s=budget, memory_mb=memory_mb + 256, pids=32,
+    budget = n * (timeout_s + 2.0) + 5.0  # CPU seconds; the wall clock waits out a loaded machine (`_batch_script`)
+    limits = Limits(wall_s=WALL_FACTOR * budget, cpu_s=budget, memory_mb=memory_mb + 256, pids=32,
                     output_bytes=max(1 << 20, n * (max_mesh_bytes * 4 // 3 + 4096)), disk_mb=max(64, 2 * max_mesh_bytes >> 20))
     script = _batch_script(n, nonce, timeout_s, memory_mb * 1024, max_mesh_bytes, binary, hard_warnings)
     res = await sandbox.arun(["/bin/sh", "-c", script], files=files, limits=limits, prefork=False)
@@ -264,7 +278,7 @@ class CadVerifier:
             if hi - lo > 1 and any(g is None for g in got):
                 done = [g if g is not None else (await chunk(lo + k, lo + k + 1))[0] for k, g in enumerate(got)]
             else:
-                done = [g if g is not None else ScadRun(RunStatus.ERROR, log=KILLED) for g in got]
+                done = [g if g is not None else ScadRun(RunStatus.STALLED, log=KILLED) for g in got]
                 if on_chunk is not None:
                     on_chunk(lo, done)
             return done
@@ -326,8 +340,11 @@ class CadVerifier:
         if run.status is RunStatus.UNAVAILABLE:
             return Verdict(0.0, False, VerdictStatus.ERROR, details="could not run OpenSCAD (install it: "
                            f"scripts/system-deps.sh): {run.log.strip()[-200:]}", info=_info(run))
+        if run.status is RunStatus.STALLED:  # the machine's load, not the program: counted apart, never a 0
+            return Verdict(0.0, False, VerdictStatus.TIMEOUT, details=f"OpenSCAD stalled (the machine, not the program): "
+                           f"{run.log.strip()[-200:]}", info=_info(run))
         if run.status is not RunStatus.OK:
-            why = {RunStatus.TIMEOUT: f"OpenSCAD ran past {self.timeout_s:g} s", RunStatus.REFUSED: run.log,
+            why = {RunStatus.TIMEOUT: f"OpenSCAD ran past {self.timeout_s:g} CPU seconds", RunStatus.REFUSED: run.log,
                    RunStatus.TOO_BIG: "the mesh is over the size cap"}.get(run.status, "OpenSCAD failed")
             log = "" if run.status is RunStatus.REFUSED else f": {_info(run)['log'][-200:]}"
             return Verdict(0.0, False, details=f"{why}{log}", info=_info(run), breakdown=dict.fromkeys(PARTS, 0.0))
