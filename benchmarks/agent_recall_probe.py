@@ -12,6 +12,7 @@ never looked at.
 
     PYTHONPATH=src python benchmarks/agent_recall_probe.py --steps 600 --every 50
     PYTHONPATH=src python benchmarks/agent_recall_probe.py --steps 600 --set model.base.lr=1e-3
+    PYTHONPATH=src python benchmarks/agent_recall_probe.py --steps 600 --batch 64 --mqar 32   # dense recall drills too
 
 Last line, one JSON object: the final held-out drill accuracy, the decisions, steps, seconds and the load.
 Does not cover: greedy episodes in the sandbox (`benchmarks/agent_base.py`), or the trace windows of pre-training.
@@ -42,15 +43,28 @@ def lines_at(step: int, lines: int, warm: list[tuple[int, int]]) -> int:
 
 
 def probe(cfg, steps: int, every: int, batch: int, lines: int, eval_n: int = 256, episodes: bool = True,
-          near: float = 0.0, warm: list[tuple[int, int]] = (), log=print) -> dict:
+          near: float = 0.0, warm: list[tuple[int, int]] = (), mqar: int = 0, mqar_instruct: float = 0.3,
+          mqar_pairs: tuple[int, int] = (3, 10), log=print) -> dict:
     """Train `cfg`'s fresh base on `batch` drills of `lines` lines a step (after the curriculum `warm`, (lines, steps)
-    stages; with distractor keys sharing a character at rate `near`) for `steps` steps; the held-out drill accuracy
-    (on `lines`-line drills, with and without near keys) and, with `episodes`, the stopping set's teacher-forced
-    decisions, every `every` steps and at the end."""
+    stages; with distractor keys sharing a character at rate `near`), and `mqar` dense multi-query recall drills
+    (`_recall_drills`, a share `mqar_instruct` of their queries in the instruction's form, `mqar_pairs` lines) in the
+    same step, for `steps` steps; the held-out drill accuracy (on `lines`-line drills, with and without near keys;
+    with `mqar`, on held-out recall drills whose queries are all lines, `mqar_line_acc`, or all instructions,
+    `mqar_instr_acc`) and, with `episodes`, the stopping set's teacher-forced decisions, every `every` steps and at
+    the end."""
     import torch
 
     from posttrain.models.tokenizer import char_tokenizer
-    from posttrain.recipes.builtin import _copy_drills, _fresh_model, _lr_at, _optimizer, _sgd_step, drill_accuracy, stopping_set
+    from posttrain.recipes.builtin import (
+        _copy_drills,
+        _fresh_model,
+        _lr_at,
+        _optimizer,
+        _recall_drills,
+        _sgd_step,
+        drill_accuracy,
+        stopping_set,
+    )
 
     torch.manual_seed(cfg.seed)
     tok = char_tokenizer()
@@ -59,14 +73,22 @@ def probe(cfg, steps: int, every: int, batch: int, lines: int, eval_n: int = 256
     rng = random.Random(cfg.seed)
     held_ids, held_w = _copy_drills(tok, random.Random(f"recall-probe-held-out-{cfg.seed}"), eval_n, lines)
     near_ids, near_w = _copy_drills(tok, random.Random(f"recall-probe-near-{cfg.seed}"), eval_n, lines, near=1.0)
+    if mqar:
+        mq_rng = random.Random(f"recall-probe-mqar-{cfg.seed}")  # its own stream: the plain drills' draws unchanged
+        mq_line = _recall_drills(tok, random.Random(f"recall-probe-mqar-line-{cfg.seed}"), eval_n // 2, mqar_pairs, 0.0)
+        mq_instr = _recall_drills(tok, random.Random(f"recall-probe-mqar-instr-{cfg.seed}"), eval_n // 2, mqar_pairs, 1.0)
     tasks = stopping_set(cfg) if episodes else []
     t0 = time.perf_counter()
     row: dict = {}
     for step in range(1, steps + 1):
-        _sgd_step(model, opt, *_copy_drills(tok, rng, batch, lines_at(step, lines, warm), near), _lr_at(cfg, step))
+        more = (_recall_drills(tok, mq_rng, mqar, mqar_pairs, mqar_instruct),) if mqar else ()
+        _sgd_step(model, opt, *_copy_drills(tok, rng, batch, lines_at(step, lines, warm), near), _lr_at(cfg, step), more)
         if step % every == 0 or step == steps:
             row = {"step": step, "drill_acc": round(drill_accuracy(model, held_ids, held_w), 4),
                    "near_drill_acc": round(drill_accuracy(model, near_ids, near_w), 4)}
+            if mqar:
+                row |= {"mqar_line_acc": round(drill_accuracy(model, *mq_line), 4),
+                        "mqar_instr_acc": round(drill_accuracy(model, *mq_instr), 4)}
             if episodes:
                 from agent_base_diag import teacher_forced
 
@@ -88,6 +110,9 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=3, help="lines of a drill's file (the recipe's tasks: 3)")
     ap.add_argument("--near", type=float, default=0.0, help="share of distractor keys sharing a character with the key")
     ap.add_argument("--warm", default="", help="a curriculum before --lines: LINES:STEPS stages, e.g. 1:100,2:100")
+    ap.add_argument("--mqar", type=int, default=0, help="dense multi-query recall drills a step, beside --batch drills")
+    ap.add_argument("--mqar-instruct", type=float, default=0.3, help="share of their queries in the instruction's form")
+    ap.add_argument("--mqar-pairs", default="3:10", help="lines of their files, LO:HI")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-n", type=int, default=256, help="held-out drills per check")
     ap.add_argument("--no-episodes", action="store_true", help="skip the stopping set's teacher-forced decisions")
@@ -101,15 +126,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg = agent_base_config(args.seed, args.set)
     batch = args.batch or 2 * cfg.batch_size
+    pairs = tuple(int(x) for x in args.mqar_pairs.split(":"))
     warm = [tuple(int(x) for x in stage.split(":")) for stage in args.warm.split(",") if stage]
     print(json.dumps({"probe": "drills only", "lines": args.lines, "batch": batch, "lr": cfg.lr,
                       "layers": cfg.num_layers, "near": args.near, "warm": warm, "sets": args.set,
+                      "mqar": args.mqar, "mqar_instruct": args.mqar_instruct, "mqar_pairs": pairs,
                       "load_start": os.getloadavg()[0]}), flush=True)
     t0 = time.perf_counter()
     last = probe(cfg, args.steps, args.every, batch, args.lines, args.eval_n, not args.no_episodes, args.near, warm,
-                 log=lambda line: print(line, flush=True))
+                 args.mqar, args.mqar_instruct, pairs, log=lambda line: print(line, flush=True))
     print(json.dumps({"final_drill_acc": last["drill_acc"], "near_drill_acc": last["near_drill_acc"],
-                      "later_calls_right": last.get("later_calls_right"), "steps": args.steps, "batch": batch,
+                      "later_calls_right": last.get("later_calls_right"),
+                      "mqar_line_acc": last.get("mqar_line_acc"), "mqar_instr_acc": last.get("mqar_instr_acc"),
+                      "steps": args.steps, "batch": batch,
                       "lines": args.lines, "near": args.near, "warm": warm, "sets": args.set,
                       "seconds": round(time.perf_counter() - t0, 1), "load_end": os.getloadavg()[0]}))
 

@@ -202,6 +202,53 @@ def _copy_drills(tokenizer: Tokenizer, rng: random.Random, n: int, lines: int = 
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
+def _recall_drills(tokenizer: Tokenizer, rng: random.Random, n: int, pairs: tuple[int, int] = (3, 10),
+                   instruct: float = 0.3, letters: tuple[int, int] = (3, 6)) -> tuple[torch.Tensor, torch.Tensor]:
+    """n dense associative-recall drills (multi-query, as MQAR in the Zoology paper): a copy drill whose file holds
+    `pairs` (lo, hi) key lines, then one query for every key of the file, each query's value a trained token, so a
+    drill carries 1 + lines key-dependent tokens where `_copy_drills` carries one. A query is, with probability
+    `instruct`, the task's instruction for that key, then a tail of the call (the episode's form, the key some 15-45
+    tokens back), else the key's line again up to its value (`qx -> `: the key next to the value). A drill's keys
+    are distinct pairs of a few letters (`letters` (lo, hi) of them), so most keys share a character with another
+    in its place and only a match of both characters finds the line."""
+    from posttrain.agent import format as fmt
+    from posttrain.agent.episode import ToolCall
+    from posttrain.agent.lookup import SYMBOLS, instruction
+
+    def tail(pointer: bool) -> str:
+        call = ToolCall("read", {"path": "\0"}) if pointer else ToolCall("submit", {"answer": "\0"})
+        text = fmt.render_call(call).split("\\u0000")[0]
+        return text[rng.randint(0, len(text) - 1):]
+
+    rows = []
+    for _ in range(n):
+        alphabet = rng.sample(_LETTERS, rng.randint(*letters))
+        pairs_n = min(rng.randint(*pairs), len(alphabet) ** 2)
+        keys = rng.sample([a + b for a in alphabet for b in alphabet], pairs_n)
+        table = {k: (rng.random() < 0.5, rng.choice(SYMBOLS)) for k in keys}
+        lines = [f"{k} -> {x}" if pointer else f"{k} = {x}" for k, (pointer, x) in table.items()]
+        rng.shuffle(lines)
+        first = rng.choice(keys)
+        pieces = [(instruction(first) + "\n" + fmt.render_observation("read", "\n".join(lines)) + tail(table[first][0]),
+                   table[first][1])]
+        asked = rng.sample(keys, len(keys))
+        spelled = set(rng.sample(asked, round(instruct * len(asked))))  # a fixed count: rows of a batch alike in length
+        for k in asked:
+            pointer, x = table[k]
+            if k in spelled:
+                pieces.append(("\n" + instruction(k) + "\n" + tail(pointer), x))
+            else:
+                pieces.append(("\n" + (f"{k} -> " if pointer else f"{k} = "), x))
+        ids: list[int] = []
+        weight: list[float] = []
+        for text, x in pieces:
+            lead = tokenizer.encode(text, add_bos=False)
+            ids += lead + tokenizer.encode(x, add_bos=False)
+            weight += [0.0] * len(lead) + [1.0]
+        rows.append((ids, weight))
+    return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
+
+
 def drill_accuracy(model: CausalLM, ids: torch.Tensor, weight: torch.Tensor, chunk: int = 128) -> float:
     """Greedy teacher-forced accuracy of `model` on drills (`_copy_drills`' [B, T] ids and [B, T-1] weights): the
     share of the tokens with loss whose argmax prediction is the drill's token."""
@@ -400,16 +447,20 @@ def _lr_at(cfg: BaseModelConfig, step: int) -> float:
     return cfg.lr * min(1.0, step / BASE_WARMUP)
 
 
-def _sgd_step(model: CausalLM, opt: torch.optim.Optimizer, ids: torch.Tensor, mask: torch.Tensor, lr: float) -> None:
-    """One next-token step on `ids` [B, T], the loss counted where `mask` [B, T-1] is 1."""
+def _sgd_step(model: CausalLM, opt: torch.optim.Optimizer, ids: torch.Tensor, mask: torch.Tensor, lr: float,
+              more: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()) -> None:
+    """One next-token step on `ids` [B, T], the loss counted where `mask` [B, T-1] is 1; `more` batches of other
+    widths (ids, mask) join the same step, the loss the mean over all their counted tokens."""
     model.train()
-    logits = model(ids)[:, :-1]
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
-    loss = (loss * mask.reshape(-1)).sum() / mask.sum()
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    total = mask.sum() + sum(m.sum() for _, m in more)
+    for rows, weight in ((ids, mask), *more):
+        logits = model(rows)[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), rows[:, 1:].reshape(-1),
+                                                 reduction="none")
+        ((loss * weight.reshape(-1)).sum() / total).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
