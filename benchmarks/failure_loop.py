@@ -55,6 +55,11 @@ def _cli(*args: str) -> str:
 
 
 def train(name: str, out: Path, seed: int, sets: list[str]) -> Path:
+    """`posttrain train` of the recipe into `out/name`; a run already finished there (final/) is reused: each stage
+    is deterministic per seed at one thread, so a rerun with the same `--out` and settings only evaluates."""
+    if (out / name / "final").exists():
+        print(f"  {out.name} {name}: reused {out / name}", flush=True)
+        return out / name
     t0 = time.perf_counter()
     _cli("train", str(RECIPE), "--set", f"run_dir='{out}'", "--set", f"name='{name}'", "--set", f"seed={seed}",
          "--set", "tensorboard=false", *[x for s in sets for x in ("--set", s)])
@@ -62,11 +67,15 @@ def train(name: str, out: Path, seed: int, sets: list[str]) -> Path:
     return out / name
 
 
+def _greedy_eval(model: Path | str, suite: str, out: Path) -> dict:
+    """`posttrain eval --json` of one greedy sample per task (per-task results under 'tasks')."""
+    return json.loads(_cli("eval", "--model", str(model), "--suite", suite, "--temperature", "0", "--samples", "1",
+                           "--json", "--out", str(out)).strip().splitlines()[-1])
+
+
 def greedy(model: Path | str, suite: str, out: Path) -> tuple[int, int]:
     """(passed, tasks) of one greedy sample per task."""
-    last = _cli("eval", "--model", str(model), "--suite", suite, "--temperature", "0", "--samples", "1", "--json",
-                "--out", str(out)).strip().splitlines()[-1]
-    r = json.loads(last)
+    r = _greedy_eval(model, suite, out)
     return round(r["pass@1"] * r["n_tasks"]), r["n_tasks"]
 
 
@@ -85,8 +94,7 @@ def split_suite(suite: Path) -> tuple[Path, Path, int, int]:
 def ordinary_halves(model: str, out: Path) -> dict[str, tuple[int, int]]:
     """Greedy on the ordinary held-out problems, split by a hash of the task id into the selection half (what the
     gate reads) and the reporting half (what `ordinary_regression` reports): (passed, tasks) of each."""
-    r = json.loads(_cli("eval", "--model", model, "--suite", "arith:add", "--temperature", "0", "--samples", "1",
-                        "--json", "--out", str(out)).strip().splitlines()[-1])
+    r = _greedy_eval(model, "arith:add", out)
     counts = {"selection": [0, 0], "reporting": [0, 0]}
     for t in r["tasks"]:
         half = counts["selection" if split_of(t["task_id"], 0.5) == "held_out" else "reporting"]
@@ -104,11 +112,7 @@ def gate(start: tuple[int, int], curve: dict[int, tuple[int, int]], tolerance: f
 
 
 def arm(name: str, out: Path, seed: int, start: Path, domains: str, steps: int, every: int) -> Path:
-    """Train one arm from the mining run's final model, a checkpoint every `every` steps, all kept for the gate
-    (an arm already trained in `out` by an earlier run with the same settings is reused)."""
-    if (out / name / "final").exists():
-        print(f"  {out.name} {name}: reused {out / name}", flush=True)
-        return out / name
+    """Train one arm from the mining run's final model, a checkpoint every `every` steps, all kept for the gate."""
     return train(name, out, seed, [f"train.steps={steps}", f"train.checkpoint_every={every}",
                                    f"train.keep_checkpoints={steps // every + 1}", "eval.every=0",
                                    "eval.at_start=false", f"model.path='{start}'", f"domains=[{domains}]"])
@@ -117,12 +121,8 @@ def arm(name: str, out: Path, seed: int, start: Path, domains: str, steps: int, 
 def one_seed(seed: int, out: Path, mine_steps: int, steps: int, min_fail_rate: float, weight: float, every: int,
              tolerance: float, mine_only: bool = False) -> dict | None:
     out.mkdir(parents=True, exist_ok=True)
-    if (out / "mine" / "final").exists():  # the mining run is deterministic per seed: a rerun reuses it
-        mined = out / "mine"
-        print(f"  {out.name} mine: reused {mined}", flush=True)
-    else:
-        mined = train("mine", out, seed, ["train.curriculum='scheduler'", f"train.steps={mine_steps}",
-                                          f"train.checkpoint_every={mine_steps}"])
+    mined = train("mine", out, seed, ["train.curriculum='scheduler'", f"train.steps={mine_steps}",
+                                      f"train.checkpoint_every={mine_steps}"])
     since = mine_steps - mine_steps // 4
     exported = json.loads(_cli("failures", str(mined), "--since", str(since), "--min-fail-rate", str(min_fail_rate),
                                "--export", str(out / "suite.jsonl"),
@@ -148,7 +148,8 @@ def one_seed(seed: int, out: Path, mine_steps: int, steps: int, min_fail_rate: f
         curves[label] = {s: h["selection"] for s, h in halves.items()}
         chosen[label] = gate(ordinary["start"]["selection"], curves[label], tolerance)
         ordinary[label] = halves[chosen[label]] if chosen[label] else ordinary["start"]
-        ordinary[f"{label}_last"] = halves[steps]
+        if label == "failures":  # F's last step, ungated, is reported beside the gated figure
+            ordinary["failures_last"] = halves[steps]
         print(f"  {out.name} {label}: ordinary selection half by step {curves[label]} (start "
               f"{ordinary['start']['selection']}); kept step {chosen[label]}", flush=True)
     models = {"start": str(start), **{k: ckpt[k][chosen[k]] if chosen[k] else str(start) for k in runs},
