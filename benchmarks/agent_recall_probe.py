@@ -119,9 +119,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--set", action="append", default=[], help="config overrides of the recipe's base, KEY=VALUE")
     args = ap.parse_args()
-
     import torch
     from agent_base import agent_base_config
+
+    from posttrain.provenance import machine
 
     torch.set_num_threads(args.threads)
     cfg = agent_base_config(args.seed, args.set)
@@ -131,7 +132,7 @@ def main() -> None:
     print(json.dumps({"probe": "drills only", "lines": args.lines, "batch": batch, "lr": cfg.lr,
                       "layers": cfg.num_layers, "near": args.near, "warm": warm, "sets": args.set,
                       "mqar": args.mqar, "mqar_instruct": args.mqar_instruct, "mqar_pairs": pairs,
-                      "load_start": os.getloadavg()[0]}), flush=True)
+                      "load_start": os.getloadavg()[0], "machine": machine()}), flush=True)
     t0 = time.perf_counter()
     last = probe(cfg, args.steps, args.every, batch, args.lines, args.eval_n, not args.no_episodes, args.near, warm,
                  args.mqar, args.mqar_instruct, pairs, log=lambda line: print(line, flush=True))

@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from posttrain.eval.metrics import pooled_paired_diff
+from posttrain.provenance import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -183,7 +184,7 @@ def main() -> None:
     ap.add_argument("--skip-quick", action="store_true", help="only the code-domain comparison")
     ap.add_argument("--fault-only", action="store_true", help="only the killed producer (worker_fault_lost_groups)")
     args = ap.parse_args()
-    out: dict = {"cpus": os.cpu_count(), "load_avg_start": _load()}
+    out: dict = {"cpus": os.cpu_count(), "machine": machine(), "load_avg_start": _load()}
     if args.fault_only:
         with tempfile.TemporaryDirectory() as runs:
             fault(out, runs)

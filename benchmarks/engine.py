@@ -70,6 +70,7 @@ from posttrain.engine.local import kv as kv_module
 from posttrain.engine.local.hugepages import hugepage_empty
 from posttrain.engine.local.native_decode import load_kernel
 from posttrain.models import CausalLM, ModelConfig, char_tokenizer, load_model, save_model
+from posttrain.provenance import machine
 from posttrain.types import SamplingParams
 
 SIZES = {  # name -> (hidden, layers, intermediate); heads = hidden / 32, kv heads = heads / 2
@@ -485,12 +486,13 @@ def main() -> None:
     torch.set_num_threads(1)
     skip = set(filter(None, args.skip.split(",")))
     load_start = os.getloadavg()
+    print(json.dumps({"machine": machine()}), flush=True)
     args.ceiling = roofline()
     print(args.ceiling, flush=True)
     if not args.sweep:
         out = measure(args.size, args, skip)
         keys = ("grpo_speedup", "batch1_speedup", "prefill_fraction", "prefix_hit_rate", "spec_speedup")
-        out.update(args.ceiling, load_start=load_start, load_end=os.getloadavg())
+        out.update(args.ceiling, load_start=load_start, load_end=os.getloadavg(), machine=machine())
         print(json.dumps({**{k: out.get(k) for k in keys}, **{k: v for k, v in out.items() if k not in keys}}))
         return
     merged: dict = {}
@@ -500,7 +502,7 @@ def main() -> None:
         merged.update({f"{k}_{size}": v for k, v in out.items() if k != "size"})
     keys = [f"{k}_{s}" for k in ("grpo_speedup", "batch1_speedup") for s in ("1m", "10m", "50m")]
     keys += [f"{k}_{s}" for k in ("grpo_gemm_frac", "batch1_bandwidth_frac") for s in ("10m", "50m")]
-    merged.update(args.ceiling, load_start=load_start, load_end=os.getloadavg())
+    merged.update(args.ceiling, load_start=load_start, load_end=os.getloadavg(), machine=machine())
     print(json.dumps({**{k: merged.get(k) for k in keys}, **{k: v for k, v in merged.items() if k not in keys}}))
 
 if __name__ == "__main__":

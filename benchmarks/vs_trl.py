@@ -70,6 +70,8 @@ from typing import Any, Callable
 
 import torch
 
+from posttrain.provenance import machine
+
 PROMPTS_PER_STEP, GROUP, MAX_TOKENS, LR = 16, 8, 6, 3e-4
 
 
@@ -279,6 +281,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     load_start = list(os.getloadavg())
+    print(json.dumps({"machine": machine()}), flush=True)
     torch.set_num_threads(2)
     from posttrain.config import BaseModelConfig
     from posttrain.engine.build import build_engine
@@ -323,7 +326,7 @@ def main() -> None:
         "posttrain_plain_gain": statistics.median(r["posttrain_plain"]["gain"] for r in rows),
         "trl_gain": statistics.median(r["trl"]["gain"] for r in rows),
         "repeats": len(rows), "steps": args.steps, "eval_every": args.eval_every, "held_out": len(tasks),
-        "base_accuracy": base_acc, "load_avg_start": load_start, "load_avg_end": list(os.getloadavg()),
+        "base_accuracy": base_acc, "load_avg_start": load_start, "load_avg_end": list(os.getloadavg()), "machine": machine(),
         "per_repeat": rows,
     }))
 

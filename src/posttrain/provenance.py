@@ -1,9 +1,12 @@
-"""Which code produced a result: package version, git commit, and a hash of the package source."""
+"""Which code and which machine produced a result: package version, git commit, a hash of the package source, and
+the CPU, cores, memory and GPU it ran on (`machine`, read from the OS, never typed by hand)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
+import platform
 import subprocess
 from pathlib import Path
 
@@ -38,3 +41,50 @@ def git_commit() -> str | None:
 
 def code_version() -> dict[str, str | None]:
     return {"version": __version__, "git": git_commit(), "source_sha": source_hash()}
+
+
+def _cpuinfo(text: str) -> dict[str, str]:
+    """The first processor's fields of a Linux `/proc/cpuinfo` text."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_name(cpuinfo: str | None = None) -> str:
+    """The CPU as `lscpu` names it, with its family and model numbers where the OS gives them (two VMs that both say
+    "AMD EPYC" can be different generations): e.g. "AMD EPYC (family 25 model 1)"."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields = _cpuinfo(cpuinfo)
+    name = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']} model {fields['model']})"
+    return name
+
+
+def machine() -> dict[str, object]:
+    """The machine a result comes from: CPU, usable cores, memory in GiB, and the GPU's name (None without one or
+    without torch's CUDA). A benchmark prints it; a run stores it beside `code_version`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        memory_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        memory_gib = None
+    gpu = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return {"cpu": cpu_name(), "cores": cores, "memory_gib": memory_gib, "gpu": gpu}

@@ -44,6 +44,7 @@ def test_quickstart_json_contract(tmp_path):
         figures = store.evals("quickstart")[0][2]
         assert figures["greedy_after"] == out["greedy_after"]
         assert store.info()["config"]["seed"] == 3
+        assert store.info()["machine"]["cores"] >= 1 and store.info()["machine"]["cpu"]  # which machine made it
     # `posttrain eval --model RUN` on the run's own terms (reporting half, its verifier) gives the quickstart's figure
     ev = CliRunner().invoke(app, ["eval", "--model", out["run_dir"], "--json", "--out", str(tmp_path / "own")])
     assert ev.exit_code == 0, ev.output

@@ -203,14 +203,15 @@ def open_writer(cfg: RunConfig, run_dir: Path, step: int, resume: bool) -> Track
 
 
 def describe_run(store: RunStore, cfg: RunConfig, parts: Components, world: int) -> None:
-    """A new run's description in its store: config, code version, initial model, verifiers, ranks, the base."""
-    from posttrain.provenance import code_version
+    """A new run's description in its store: config, code version, machine, initial model, verifiers, ranks, the base."""
+    from posttrain.provenance import code_version, machine
     from posttrain.recipes.builtin import base_band_message
     from posttrain.rewards import verifier_id
 
     store.set_info(
         config=cfg.model_dump(),
         code=code_version(),
+        machine=machine(),
         init_model=str(parts.init_path),
         verifier=verifier_id(parts.domains[0].verifier),
         domains=[{"name": d.name, "verifier": verifier_id(d.verifier), "weight": d.weight} for d in parts.domains],
