@@ -18,7 +18,7 @@ from posttrain.tasks.jsonl import TaskFileError
 from posttrain.tasks.validate import validate_suite
 
 
-def easy(length=3000, limit=12):
+def easy(length=6000, limit=12):
     return load_domain("docs:reports", form="agent", compact=True, hops=1, distractors=0, length=length, limit=limit)
 
 
@@ -44,14 +44,14 @@ def test_the_compact_form_grades_gold_and_fails_null():
 def test_the_oracle_solves_easy_episodes_and_they_do_not_grow_with_the_report(sandbox):
     tok = char_tokenizer()
     sizes = {}
-    for length in (3000, 300_000):
+    for length in (6000, 300_000):
         tasks = easy(length, 6).suite().tasks
         sizes[length] = max(len(episode_trace(LINE_SPEC, t.prompt, oracle_steps(t), tok)[0]) for t in tasks)
         for t in tasks[:3]:
             ep = run(ScriptedAgent(oracle_calls(t)), t, sandbox)
             assert ep.passed
             assert run(ScriptedAgent([call("submit", answer="")]), t, sandbox).passed is False
-    assert sizes[3000] < 1000 and sizes[300_000] < 1000
+    assert sizes[6000] < 1000 and sizes[300_000] < 1000
 
 
 def test_a_lookup_is_found_by_its_question_words():

@@ -38,13 +38,13 @@ class Memory:
             self.db.execute("INSERT INTO memory(source, body) VALUES (?, ?)", (source, body))
             self.count += 1
 
-    def search(self, query: str, k: int = 5, width: int = 24, whole: bool = False) -> list[Hit]:
-        """The `k` best matches of any of the query's words (BM25), as snippets of about `width` words (`whole`:
-        each match's whole text, unmarked)."""
+    def search(self, query: str, k: int = 5, width: int = 24, whole: bool = False, every: bool = False) -> list[Hit]:
+        """The `k` best matches of any of the query's words (`every`: of all of them) by BM25, as snippets of about
+        `width` words (`whole`: each match's whole text, unmarked)."""
         words = _WORD.findall(query)
         if not words:
             return []
-        match = " OR ".join('"' + w.replace('"', "") + '"' for w in words)  # quoted: no FTS5 syntax from the model
+        match = (" AND " if every else " OR ").join('"' + w.replace('"', "") + '"' for w in words)  # quoted: no FTS5 syntax from the model
         if whole:
             rows = self.db.execute("SELECT source, body FROM memory WHERE memory MATCH ? ORDER BY bm25(memory) LIMIT ?",
                                    (match, k)).fetchall()

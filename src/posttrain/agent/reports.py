@@ -142,8 +142,14 @@ async def search_lines(ctx: ToolContext, query: str) -> ToolOutput:
 
 
 def best_lines(memory: Any, query: str) -> str:
-    """The compact search's answer: the `LINE_HITS` best lines (BM25) as `file:line: text`, or that none matched."""
-    hits = [h for h in memory.search(query, 4 * LINE_HITS, whole=True) if h.source.startswith("document ")]
+    """The compact search's answer: the `LINE_HITS` best lines (BM25) as `file:line: text`, or that none matched.
+    Lines holding every word of the query come first (in a long report the words a question shares with the padding,
+    `revenue`, a year, weigh next to nothing in BM25, and a shorter line with one rare word would outrank the row)."""
+    hits = [h for h in memory.search(query, 4 * LINE_HITS, whole=True, every=True) if h.source.startswith("document ")]
+    if len(hits) < LINE_HITS:
+        seen = {h.source for h in hits}
+        hits += [h for h in memory.search(query, 4 * LINE_HITS, whole=True)
+                 if h.source.startswith("document ") and h.source not in seen]
     if not hits:
         return f"no matches for {query!r}"
     return "\n".join(f"{h.source.removeprefix('document ')}: {h.snippet}" for h in hits[:LINE_HITS])

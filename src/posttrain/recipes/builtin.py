@@ -13,7 +13,9 @@ pre-trained on whole oracle episodes token for token as the runtime builds them
 (loss on the sampled calls only), its band measured by real greedy episodes in
 the sandbox (held-out episode success). And a base for CAD parts (`family = "cad:parts"`, `tasks/cad.py`,
 `digits` = the level): pre-trained on the gold OpenSCAD programs of the `brief` form, its band measured by the sandboxed `cad`
-verifier (held-out pass rate of greedy programs).
+verifier (held-out pass rate of greedy programs). And a base for long reports (`family = "docs:reports"`,
+`digits` = hops, 1 the easy level): pre-trained on the compact agent form's oracle episodes (`agent/reports.py`,
+`agent/traces.py`), 4,096 positions, its band measured by real greedy episodes as for `lookup`.
 Does not cover: general-purpose pre-training of larger models.
 """
 
@@ -59,9 +61,10 @@ CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the ba
 # band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
 # format-2 base built on a loaded machine may have trained past the step where its band was met)
 DOCS_BASE_FORMAT = 1  # the same, for `docs:reports` bases (their keys include it)
-DOCS_CONTEXT = 4096  # positions of a docs base: an easy compact episode is ~750 tokens whatever the report's length;
-# 4,096 holds a short report whole, so the single-turn form has a length that fits to compare with
-DOCS_LENGTH = 3000  # characters of the reports a docs base learns on (the smallest report: its core, ~3,100)
+DOCS_CONTEXT = 8192  # positions of a docs base: an easy compact episode is ~750 tokens whatever the report's length;
+# 8,192 hold a `DOCS_LENGTH` report whole, so the single-turn form has a length that fits to compare with
+DOCS_LENGTH = 6000  # characters of the reports a docs base learns on (the smallest with every fiscal year: from 6,000 up a
+# report's questions and answers are the same at any length, only the padding grows)
 DOCS_DISTRACTORS = 0  # the easy level: no restated figure, near-duplicate entity or quarterly tables
 CAD_BLOCK_REDRAW = 0.5  # a CAD base's batches: a drawn part with one feature (a bare block) is redrawn this often
 CAD_CONTEXT = 256  # positions of a CAD base: a brief level-1 prompt and its gold program are at most ~160 tokens
@@ -175,6 +178,7 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
 AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the last observation and the call, after
 # the task's instruction (without it a window of a later call cannot tell which of a file's lines to follow)
 DOCS_WINDOW = 200  # tokens of a docs oracle episode per windowed example (after the question)
+DOCS_FULL_EVERY = 4  # every 4th docs step trains on whole episodes (the prefix, then the first call)
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
 AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
@@ -554,9 +558,9 @@ def pretrain_base(
     def batch(tasks) -> tuple[torch.Tensor, torch.Tensor]:
         if not agent:
             return _batch(tokenizer, tasks)
-        if docs:  # whole compact episodes (~750 tokens), every other step windows that end at a call (~200 + the
-            # question): the question's words and the hit's figure are the copies that decide an episode
-            return _trace_batch(tokenizer, tasks, rng, None if step % 2 else DOCS_WINDOW, docs=True)
+        if docs:  # windows that end at a call (`DOCS_WINDOW` + the question, ~370 tokens: the question's words and
+            # the hit's figure are the copies that decide an episode), whole episodes (~700) every `DOCS_FULL_EVERY`
+            return _trace_batch(tokenizer, tasks, rng, None if step % DOCS_FULL_EVERY == 0 else DOCS_WINDOW, docs=True)
         if step % AGENT_FULL_EVERY == 0:  # whole episodes, a quarter as many (they are ~4x longer)
             return _trace_batch(tokenizer, tasks[: max(1, len(tasks) // 4)])
         if step % AGENT_DRILL_EVERY == 1:
