@@ -44,7 +44,8 @@ class Memory:
         words = _WORD.findall(query)
         if not words:
             return []
-        match = (" AND " if every else " OR ").join('"' + w.replace('"', "") + '"' for w in words)  # quoted: no FTS5 syntax from the model
+        # quoted: no FTS5 syntax from the model
+        match = (" AND " if every else " OR ").join('"' + w.replace('"', "") + '"' for w in words)
         if whole:
             rows = self.db.execute("SELECT source, body FROM memory WHERE memory MATCH ? ORDER BY bm25(memory) LIMIT ?",
                                    (match, k)).fetchall()
