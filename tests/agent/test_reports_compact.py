@@ -79,6 +79,20 @@ def test_the_oracle_trace_is_the_runtime_episode_token_for_token(sandbox):
         assert copied == oracle_calls(task)[0].arguments["query"] + oracle_calls(task)[1].arguments["answer"]
 
 
+def test_the_line_search_prefers_lines_with_every_word():
+    from posttrain.agent.recall import Memory
+    from posttrain.agent.reports import best_lines
+
+    m = Memory()
+    for i in range(6):  # padding: `revenue` and the year everywhere, so they weigh next to nothing in BM25
+        m.add(f"document s.md:{i}", f"Schedule {i}: revenue FY2020 {i}")
+    m.add("document a.md:1", "T1 Consolidated income statement")
+    m.add("document a.md:2", "T1 Consolidated income statement: Revenue | FY2020 1,200")
+    assert best_lines(m, "consolidated revenue FY2020") == "a.md:2: T1 Consolidated income statement: Revenue | FY2020 1,200"
+    assert best_lines(m, "consolidated nothing").startswith("a.md:1: ")  # no line holds every word: any of them
+    assert best_lines(m, "zzz") == "no matches for 'zzz'"
+
+
 def test_compact_is_for_the_agent_form_only():
     with pytest.raises(TaskFileError, match="compact"):
         load_domain("docs:reports", form="prompt", compact=True)
