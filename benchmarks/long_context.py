@@ -439,6 +439,28 @@ def agent_success(engine, tasks, spec, sandboxes) -> tuple[float, list]:
     return sum(e.passed for e in eps) / max(1, len(eps)), eps
 
 
+def diagnose(tasks, eps) -> dict:
+    """Where greedy episodes go wrong: counts of episodes that searched, searched the oracle's words, got a line that
+    holds the answer, submitted, submitted a figure printed on the line they got, and passed."""
+    import re
+
+    from posttrain.agent.reports import oracle_calls
+
+    out = collections.Counter()
+    for task, ep in zip(tasks, eps):
+        searches = [r for t in ep.turns for r in t.results if r.call.name == "search"]
+        hit = searches[0].output if searches else ""
+        out["searched"] += bool(searches)
+        out["query_as_oracle"] += bool(searches) and searches[0].call.arguments.get("query") == \
+            oracle_calls(task)[0].arguments.get("query")
+        out["hit_holds_answer"] += bool(searches) and f"{int(task.answer):,}" in hit if task.answer.isdigit() else 0
+        out["submitted"] += ep.submitted is not None
+        figures = set(re.findall(r"(?<!\w)\d[\d,]*\d|(?<!\w)\d", hit.split(": ", 1)[-1]))  # not T10, FY2024, P3
+        out["submitted_a_figure_of_the_hit"] += ep.submitted is not None and ep.submitted.strip() in figures
+        out["passed"] += ep.passed
+    return {"episodes": len(eps), **out}
+
+
 def figures_of(engine, tasks, spec, sandboxes, args) -> dict:
     """Agent greedy success at each length (`--curve-lengths`), the single-turn truncated form's accuracy at the
     fitting and the longest length, and the `none` class's false positives (a label submitted where the answer is
@@ -451,9 +473,12 @@ def figures_of(engine, tasks, spec, sandboxes, args) -> dict:
     out: dict = {"agent": {}, "single_turn": {}}
     for length in args.curve_lengths:
         t0 = time.perf_counter()
-        acc, _ = agent_success(engine, at_length(tasks, length), spec, sandboxes)
+        these = at_length(tasks, length)
+        acc, eps = agent_success(engine, these, spec, sandboxes)
         out["agent"][str(length)] = round(acc, 4)
-        print(f"  agent length {length}: {acc:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        out.setdefault("diagnosis", {})[str(length)] = diagnose(these, eps)
+        print(f"  agent length {length}: {acc:.3f} ({time.perf_counter() - t0:.0f} s) "
+              f"{out['diagnosis'][str(length)]}", flush=True)
     for length in (args.curve_lengths[0], args.curve_lengths[-1]):
         t0 = time.perf_counter()
         st = [single_turn_truncated(t, tok, context - 64) for t in at_length(tasks[: args.single_turn_tasks], length)]

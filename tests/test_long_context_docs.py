@@ -75,3 +75,30 @@ def test_a_tiny_base_and_one_rl_step_give_every_figure(tmp_path):
     row = last["docs_rl"][0]
     assert set(row["figures_best"]["agent"]) == {"6000", "20000"} and "false_positive_rate" in row["figures_best"]["none"]
     assert "docs_rl_gain" in last and "retrieval_hold_best" in last and "false_positive_rate" in last
+
+
+def test_diagnose_counts_where_episodes_go_wrong():
+    import asyncio
+
+    from posttrain.agent import run_agent_task
+    from posttrain.agent.reports import LINE_SPEC, agent_task_of, oracle_calls
+    from posttrain.agent.scripted import ScriptedAgent, call
+    from posttrain.sandbox import Limits, Sandbox
+
+    bench, tasks = _bench(), _easy(3)
+    sandbox = Sandbox(Limits(wall_s=10, cpu_s=10, memory_mb=256, pids=64, output_bytes=1 << 20, disk_mb=32))
+
+    def episode(calls, task):
+        return asyncio.run(run_agent_task(ScriptedAgent(calls), agent_task_of(task), None, 6, sandbox=sandbox,
+                                          system=LINE_SPEC.system, tool_listing=LINE_SPEC.tool_listing))
+
+    try:
+        oracle = oracle_calls(tasks[0])
+        eps = [episode(oracle, tasks[0]),
+               episode([oracle[0], call("submit", answer="T10")], tasks[0]),  # a label, not a figure of the line
+               episode([call("submit", answer="1")], tasks[1])]
+    finally:
+        sandbox.close()
+    got = bench.diagnose([tasks[0], tasks[0], tasks[1]], eps)
+    assert got == {"episodes": 3, "searched": 2, "query_as_oracle": 2, "hit_holds_answer": 2, "submitted": 3,
+                   "submitted_a_figure_of_the_hit": 1, "passed": 1}
