@@ -456,7 +456,8 @@ def diagnose(tasks, eps) -> dict:
         out["hit_holds_answer"] += bool(searches) and f"{int(task.answer):,}" in hit if task.answer.isdigit() else 0
         out["submitted"] += ep.submitted is not None
         figures = set(re.findall(r"(?<!\w)\d[\d,]*\d|(?<!\w)\d", hit.split(": ", 1)[-1]))  # not T10, FY2024, P3
-        out["submitted_a_figure_of_the_hit"] += ep.submitted is not None and ep.submitted.strip() in figures
+        said = re.findall(r"\d[\d,]*", ep.submitted or "")  # the last number is the answer (`FY2024 1,234`)
+        out["submitted_a_figure_of_the_hit"] += bool(said) and said[-1] in figures
         out["passed"] += ep.passed
     return {"episodes": len(eps), **out}
 

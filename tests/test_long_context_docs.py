@@ -96,7 +96,7 @@ def test_diagnose_counts_where_episodes_go_wrong():
         oracle = oracle_calls(tasks[0])
         year = oracle[0].arguments["query"].split()[-1].removeprefix("FY")
         eps = [episode(oracle, tasks[0]),
-               episode([oracle[0], call("submit", answer=year)], tasks[0]),  # a year, not a figure of the line
+               episode([oracle[0], call("submit", answer=f"FY{year}")], tasks[0]),  # a year alone: no figure
                episode([call("submit", answer="1")], tasks[1])]
     finally:
         sandbox.close()

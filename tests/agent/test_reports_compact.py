@@ -60,7 +60,9 @@ def test_a_lookup_is_found_by_its_question_words():
     for t in tasks:
         (search, hit), (submit, _) = oracle_steps(t)
         assert "FY" in search.arguments["query"] and t.meta["company"].split()[0] not in search.arguments["query"]
-        found += submit.arguments["answer"] in hit
+        year, figure = submit.arguments["answer"].split()
+        assert year == search.arguments["query"].split()[-1] and figure.replace(",", "") == t.answer
+        found += figure in hit
     assert found >= 36  # the best line holds the figure (a consolidated revenue may lose to the segment footnote)
     assert line_query(tasks[-1]) == search.arguments["query"]
 

@@ -208,7 +208,9 @@ def oracle_calls(task: Task) -> list[ToolCall]:
     """Calls that solve `task` with the agent form's tools: per figure, a search and a read of its line; then
     the arithmetic, then the answer. An audit question reads the planted label (or the contents, for none). In the
     compact form (`meta["compact"]`) a search's hit is the figure's whole line, so there is no read: a one-figure
-    question is searched with its own words (`line_query`) and answered with the figure as printed (`4,087`)."""
+    question is searched with its own words (`line_query`) and answered with the year it asks about and the figure
+    as printed (`FY2024 4,087`: the numeric verifier reads the last number, and a table row prints each figure after
+    its year, so naming the year first is how a reader, or a small model, finds the column)."""
     if task.meta.get("compact"):
         return _line_oracle_calls(task)
     calls: list[ToolCall] = []
@@ -230,8 +232,8 @@ def oracle_calls(task: Task) -> list[ToolCall]:
 def _line_oracle_calls(task: Task) -> list[ToolCall]:
     evidence = task.meta.get("evidence", [])
     if len(evidence) == 1 and not task.meta.get("expression"):
-        value = evidence[0]["value"]
-        answer = f"{value:,}" if isinstance(value, int) and str(value) == task.answer else task.answer
+        value, year = evidence[0]["value"], evidence[0]["key"].rsplit(":", 1)[-1]
+        answer = f"FY{year} {value:,}" if isinstance(value, int) and str(value) == task.answer else task.answer
         return [ToolCall("search", {"query": line_query(task)}), ToolCall("submit", {"answer": answer})]
     calls = [ToolCall("search", {"query": " ".join(ev["key"].replace("_", " ").split(":")[:-1]
                                                    + [f"FY{ev['key'].split(':')[-1]}"])}) for ev in evidence]
