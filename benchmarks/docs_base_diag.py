@@ -14,26 +14,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("path")
-    ap.add_argument("--tasks", type=int, default=32)
-    ap.add_argument("--show", type=int, default=3)
-    args = ap.parse_args()
-
+def teacher_forced(model, tok, tasks) -> dict:
+    """Teacher-forced greedy accuracy of `model` on the compact form's oracle episodes of `tasks`: per token of the
+    calls (the JSON around the values, the search's words, the submitted year and figure) and whole copies (every
+    token of a task's search words, or of its answer, right)."""
     import torch
 
     from posttrain.agent.reports import LINE_SPEC, oracle_steps
     from posttrain.agent.traces import episode_trace
-    from posttrain.config import BaseModelConfig
-    from posttrain.models.io import load_model
-    from posttrain.recipes.builtin import base_task_source, stopping_set
 
-    torch.set_num_threads(1)
-    model, tok = load_model(args.path)
     model.eval()
-    cfg = BaseModelConfig(family="docs:reports")
-    tasks = stopping_set(cfg, base_task_source(cfg))[: args.tasks]
     right = {"json": [0, 0], "query": [0, 0], "answer": [0, 0]}
     whole = {"query": 0, "answer": 0}
     for t in tasks:
@@ -42,7 +32,7 @@ def main() -> None:
         ids, mask = episode_trace(LINE_SPEC, t.prompt, steps, tok, decisions)
         with torch.no_grad():
             pred = model(torch.tensor([ids]))[0, :-1].argmax(-1).tolist()  # pred[j] guesses ids[j + 1]
-        # the second call starts after the first observation: decisions before it are the query's, after it the answer's
+        # the first call's decisions are the search's words, the second's the answer
         first_call_end = len(episode_trace(LINE_SPEC, t.prompt, steps[:1], tok)[0])
         ok = {"query": True, "answer": True}
         for j in range(1, len(ids)):
@@ -56,8 +46,31 @@ def main() -> None:
                 ok[kind] &= good
         for k in ok:
             whole[k] += ok[k]
-    print(json.dumps({"teacher_forced_token_accuracy": {k: round(a / max(1, n), 3) for k, (a, n) in right.items()},
-                      "teacher_forced_whole_copy": {k: f"{v}/{len(tasks)}" for k, v in whole.items()}}))
+    model.train()
+    return {"token_accuracy": {k: round(a / max(1, n), 3) for k, (a, n) in right.items()},
+            "whole_copies": {k: f"{v}/{len(tasks)}" for k, v in whole.items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("path")
+    ap.add_argument("--tasks", type=int, default=32)
+    ap.add_argument("--show", type=int, default=3)
+    args = ap.parse_args()
+
+    import torch
+
+    from posttrain.agent.reports import LINE_SPEC, oracle_steps
+    from posttrain.config import BaseModelConfig
+    from posttrain.models.io import load_model
+    from posttrain.recipes.builtin import base_task_source, stopping_set
+
+    torch.set_num_threads(1)
+    model, tok = load_model(args.path)
+    model.eval()
+    cfg = BaseModelConfig(family="docs:reports")
+    tasks = stopping_set(cfg, base_task_source(cfg))[: args.tasks]
+    print(json.dumps(teacher_forced(model, tok, tasks)))
 
     import asyncio
 
