@@ -31,8 +31,17 @@ Parts (each can be run alone with `--parts`):
   the prefill of the same `--llamacpp-length` prompt on the same 10M weights (GGUF f32) in llama.cpp, one thread,
   f32 KV cache, flash attention off, beside the engine's full-attention and windowed prefill of that prompt, each
   in its own process and in CPU seconds: `prefill_vs_llamacpp_32k` = posttrain's tokens/s ÷ llama.cpp's.
-Not measured here: the RL figures (`docs_rl_gain`, `retrieval_hold`, `false_positive_rate`), which need a
-pre-trained base and RL runs.
+- base (`--parts base`): the `docs:reports` base of the RL recipe (`quickstart.DOCS_OVERRIDES`, `examples/docs.toml`:
+  the easy level, one-figure lookups in the compact agent form) for each `--base-seeds`, through `ensure_base` (cached
+  per machine); its held-out episode success at every band check, steps and seconds.
+- rl (`--parts rl`): per `--rl-seeds`, the recipe's run (`run_quickstart`: base, GRPO over whole episodes, `best/` on
+  the selection half) and `docs_rl_gain` (greedy held-out episode success, base -> `best/`, reporting half, points;
+  `--select` measures the selection half, for recipe trials). Then, for the base and `best/` (`--figures 1`): agent
+  greedy success at each `--curve-lengths` (the same questions, reports padded; the first length fits the
+  8,192-position context, the last is 100x it) with `diagnose` (searched the oracle's words, a hit holding the answer,
+  a figure of the hit submitted), the single-turn form with the report cut to the context beside it (first and last
+  length), `retrieval_hold` (accuracy at the last length ÷ at the first, both forms) and the `none` class's
+  `false_positive_rate` (audit questions on consistent reports answered with anything but none).
 """
 
 from __future__ import annotations
