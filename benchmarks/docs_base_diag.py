@@ -18,6 +18,8 @@ def teacher_forced(model, tok, tasks) -> dict:
     """Teacher-forced greedy accuracy of `model` on the compact form's oracle episodes of `tasks`: per token of the
     calls (the JSON around the values, the search's words, the submitted year and figure) and whole copies (every
     token of a task's search words, or of its answer, right)."""
+    import re
+
     import torch
 
     from posttrain.agent.reports import LINE_SPEC, oracle_steps
@@ -25,6 +27,7 @@ def teacher_forced(model, tok, tasks) -> dict:
 
     model.eval()
     right = {"json": [0, 0], "query": [0, 0], "answer": [0, 0]}
+    parts = {"query_words": [0, 0], "query_year": [0, 0], "answer_year": [0, 0], "answer_figure": [0, 0]}
     whole = {"query": 0, "answer": 0}
     for t in tasks:
         decisions: list[bool] = []
@@ -35,6 +38,7 @@ def teacher_forced(model, tok, tasks) -> dict:
         # the first call's decisions are the search's words, the second's the answer
         first_call_end = len(episode_trace(LINE_SPEC, t.prompt, steps[:1], tok)[0])
         ok = {"query": True, "answer": True}
+        runs: dict[str, int] = {"query": 0, "answer": 0}  # position within the call's value (one token a character)
         for j in range(1, len(ids)):
             if not mask[j]:
                 continue
@@ -44,10 +48,19 @@ def teacher_forced(model, tok, tasks) -> dict:
             right[kind][1] += 1
             if kind != "json":
                 ok[kind] &= good
+                value = str(list(steps[0 if kind == "query" else -1][0].arguments.values())[-1])
+                year = re.search(r"FY\d{4}", value)
+                at = runs[kind]
+                runs[kind] += 1
+                in_year = year is not None and year.start() <= at < year.end()
+                part = f"{kind}_{'year' if in_year else 'words' if kind == 'query' else 'figure'}"
+                parts[part][0] += good
+                parts[part][1] += 1
         for k in ok:
             whole[k] += ok[k]
     model.train()
     return {"token_accuracy": {k: round(a / max(1, n), 3) for k, (a, n) in right.items()},
+            "part_accuracy": {k: round(a / max(1, n), 3) for k, (a, n) in parts.items()},
             "whole_copies": {k: f"{v}/{len(tasks)}" for k, v in whole.items()}}
 
 
