@@ -331,11 +331,11 @@ def _docs_span(task: Any, tokenizer: Tokenizer) -> tuple[int, int]:
     return instruction_span(LINE_SPEC, task.prompt, tokenizer)
 
 
-def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None,
-                 width: int | None = None, docs: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None, width: int | None = None,
+                 docs: bool = False, decision_weight: float = AGENT_DECISION_WEIGHT) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, T] right-padded oracle episodes (or windows of them, `width` tokens each after the task's instruction,
     drawn with `rng`) and the [B, T-1] loss weights: 1 on the calls the model samples, `AGENT_DECISION_WEIGHT` on
-    their copied values. `docs`: `docs:reports` tasks (the compact form), else `agent:lookup` ones."""
+    their copied values (`decision_weight`). `docs`: `docs:reports` tasks (the compact form), else `agent:lookup` ones."""
     from posttrain.agent.lookup import instruction_span, oracle_trace
 
     trace, span = (_docs_trace, _docs_span) if docs else (oracle_trace, instruction_span)
@@ -343,7 +343,7 @@ def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None,
     for t in tasks:
         decisions: list[bool] = []
         ids, mask = trace(t, tokenizer, decisions)
-        weight = [AGENT_DECISION_WEIGHT if d else float(m) for m, d in zip(mask, decisions)]
+        weight = [decision_weight if d else float(m) for m, d in zip(mask, decisions)]
         if width is not None and rng is not None:
             ids, weight = _trace_window(ids, weight, rng, width, span(t, tokenizer))
         rows.append((ids, weight))
