@@ -31,8 +31,17 @@ Parts (each can be run alone with `--parts`):
   the prefill of the same `--llamacpp-length` prompt on the same 10M weights (GGUF f32) in llama.cpp, one thread,
   f32 KV cache, flash attention off, beside the engine's full-attention and windowed prefill of that prompt, each
   in its own process and in CPU seconds: `prefill_vs_llamacpp_32k` = posttrain's tokens/s ÷ llama.cpp's.
-Not measured here: the RL figures (`docs_rl_gain`, `retrieval_hold`, `false_positive_rate`), which need a
-pre-trained base and RL runs.
+- base (`--parts base`): the `docs:reports` base of the RL recipe (`quickstart.DOCS_OVERRIDES`, `examples/docs.toml`:
+  the easy level, one-figure lookups in the compact agent form) for each `--base-seeds`, through `ensure_base` (cached
+  per machine); its held-out episode success at every band check, steps and seconds.
+- rl (`--parts rl`): per `--rl-seeds`, the recipe's run (`run_quickstart`: base, GRPO over whole episodes, `best/` on
+  the selection half) and `docs_rl_gain` (greedy held-out episode success, base -> `best/`, reporting half, points;
+  `--select` measures the selection half, for recipe trials). Then, for the base and `best/` (`--figures 1`): agent
+  greedy success at each `--curve-lengths` (the same questions, reports padded; the first length fits the
+  8,192-position context, the last is 100x it) with `diagnose` (searched the oracle's words, a hit holding the answer,
+  a figure of the hit submitted), the single-turn form with the report cut to the context beside it (first and last
+  length), `retrieval_hold` (accuracy at the last length ÷ at the first, both forms) and the `none` class's
+  `false_positive_rate` (audit questions on consistent reports answered with anything but none).
 """
 
 from __future__ import annotations
@@ -367,6 +376,202 @@ def learner(args) -> dict:
                 "learner_grad_max_rel_diff": rel, "learner_grads_equal": rel < 1e-4}
 
 
+# ---- base and RL (the built-in model on the easy level, compact agent form)
+
+
+def docs_base(args) -> dict:
+    """Build (or find cached) the `docs:reports` base of the recipe (`quickstart.DOCS_OVERRIDES`) for each base seed."""
+    from posttrain.config import load_config
+    from posttrain.recipes.builtin import DOCS_CONTEXT, ensure_base
+    from posttrain.recipes.quickstart import DOCS_OVERRIDES
+
+    rows = []
+    for seed in args.base_seeds:
+        cfg = load_config(None, [*DOCS_OVERRIDES, f"model.base.seed={seed}", *args.set]).model.base
+        t0 = time.perf_counter()
+
+        def on_eval(step: int, acc: float, seed=seed, t0=t0) -> None:
+            print(json.dumps({"base_seed": seed, "step": step, "held_out_episode_success": round(acc, 4),
+                              "s": round(time.perf_counter() - t0, 1), "load": round(os.getloadavg()[0], 2)}), flush=True)
+
+        b = ensure_base(cfg, on_eval=on_eval)
+        rows.append({"base_seed": seed, "path": str(b.path), "steps": b.steps, "held_out_episode_success": b.accuracy,
+                     "in_band": b.in_band, "band": [cfg.target_low, cfg.target_high], "seconds": round(b.seconds, 1),
+                     "cached": b.cached, "context": cfg.context or DOCS_CONTEXT})
+        print(f"docs base seed {seed}: held-out episode success {b.accuracy:.3f} after {b.steps} steps "
+              f"({'in' if b.in_band else 'OUT OF'} band), {b.seconds:.0f} s" + (" (cached)" if b.cached else ""), flush=True)
+    return {"docs_base": rows}
+
+
+def at_length(tasks: list, length: int, kinds: tuple = ()) -> list:
+    """The same (report, question) pairs as `tasks` with their reports padded to `length` characters (from 6,000 up
+    the questions and answers do not change); `kinds`: ask that kind about each report instead."""
+    from dataclasses import replace
+
+    from posttrain.tasks.report_questions import ReportSource
+
+    out = []
+    for t in tasks:
+        m = t.meta
+        source = ReportSource(length=length, hops=max(int(m["hops"]), 2 if kinds else 1), distractors=m["distractors"],
+                              kinds=kinds or (m["kind"],), form="agent", compact=bool(m.get("compact")))
+        out.append(replace(source).make(int(m["report_seed"]), (kinds or (m["kind"],))[0]))
+    return out
+
+
+def single_turn_truncated(task, tokenizer, budget: int):
+    """`task` in the single-turn form (the whole report in the prompt), the report cut at its end so that the prompt
+    holds at most `budget` tokens: what a model with that context sees of a longer report."""
+    from posttrain.rewards.registry import make_verifier  # noqa: F401 - the spec travels in meta
+    from posttrain.tasks.report_questions import ReportSource
+
+    m = task.meta
+    prompt_task = ReportSource(length=m["length"], hops=int(m["hops"]), distractors=m["distractors"],
+                               kinds=(m["kind"],), form="prompt").make(int(m["report_seed"]), m["kind"])
+    head, rest = prompt_task.prompt.split("<document>\n", 1)
+    doc, tail = rest.split("</document>", 1)
+    room = budget - len(tokenizer.encode(head + "<document>\n" + "</document>" + tail))
+    if len(tokenizer.encode(doc)) > room:
+        doc = doc[: max(0, room)]
+    from dataclasses import replace
+
+    return replace(prompt_task, prompt=head + "<document>\n" + doc + "</document>" + tail)
+
+
+def agent_success(engine, tasks, spec, sandboxes) -> tuple[float, list]:
+    from posttrain.eval.episodes import evaluate_agent
+    from posttrain.types import SamplingParams
+
+    run = evaluate_agent(engine, tasks, spec, sandboxes.workspaces, sandboxes=sandboxes,
+                         params=SamplingParams(temperature=0.0, max_tokens=spec.max_tokens, stop=("</tool_call>",)))
+    eps = [e[0] for e in run.episodes]
+    return sum(e.passed for e in eps) / max(1, len(eps)), eps
+
+
+def diagnose(tasks, eps) -> dict:
+    """Where greedy episodes go wrong: counts of episodes that searched, searched the oracle's words, got a line that
+    holds the answer, submitted, submitted a figure printed on the line they got, and passed."""
+    import re
+
+    from posttrain.agent.reports import oracle_calls
+
+    out = collections.Counter()
+    for task, ep in zip(tasks, eps):
+        searches = [r for t in ep.turns for r in t.results if r.call.name == "search"]
+        hit = searches[0].output if searches else ""
+        out["searched"] += bool(searches)
+        out["query_as_oracle"] += bool(searches) and searches[0].call.arguments.get("query") == \
+            oracle_calls(task)[0].arguments.get("query")
+        out["hit_holds_answer"] += bool(searches) and f"{int(task.answer):,}" in hit if task.answer.isdigit() else 0
+        out["submitted"] += ep.submitted is not None
+        figures = set(re.findall(r"(?<!\w)\d[\d,]*\d|(?<!\w)\d", hit.split(": ", 1)[-1]))  # not T10, FY2024, P3
+        said = re.findall(r"\d[\d,]*", ep.submitted or "")  # the last number is the answer (`FY2024 1,234`)
+        out["submitted_a_figure_of_the_hit"] += bool(said) and said[-1] in figures
+        out["passed"] += ep.passed
+    return {"episodes": len(eps), **out}
+
+
+def figures_of(engine, tasks, spec, sandboxes, args) -> dict:
+    """Agent greedy success at each length (`--curve-lengths`), the single-turn truncated form's accuracy at the
+    fitting and the longest length, and the `none` class's false positives (a label submitted where the answer is
+    none), for one model on the reporting tasks."""
+    from posttrain.eval.accuracy import evaluate_accuracy
+    from posttrain.rewards.registry import PerTask
+
+    tok = engine.tokenizer
+    context = engine.model.config.max_position_embeddings
+    out: dict = {"agent": {}, "single_turn": {}}
+    for length in args.curve_lengths:
+        t0 = time.perf_counter()
+        these = at_length(tasks, length)
+        acc, eps = agent_success(engine, these, spec, sandboxes)
+        out["agent"][str(length)] = round(acc, 4)
+        out.setdefault("diagnosis", {})[str(length)] = diagnose(these, eps)
+        print(f"  agent length {length}: {acc:.3f} ({time.perf_counter() - t0:.0f} s) "
+              f"{out['diagnosis'][str(length)]}", flush=True)
+    for length in (args.curve_lengths[0], args.curve_lengths[-1]):
+        t0 = time.perf_counter()
+        st = [single_turn_truncated(t, tok, context - 64) for t in at_length(tasks[: args.single_turn_tasks], length)]
+        acc = evaluate_accuracy(engine, st, PerTask(), max_tokens=48).accuracy
+        out["single_turn"][str(length)] = round(acc, 4)
+        print(f"  single-turn truncated length {length}: {acc:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    none_tasks = at_length(tasks[: args.none_tasks], args.curve_lengths[0], kinds=("none",))
+    acc, eps = agent_success(engine, none_tasks, spec, sandboxes)
+    flagged = sum(1 for e in eps if e.submitted is not None and e.submitted.strip().lower() != "none")
+    out["none"] = {"tasks": len(eps), "passed": round(acc, 4), "submitted": sum(e.submitted is not None for e in eps),
+                   "false_positive_rate": round(flagged / max(1, len(eps)), 4)}
+    print(f"  none class: {flagged}/{len(eps)} flagged something", flush=True)
+    return out
+
+
+def docs_rl(args) -> dict:
+    """Per seed: the recipe's RL run (`run_quickstart` of `DOCS_OVERRIDES`: base, GRPO, best/ on the selection
+    half, greedy before/after on the reporting half), then the length figures of the base and of best/."""
+    from posttrain.config import load_config
+    from posttrain.recipes.quickstart import DOCS_OVERRIDES, run_quickstart
+
+    runs = args.runs or tempfile.mkdtemp(prefix="docs-rl-")
+    rows = []
+    for seed in args.rl_seeds:
+        sets = [*DOCS_OVERRIDES, f"seed={seed}", f"model.base.seed={args.base_seeds[0]}", f"run_dir='{runs}'",
+                f"name='docs-s{seed}'", "tensorboard=false", *args.set]
+        seen: dict = {}
+
+        def prepare(trainer, seen=seen) -> None:
+            if args.select:
+                trainer.reporting = trainer.held_out  # recipe trials: measure the half best/ is chosen on
+            seen.update(trainer=trainer, tasks=list(trainer.reporting), spec=trainer.domains[0].agent,
+                        sandboxes=trainer.parts.sandboxes)
+
+        t0 = time.perf_counter()
+        r = run_quickstart(load_config(None, sets), pass1_samples=args.pass1_samples, prepare=prepare,
+                           on_phase=lambda msg, seed=seed: print(f"seed {seed}: {msg} (load {os.getloadavg()[0]:.1f})",
+                                                                 flush=True),
+                           on_step=lambda st: print(json.dumps({"step": st.step, **{k: round(v, 4) for k, v in
+                                                                st.metrics.items() if isinstance(v, float)}}), flush=True))
+        row = {"seed": seed, "half": "selection" if args.select else "reporting", "n": r.n_held_out,
+               "greedy_before": r.greedy_before, "greedy_after": r.greedy_after,
+               "docs_rl_gain_points": round(100 * (r.greedy_after - r.greedy_before), 1),
+               "pass1_before": r.pass1_before, "pass1_after": r.pass1_after, "greedy_final": r.greedy_final,
+               "best_step": r.best_step, "steps": r.steps, "rl_seconds": round(r.train_seconds, 1),
+               "base_in_band": r.base_in_band, "run_dir": r.run_dir}
+        print(f"seed {seed}: greedy {r.greedy_before:.3f} -> {r.greedy_after:.3f} ({row['docs_rl_gain_points']:+.1f} "
+              f"points) on {r.n_held_out} {row['half']} tasks, best step {r.best_step}, {r.train_seconds:.0f} s", flush=True)
+        if args.figures:
+            from posttrain.engine.build import build_engine
+            from posttrain.models.io import load_model
+
+            trainer = seen["trainer"]
+            for name, path in (("base", trainer.cfg.model.path), ("best", trainer.best_model_dir() or
+                                                                   trainer.run_dir / "final")):
+                print(f"seed {seed}: length figures of {name}", flush=True)
+                model, tok = load_model(path)
+                row[f"figures_{name}"] = figures_of(build_engine(None, model, tok), seen["tasks"][: args.figure_tasks],
+                                                    seen["spec"], seen["sandboxes"], args)
+        row["wall_seconds"] = round(time.perf_counter() - t0, 1)
+        rows.append(row)
+    out: dict = {"docs_rl": rows, "docs_rl_gain": min(r["docs_rl_gain_points"] for r in rows),
+                 "docs_rl_gain_mean": round(sum(r["docs_rl_gain_points"] for r in rows) / len(rows), 1)}
+    for name in ("base", "best"):
+        holds = [hold(r[f"figures_{name}"], args) for r in rows if f"figures_{name}" in r]
+        if holds:
+            out[f"retrieval_hold_{name}"] = holds
+    if all("figures_best" in r for r in rows):
+        out["false_positive_rate"] = {n: [r[f"figures_{n}"]["none"]["false_positive_rate"] for r in rows]
+                                      for n in ("base", "best")}
+    return out
+
+
+def hold(fig: dict, args) -> dict:
+    """`retrieval_hold`: accuracy at the longest length ÷ at the first (the one that fits), agent and single-turn."""
+    fit, far = str(args.curve_lengths[0]), str(args.curve_lengths[-1])
+
+    def ratio(d: dict) -> float | None:
+        return round(d[far] / d[fit], 4) if d.get(fit) else None
+
+    return {"agent": ratio(fig["agent"]), "single_turn": ratio(fig["single_turn"]), "fit": fit, "far": far}
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -391,6 +596,19 @@ def main() -> None:
     ap.add_argument("--ckpt", type=int, default=0)
     ap.add_argument("--grads", default="")
     ap.add_argument("--progress", default="", help="append each engine forward's tokens and CPU s to this file")
+    ap.add_argument("--base-seeds", type=_ints, default=[0], help="(base, rl) docs base seeds; rl uses the first")
+    ap.add_argument("--rl-seeds", type=_ints, default=[1])
+    ap.add_argument("--select", action="store_true", help="(rl) measure on the selection half (recipe trials)")
+    ap.add_argument("--set", action="append", default=[], help="(base, rl) config overrides, KEY=VALUE")
+    ap.add_argument("--runs", default="", help="(rl) where the runs go (default: a temporary directory)")
+    ap.add_argument("--pass1-samples", type=int, default=2)
+    ap.add_argument("--figures", type=int, default=1, help="(rl) 0: the gain only, no length figures")
+    ap.add_argument("--figure-tasks", type=int, default=50, help="(rl) reporting tasks in the length figures")
+    ap.add_argument("--single-turn-tasks", type=int, default=25)
+    ap.add_argument("--none-tasks", type=int, default=50)
+    ap.add_argument("--curve-lengths", type=_ints, default=[6000, 60000, 819200],
+                    help="(rl) report lengths of the effective-length curve: the first fits the context, the last is "
+                         "100x it (8,192 positions)")
     args = ap.parse_args()
     if args.child == "engine":
         print(json.dumps(engine_child(args.mode, args.length, args.decode, args.window, args.progress)))
@@ -413,12 +631,18 @@ def main() -> None:
         out.update(engine(args))
     if "llamacpp" in parts:
         out.update(llamacpp(args))
+    if "base" in parts or "rl" in parts:
+        torch.set_num_threads(1)
+    if "base" in parts:
+        out.update(docs_base(args))
+    if "rl" in parts:
+        out.update(docs_rl(args))
     out["load_end"] = [round(x, 2) for x in os.getloadavg()]
     out["seconds"] = round(time.time() - t0, 1)
     out["not_measured"] = ([] if "llamacpp" in parts else ["prefill vs llama.cpp (`--parts llamacpp`: needs "
-                                                           "pip install 'posttrain[llamacpp]', a 10-25 min build)"]) + [
-                           "docs_rl_gain, retrieval_hold, false_positive_rate (need a pre-trained base and RL runs)"]
-    if out.get("prefill_128k_s") is None:
+                                                           "pip install 'posttrain[llamacpp]', a 10-25 min build)"]) + (
+        [] if "rl" in parts else ["docs_rl_gain, retrieval_hold, false_positive_rate (`--parts base,rl`)"])
+    if "engine" in parts and out.get("prefill_128k_s") is None:
         out["not_measured"].append("prefill at 128k (too slow on the shared 2-core machine); scaling is taken at the "
                                    "longest length measured")
     print(json.dumps(out))

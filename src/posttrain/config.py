@@ -49,6 +49,11 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     # GRPO no holed part to reinforce: issue 42)
     "cad:parts": {"target_low": 0.30, "target_high": 0.60, "batch_size": 32, "eval_every": 25, "eval_size": 64,
                   "max_steps": 3000, "digits": 1, "kind_floor": 0.15},
+    # long reports (docs:reports, easy level: one-figure lookups in the compact agent form, `digits` = hops): whole
+    # oracle episodes (~750 tokens; 8,192 positions, so a 6,000-character report fits the context of the
+    # single-turn form), a band check is a batch of real episodes in the sandbox (48 of them every 40 steps)
+    "docs:reports": {"target_low": 0.20, "target_high": 0.55, "batch_size": 16, "eval_every": 40, "eval_size": 48,
+                     "max_steps": 1600, "digits": 1},
 }
 """Per-family defaults of the built-in base model, applied to the fields a config leaves unset."""
 _WORKED_FAMILIES = tuple(f for f, d in FAMILY_BASE_DEFAULTS.items() if d.get("worked"))
@@ -68,11 +73,13 @@ class BaseModelConfig(_Section):
     num_heads: int = Field(4, ge=1)
     """Attention heads (no grouping: the base model is tiny)."""
     family: Literal["add", "sub", "addsub", "mul", "chain", "code:ops", "code:linear", "lookup",
-                    "cad:parts"] = "add"
+                    "cad:parts", "docs:reports"] = "add"
     """The arithmetic family it is pre-trained on (also the quickstart's RL task), a code-writing family
     (`code:ops`, `code:linear`; see docs/code_domain.md), whose difficulty knob is `digits` too, or `lookup`,
     the multi-turn agent domain `agent:lookup` (pre-trained on oracle episodes; its knob is `digits` = hops), or
-    `cad:parts`, OpenSCAD programs for generated parts (pre-trained on gold programs; `digits` = the level, 1-3)."""
+    `cad:parts`, OpenSCAD programs for generated parts (pre-trained on gold programs; `digits` = the level, 1-3), or
+    `docs:reports`, questions over long reports in the compact agent form (oracle episodes; `digits` = hops, 1 the
+    easy level)."""
     digits: int = Field(2, ge=1, le=9)
     """Operands have up to this many digits (2: a 0.86M model reaches the band in a minute or two on 2 cores)."""
     min_digits: int | None = Field(None, ge=1, le=9)

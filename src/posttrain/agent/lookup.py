@@ -166,57 +166,22 @@ def oracle_calls(task: Task) -> list[tuple[ToolCall, str]]:
     return out
 
 
-def _oracle_head(task: Task, codec: Any) -> tuple[list[int], list[int]]:
-    """The ids an episode opens with: the stable prefix, then the task's entry (its instruction)."""
-    from posttrain.agent import format as fmt
-
-    prefix = codec.entry("prefix", fmt.render_prefix([t.schema() for t in TOOLS], SYSTEM, SPEC.tool_listing)).ids
-    return prefix, codec.entry("task", task.prompt).ids
-
-
 def instruction_span(task: Task, tokenizer: Any) -> tuple[int, int]:
     """Where the task's entry (the instruction: which key to follow) lies in `oracle_trace(task, tokenizer)`'s ids,
     as [start, end)."""
-    from posttrain.agent.models import TextCodec
+    from posttrain.agent import traces
 
-    prefix, instruction_ids = _oracle_head(task, TextCodec(tokenizer))
-    return len(prefix), len(prefix) + len(instruction_ids)
+    return traces.instruction_span(SPEC, task.prompt, tokenizer)
 
 
 def oracle_trace(task: Task, tokenizer: Any, decisions: list[bool] | None = None) -> tuple[list[int], list[bool]]:
-    """The token sequence of the oracle's episode exactly as the runtime builds it (the stable prefix, the
-    task, then per call the sampled call text and the encoded observation; the last observation is not
-    trained on) and which tokens the model samples. The base model is pre-trained on these. When a list is
-    given as `decisions`, it is filled with which tokens are a call's argument value (what the agent copies
-    from what it read: the tokens that decide the episode)."""
-    from posttrain.agent import format as fmt
-    from posttrain.agent.models import TextCodec
+    """The token sequence of the oracle's episode exactly as the runtime builds it, and which tokens the model
+    samples (`traces.episode_trace`). The base model is pre-trained on these. When a list is given as `decisions`,
+    it is filled with which tokens are a call's argument value (what the agent copies from what it read: the tokens
+    that decide the episode)."""
+    from posttrain.agent import traces
 
-    codec = TextCodec(tokenizer)
-    prefix, instruction_ids = _oracle_head(task, codec)
-    ids = prefix + instruction_ids
-    mask = [False] * len(ids)
-    calls = oracle_calls(task)
-    if decisions is not None:
-        decisions[:] = [False] * len(ids)
-    for i, (call, output) in enumerate(calls):
-        sampled = tokenizer.encode(fmt.render_call(call), add_bos=False)
-        if decisions is not None:
-            value = str(next(iter(call.arguments.values())))
-            text = fmt.render_call(call)
-            at = text.rindex(value)  # the argument's value is the last thing before the closing braces
-            head = len(tokenizer.encode(text[:at], add_bos=False))
-            n = len(tokenizer.encode(text[: at + len(value)], add_bos=False)) - head
-            decisions += [head <= j < head + n for j in range(len(sampled))]
-        ids += sampled
-        mask += [True] * len(sampled)
-        if i < len(calls) - 1:
-            seen = codec.entry("observation", output, i + 1, call.name).ids
-            ids += seen
-            mask += [False] * len(seen)
-            if decisions is not None:
-                decisions += [False] * len(seen)
-    return ids, mask
+    return traces.episode_trace(SPEC, task.prompt, oracle_calls(task), tokenizer, decisions)
 
 
 SPEC = AgentSpec(load=agent_task_of, tools=TOOLS, system=SYSTEM, max_steps=8, max_format_errors=2,

@@ -38,15 +38,21 @@ class Memory:
             self.db.execute("INSERT INTO memory(source, body) VALUES (?, ?)", (source, body))
             self.count += 1
 
-    def search(self, query: str, k: int = 5, width: int = 24) -> list[Hit]:
-        """The `k` best matches of any of the query's words (BM25), as snippets of about `width` words."""
+    def search(self, query: str, k: int = 5, width: int = 24, whole: bool = False, every: bool = False) -> list[Hit]:
+        """The `k` best matches of any of the query's words (`every`: of all of them) by BM25, as snippets of about
+        `width` words (`whole`: each match's whole text, unmarked)."""
         words = _WORD.findall(query)
         if not words:
             return []
-        match = " OR ".join('"' + w.replace('"', "") + '"' for w in words)  # quoted: no FTS5 syntax from the model
-        rows = self.db.execute(
-            "SELECT source, snippet(memory, 1, '[', ']', ' ... ', ?) FROM memory WHERE memory MATCH ? "
-            "ORDER BY bm25(memory) LIMIT ?", (width, match, k)).fetchall()
+        # quoted: no FTS5 syntax from the model
+        match = (" AND " if every else " OR ").join('"' + w.replace('"', "") + '"' for w in words)
+        if whole:
+            rows = self.db.execute("SELECT source, body FROM memory WHERE memory MATCH ? ORDER BY bm25(memory) LIMIT ?",
+                                   (match, k)).fetchall()
+        else:
+            rows = self.db.execute(
+                "SELECT source, snippet(memory, 1, '[', ']', ' ... ', ?) FROM memory WHERE memory MATCH ? "
+                "ORDER BY bm25(memory) LIMIT ?", (width, match, k)).fetchall()
         return [Hit(s, snip) for s, snip in rows]
 
     def close(self) -> None:

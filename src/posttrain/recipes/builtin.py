@@ -13,7 +13,9 @@ pre-trained on whole oracle episodes token for token as the runtime builds them
 (loss on the sampled calls only), its band measured by real greedy episodes in
 the sandbox (held-out episode success). And a base for CAD parts (`family = "cad:parts"`, `tasks/cad.py`,
 `digits` = the level): pre-trained on the gold OpenSCAD programs of the `brief` form, its band measured by the sandboxed `cad`
-verifier (held-out pass rate of greedy programs).
+verifier (held-out pass rate of greedy programs). And a base for long reports (`family = "docs:reports"`,
+`digits` = hops, 1 the easy level): pre-trained on the compact agent form's oracle episodes (`agent/reports.py`,
+`agent/traces.py`), 4,096 positions, its band measured by real greedy episodes as for `lookup`.
 Does not cover: general-purpose pre-training of larger models.
 """
 
@@ -58,6 +60,12 @@ CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the ba
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
 # band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
 # format-2 base built on a loaded machine may have trained past the step where its band was met)
+DOCS_BASE_FORMAT = 1  # the same, for `docs:reports` bases (their keys include it)
+DOCS_CONTEXT = 8192  # positions of a docs base: an easy compact episode is ~750 tokens whatever the report's length;
+# 8,192 hold a `DOCS_LENGTH` report whole, so the single-turn form has a length that fits to compare with
+DOCS_LENGTH = 6000  # characters of the reports a docs base learns on (the smallest with every fiscal year: from 6,000 up a
+# report's questions and answers are the same at any length, only the padding grows)
+DOCS_DISTRACTORS = 0  # the easy level: no restated figure, near-duplicate entity or quarterly tables
 CAD_BLOCK_REDRAW = 0.5  # a CAD base's batches: a drawn part with one feature (a bare block) is redrawn this often
 CAD_CONTEXT = 256  # positions of a CAD base: a brief level-1 prompt and its gold program are at most ~160 tokens
 
@@ -90,6 +98,24 @@ def is_cad(cfg: BaseModelConfig) -> bool:
     return cfg.family.startswith("cad:")
 
 
+def is_docs(cfg: BaseModelConfig) -> bool:
+    return cfg.family == "docs:reports"
+
+
+def is_episodic(cfg: BaseModelConfig) -> bool:
+    """A base pre-trained on oracle episodes and measured by real ones (the lookup and docs families)."""
+    return is_agent(cfg) or is_docs(cfg)
+
+
+def docs_domain(cfg: BaseModelConfig, length: int = DOCS_LENGTH) -> Any:
+    """The `docs:reports` domain a docs base learns and is measured on: the compact agent form at `cfg.digits`
+    hops (1: one-figure lookups), `DOCS_DISTRACTORS`, reports of `length` characters."""
+    from posttrain.tasks.domains import load_domain
+
+    return load_domain("docs:reports", form="agent", compact=True, hops=cfg.digits, distractors=DOCS_DISTRACTORS,
+                       length=length, held_out_fraction=cfg.held_out_fraction)
+
+
 def base_key(cfg: BaseModelConfig) -> str:
     # `worked` and `context` join the key only when set, so every base built before them keeps its key
     fields = cfg.model_dump(exclude={"cache_dir"} | (set() if cfg.worked else {"worked"})
@@ -97,6 +123,9 @@ def base_key(cfg: BaseModelConfig) -> str:
     if is_agent(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "agent_format": AGENT_BASE_FORMAT, **fields}, sort_keys=True)
         return f"agent-{cfg.family}-h{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+    if is_docs(cfg):
+        blob = json.dumps({"format": BASE_FORMAT, "docs_format": DOCS_BASE_FORMAT, **fields}, sort_keys=True)
+        return f"docs-reports-h{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
     if is_cad(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "cad_format": CAD_BASE_FORMAT, **fields}, sort_keys=True)
         return f"cad-{cfg.family.split(':', 1)[1]}-l{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
@@ -114,6 +143,8 @@ def base_task_source(cfg: BaseModelConfig) -> Any:
     A code family uses the task generator's defaults for every knob but `digits`, so a training
     source `code:<family>` with the same `tasks.digits` draws from the same distribution.
     """
+    if is_docs(cfg):
+        return docs_domain(cfg).source
     if is_agent(cfg):
         from posttrain.agent.lookup import LookupSource
 
@@ -146,6 +177,8 @@ def _batch(tokenizer: Tokenizer, tasks, device="cpu") -> tuple[torch.Tensor, tor
 
 AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the last observation and the call, after
 # the task's instruction (without it a window of a later call cannot tell which of a file's lines to follow)
+DOCS_WINDOW = 200  # tokens of a docs oracle episode per windowed example (after the question)
+DOCS_FULL_EVERY = 4  # every 4th docs step trains on whole episodes (the prefix, then the first call)
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
 AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
@@ -283,35 +316,53 @@ def _trace_window(ids: list[int], weight: list[float], rng: random.Random, width
     return ids[head[0]:head[1]] + ids[start:end], [0.0] * (head[1] - head[0]) + [first] + weight[start + 1:end]
 
 
-def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None,
-                 width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _docs_trace(task: Any, tokenizer: Tokenizer, decisions: list[bool]) -> tuple[list[int], list[bool]]:
+    """A `docs:reports` task's oracle episode in the compact form, token for token (`traces.episode_trace`)."""
+    from posttrain.agent.reports import LINE_SPEC, oracle_steps
+    from posttrain.agent.traces import episode_trace
+
+    return episode_trace(LINE_SPEC, task.prompt, oracle_steps(task), tokenizer, decisions)
+
+
+def _docs_span(task: Any, tokenizer: Tokenizer) -> tuple[int, int]:
+    from posttrain.agent.reports import LINE_SPEC
+    from posttrain.agent.traces import instruction_span
+
+    return instruction_span(LINE_SPEC, task.prompt, tokenizer)
+
+
+def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None, width: int | None = None,
+                 docs: bool = False, decision_weight: float = AGENT_DECISION_WEIGHT) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, T] right-padded oracle episodes (or windows of them, `width` tokens each after the task's instruction,
     drawn with `rng`) and the [B, T-1] loss weights: 1 on the calls the model samples, `AGENT_DECISION_WEIGHT` on
-    their copied values."""
+    their copied values (`decision_weight`). `docs`: `docs:reports` tasks (the compact form), else `agent:lookup` ones."""
     from posttrain.agent.lookup import instruction_span, oracle_trace
 
+    trace, span = (_docs_trace, _docs_span) if docs else (oracle_trace, instruction_span)
     rows = []
     for t in tasks:
         decisions: list[bool] = []
-        ids, mask = oracle_trace(t, tokenizer, decisions)
-        weight = [AGENT_DECISION_WEIGHT if d else float(m) for m, d in zip(mask, decisions)]
+        ids, mask = trace(t, tokenizer, decisions)
+        weight = [decision_weight if d else float(m) for m, d in zip(mask, decisions)]
         if width is not None and rng is not None:
-            ids, weight = _trace_window(ids, weight, rng, width, instruction_span(t, tokenizer))
+            ids, weight = _trace_window(ids, weight, rng, width, span(t, tokenizer))
         rows.append((ids, weight))
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
-def _episode_success(engine, tasks) -> float:
-    """Held-out greedy episode success: one real episode per task, in the sandbox, as RL will run them."""
+def _episode_success(engine, tasks, spec: Any = None) -> float:
+    """Held-out greedy episode success: one real episode per task, in the sandbox, as RL will run them (`spec`: the
+    domain's `AgentSpec`, `agent:lookup`'s by default)."""
     from posttrain.agent.lookup import SPEC
     from posttrain.eval.harness import EvalSpec
     from posttrain.eval.run import run_eval
     from posttrain.tasks.suites import Suite
 
+    agent = spec or SPEC
     # built before (and apart from) any run: this process's local sandbox (`current_sandboxes`), started at the first
     # check; the episodes verify themselves, so the suite needs no verifier of its own
-    spec = EvalSpec(model="in-process", suite="held-out", max_tokens=SPEC.max_tokens)
-    run = run_eval(engine, Suite("held-out", list(tasks), None, agent=SPEC), spec)
+    eval_spec = EvalSpec(model="in-process", suite="held-out", max_tokens=agent.max_tokens)
+    run = run_eval(engine, Suite("held-out", list(tasks), None, agent=agent), eval_spec)
     assert run.summary is not None  # run_eval always summarizes
     return run.summary.pass1
 
@@ -353,7 +404,8 @@ def _fresh_model(cfg: BaseModelConfig, vocab_size: int, agent: bool) -> CausalLM
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=cfg.context or (AGENT_CONTEXT if agent else CAD_CONTEXT if is_cad(cfg) else 128),
+        max_position_embeddings=cfg.context or (DOCS_CONTEXT if is_docs(cfg) else AGENT_CONTEXT if agent
+                                                else CAD_CONTEXT if is_cad(cfg) else 128),
         tie_word_embeddings=True,
     )
     model = CausalLM(mcfg)
@@ -474,7 +526,7 @@ def pretrain_base(
     torch.manual_seed(cfg.seed)
     tokenizer = char_tokenizer()
     source = base_task_source(cfg)
-    agent = is_agent(cfg)
+    agent, docs = is_episodic(cfg), is_docs(cfg)
     model = _fresh_model(cfg, tokenizer.vocab_size, agent)
     opt = _optimizer(model, cfg)
     rng = random.Random(cfg.seed)
@@ -490,7 +542,7 @@ def pretrain_base(
         # long shared prefix would otherwise be read from the model of the first check, and every episode fail)
         engine.set_version(step)
         if agent:
-            return _episode_success(engine, held_out)
+            return _episode_success(engine, held_out, docs_domain(cfg).agent if docs else None)
         result = band_accuracy(engine, held_out, verifier, max_answer)
         if is_cad(cfg):
             report["by_kind"] = kind_rates(held_out, result.per_task)
@@ -506,6 +558,9 @@ def pretrain_base(
     def batch(tasks) -> tuple[torch.Tensor, torch.Tensor]:
         if not agent:
             return _batch(tokenizer, tasks)
+        if docs:  # windows that end at a call (`DOCS_WINDOW` + the question, ~370 tokens: the question's words and
+            # the hit's figure are the copies that decide an episode), whole episodes (~700) every `DOCS_FULL_EVERY`
+            return _trace_batch(tokenizer, tasks, rng, None if step % DOCS_FULL_EVERY == 0 else DOCS_WINDOW, docs=True)
         if step % AGENT_FULL_EVERY == 0:  # whole episodes, a quarter as many (they are ~4x longer)
             return _trace_batch(tokenizer, tasks[: max(1, len(tasks) // 4)])
         if step % AGENT_DRILL_EVERY == 1:

@@ -68,6 +68,17 @@ AGENT_OVERRIDES = [
 ]
 
 
+# long reports (`docs:reports`, issue 41), the easy level in the compact agent form (examples/docs.toml is this run):
+# the `docs:reports` base (`model.base.family`, digits = hops = 1), GRPO over whole episodes
+DOCS_OVERRIDES = [
+    "tasks.source=docs:reports", "tasks.options.form=agent", "tasks.options.compact=true", "tasks.options.hops=1",
+    "tasks.options.distractors=0", "tasks.options.length=6000", "model.base.family=docs:reports",
+    "sampling.n=8", "sampling.temperature=0.5", "sampling.max_tokens=128", "train.steps=30",
+    "train.prompts_per_step=4", "eval.every=10", "eval.size=100", "train.checkpoint_every=10",
+    "rl.lr=5e-4", "rl.loss_agg=seq_mean_token_mean", "rl.advantage=grpo", "rl.std_floor=0.15", "rl.warmup_steps=8",
+]
+
+
 # `posttrain quickstart --cad`: single-turn RL on the easy CAD level, brief form (examples/cad.toml is this run)
 CAD_OVERRIDES = [
     "tasks.source=cad:parts", "tasks.options.level=1", "tasks.options.brief=true", "model.base.family=cad:parts",

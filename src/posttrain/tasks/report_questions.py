@@ -178,7 +178,9 @@ def single_turn_prompt(report: Report, q: Question) -> str:
             "<answer></answer>.")
 
 
-def agent_instruction(report: Report, q: Question) -> str:
+def agent_instruction(report: Report, q: Question, compact: bool = False) -> str:
+    if compact:  # the compact agent form (`ReportSource.compact`): the question and the answer's form, nothing else
+        return f"{q.text} Submit {_form_hint(q)}."
     return (f"The annual report of {report.company} is in the workspace, one file per section; "
             f"00_contents.md lists them. Question: {q.text} Submit only the final answer: {_form_hint(q)}.")
 
@@ -193,6 +195,7 @@ class ReportSource(GeneratedSource):
     kinds: tuple[Kind, ...] = KINDS
     form: Form = "prompt"
     held_out_fraction: float = 0.15
+    compact: bool = False  # agent form: a short instruction and the line tools (`agent/reports.py`, `LINE_TOOLS`)
 
     def __post_init__(self) -> None:
         if not 1 <= self.hops <= 3:
@@ -208,6 +211,8 @@ class ReportSource(GeneratedSource):
             raise ValueError(f"form must be prompt or agent, got {self.form!r}")
         if not 0 < self.held_out_fraction < 1:
             raise ValueError(f"held_out_fraction must be in (0, 1), got {self.held_out_fraction}")
+        if self.compact and self.form != "agent":
+            raise ValueError("compact applies to the agent form only (form = agent)")
 
     @property
     def name(self) -> str:
@@ -225,7 +230,7 @@ class ReportSource(GeneratedSource):
         plant = PLANTS[seed % len(PLANTS)] if kind == "inconsistency" else None
         report = generate_report(seed, ReportOptions(self.length, self.distractors, plant))
         q = _draw_question(random.Random(f"question:{seed}:{kind}"), kind, report, self.hops, self.distractors)
-        return task_of(report, q, seed, self.form, self.length, self.distractors)
+        return task_of(report, q, seed, self.form, self.length, self.distractors, self.compact)
 
     def sample(self, rng: random.Random, split: Split = "train") -> Task:
         """The split is decided by the report's seed before the report is generated (a 1M-character report costs
@@ -244,8 +249,10 @@ def report_split(seed: int, held_out_fraction: float) -> Split:
     return split_of(f"reports:{seed}", held_out_fraction)
 
 
-def task_of(report: Report, q: Question, seed: int, form: Form, length: int, distractors: int) -> Task:
-    """The task a (report, question) pair is, in either form. Its id and split do not depend on the form."""
+def task_of(report: Report, q: Question, seed: int, form: Form, length: int, distractors: int,
+            compact: bool = False) -> Task:
+    """The task a (report, question) pair is, in either form. Its id and split do not depend on the form (nor on
+    `compact`, the agent form's short instruction and line tools)."""
     blob = json.dumps({"seed": seed, "length": length, "distractors": distractors, "plant": report.plant_kind,
                        "q": q.text, "a": q.answer}, sort_keys=True)
     digest = hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()  # the task's id: its content
@@ -255,11 +262,11 @@ def task_of(report: Report, q: Question, seed: int, form: Form, length: int, dis
         "kind": q.kind, "hops": q.hops, "difficulty": q.hops, "split_key": f"{seed}:{q.kind}", "form": form,
         "report_seed": seed, "length": length, "chars": len(report.text), "distractors": distractors,
         "verifier": verifier_spec(q, form), "evidence": evidence, "expression": q.expression,
-        "planted": report.planted, "question": q.text,
+        "planted": report.planted, "question": q.text, "company": report.company,
     }
     if form == "agent":
-        meta.update(files=dict(report.files), rollouter="agent", reference_response=q.answer)
-        prompt = agent_instruction(report, q)
+        meta.update(files=dict(report.files), rollouter="agent", reference_response=q.answer, compact=compact)
+        prompt = agent_instruction(report, q, compact)
     else:
         meta["reference_response"] = f"<answer>{q.answer}</answer>"
         prompt = single_turn_prompt(report, q)

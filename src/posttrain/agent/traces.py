@@ -1,0 +1,67 @@
+"""Oracle episodes as token sequences: what the built-in agent bases (`recipes/builtin.py`) pre-train on.
+
+Covers: `episode_trace` (the ids of an episode exactly as the runtime builds them from the stable prefix, the task's
+instruction and (call, tool answer) pairs, with which tokens the model samples and which of those are a call's
+argument value, the tokens that decide the episode) and `instruction_span` (where the instruction lies in it). A
+domain supplies its spec and its oracle's steps (`agent/lookup.py`'s `oracle_calls`, `agent/reports.py`'s
+`oracle_steps`). Does not cover: running episodes (`runtime.py`), drawing tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posttrain.agent.episode import ToolCall
+from posttrain.agent.spec import AgentSpec
+
+
+def _head(spec: AgentSpec, instruction: str, codec: Any) -> tuple[list[int], list[int]]:
+    """The ids an episode opens with: the stable prefix, then the task's entry (its instruction)."""
+    from posttrain.agent import format as fmt
+
+    tools = spec.tools or ()
+    prefix = codec.entry("prefix", fmt.render_prefix([t.schema() for t in tools], spec.system, spec.tool_listing)).ids
+    return prefix, codec.entry("task", instruction).ids
+
+
+def instruction_span(spec: AgentSpec, instruction: str, tokenizer: Any) -> tuple[int, int]:
+    """Where the task's entry lies in `episode_trace`'s ids, as [start, end)."""
+    from posttrain.agent.models import TextCodec
+
+    prefix, ids = _head(spec, instruction, TextCodec(tokenizer))
+    return len(prefix), len(prefix) + len(ids)
+
+
+def episode_trace(spec: AgentSpec, instruction: str, steps: list[tuple[ToolCall, str]], tokenizer: Any,
+                  decisions: list[bool] | None = None) -> tuple[list[int], list[bool]]:
+    """The token sequence of an episode that makes `steps`' calls and gets their answers, exactly as the runtime
+    builds it (the stable prefix, the task, then per call the sampled call text and the encoded observation; the
+    last observation is not included), and which tokens the model samples. When a list is given as `decisions`, it
+    is filled with which tokens are a call's (last) argument value: what the agent copies from what it read."""
+    from posttrain.agent import format as fmt
+    from posttrain.agent.models import TextCodec
+
+    codec = TextCodec(tokenizer)
+    prefix, instruction_ids = _head(spec, instruction, codec)
+    ids = prefix + instruction_ids
+    mask = [False] * len(ids)
+    if decisions is not None:
+        decisions[:] = [False] * len(ids)
+    for i, (call, output) in enumerate(steps):
+        text = fmt.render_call(call)
+        sampled = tokenizer.encode(text, add_bos=False)
+        if decisions is not None:
+            value = str(list(call.arguments.values())[-1])
+            at = text.rindex(value)  # the argument's value is the last thing before the closing braces
+            head = len(tokenizer.encode(text[:at], add_bos=False))
+            n = len(tokenizer.encode(text[: at + len(value)], add_bos=False)) - head
+            decisions += [head <= j < head + n for j in range(len(sampled))]
+        ids += sampled
+        mask += [True] * len(sampled)
+        if i < len(steps) - 1:
+            seen = codec.entry("observation", output, i + 1, call.name).ids
+            ids += seen
+            mask += [False] * len(seen)
+            if decisions is not None:
+                decisions += [False] * len(seen)
+    return ids, mask
