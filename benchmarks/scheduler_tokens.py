@@ -12,11 +12,15 @@ The arms (one config each, the same but for these settings; `ARMS`):
   E[p(1-p)] weights and per-domain informative shares only, nothing retired, no probes, no replays.
 Tokens: every token sampled for any group, kept or dropped (the step metric `sampled_tokens`, stored in the run
 store's `steps` table and read back from it). An arm trains until its sampled tokens reach `--budget-tokens`
-(the step that crosses it finishes), or until `--max-wall-s` (then its curve ends short, and says so).
+(the step that crosses it finishes), or until `--max-wall-s` (then its curve ends short, and says so). The arms run
+two at a time, one torch thread each: uniform and dapo first; then, unless `--full`, scheduler and learnability
+stop at their first evaluation at or above the target uniform's curve fixes (their first crossing is known then,
+and nothing after it changes it; their curves at the budgets past it print as "-").
 
 Competence: the mean over the learnable domains of greedy accuracy on `--eval-size` held-out tasks per domain (the
 held-out split, disjoint from training by hash; the same tasks for every arm of a seed, drawn with the seed),
-evaluated at the start and whenever an arm's sampled tokens first pass each of `--evals` equal marks of the budget.
+evaluated at the start and whenever an arm's sampled tokens first pass one of `--evals` equal marks of the budget,
+or one of `--early-evals` marks below the first (halving: budget / 16, / 32, / 64 at the defaults).
 The learnable list is fixed before any arm runs, by a probe of the base model alone on another seed (`PROBE_SEED`):
 `--probe-tasks` training-split tasks per domain, `PROBE_SAMPLES` samples each at the run's temperature, through
 the training rollouter; learnable = a sampled pass rate above 0 and at most `PROBE_HIGH`. The probe is written to
@@ -66,9 +70,9 @@ class Arm:
 
 
 ARMS: tuple[Arm, ...] = (
-    Arm("scheduler", "scheduler", True),
     Arm("uniform", "uniform", False),
     Arm("dapo", "uniform", True),
+    Arm("scheduler", "scheduler", True),
     Arm("learnability", "scheduler", True, {"retire": False, "replay_share": 0.0}),
 )
 ARM_NAMES = tuple(a.name for a in ARMS)
@@ -140,6 +144,13 @@ def value_at(curve: list[tuple[float, float]], tokens: float) -> float | None:
             return v0 if t1 == t0 else v0 + (v1 - v0) * (tokens - t0) / (t1 - t0)
         t0, v0 = t1, v1
     return curve[-1][1]
+
+
+def eval_marks(budget: float, evals: int, early: int) -> list[float]:
+    """Where an arm is evaluated (besides its start): `evals` equal marks up to the budget, and `early` more below the
+    first, halving (budget / evals / 2, / 4, ...), so an arm that gets there within the first mark is still resolved."""
+    step = budget / evals
+    return sorted({step * (i + 1) for i in range(evals)} | {step / 2 ** (k + 1) for k in range(early)})
 
 
 def choose_target(start: float, uniform_end: float, scheduler_end: float) -> tuple[float | None, str]:
@@ -244,10 +255,11 @@ def probe(config: Path, tasks: int, out: Path) -> dict:
 
 
 # ---------------------------------------------------------------- one arm (a child process)
-def run_arm(config: Path, learnable: list[str], budget: float, evals: int, eval_size: int, max_wall_s: float,
-            out: Path) -> None:
-    """Build, evaluate the learnable domains at the start, train until `budget` sampled tokens (or `max_wall_s`),
-    evaluating each time the tokens pass one of `evals` equal marks of the budget; write `out`."""
+def run_arm(config: Path, learnable: list[str], budget: float, marks: list[float], eval_size: int, max_wall_s: float,
+            stop_at: float | None, out: Path) -> None:
+    """Build, evaluate the learnable domains at the start, train until `budget` sampled tokens (or `max_wall_s`, or an
+    evaluation at `stop_at` competence or above: the first crossing is then known, and nothing after it changes
+    it), evaluating each time the tokens pass one of `marks`; write `out`."""
     import torch
 
     from posttrain.config import load_config
@@ -277,7 +289,6 @@ def run_arm(config: Path, learnable: list[str], budget: float, evals: int, eval_
               flush=True)
 
     evaluate(0.0)
-    marks = [budget * (i + 1) / evals for i in range(evals)]
     tokens, w0, c0 = 0.0, time.perf_counter(), time.process_time()
     stopped = "budget"
     while tokens < budget:
@@ -288,6 +299,9 @@ def run_arm(config: Path, learnable: list[str], budget: float, evals: int, eval_
         if marks and tokens >= marks[0]:
             evaluate(tokens)
             marks = [m for m in marks if m > tokens]
+            if stop_at is not None and points[-1]["competence"] >= stop_at:
+                stopped = "target"
+                break
     if points[-1]["tokens"] != tokens:  # stopped by the wall clock between marks: its last state counts too
         evaluate(tokens)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
@@ -300,7 +314,7 @@ def run_arm(config: Path, learnable: list[str], budget: float, evals: int, eval_
     for _, r in trainer.store.domains():  # the scheduler's own record (the uniform arms have none)
         drawn[r.domain] = drawn.get(r.domain, 0.0) + r.metrics.get("drawn", 0.0)
     out.write_text(json.dumps({
-        "arm": cfg.name, "seed": cfg.seed, "steps": trainer.step, "tokens": tokens, "stopped": stopped,
+        "arm": cfg.name, "seed": cfg.seed, "steps": trainer.step, "tokens": tokens, "stopped": stopped, "stop_at": stop_at,
         "wall_s": wall, "cpu_s": cpu, "points": points,
         "groups_sampled": sum(m.get("groups_sampled", 0.0) for _, m in steps),
         "groups_kept": sum(m.get("groups_kept", 0.0) for _, m in steps),
@@ -317,17 +331,25 @@ def one_seed(seed: int, out: Path, learnable: list[str], a: argparse.Namespace) 
     for arm in ARMS:
         if arm not in todo:
             print(f"seed {seed} {arm.name}: read from {out / f'{arm.name}.json'}", flush=True)
-    while todo:
+    marks = eval_marks(a.budget_tokens, a.evals, a.early_evals)
+    while todo:  # ARMS' order: the uniform arms first, so the later ones may stop at the target they fix
         wave, todo = todo[:a.parallel], todo[a.parallel:]
+        stop_at = None
+        if not a.full and (out / "uniform.json").exists():
+            uniform = json.loads((out / "uniform.json").read_text())["points"]
+            target, rule = choose_target(uniform[0]["competence"], uniform[-1]["competence"], float("-inf"))
+            stop_at = target if rule == "uniform_gain" else None
         procs = []
         for arm in wave:
             cfg = out / f"{arm.name}.toml"
             cfg.write_text(config_text(out / "runs", arm, seed, a.example, a.model))
             log = open(out / f"{arm.name}.log", "w")
+            print(f"seed {seed} {arm.name}: started {time.strftime('%H:%M:%S')}"
+                  + (f", stops at competence {stop_at:.4f}" if stop_at is not None else ""), flush=True)
             procs.append((arm, subprocess.Popen(
                 [sys.executable, __file__, "--child", str(cfg), json.dumps(learnable), str(a.budget_tokens),
-                 str(a.evals), str(a.eval_size), str(a.max_wall_s), str(out / f"{arm.name}.json")],
-                env=env, stdout=log, stderr=subprocess.STDOUT), log))
+                 json.dumps(marks), str(a.eval_size), str(a.max_wall_s), json.dumps(stop_at),
+                 str(out / f"{arm.name}.json")], env=env, stdout=log, stderr=subprocess.STDOUT), log))
         for arm, proc, log in procs:
             rc = proc.wait()
             log.close()
@@ -353,7 +375,7 @@ def one_seed(seed: int, out: Path, learnable: list[str], a: argparse.Namespace) 
               f"final {curves[arm][-1][1]:.4f}  tokens to target {reach}"
               + (f"  ratio {ratios[arm].value if ratios[arm].value is None else round(ratios[arm].value, 3)}"
                  f" ({ratios[arm].kind})" if arm in ratios else ""), flush=True)
-    marks = [a.budget_tokens * i / a.evals for i in range(a.evals + 1)]
+    marks = [0.0, *marks]
     print("  competence at fixed sampled-token budgets: " + " ".join(f"{m:,.0f}" for m in marks), flush=True)
     for arm in ARM_NAMES:
         vals = [value_at(curves[arm], m) for m in marks]
@@ -368,8 +390,9 @@ def one_seed(seed: int, out: Path, learnable: list[str], a: argparse.Namespace) 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        config, learnable, budget, evals, size, wall, out = sys.argv[2:9]
-        run_arm(Path(config), json.loads(learnable), float(budget), int(evals), int(size), float(wall), Path(out))
+        config, learnable, budget, marks, size, wall, stop_at, out = sys.argv[2:10]
+        run_arm(Path(config), json.loads(learnable), float(budget), json.loads(marks), int(size), float(wall),
+                json.loads(stop_at), Path(out))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--probe":
         print(json.dumps(probe(Path(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))))
@@ -378,6 +401,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--budget-tokens", type=float, default=400_000, help="sampled tokens per arm")
     ap.add_argument("--evals", type=int, default=8, help="evaluations after the start, at equal token marks")
+    ap.add_argument("--early-evals", type=int, default=3, help="more below the first mark, halving")
+    ap.add_argument("--full", action="store_true", help="every arm to its budget (else the arms after uniform stop "
+                    "at the first evaluation at or above the target uniform fixes)")
     ap.add_argument("--eval-size", type=int, default=64, help="held-out tasks per learnable domain")
     ap.add_argument("--max-wall-s", type=float, default=3600.0, help="an arm stops here, short of its budget")
     ap.add_argument("--parallel", type=int, default=2, help="arms at once (one thread each)")
@@ -392,7 +418,7 @@ def main() -> None:
     record_path = a.learnable or a.out / "learnable.json"
     if not record_path.exists():
         cfg = a.out / "probe.toml"
-        cfg.write_text(config_text(a.out / "probe-run", ARMS[1], PROBE_SEED, a.example, a.model))
+        cfg.write_text(config_text(a.out / "probe-run", ARMS[0], PROBE_SEED, a.example, a.model))
         subprocess.run([sys.executable, __file__, "--probe", str(cfg), str(a.probe_tasks), str(record_path)],
                        env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, stdout=subprocess.DEVNULL)
     record = json.loads(record_path.read_text())

@@ -121,3 +121,8 @@ def test_the_step_metric_counts_every_sampled_token_kept_or_dropped():
     dropped = group(b, 0, 3)  # three trajectories of 3 tokens, all failing: dropped by the filter, still sampled
     m = step_metrics([kept, dropped], [kept], 1, 1, (0.0, 1.0, 2.0))
     assert m["sampled_tokens"] == 5 + 7 + 9
+
+
+def test_the_evaluation_marks_are_equal_up_to_the_budget_and_halve_below_the_first(tok):
+    assert tok.eval_marks(800, 8, 3) == [12.5, 25, 50, 100, 200, 300, 400, 500, 600, 700, 800]
+    assert tok.eval_marks(800, 4, 0) == [200, 400, 600, 800]
