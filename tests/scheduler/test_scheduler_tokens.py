@@ -126,3 +126,52 @@ def test_the_step_metric_counts_every_sampled_token_kept_or_dropped():
 def test_the_evaluation_marks_are_equal_up_to_the_budget_and_halve_below_the_first(tok):
     assert tok.eval_marks(800, 8, 3) == [12.5, 25, 50, 100, 200, 300, 400, 500, 600, 700, 800]
     assert tok.eval_marks(800, 4, 0) == [200, 400, 600, 800]
+
+
+SMALL = """# three arithmetic domains, for the end-to-end check
+[[domains]]
+source = "arith:add"
+levels = [1, 2, 3]
+"""
+
+
+@pytest.mark.slow
+def test_the_probe_and_one_seed_end_to_end_on_the_tiny_model(tiny_model_dir, tmp_path):
+    import json
+    import os
+    import subprocess
+
+    example = tmp_path / "small.toml"
+    example.write_text(SMALL)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    bench = str(ROOT / "benchmarks" / "scheduler_tokens.py")
+    common = ["--example", str(example), "--model", str(tiny_model_dir), "--seeds", "5", "--budget-tokens", "300",
+              "--evals", "2", "--early-evals", "1", "--eval-size", "4"]
+    # the probe runs first, over every domain of the config, and is written down before any arm
+    probe = subprocess.run([sys.executable, bench, *common, "--out", str(tmp_path / "p")], env=env,
+                           capture_output=True, text=True, timeout=600)
+    record = json.loads((tmp_path / "p" / "learnable.json").read_text())
+    assert record["domains"] == 3 and "seed 0" in record["rule"]
+    if not record["learnable"]:  # the random model passed nothing: the run refuses, saying why
+        assert probe.returncode != 0 and "no learnable domain" in probe.stderr
+    # a given list: the four arms, each to its budget, and the last line's figures
+    given = tmp_path / "learnable.json"
+    given.write_text(json.dumps({"rule": "given", "learnable": ["arith:add@digits1", "arith:add@digits2"],
+                                 "domains": 3, "passed": {"arith:add@digits1": [1, 4], "arith:add@digits2": [1, 4]}}))
+    run = subprocess.run([sys.executable, bench, *common, "--learnable", str(given), "--out", str(tmp_path / "r")],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    last = json.loads(run.stdout.strip().splitlines()[-1])
+    assert set(last) >= {"tokens_ratio", "tokens_ratio_dapo", "tokens_ratio_learnability", "seeds", "target"}
+    assert last["seeds"] == [5] and last["learnable"] == ["arith:add@digits1", "arith:add@digits2"]
+    for arm in ("uniform", "dapo", "scheduler", "learnability"):
+        res = json.loads((tmp_path / "r" / "seed5" / f"{arm}.json").read_text())
+        assert res["points"][0]["tokens"] == 0 and res["points"][0]["n_tasks"] == {"arith:add@digits1": 4,
+                                                                                    "arith:add@digits2": 4}
+        assert res["tokens"] >= 300 or res["stopped"] in ("target", "wall")
+        assert [p["tokens"] for p in res["points"]] == sorted(p["tokens"] for p in res["points"])
+    # a second call reads the finished arms instead of running them again
+    again = subprocess.run([sys.executable, bench, *common, "--learnable", str(given), "--out", str(tmp_path / "r")],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "read from" in again.stdout
+    assert json.loads(again.stdout.strip().splitlines()[-1])["runs"][0]["curves"] == last["runs"][0]["curves"]
