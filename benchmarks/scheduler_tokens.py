@@ -189,11 +189,28 @@ def summarise(per_seed: list[dict[str, Ratio]]) -> dict[str, dict]:
 
 
 # ---------------------------------------------------------------- configs
-def config_text(run_dir: Path, arm: Arm, seed: int, example: Path = EXAMPLE, model: str | None = None) -> str:
-    """One arm's run over the example's `[[domains]]`, with the example's sampling and batch settings; `train.steps`
-    is only a ceiling (the token budget stops the loop); the trainer's own evaluation is off (this script evaluates
-    the learnable domains itself)."""
-    body = example.read_text()
+def _toml_value(v: object) -> str:
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    return json.dumps(v)  # strings, numbers, booleans and lists of them: JSON and TOML agree
+
+
+def domains_toml(example: Path, exclude: list[str] = ()) -> str:
+    """The example's `[[domains]]` entries, each also excluding `exclude` (names outside an entry match nothing)."""
+    import tomllib
+
+    out = []
+    for entry in tomllib.loads(example.read_text())["domains"]:
+        entry = {**entry, "exclude": [*entry.get("exclude", []), *exclude]} if exclude else entry
+        out.append("[[domains]]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in entry.items()))
+    return "\n".join(out)
+
+
+def config_text(run_dir: Path, arm: Arm, seed: int, example: Path = EXAMPLE, model: str | None = None,
+                exclude: list[str] = ()) -> str:
+    """One arm's run over the example's `[[domains]]` (less `exclude`), with the example's sampling and batch
+    settings; `train.steps` is only a ceiling (the token budget stops the loop); the trainer's own evaluation is
+    off (this script evaluates the learnable domains itself)."""
     sched = "".join(f"{k} = {json.dumps(v)}\n" for k, v in arm.scheduler.items())
     return f"""name = "{arm.name}"
 run_dir = "{run_dir}"
@@ -217,7 +234,7 @@ selection_fraction = 0.0
 keep_best = false
 [scheduler]
 {sched}
-""" + body[body.index("[[domains]]"):]
+""" + domains_toml(example, exclude)
 
 
 # ---------------------------------------------------------------- the probe (the learnable list, before any arm)
@@ -252,6 +269,23 @@ def probe(config: Path, tasks: int, out: Path) -> dict:
               "passed": {d: c for d, c in counts.items() if c[0]}}
     out.write_text(json.dumps(record, indent=1))
     return record
+
+
+def preflight_refused(config: Path, seeds: list[int]) -> dict[int, list[str]]:
+    """Per seed, the domains the trainer's preflight would refuse (`rl/preflight.py`: none of the gold answers it
+    draws with the run's seed fits the run's completion cap; the example's own rule R4 checked seed 0 only): left
+    out of that seed's runs, every arm alike. The domains are built once."""
+    from posttrain.config import load_config
+    from posttrain.rl.backends import OneProcess
+    from posttrain.rl.build import build_domains, build_policy, sampling_params
+    from posttrain.rl.preflight import domain_rooms
+
+    cfg = load_config(config)
+    _, tokenizer, *_ = build_policy(cfg, OneProcess())
+    domains = build_domains(cfg)
+    cap = sampling_params(cfg, domains).max_tokens
+    return {seed: [r.domain for r in domain_rooms(domains, [cap] * len(domains), tokenizer, seed)
+                   if r.lengths and r.fitting == 0] for seed in seeds}
 
 
 # ---------------------------------------------------------------- one arm (a child process)
@@ -324,7 +358,7 @@ def run_arm(config: Path, learnable: list[str], budget: float, marks: list[float
 
 
 # ---------------------------------------------------------------- a seed: the four arms, two at a time
-def one_seed(seed: int, out: Path, learnable: list[str], a: argparse.Namespace) -> dict:
+def one_seed(seed: int, out: Path, learnable: list[str], exclude: list[str], a: argparse.Namespace) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     todo = [arm for arm in ARMS if not (out / f"{arm.name}.json").exists()]
@@ -342,7 +376,7 @@ def one_seed(seed: int, out: Path, learnable: list[str], a: argparse.Namespace) 
         procs = []
         for arm in wave:
             cfg = out / f"{arm.name}.toml"
-            cfg.write_text(config_text(out / "runs", arm, seed, a.example, a.model))
+            cfg.write_text(config_text(out / "runs", arm, seed, a.example, a.model, exclude))
             log = open(out / f"{arm.name}.log", "w")
             print(f"seed {seed} {arm.name}: started {time.strftime('%H:%M:%S')}"
                   + (f", stops at competence {stop_at:.4f}" if stop_at is not None else ""), flush=True)
@@ -394,6 +428,10 @@ def main() -> None:
         run_arm(Path(config), json.loads(learnable), float(budget), json.loads(marks), int(size), float(wall),
                 json.loads(stop_at), Path(out))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--preflight":
+        refused = preflight_refused(Path(sys.argv[2]), [int(x) for x in sys.argv[4:]])
+        Path(sys.argv[3]).write_text(json.dumps(refused))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--probe":
         print(json.dumps(probe(Path(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))))
         return
@@ -427,7 +465,21 @@ def main() -> None:
           + ", ".join(f"{d} {record['passed'][d][0]}/{record['passed'][d][1]}" for d in learnable), flush=True)
     if not learnable:
         raise SystemExit("the probe found no learnable domain: no competence to measure")
-    rows = [one_seed(s, a.out / f"seed{s}", learnable, a) for s in a.seeds]
+    refused_path = a.out / "refused.json"
+    refused = {int(k): v for k, v in json.loads(refused_path.read_text()).items()} if refused_path.exists() else {}
+    missing = [s for s in a.seeds if s not in refused]
+    if missing:  # the preflight's refusals at each seed, before any arm of it
+        cfg = a.out / "preflight.toml"
+        cfg.write_text(config_text(a.out / "preflight-run", ARMS[0], PROBE_SEED, a.example, a.model))
+        part = a.out / "refused.part.json"
+        subprocess.run([sys.executable, __file__, "--preflight", str(cfg), str(part), *map(str, missing)],
+                       env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+        refused.update({int(k): v for k, v in json.loads(part.read_text()).items()})
+        refused_path.write_text(json.dumps(refused))
+    for s in a.seeds:
+        print(f"seed {s}: left out, the preflight refuses them at this seed (no gold answer fits the cap): "
+              f"{', '.join(refused[s]) or 'none'}", flush=True)
+    rows = [one_seed(s, a.out / f"seed{s}", learnable, refused[s], a) for s in a.seeds]
     summary = summarise([r.pop("_ratios") for r in rows])
     sched = summary["scheduler"]["median"]
     print(json.dumps({
@@ -438,6 +490,7 @@ def main() -> None:
                                       for r in rows},
         "target_rule": f"start + {TARGET_FRACTION} x uniform's gain at its last evaluation (fallback: the scheduler's; "
                        f"gains under {MIN_GAIN} count as none)",
+        "left_out": {s: refused[s] for s in a.seeds},
         "budget_tokens": a.budget_tokens, "evals": a.evals, "eval_size": a.eval_size, "learnable": learnable,
         "met": sched is not None and sched <= GOAL and len(a.seeds) >= GOAL_SEEDS,
         "runs": rows}))

@@ -112,7 +112,9 @@ def test_the_four_arms_differ_only_in_sampling_and_filter(tok, tmp_path):
     for c in cfgs.values():
         assert c.seed == 3 and c.domains == s.domains and c.train.max_fill_rounds == s.train.max_fill_rounds
         assert c.train.prompts_per_step == 32 and c.sampling.n == 4
-    assert len(s.domains) == len(load_config(tok.EXAMPLE).domains)
+    assert s.domains == load_config(tok.EXAMPLE).domains  # the example's entries, as written
+    extra = load_config(_write(tmp_path, tok.config_text(tmp_path, tok.ARMS[0], 3, exclude=["rg:lcm"])))
+    assert all("rg:lcm" in d.exclude for d in extra.domains)
 
 
 def test_the_step_metric_counts_every_sampled_token_kept_or_dropped():
@@ -175,3 +177,9 @@ def test_the_probe_and_one_seed_end_to_end_on_the_tiny_model(tiny_model_dir, tmp
                            env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "read from" in again.stdout
     assert json.loads(again.stdout.strip().splitlines()[-1])["runs"][0]["curves"] == last["runs"][0]["curves"]
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "extra.toml"
+    path.write_text(text)
+    return path
