@@ -26,6 +26,10 @@ The learnable list is fixed before any arm runs, by a probe of the base model al
 the training rollouter; learnable = a sampled pass rate above 0 and at most `PROBE_HIGH`. The probe is written to
 `<out>/learnable.json` and printed; later seeds (and `--learnable FILE`) reuse it.
 
+The domains: the example's 528, less, at each seed, those the trainer's preflight would refuse at that seed (none of
+the gold answers it draws fits the completion cap; the example's own rule checked seed 0): found once per seed
+before its arms (`<out>/refused.json`), left out of every arm alike, printed.
+
 The target, fixed before the runs: the start competence plus `TARGET_FRACTION` of uniform's gain at its last
 evaluation (uniform reaches it by construction). Where uniform gained less than `MIN_GAIN`, the target is instead
 the start plus `TARGET_FRACTION` of the scheduler's gain, and the uniform arm's tokens to it are only bounded
