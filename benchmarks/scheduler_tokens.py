@@ -362,10 +362,10 @@ def run_arm(config: Path, learnable: list[str], budget: float, marks: list[float
 
 
 # ---------------------------------------------------------------- a seed: the four arms, two at a time
-def one_seed(seed: int, out: Path, learnable: list[str], exclude: list[str], a: argparse.Namespace) -> dict:
+def one_seed(seed: int, out: Path, learnable: list[str], exclude: list[str], a: argparse.Namespace) -> dict | None:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    todo = [arm for arm in ARMS if not (out / f"{arm.name}.json").exists()]
+    todo = [arm for arm in ARMS if arm.name in a.arms and not (out / f"{arm.name}.json").exists()]
     for arm in ARMS:
         if arm not in todo:
             print(f"seed {seed} {arm.name}: read from {out / f'{arm.name}.json'}", flush=True)
@@ -393,6 +393,10 @@ def one_seed(seed: int, out: Path, learnable: list[str], exclude: list[str], a: 
             log.close()
             if rc != 0:
                 raise SystemExit(f"seed {seed} arm {arm.name} exited {rc}:\n{(out / f'{arm.name}.log').read_text()[-3000:]}")
+    missing = [arm for arm in ARM_NAMES if not (out / f"{arm}.json").exists()]
+    if missing:  # `--arms` ran only some: no figure for the seed yet
+        print(f"seed {seed}: no figure yet, arms not run: {', '.join(missing)}", flush=True)
+        return None
     res = {arm: json.loads((out / f"{arm}.json").read_text()) for arm in ARM_NAMES}
     curves = {arm: [(pt["tokens"], pt["competence"]) for pt in res[arm]["points"]] for arm in ARM_NAMES}
     starts = {arm: curves[arm][0][1] for arm in ARM_NAMES}
@@ -443,6 +447,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--budget-tokens", type=float, default=400_000, help="sampled tokens per arm")
     ap.add_argument("--evals", type=int, default=8, help="evaluations after the start, at equal token marks")
+    ap.add_argument("--arms", nargs="+", choices=ARM_NAMES, default=list(ARM_NAMES),
+                    help="run only these (the figure needs all four; finished arms are read from --out)")
     ap.add_argument("--early-evals", type=int, default=3, help="more below the first mark, halving")
     ap.add_argument("--full", action="store_true", help="every arm to its budget (else the arms after uniform stop "
                     "at the first evaluation at or above the target uniform fixes)")
@@ -484,6 +490,9 @@ def main() -> None:
         print(f"seed {s}: left out, the preflight refuses them at this seed (no gold answer fits the cap): "
               f"{', '.join(refused[s]) or 'none'}", flush=True)
     rows = [one_seed(s, a.out / f"seed{s}", learnable, refused[s], a) for s in a.seeds]
+    if any(r is None for r in rows):
+        print(json.dumps({"tokens_ratio": None, "complete": False, "seeds": a.seeds}))
+        return
     summary = summarise([r.pop("_ratios") for r in rows])
     sched = summary["scheduler"]["median"]
     print(json.dumps({
