@@ -367,7 +367,7 @@ def one_seed(seed: int, out: Path, learnable: list[str], exclude: list[str], a: 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     todo = [arm for arm in ARMS if arm.name in a.arms and not (out / f"{arm.name}.json").exists()]
     for arm in ARMS:
-        if arm not in todo:
+        if (out / f"{arm.name}.json").exists():
             print(f"seed {seed} {arm.name}: read from {out / f'{arm.name}.json'}", flush=True)
     marks = eval_marks(a.budget_tokens, a.evals, a.early_evals)
     while todo:  # ARMS' order: the uniform arms first, so the later ones may stop at the target they fix
