@@ -234,10 +234,11 @@ def extract_tagged(response: str) -> str | None:
 # ----------------------------------------------------------------------------- the verifier
 
 
-# A number written with an exponent of more than 4 digits: generators that compare answers exactly (coin_flip's
+# A number written with an exponent of 7 digits or more: generators that compare answers exactly (coin_flip's
 # `Fraction(answer)`) would build 10**exponent, which for a sampled "1e1716171605161716" runs without end in C code
-# no signal can stop (a 528-domain run hung there). No reasoning-gym answer needs such an exponent.
-_HUGE_EXPONENT = re.compile(r"\d[eE][+-]?\d{5,}")
+# no signal can stop (a 528-domain run hung there). No reasoning-gym answer needs such an exponent; up to 6 digits
+# still reach the scorer (Fraction("1e999999") takes 0.2 s), so a hex answer such as "1e45678" is scored as before.
+_HUGE_EXPONENT = re.compile(r"\d[eE][+-]?\d{7,}")
 
 
 @dataclass
