@@ -28,7 +28,9 @@ the training rollouter; learnable = a sampled pass rate above 0 and at most `PRO
 
 The domains: the example's 528, less, at each seed, those the trainer's preflight would refuse at that seed (none of
 the gold answers it draws fits the completion cap; the example's own rule checked seed 0): found once per seed
-before its arms (`<out>/refused.json`), left out of every arm alike, printed.
+before its arms (`<out>/refused.json`), left out of every arm alike, printed. The preflight's sample depends on
+generator speed, so a domain at the edge can pass this check and be refused by an arm's own build (the arm then
+exits saying which); add it to that file for every seed and rerun (benchmarks/RESULTS.md, tenth session).
 
 The target, fixed before the runs: the start competence plus `TARGET_FRACTION` of uniform's gain at its last
 evaluation (uniform reaches it by construction). Where uniform gained less than `MIN_GAIN`, the target is instead
@@ -40,7 +42,10 @@ over seeds of scheduler / uniform when every seed's ratio is exact; `met` needs 
 most `GOAL`.
 
     python benchmarks/scheduler_tokens.py --seeds 1 [--budget-tokens 400000] [--evals 8] [--eval-size 64]
-The last line is one JSON object. An arm whose result file exists under `--out` is read, not run again.
+    python benchmarks/scheduler_tokens.py --seeds 1 2 3 --budget-tokens 800000 --evals 32 --early-evals 3 \
+        --max-wall-s 3600 --out runs/tokens-s10          # the tenth session's settings, with a longer wall
+The last line is one JSON object. An arm whose result file exists under `--out` is read, not run again (`--arms`
+runs only some; the figure waits for all four).
 """
 
 from __future__ import annotations
