@@ -777,6 +777,11 @@ class SchedulerConfig(_Section):
     """task_model "ability": variance added to a domain's ability per group (how fast it may move, logits^2)."""
     difficulty_var: float = Field(4.0, gt=0.0)
     """task_model "ability": prior variance of a task's difficulty around its domain's typical one (logits^2)."""
+    retire: bool = True
+    """Retire tasks solved always or never (min_attempts) and domains that stopped carrying signal or passing
+    (retire_after_groups, retire_dry_after), with re-check probes to bring them back. False: nothing is retired, a
+    task keeps its E[p(1-p)] weight and a domain its learnability share (never below domain_floor); with
+    replay_share = 0 that is plain learnability sampling, the ablation of the scheduler's machinery."""
 
     @model_validator(mode="after")
     def _band(self) -> "SchedulerConfig":

@@ -96,3 +96,21 @@ def test_a_planted_leak_shows_when_cancelled_tasks_are_not_released():
     got = fill_batch(RULE, sched, Leaky(4, lambda t: 2), 0.25, 1, has_signal)
     assert got.cancelled == 0 and sched.domains["d"].inflight == 12
 
+
+
+def test_without_the_filter_a_group_with_no_trainable_trajectory_is_sampled_but_never_trained_on():
+    """Uniform sampling with `drop_zero_variance = false` keeps zero-variance groups, but not one whose every
+    trajectory is masked (an overlong prompt): it has no loss, and its context could cost the learner gigabytes
+    (a planted 528-domain run asked for 35 GB of attention for such a group)."""
+    from _scheduler_fakes import traj
+
+    from posttrain.types import Group, RolloutStatus
+
+    def run(tasks):
+        return [Group(t, [traj(t, False, status=RolloutStatus.OVERLONG, tokens=0) for _ in range(4)])
+                if int(t.id[1:]) % 2 else group(t, 0) for t in tasks]
+
+    rule = FillRule(prompts_per_step=4, max_fill_rounds=4, drop_zero_variance=False, signal_from="outcome")
+    got = fill_batch(rule, Counting(lambda t: 0), InlineRollouts(run), 1.0, 1, has_signal)
+    assert [g.task.id for g in got.sampled] == ["t0", "t1", "t2", "t3"]
+    assert [g.task.id for g in got.kept] == ["t0", "t2"] and got.rounds == 1

@@ -438,3 +438,30 @@ def test_ability_mode_resumes_to_identical_decisions():
         return TaskScheduler(specs, SchedulerSettings(task_model="ability", recheck_every=3), seed=7)
 
     _assert_resumes_identically(build)
+
+
+def test_with_retire_off_nothing_is_retired_a_dead_domain_keeps_its_floor_and_a_never_solved_task_its_weight():
+    """`retire = False` (plain learnability sampling): the planted dead domain, which the default retires within
+    its first groups, stays live and drawn at its floor share; a task failed 16 of 16 keeps E[p(1-p)] > 0."""
+    def run(retire: bool) -> tuple[TaskScheduler, int]:
+        specs = [DomainSpec("dead", _source("d", 1000)), DomainSpec("live", _source("l", 1000))]
+        s = TaskScheduler(specs, SchedulerSettings(retire=retire, replay_share=0.0, recheck_every=5), seed=1)
+        dead = 0
+        for step in range(1, 120):
+            s.set_step(step)
+            tasks = s.sample(8)
+            dead += sum(t.meta[DOMAIN_KEY] == "dead" for t in tasks)
+            s.update([group(t, 0 if t.meta[DOMAIN_KEY] == "dead" else 2, 4) for t in tasks])
+        return s, dead
+
+    on, dead_on = run(True)
+    off, dead_off = run(False)
+    assert on.domains["dead"].status is DomainStatus.RETIRED
+    assert off.domains["dead"].status is DomainStatus.ACTIVE and off.domain_weight("dead") > 0
+    assert off.domain_metrics()["dead"]["probes"] == 0
+    # its share falls to the floor (weight 0.05 beside the live domain's ~0.6), never to 0: 119 steps x 8 draws
+    assert 0.02 * 952 < dead_off < 0.25 * 952 and dead_off > dead_on
+    off.update([group(tagged("d-x", "dead"), 0, 16)])
+    assert off.weight_of(off.domains["dead"], "d-x") == pytest.approx(17 / (18 * 19))
+    on.update([group(tagged("d-x", "dead"), 0, 16)])
+    assert on.weight_of(on.domains["dead"], "d-x") == 0.0

@@ -192,3 +192,19 @@ def test_entries_a_generator_fails_to_make_are_skipped_and_a_broken_generator_st
     source.worker = Failing(1)
     with pytest.raises(TaskFileError, match="failed to generate: ValueError: Failed to generate"):
         source.sample(random.Random(0), "train")
+
+
+def test_a_response_with_a_huge_exponent_scores_0_without_reaching_the_scorer():
+    """The planted hang: coin_flip's scorer takes `Fraction(answer)`, and a sampled "…e1716171605161716" would build
+    10**1716171605161716 (a 528-domain run sat there for 13 minutes); it is scored 0, and in time."""
+    import time
+
+    suite = load_domain("rg:coin_flip", size=3).suite()
+    task = suite.tasks[0]
+    t0 = time.perf_counter()
+    bad = "1078891106171717111787771877777106061e1716171605161716"
+    verdicts = score_sync(suite.verifier, [task] * 4, [bad, "1e+9999999", task.answer, "1.5e99999"])
+    assert time.perf_counter() - t0 < 5.0
+    assert [v.passed for v in verdicts[:3]] == [False, False, True]
+    assert "out of any answer's range" in verdicts[0].details and verdicts[0].score == 0.0
+    assert "out of any answer's range" not in verdicts[3].details  # up to 6 digits still reach the scorer

@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
@@ -233,6 +234,13 @@ def extract_tagged(response: str) -> str | None:
 # ----------------------------------------------------------------------------- the verifier
 
 
+# A number written with an exponent of 7 digits or more: generators that compare answers exactly (coin_flip's
+# `Fraction(answer)`) would build 10**exponent, which for a sampled "1e1716171605161716" runs without end in C code
+# no signal can stop (a 528-domain run hung there). No reasoning-gym answer needs such an exponent; up to 6 digits
+# still reach the scorer (Fraction("1e999999") takes 0.2 s), so a hex answer such as "1e45678" is scored as before.
+_HUGE_EXPONENT = re.compile(r"\d[eE][+-]?\d{7,}")
+
+
 @dataclass
 class ReasoningGymScore(SyncVerifier):
     """Reward = the generator's own `score_answer(answer, entry)`, bit for bit.
@@ -256,6 +264,9 @@ class ReasoningGymScore(SyncVerifier):
         dataset = build_dataset(recipe)
         entry = entry_of(recipe)
         answer = extract_tagged(response) if self.extract == "tag" else response
+        if answer is not None and (huge := _HUGE_EXPONENT.search(answer)):
+            return Verdict(0.0, False, details=f"exponent {huge.group(0)[:40]} out of any answer's range: not scored "
+                                               f"(the scorer's exact conversion would not finish); scored 0")
         try:
             value = float(dataset.score_answer(answer, entry))
         except Exception as exc:  # noqa: BLE001 - the scorer choked on this response: a wrong answer

@@ -104,6 +104,7 @@ def step_metrics(sampled: list[Group], kept: list[Group], rounds: int, silent: i
         env_errors=sum(1 for t in trajs if t.verdict is not None and t.verdict.ok and not t.trainable),
         **verifier_latency_metrics([t.verdict for t in trajs if t.verdict is not None]),
         completion_tokens=sum(t.sampled_tokens for t in trajs) / max(len(trajs), 1),
+        sampled_tokens=sum(t.sampled_tokens for t in trajs),  # every group sampled, kept or dropped: what a step cost
         rollout_s=t1 - t0,
         learn_s=t2 - t1,
         step_s=t2 - t0,

@@ -5,8 +5,9 @@ running share of informative groups, `fill_draw`), have them rolled out in
 pieces (the caller's `Rollouts`: `InlineRollouts` runs a piece when it is
 taken, in the synchronous loop; the asynchronous loop submits every piece
 to its producers at once), take the pieces in order, hand every finished
-group to the curriculum, keep the groups with signal until the batch is
-full, refill until it is or the round budget is spent. Surplus work, the
+group to the curriculum, keep the groups with signal (with `drop_zero_variance`
+off, every group with a trainable trajectory) until the batch is full,
+refill until it is or the round budget is spent. Surplus work, the
 pieces not yet taken when the batch is full, is cancelled (`Rollouts.cancel`;
 counted in `Filled.cancelled`, and a `TaskScheduler` gets those tasks'
 in-flight slots back); the groups of a taken piece beyond the batch are
@@ -195,7 +196,9 @@ def fill_batch(rule: FillRule, curriculum: Curriculum, rollouts: Rollouts, infor
             signal = has_signal(scores, valid).tolist()
             signals.extend(signal)
             for g, s in zip(groups, signal):
-                if (s or not rule.drop_zero_variance) and not rule.full(len(kept), kept_tokens):
+                # a group none of whose trajectories is trainable (all overlong, say) carries no loss, and packing its
+                # contexts can cost the learner far more memory than the step (a 10k-token prompt's attention)
+                if (s or not rule.drop_zero_variance) and any(g.valid) and not rule.full(len(kept), kept_tokens):
                     kept.append(g)
                     if budget:
                         kept_tokens += group_tokens(g)

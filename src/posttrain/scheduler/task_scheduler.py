@@ -38,6 +38,11 @@ starts at the domain's mean difficulty (empirical Bayes, not a flat floor),
 the pool holds every tried task (a task too hard today is the right one once
 the domain has learnt), and a revisit takes the weightiest pool task not
 already handed out, unless an unseen task is expected to be worth more.
+With `retire = False` nothing is retired, neither tasks nor domains (so no
+re-check probes either): a never-solved task keeps its E[p(1-p)] weight and
+a dead domain its floor share; with `replay_share = 0` this is plain
+learnability sampling, the ablation that `benchmarks/scheduler_tokens.py`
+sets beside the full scheduler.
 Does not cover: running rollouts or the refill rule (`scheduler/pipeline.py`).
 """
 
@@ -105,6 +110,7 @@ class SchedulerSettings:
     task_model: str = "beta"
     ability_drift: float = 0.01
     difficulty_var: float = 4.0
+    retire: bool = True
 
 
 @dataclass
@@ -332,7 +338,7 @@ class TaskScheduler:
         attempts, passes = _unpack(packed)
         if self.s.task_model == "ability":  # no retirement by counts: a task too hard today weighs more as the
             return self._ability_weight(d, task_id, attempts)  # domain's ability rises, and one solved, less
-        if attempts >= self.s.min_attempts and passes in (0, attempts):
+        if self.s.retire and attempts >= self.s.min_attempts and passes in (0, attempts):
             return 0.0
         return task_weight(passes, attempts, self.s.unseen_weight, self.s.min_weight)
 
@@ -495,6 +501,8 @@ class TaskScheduler:
         if move is not None and d.spec.source_at is not None:
             d.source = d.spec.source_at(move.new)
             d.informative, d.groups, d.dry = 1.0, 0, 0  # a new level is a new domain to learn about
+            return
+        if not self.s.retire:  # plain learnability sampling: weights only, nothing leaves the draw
             return
         dry_rule = self.s.retire_dry_after > 0
         if d.status is DomainStatus.RETIRED:  # a re-check that shows the domain moved brings its share back
