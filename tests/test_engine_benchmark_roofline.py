@@ -1,23 +1,21 @@
 """``benchmarks/engine.py``'s utilisation figures: batch-1 bandwidth from the decode steps alone, each round
 against the read ceiling measured beside it, and the ceiling the fastest of three readers on 4 KiB and huge pages."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+
+from benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # engine.py imports its sibling benchmarks by name
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # engine.py's lazy imports of its sibling benchmarks, by name
     try:
-        spec = importlib.util.spec_from_file_location("engine_bench", ROOT / "benchmarks" / "engine.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
+        yield load_benchmark("engine")
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
 

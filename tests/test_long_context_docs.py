@@ -2,7 +2,6 @@
 truncated form within its token budget, `retrieval_hold` as a ratio, and a smoke run of `--parts base,rl` on a
 tiny base (one RL step) whose last line carries every figure."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,15 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from benchmark_module import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("long_context_bench", ROOT / "benchmarks" / "long_context.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["long_context_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("long_context")
 
 
 def _easy(n=3):

@@ -3,17 +3,15 @@ though its `best/` (chosen among checkpoints that include the step-0 base) is th
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _summary():
-    spec = importlib.util.spec_from_file_location("recipe_matrix_bench", ROOT / "benchmarks" / "recipe_matrix.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.summary
+    return load_benchmark("recipe_matrix").summary
 
 
 def _cell(before: float, after: float, final: float) -> dict:

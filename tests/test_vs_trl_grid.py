@@ -3,22 +3,18 @@ evaluations' time is off both clocks. TRL's side is driven through the benchmark
 `TrainerCallback` by transformers' own `TrainerState` (transformers is a dev dependency, TRL is not), and
 posttrain's side through the benchmark's loop over a stand-in trainer."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from benchmark_module import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("vs_trl_bench", ROOT / "benchmarks" / "vs_trl.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["vs_trl_bench"] = module  # dataclasses resolve annotations through the module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("vs_trl")
 
 
 class FakeClock:

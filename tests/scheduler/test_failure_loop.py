@@ -1,22 +1,18 @@
 """benchmarks/failure_loop.py's regression gate: which checkpoint an arm keeps, read from the ordinary problems'
 selection half only."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def loop():
-    spec = importlib.util.spec_from_file_location("failure_loop_bench", ROOT / "benchmarks" / "failure_loop.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("failure_loop")
 
 
 def test_the_gate_keeps_the_latest_step_within_the_tolerance(loop):

@@ -1,13 +1,12 @@
 """benchmarks/scheduler_gain.py's pure parts: the domain list, the two arms' configs, the gain and ratio arithmetic
 and the paired bootstrap; and one tiny end-to-end seed (slow)."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmark_module import load_benchmark
 from posttrain.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,11 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def gain():
-    spec = importlib.util.spec_from_file_location("scheduler_gain_bench", ROOT / "benchmarks" / "scheduler_gain.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("scheduler_gain")
 
 
 def test_the_domain_list_has_both_kinds_and_at_least_eight(gain):

@@ -2,13 +2,13 @@
 number), the ratio and its kinds, the curve at fixed budgets, the target rule, the summary, and the four arms'
 configs; and the `sampled_tokens` step metric it counts."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 from _scheduler_fakes import group, tagged, traj
 
+from benchmark_module import load_benchmark
 from posttrain.config import load_config
 from posttrain.rl.run_log import step_metrics
 from posttrain.types import Group
@@ -18,11 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def tok():
-    spec = importlib.util.spec_from_file_location("scheduler_tokens_bench", ROOT / "benchmarks" / "scheduler_tokens.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("scheduler_tokens")
 
 
 def test_tokens_to_target_interpolates_between_the_evaluations_around_the_first_crossing(tok):
