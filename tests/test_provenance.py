@@ -33,3 +33,16 @@ def test_this_machine_is_described():
     m = machine()
     assert m["cpu"] and m["cores"] >= 1 and (m["memory_gib"] is None or m["memory_gib"] > 0)
     assert set(m) == {"cpu", "cores", "memory_gib", "gpu"}
+
+
+def test_a_faked_or_broken_gpu_is_no_gpu_and_cuda_is_never_initialised_to_name_it(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a test's fake visible GPU on a CPU build
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: (_ for _ in ()).throw(AssertionError("init")))
+    assert machine()["gpu"] is None  # not initialised: not asked
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert machine()["gpu"] is None  # asked, and CUDA failed: still a description, not a failed run
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
+    assert machine()["gpu"] == "NVIDIA H100 80GB HBM3"

@@ -72,19 +72,19 @@ def cpu_name(cpuinfo: str | None = None) -> str:
 
 
 def machine() -> dict[str, object]:
-    """The machine a result comes from: CPU, usable cores, memory in GiB, and the GPU's name (None without one or
-    without torch's CUDA). A benchmark prints it; a run stores it beside `code_version`."""
+    """The machine a result comes from: CPU, usable cores, memory in GiB, and the GPU's name (None without one, or
+    when this process has not initialised CUDA). A benchmark prints it; a run stores it beside `code_version`."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     try:
         memory_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError, AttributeError):
         memory_gib = None
     gpu = None
-    try:
-        import torch
+    try:  # named only where the process already uses CUDA: describing a machine must not initialise it (a fork after
+        import torch  # CUDA's init breaks the children) nor fail where a test fakes a visible GPU
 
-        if torch.cuda.is_available():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
             gpu = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
+    except Exception:  # noqa: BLE001 - a missing or broken CUDA is "no GPU" here, never a failed run
+        gpu = None
     return {"cpu": cpu_name(), "cores": cores, "memory_gib": memory_gib, "gpu": gpu}
