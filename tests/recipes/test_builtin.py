@@ -75,7 +75,7 @@ def test_an_agent_base_is_checked_with_its_current_weights(tmp_path, monkeypatch
 
     versions = []
 
-    def check(engine, tasks):
+    def check(engine, tasks, spec=None):
         versions.append(engine.policy_version)
         return 0.0
 
