@@ -15,7 +15,7 @@ the sandbox (held-out episode success). And a base for CAD parts (`family = "cad
 `digits` = the level): pre-trained on the gold OpenSCAD programs of the `brief` form, its band measured by the sandboxed `cad`
 verifier (held-out pass rate of greedy programs). And a base for long reports (`family = "docs:reports"`,
 `digits` = hops, 1 the easy level): pre-trained on the compact agent form's oracle episodes (`agent/reports.py`,
-`agent/traces.py`), 4,096 positions, its band measured by real greedy episodes as for `lookup`.
+`agent/traces.py`), 8,192 positions (`DOCS_CONTEXT`), its band measured by real greedy episodes as for `lookup`.
 Does not cover: general-purpose pre-training of larger models.
 """
 
