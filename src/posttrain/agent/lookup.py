@@ -38,7 +38,7 @@ from typing import Any
 from posttrain.agent.env import AgentTask
 from posttrain.agent.episode import ToolCall
 from posttrain.agent.spec import AgentSpec
-from posttrain.agent.tools import ToolContext, ToolOutput, tool
+from posttrain.agent.tools import ToolContext, submit_short, tool
 from posttrain.tasks.base import GeneratedSource, Split, split_of
 from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain, reject_unknown
 from posttrain.tasks.jsonl import TaskFileError
@@ -57,13 +57,7 @@ async def read(ctx: ToolContext, path: str) -> str:
     return await ctx.read(path)
 
 
-@tool(name="submit")
-async def submit_answer(answer: str) -> ToolOutput:
-    """Give the answer."""
-    return ToolOutput("submitted", ends_episode=True)
-
-
-TOOLS = (read, submit_answer)
+TOOLS = (read, submit_short)
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from collections.abc import Callable
 from typing import Any
 
 from posttrain.agent.env import AgentTask
 from posttrain.agent.episode import ToolCall
 from posttrain.agent.spec import AgentSpec
-from posttrain.agent.tools import ToolContext, ToolOutput, read_file, submit, tool
+from posttrain.agent.tools import ToolContext, ToolOutput, read_file, submit, submit_short, tool
 from posttrain.tasks.domains import Domain, SamplingDefaults, register_domain, reject_unknown
 from posttrain.tasks.jsonl import TaskFileError
 from posttrain.tasks.report_questions import KINDS, ReportSource
@@ -155,12 +156,6 @@ def best_lines(memory: Any, query: str) -> str:
     return "\n".join(f"{h.source.removeprefix('document ')}: {h.snippet}" for h in hits[:LINE_HITS])
 
 
-@tool(name="submit")
-async def submit_short(answer: str) -> ToolOutput:
-    """Give the answer."""
-    return ToolOutput("submitted", ends_episode=True)
-
-
 @tool(name="calc")
 async def calc_short(expression: str) -> ToolOutput:
     """Arithmetic."""
@@ -173,8 +168,6 @@ LINE_TOOLS = (search_lines, calc_short, submit_short)  # the compact form: short
 def line_query(task: Task) -> str:
     """The compact oracle's search for a one-figure question: the question's own words without the company's name
     and the filler (`consolidated operating income FY2015`)."""
-    import re
-
     text = task.meta["question"].replace(task.meta.get("company", "\0") + "'s", " ")
     return " ".join(w for w in re.findall(r"[A-Za-z0-9']+", text) if w.lower() not in _STOP)
 

@@ -392,6 +392,12 @@ async def submit(answer: str = "") -> ToolOutput:
     return ToolOutput("submitted" + (f": {answer}" if answer else ""), ends_episode=True)
 
 
+@tool(name="submit")
+async def submit_short(answer: str) -> ToolOutput:
+    """Give the answer."""
+    return ToolOutput("submitted", ends_episode=True)  # the short-schema submit of the built-in small-model domains
+
+
 @tool
 async def recall(ctx: ToolContext, query: str, k: int = 5) -> ToolOutput:
     """Search everything seen so far in this episode (every tool output in full) and the task's documents.
