@@ -4,7 +4,7 @@ cheap teacher-forced check every `--every` steps (`docs_base_diag.teacher_forced
 JSON, the search's words and the submitted year and figure, and how many whole copies are right) and the weights saved
 there, so a run cut short still says what the base has learned and leaves weights for `docs_base_diag.py`.
 
-    python benchmarks/docs_base_probe.py --steps 600 --every 50 --out /tmp/docs_probe [--decision-weight 5]
+    python benchmarks/docs_base_probe.py --steps 600 --every 50 --out /tmp/docs_probe [--decision-weight 50]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/docs_probe")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--decision-weight", type=float, default=None,
-                    help="loss weight of the copied tokens (default: the recipe's, builtin.AGENT_DECISION_WEIGHT)")
+                    help="loss weight of the copied tokens (default: the recipe's, builtin.DOCS_DECISION_WEIGHT)")
     args = ap.parse_args()
 
     import torch
@@ -52,10 +52,8 @@ def main() -> None:
     t0 = time.perf_counter()
     for step in range(1, args.steps + 1):
         tasks = [source.sample(rng) for _ in range(cfg.batch_size)]
-        width = None if step % b.DOCS_FULL_EVERY == 0 else b.DOCS_WINDOW
-        weight = b.AGENT_DECISION_WEIGHT if args.decision_weight is None else args.decision_weight
-        b._sgd_step(model, opt, *b._trace_batch(tok, tasks, rng, width, docs=True, decision_weight=weight),
-                    b._lr_at(cfg, step))
+        weight = b.DOCS_DECISION_WEIGHT if args.decision_weight is None else args.decision_weight
+        b._sgd_step(model, opt, *b.docs_batch(tok, tasks, rng, step, weight), b._lr_at(cfg, step))
         if step % args.every == 0 or step == args.steps:
             row = {"step": step, **teacher_forced(model, tok, held_out), "s": round(time.perf_counter() - t0, 1),
                    "cpu_s": round(time.process_time(), 1), "load": round(os.getloadavg()[0], 2)}

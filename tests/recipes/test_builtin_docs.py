@@ -9,11 +9,13 @@ from posttrain.config import BaseModelConfig, load_config
 from posttrain.models import load_model
 from posttrain.models.tokenizer import char_tokenizer
 from posttrain.recipes.builtin import (
-    AGENT_DECISION_WEIGHT,
     DOCS_CONTEXT,
+    DOCS_DECISION_WEIGHT,
+    _docs_drills,
     _trace_batch,
     base_key,
     base_task_source,
+    docs_batch,
     ensure_base,
 )
 
@@ -32,13 +34,55 @@ def test_the_family_has_its_own_key_band_and_easy_source():
 def test_batches_are_compact_oracle_episodes_with_weighted_copies():
     tok = char_tokenizer()
     tasks = base_task_source(BaseModelConfig(family="docs:reports")).take(3, "train", seed=0)
-    ids, weight = _trace_batch(tok, tasks, docs=True)
+    ids, weight = docs_batch(tok, tasks, random.Random(0), step=4)  # a whole-episode step
     assert ids.shape[0] == 3 and ids.shape[1] < 1000
     text = tok.decode([int(i) for i in ids[0]])
+    assert text.startswith("<system>")
     assert '"name": "search"' in text and '"name": "submit"' in text and "tool_response" in text
-    assert float(weight.max()) == AGENT_DECISION_WEIGHT
-    win_ids, _ = _trace_batch(tok, tasks, random.Random(0), 120, docs=True)
+    assert float(weight.max()) == DOCS_DECISION_WEIGHT
+    win_ids, _ = docs_batch(tok, tasks, random.Random(0), step=2)
     assert win_ids.shape[1] < ids.shape[1]
+    assert ids.shape == _trace_batch(tok, tasks, docs=True)[0].shape
+    drill_ids, _ = docs_batch(tok, tasks, random.Random(0), step=3)
+    assert not tok.decode([int(i) for i in drill_ids[0]]).startswith("<system>")
+
+
+def _trained_runs(tok, ids, weight) -> list[str]:
+    """The trained stretches of one drill row, as text."""
+    runs, current = [], ""
+    for j, w in enumerate(weight.tolist()):
+        if w > 0:
+            current += tok.decode([int(ids[j + 1])])
+        elif current:
+            runs.append(current)
+            current = ""
+    return runs + ([current] if current else [])
+
+
+def test_drills_train_the_episode_copies_and_every_other_year_of_the_hit():
+    import re
+
+    from posttrain.agent.reports import oracle_steps
+
+    tok = char_tokenizer()
+    tasks = base_task_source(BaseModelConfig(family="docs:reports")).take(24, "train", seed=3)
+    ids, weight = _docs_drills(tok, random.Random(0), tasks)
+    assert float(weight.max()) == 1.0
+    paragraphs = 0
+    for row, task in enumerate(tasks):
+        steps = oracle_steps(task)
+        hit, answer = steps[0][1], steps[-1][0].arguments["answer"]
+        runs = _trained_runs(tok, ids[row], weight[row])
+        assert runs[:2] == [steps[0][0].arguments["query"], answer]
+        years = set(re.findall(r"FY\d{4}", hit)) - {answer.split(" ")[0]}
+        assert len(runs) == 2 + len(years) >= 3
+        text = tok.decode([int(i) for i in ids[row]])
+        asked = re.findall(r'"answer": "(FY\d{4}) ', text)[1:]
+        assert set(asked) == years
+        for year, figure in zip(asked, runs[2:]):  # the figure the hit gives that year, in either layout
+            assert f"{year} {figure}" in hit or f"{figure} in {year}" in hit, (year, figure, hit)
+        paragraphs += f" in {asked[0]}" in hit
+    assert 0 < paragraphs < len(tasks)  # both layouts were drilled
 
 
 def test_a_tiny_docs_base_builds_through_ensure_base(tmp_path):

@@ -60,7 +60,8 @@ CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the ba
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
 # band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
 # format-2 base built on a loaded machine may have trained past the step where its band was met)
-DOCS_BASE_FORMAT = 1  # the same, for `docs:reports` bases (their keys include it)
+DOCS_BASE_FORMAT = 2  # the same, for `docs:reports` bases (their keys include it; 2: the copied tokens weighted
+# `DOCS_DECISION_WEIGHT`, and every `DOCS_DRILL_EVERY`th step a batch of `_docs_drills`)
 DOCS_CONTEXT = 8192  # positions of a docs base: an easy compact episode is ~750 tokens whatever the report's length;
 # 8,192 hold a `DOCS_LENGTH` report whole, so the single-turn form has a length that fits to compare with
 DOCS_LENGTH = 6000  # characters of the reports a docs base learns on (the smallest with every fiscal year: from 6,000 up a
@@ -179,6 +180,9 @@ AGENT_WINDOW = 160  # tokens of an oracle episode per pre-training example: the 
 # the task's instruction (without it a window of a later call cannot tell which of a file's lines to follow)
 DOCS_WINDOW = 200  # tokens of a docs oracle episode per windowed example (after the question)
 DOCS_FULL_EVERY = 4  # every 4th docs step trains on whole episodes (the prefix, then the first call)
+DOCS_DECISION_WEIGHT = 5.0  # a docs episode's copied tokens (the search's words and year, the submitted year and
+# figure): at x50 (the lookup base's) the call's own syntax is ~1/50 of the loss and its end drifts in free running
+DOCS_DRILL_EVERY = 2  # every 2nd docs step is a batch of `_docs_drills` (the year and figure copies that fail)
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
 AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
@@ -280,6 +284,63 @@ def _recall_drills(tokenizer: Tokenizer, rng: random.Random, n: int, pairs: tupl
             weight += [0.0] * len(lead) + [1.0]
         rows.append((ids, weight))
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
+
+
+def _docs_drills(tokenizer: Tokenizer, rng: random.Random, tasks) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dense drills of the copies a compact `docs:reports` episode turns on, one row per task, in the episode's own
+    entries without the stable prefix: the question, the search call (its value, the question's words and year,
+    trained), the hit, the submit call (its value, the year and the figure after it in the hit, trained), then one
+    more submit call for each other fiscal year the hit line names, in random order, the year given and only the
+    figure trained (multi-query recall over the hit, as `_recall_drills` over a file). The value tokens weigh 1."""
+    import re
+
+    from posttrain.agent import format as fmt
+    from posttrain.agent.episode import ToolCall
+    from posttrain.agent.models import TextCodec
+    from posttrain.agent.reports import oracle_steps
+
+    codec = TextCodec(tokenizer)
+
+    def call(c: ToolCall, trained_from: int = 0) -> tuple[list[int], list[float]]:
+        text = fmt.render_call(c)
+        value = str(list(c.arguments.values())[-1])
+        at = text.rindex(value)
+        head = tokenizer.encode(text[: at + trained_from], add_bos=False)
+        body = tokenizer.encode(text[at + trained_from: at + len(value)], add_bos=False)
+        tail = tokenizer.encode(text[at + len(value):], add_bos=False)
+        return head + body + tail, [0.0] * len(head) + [1.0] * len(body) + [0.0] * len(tail)
+
+    rows = []
+    for t in tasks:
+        steps = oracle_steps(t)
+        (search, hit), (submit, _) = steps[0], steps[-1]
+        ids = list(codec.entry("task", t.prompt).ids)
+        weight = [0.0] * len(ids)
+        for piece in (call(search), (list(codec.entry("observation", hit, 1, search.name).ids), None), call(submit)):
+            ids += piece[0]
+            weight += piece[1] if piece[1] is not None else [0.0] * len(piece[0])
+        asked = submit.arguments["answer"].split(" ")[0]
+        others = [(y, v) for y, v in re.findall(r"(FY\d{4}) (-?[\d,.]+)", hit) if y != asked]
+        if not others:  # a paragraph hit names the figure before its year: `242 in FY2027`
+            others = [(y, v) for v, y in re.findall(r"(-?[\d,.]+) in (FY\d{4})", hit) if y != asked]
+        rng.shuffle(others)
+        for year, figure in others:
+            more, w = call(ToolCall("submit", {"answer": f"{year} {figure.rstrip('.,')}"}), len(year) + 1)
+            ids += more
+            weight += w
+        rows.append((ids, weight))
+    return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
+
+
+def docs_batch(tokenizer: Tokenizer, tasks, rng: random.Random, step: int,
+               decision_weight: float = DOCS_DECISION_WEIGHT) -> tuple[torch.Tensor, torch.Tensor]:
+    """A `docs:reports` base's pre-training batch at `step`: drills every `DOCS_DRILL_EVERY`th step, else oracle
+    episodes, whole every `DOCS_FULL_EVERY`th step, else windows that end at a call (`DOCS_WINDOW` tokens after the
+    question, ~370 in all: the question's words and the hit's figure are the copies that decide an episode)."""
+    if step % DOCS_DRILL_EVERY == 1:
+        return _docs_drills(tokenizer, rng, tasks)
+    width = None if step % DOCS_FULL_EVERY == 0 else DOCS_WINDOW
+    return _trace_batch(tokenizer, tasks, rng, width, docs=True, decision_weight=decision_weight)
 
 
 def drill_accuracy(model: CausalLM, ids: torch.Tensor, weight: torch.Tensor, chunk: int = 128) -> float:
@@ -558,9 +619,8 @@ def pretrain_base(
     def batch(tasks) -> tuple[torch.Tensor, torch.Tensor]:
         if not agent:
             return _batch(tokenizer, tasks)
-        if docs:  # windows that end at a call (`DOCS_WINDOW` + the question, ~370 tokens: the question's words and
-            # the hit's figure are the copies that decide an episode), whole episodes (~700) every `DOCS_FULL_EVERY`
-            return _trace_batch(tokenizer, tasks, rng, None if step % DOCS_FULL_EVERY == 0 else DOCS_WINDOW, docs=True)
+        if docs:
+            return docs_batch(tokenizer, tasks, rng, step)
         if step % AGENT_FULL_EVERY == 0:  # whole episodes, a quarter as many (they are ~4x longer)
             return _trace_batch(tokenizer, tasks[: max(1, len(tasks) // 4)])
         if step % AGENT_DRILL_EVERY == 1:
