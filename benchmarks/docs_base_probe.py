@@ -30,6 +30,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--decision-weight", type=float, default=None,
                     help="loss weight of the copied tokens (default: the recipe's, builtin.DOCS_DECISION_WEIGHT)")
+    ap.add_argument("--lr", type=float, default=None, help="pre-training lr (default: the family's)")
+    ap.add_argument("--repeat-rows", type=int, default=None, help="repeat drills a step (default: builtin.DOCS_REPEAT_ROWS)")
     args = ap.parse_args()
 
     import torch
@@ -42,8 +44,11 @@ def main() -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    cfg = BaseModelConfig(family="docs:reports", seed=args.seed)
+    cfg = BaseModelConfig(family="docs:reports", seed=args.seed, **({"lr": args.lr} if args.lr else {}))
+    if args.repeat_rows is None:
+        args.repeat_rows = b.DOCS_REPEAT_ROWS
     tok = char_tokenizer()
+    repeats = b._repeat_drills(tok, random.Random(1_000_003), 128)  # held-out repeat drills: the copy alone
     source = b.base_task_source(cfg)
     model = b._fresh_model(cfg, tok.vocab_size, True)
     opt = b._optimizer(model, cfg)
@@ -53,9 +58,11 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         tasks = [source.sample(rng) for _ in range(cfg.batch_size)]
         weight = b.DOCS_DECISION_WEIGHT if args.decision_weight is None else args.decision_weight
-        b._sgd_step(model, opt, *b.docs_batch(tok, tasks, rng, step, weight), b._lr_at(cfg, step))
+        ids, w, more = b.docs_batch(tok, tasks, rng, step, weight, args.repeat_rows)
+        b._sgd_step(model, opt, ids, w, b._lr_at(cfg, step), more)
         if step % args.every == 0 or step == args.steps:
-            row = {"step": step, **teacher_forced(model, tok, held_out), "s": round(time.perf_counter() - t0, 1),
+            row = {"step": step, **teacher_forced(model, tok, held_out),
+                   "repeat_copy": round(b.drill_accuracy(model, *repeats), 3), "s": round(time.perf_counter() - t0, 1),
                    "cpu_s": round(time.process_time(), 1), "load": round(os.getloadavg()[0], 2)}
             print(json.dumps(row), flush=True)
             save_model(model, tok, Path(args.out))

@@ -60,8 +60,8 @@ CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the ba
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
 # band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
 # format-2 base built on a loaded machine may have trained past the step where its band was met)
-DOCS_BASE_FORMAT = 2  # the same, for `docs:reports` bases (their keys include it; 2: the copied tokens weighted
-# `DOCS_DECISION_WEIGHT`, and every `DOCS_DRILL_EVERY`th step a batch of `_docs_drills`)
+DOCS_BASE_FORMAT = 3  # the same, for `docs:reports` bases (their keys include it; 2: the copied tokens weighted
+# `DOCS_DECISION_WEIGHT`, and every `DOCS_DRILL_EVERY`th step a batch of `_docs_drills`; 3: `_repeat_drills` in every step)
 DOCS_CONTEXT = 8192  # positions of a docs base: an easy compact episode is ~750 tokens whatever the report's length;
 # 8,192 hold a `DOCS_LENGTH` report whole, so the single-turn form has a length that fits to compare with
 DOCS_LENGTH = 6000  # characters of the reports a docs base learns on (the smallest with every fiscal year: from 6,000 up a
@@ -183,6 +183,7 @@ DOCS_FULL_EVERY = 4  # every 4th docs step trains on whole episodes (the prefix,
 DOCS_DECISION_WEIGHT = 5.0  # a docs episode's copied tokens (the search's words and year, the submitted year and
 # figure): at x50 (the lookup base's) the call's own syntax is ~1/50 of the loss and its end drifts in free running
 DOCS_DRILL_EVERY = 2  # every 2nd docs step is a batch of `_docs_drills` (the year and figure copies that fail)
+DOCS_REPEAT_ROWS = 32  # `_repeat_drills` rows joining every docs step (format 3): the copy itself, on cheap tokens
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
 AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
@@ -332,15 +333,38 @@ def _docs_drills(tokenizer: Tokenizer, rng: random.Random, tasks) -> tuple[torch
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
-def docs_batch(tokenizer: Tokenizer, tasks, rng: random.Random, step: int,
-               decision_weight: float = DOCS_DECISION_WEIGHT) -> tuple[torch.Tensor, torch.Tensor]:
-    """A `docs:reports` base's pre-training batch at `step`: drills every `DOCS_DRILL_EVERY`th step, else oracle
-    episodes, whole every `DOCS_FULL_EVERY`th step, else windows that end at a call (`DOCS_WINDOW` tokens after the
-    question, ~370 in all: the question's words and the hit's figure are the copies that decide an episode)."""
+_REPEAT_ALPHABET = "0123456789,.|-FY abcdefghijklmnopqrstuvwxyz"
+
+
+def _repeat_drills(tokenizer: Tokenizer, rng: random.Random, n: int, length: tuple[int, int] = (8, 40),
+                   gap: tuple[int, int] = (0, 120)) -> tuple[torch.Tensor, torch.Tensor]:
+    """n repeat drills, the plainest copy there is: a random string of `length` characters, random filler of `gap`
+    characters, then the string again, its characters after the first two trained (the first two find where the
+    copy starts). A random string can only be continued by copying it, so these teach the copy an episode's year
+    and figure need on a fraction of an episode's tokens; the filler spaces the copy as far back as an episode's."""
+    rows = []
+    for _ in range(n):
+        s = "".join(rng.choice(_REPEAT_ALPHABET) for _ in range(rng.randint(*length)))
+        filler = "".join(rng.choice(_REPEAT_ALPHABET) for _ in range(rng.randint(*gap)))
+        head = tokenizer.encode(s + "\n" + filler + "\n", add_bos=False)
+        copy = tokenizer.encode(s, add_bos=False)
+        rows.append((head + copy, [0.0] * (len(head) + 2) + [1.0] * (len(copy) - 2)))
+    return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
+
+
+def docs_batch(
+    tokenizer: Tokenizer, tasks, rng: random.Random, step: int, decision_weight: float = DOCS_DECISION_WEIGHT,
+    repeat_rows: int = DOCS_REPEAT_ROWS,
+) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
+    """A `docs:reports` base's pre-training step at `step`, as (ids, weights, more batches of the same step):
+    drills every `DOCS_DRILL_EVERY`th step, else oracle episodes, whole every `DOCS_FULL_EVERY`th step, else windows
+    that end at a call (`DOCS_WINDOW` tokens after the question, ~370 in all: the question's words and the hit's figure
+    are the copies that decide an episode); `repeat_rows` `_repeat_drills` join every step."""
+    more = (_repeat_drills(tokenizer, rng, repeat_rows),) if repeat_rows else ()
     if step % DOCS_DRILL_EVERY == 1:
-        return _docs_drills(tokenizer, rng, tasks)
+        return (*_docs_drills(tokenizer, rng, tasks), more)
     width = None if step % DOCS_FULL_EVERY == 0 else DOCS_WINDOW
-    return _trace_batch(tokenizer, tasks, rng, width, docs=True, decision_weight=decision_weight)
+    return (*_trace_batch(tokenizer, tasks, rng, width, docs=True, decision_weight=decision_weight), more)
 
 
 def drill_accuracy(model: CausalLM, ids: torch.Tensor, weight: torch.Tensor, chunk: int = 128) -> float:
@@ -616,7 +640,7 @@ def pretrain_base(
             task = source.sample(rng)  # half the bare blocks redrawn: holed parts are ~2/3 of a batch
         return task
 
-    def batch(tasks) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(tasks) -> tuple[Any, ...]:  # (ids, weights) or, for docs steps, (ids, weights, more)
         if not agent:
             return _batch(tokenizer, tasks)
         if docs:
@@ -631,7 +655,8 @@ def pretrain_base(
     check_every, below, refined = cfg.eval_every, None, False
     step = 1
     while step <= cfg.max_steps:
-        _sgd_step(model, opt, *batch([draw() for _ in range(cfg.batch_size)]), _lr_at(cfg, step))
+        ids, weight, *more = batch([draw() for _ in range(cfg.batch_size)])  # docs steps: other batches join
+        _sgd_step(model, opt, ids, weight, _lr_at(cfg, step), *more)
         if step % check_every == 0 or step == cfg.max_steps:
             accuracy = measure()
             if on_eval:
