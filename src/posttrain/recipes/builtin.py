@@ -60,8 +60,9 @@ CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the ba
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
 # band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
 # format-2 base built on a loaded machine may have trained past the step where its band was met)
-DOCS_BASE_FORMAT = 3  # the same, for `docs:reports` bases (their keys include it; 2: the copied tokens weighted
-# `DOCS_DECISION_WEIGHT`, and every `DOCS_DRILL_EVERY`th step a batch of `_docs_drills`; 3: `_repeat_drills` in every step)
+DOCS_BASE_FORMAT = 4  # the same, for `docs:reports` bases (their keys include it; 2: the copied tokens weighted
+# `DOCS_DECISION_WEIGHT`, and every `DOCS_DRILL_EVERY`th step a batch of `_docs_drills`; 3: `_repeat_drills` in every
+# step; 4: `DOCS_COPY_STEPS` of repeat drills alone first)
 DOCS_CONTEXT = 8192  # positions of a docs base: an easy compact episode is ~750 tokens whatever the report's length;
 # 8,192 hold a `DOCS_LENGTH` report whole, so the single-turn form has a length that fits to compare with
 DOCS_LENGTH = 6000  # characters of the reports a docs base learns on (the smallest with every fiscal year: from 6,000 up a
@@ -184,6 +185,8 @@ DOCS_DECISION_WEIGHT = 5.0  # a docs episode's copied tokens (the search's words
 # figure): at x50 (the lookup base's) the call's own syntax is ~1/50 of the loss and its end drifts in free running
 DOCS_DRILL_EVERY = 2  # every 2nd docs step is a batch of `_docs_drills` (the year and figure copies that fail)
 DOCS_REPEAT_ROWS = 32  # `_repeat_drills` rows joining every docs step (format 3): the copy itself, on cheap tokens
+DOCS_COPY_STEPS = 300  # a docs base's first steps are repeat drills alone (format 4): short strings, short gaps,
+DOCS_COPY_ROWS = 64  # this many a step; the plain copy forms there in a few hundred steps, and episodes need it
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
 AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
@@ -354,12 +357,15 @@ def _repeat_drills(tokenizer: Tokenizer, rng: random.Random, n: int, length: tup
 
 def docs_batch(
     tokenizer: Tokenizer, tasks, rng: random.Random, step: int, decision_weight: float = DOCS_DECISION_WEIGHT,
-    repeat_rows: int = DOCS_REPEAT_ROWS,
+    repeat_rows: int = DOCS_REPEAT_ROWS, copy_steps: int = DOCS_COPY_STEPS,
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
     """A `docs:reports` base's pre-training step at `step`, as (ids, weights, more batches of the same step):
     drills every `DOCS_DRILL_EVERY`th step, else oracle episodes, whole every `DOCS_FULL_EVERY`th step, else windows
     that end at a call (`DOCS_WINDOW` tokens after the question, ~370 in all: the question's words and the hit's figure
-    are the copies that decide an episode); `repeat_rows` `_repeat_drills` join every step."""
+    are the copies that decide an episode); `repeat_rows` `_repeat_drills` join every step. The first `copy_steps`
+    steps are `DOCS_COPY_ROWS` short repeat drills alone."""
+    if step <= copy_steps:
+        return (*_repeat_drills(tokenizer, rng, DOCS_COPY_ROWS, (10, 30), (0, 16)), ())
     more = (_repeat_drills(tokenizer, rng, repeat_rows),) if repeat_rows else ()
     if step % DOCS_DRILL_EVERY == 1:
         return (*_docs_drills(tokenizer, rng, tasks), more)
@@ -657,7 +663,8 @@ def pretrain_base(
     while step <= cfg.max_steps:
         ids, weight, *more = batch([draw() for _ in range(cfg.batch_size)])  # docs steps: other batches join
         _sgd_step(model, opt, ids, weight, _lr_at(cfg, step), *more)
-        if step % check_every == 0 or step == cfg.max_steps:
+        copying = docs and step <= DOCS_COPY_STEPS  # repeat drills alone: no episode can pass yet
+        if (step % check_every == 0 and not copying) or step == cfg.max_steps:
             accuracy = measure()
             if on_eval:
                 on_eval(step, accuracy)
