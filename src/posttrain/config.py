@@ -51,9 +51,11 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
                   "max_steps": 3000, "digits": 1, "kind_floor": 0.15},
     # long reports (docs:reports, easy level: one-figure lookups in the compact agent form, `digits` = hops): whole
     # oracle episodes (~750 tokens; 8,192 positions, so a 6,000-character report fits the context of the
-    # single-turn form), a band check is a batch of real episodes in the sandbox (48 of them every 40 steps)
+    # single-turn form), a band check is a batch of real episodes in the sandbox (48 of them every 40 steps); 2 layers
+    # at lr 1e-3, where the plain copy an episode's year and figure need forms in a few hundred steps (4 layers, or
+    # lr 3e-3, had not formed it by 250 steps of repeat drills: benchmarks/RESULTS.md)
     "docs:reports": {"target_low": 0.20, "target_high": 0.55, "batch_size": 16, "eval_every": 40, "eval_size": 48,
-                     "max_steps": 1600, "digits": 1},
+                     "max_steps": 1600, "digits": 1, "num_layers": 2, "lr": 1e-3},
 }
 """Per-family defaults of the built-in base model, applied to the fields a config leaves unset."""
 _WORKED_FAMILIES = tuple(f for f, d in FAMILY_BASE_DEFAULTS.items() if d.get("worked"))
