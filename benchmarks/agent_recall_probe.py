@@ -44,14 +44,14 @@ def lines_at(step: int, lines: int, warm: list[tuple[int, int]]) -> int:
 
 def probe(cfg, steps: int, every: int, batch: int, lines: int, eval_n: int = 256, episodes: bool = True,
           near: float = 0.0, warm: list[tuple[int, int]] = (), mqar: int = 0, mqar_instruct: float = 0.3,
-          mqar_pairs: tuple[int, int] = (3, 10), log=print) -> dict:
+          mqar_pairs: tuple[int, int] = (3, 10), log=print, copy_steps: int = 0) -> dict:
     """Train `cfg`'s fresh base on `batch` drills of `lines` lines a step (after the curriculum `warm`, (lines, steps)
     stages; with distractor keys sharing a character at rate `near`), and `mqar` dense multi-query recall drills
     (`_recall_drills`, a share `mqar_instruct` of their queries in the instruction's form, `mqar_pairs` lines) in the
     same step, for `steps` steps; the held-out drill accuracy (on `lines`-line drills, with and without near keys;
     with `mqar`, on held-out recall drills whose queries are all lines, `mqar_line_acc`, or all instructions,
     `mqar_instr_acc`) and, with `episodes`, the stopping set's teacher-forced decisions, every `every` steps and at
-    the end."""
+    the end. The first `copy_steps` steps are the docs base's copy phase instead (`builtin.copy_phase_batch`)."""
     import torch
 
     from posttrain.models.tokenizer import char_tokenizer
@@ -62,6 +62,7 @@ def probe(cfg, steps: int, every: int, batch: int, lines: int, eval_n: int = 256
         _optimizer,
         _recall_drills,
         _sgd_step,
+        copy_phase_batch,
         drill_accuracy,
         stopping_set,
     )
@@ -80,9 +81,14 @@ def probe(cfg, steps: int, every: int, batch: int, lines: int, eval_n: int = 256
     tasks = stopping_set(cfg) if episodes else []
     t0 = time.perf_counter()
     row: dict = {}
+    copy_rng = random.Random(f"recall-probe-copy-{cfg.seed}")  # its own stream: the drills' draws unchanged
     for step in range(1, steps + 1):
-        more = (_recall_drills(tok, mq_rng, mqar, mqar_pairs, mqar_instruct),) if mqar else ()
-        _sgd_step(model, opt, *_copy_drills(tok, rng, batch, lines_at(step, lines, warm), near), _lr_at(cfg, step), more)
+        if step <= copy_steps:
+            _sgd_step(model, opt, *copy_phase_batch(tok, copy_rng), _lr_at(cfg, step))
+        else:
+            more = (_recall_drills(tok, mq_rng, mqar, mqar_pairs, mqar_instruct),) if mqar else ()
+            _sgd_step(model, opt, *_copy_drills(tok, rng, batch, lines_at(step - copy_steps, lines, warm), near),
+                      _lr_at(cfg, step), more)
         if step % every == 0 or step == steps:
             row = {"step": step, "drill_acc": round(drill_accuracy(model, held_ids, held_w), 4),
                    "near_drill_acc": round(drill_accuracy(model, near_ids, near_w), 4)}
@@ -118,6 +124,7 @@ def main() -> None:
     ap.add_argument("--no-episodes", action="store_true", help="skip the stopping set's teacher-forced decisions")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--set", action="append", default=[], help="config overrides of the recipe's base, KEY=VALUE")
+    ap.add_argument("--copy-steps", type=int, default=0, help="a copy phase first: repeat drills alone (the docs base's)")
     args = ap.parse_args()
     import torch
     from agent_base import agent_base_config
@@ -132,10 +139,10 @@ def main() -> None:
     print(json.dumps({"probe": "drills only", "lines": args.lines, "batch": batch, "lr": cfg.lr,
                       "layers": cfg.num_layers, "near": args.near, "warm": warm, "sets": args.set,
                       "mqar": args.mqar, "mqar_instruct": args.mqar_instruct, "mqar_pairs": pairs,
-                      "load_start": os.getloadavg()[0], "machine": machine()}), flush=True)
+                      "copy_steps": args.copy_steps, "load_start": os.getloadavg()[0], "machine": machine()}), flush=True)
     t0 = time.perf_counter()
     last = probe(cfg, args.steps, args.every, batch, args.lines, args.eval_n, not args.no_episodes, args.near, warm,
-                 args.mqar, args.mqar_instruct, pairs, log=lambda line: print(line, flush=True))
+                 args.mqar, args.mqar_instruct, pairs, log=lambda line: print(line, flush=True), copy_steps=args.copy_steps)
     print(json.dumps({"final_drill_acc": last["drill_acc"], "near_drill_acc": last["near_drill_acc"],
                       "later_calls_right": last.get("later_calls_right"),
                       "mqar_line_acc": last.get("mqar_line_acc"), "mqar_instr_acc": last.get("mqar_instr_acc"),

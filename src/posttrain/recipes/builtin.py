@@ -355,6 +355,11 @@ def _repeat_drills(tokenizer: Tokenizer, rng: random.Random, n: int, length: tup
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
+def copy_phase_batch(tokenizer: Tokenizer, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+    """A step of a base's copy phase: `DOCS_COPY_ROWS` short repeat drills (10-30 characters, 0-16 of filler)."""
+    return _repeat_drills(tokenizer, rng, DOCS_COPY_ROWS, (10, 30), (0, 16))
+
+
 def docs_batch(
     tokenizer: Tokenizer, tasks, rng: random.Random, step: int, decision_weight: float = DOCS_DECISION_WEIGHT,
     repeat_rows: int = DOCS_REPEAT_ROWS, copy_steps: int = DOCS_COPY_STEPS,
@@ -365,7 +370,7 @@ def docs_batch(
     are the copies that decide an episode); `repeat_rows` `_repeat_drills` join every step. The first `copy_steps`
     steps are `DOCS_COPY_ROWS` short repeat drills alone."""
     if step <= copy_steps:
-        return (*_repeat_drills(tokenizer, rng, DOCS_COPY_ROWS, (10, 30), (0, 16)), ())
+        return (*copy_phase_batch(tokenizer, rng), ())
     more = (_repeat_drills(tokenizer, rng, repeat_rows),) if repeat_rows else ()
     if step % DOCS_DRILL_EVERY == 1:
         return (*_docs_drills(tokenizer, rng, tasks), more)
