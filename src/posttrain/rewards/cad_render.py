@@ -3,7 +3,8 @@
 Covers: `render_program` (the sandboxed Python program: `_cad_render.py`'s source plus one call, reading
 a file already in the sandbox), `parse_render` (its nonce-tagged reply as a `Render`: PNG bytes, the
 mesh, bounding box, ASCII silhouettes, or the error), `describe` (the compact text a text-only model
-reads instead of the picture: size, bounding box, closedness, IoU with the target, silhouettes) and
+reads instead of the picture: size, bounding box, closedness, IoU with the target, silhouettes), `brief_observation`
+(the one line the built-in character-level model reads: IoU, and size, volume and hole count beside the target's) and
 `render_batch` / `render_one` (one-shot sandbox renders of mesh bytes or SVG text, for benchmarks and checks).
 Does not cover: running OpenSCAD (`cad.py`), the agent tool (`agent/cad_tools.py`).
 """
@@ -89,6 +90,37 @@ def describe(r: Render, solid: Solid | None, comparison: Comparison | None, pass
         if r.silhouettes.get(view):
             lines.append(f"{view} view ({axes}):\n{r.silhouettes[view]}")
     return "\n".join(lines)
+
+
+NO_SOLID = "no valid solid"  # the brief observation of a program that made no closed solid (whatever OpenSCAD said)
+
+
+def _size(b: tuple[float, ...]) -> str:
+    return "x".join(f"{round(b[k + 3] - b[k], 1):g}" for k in range(3))
+
+
+def holes(solid: Solid) -> int:
+    """Through-holes of a closed solid: its genus (a block with one vertical through-hole has 1)."""
+    return int(solid.manifold.genus()) if solid.manifold is not None else 0
+
+
+def brief_observation(got: Solid | None, target: Solid, pass_iou: float) -> str:
+    """The render as one line for the built-in model (`cad_agent:parts` with `brief`): the IoU with the target, and
+    when it fails, what differs in terms the program can act on: the size (a dimension off), the volume (a radius or
+    a hole's depth) and the number of through-holes (a hole missing or extra), each beside the target's. It names
+    aggregates of the target's solid only, never a feature's position or the target's program (`leaked_target`
+    checks that); `got` None or open: `NO_SOLID`. Pre-training's correction episodes (`agent/cad_tools.py`) and the
+    render tool both call this, on the part's solid and on OpenSCAD's mesh, so the text a model learns is the text
+    it reads at run time."""
+    from posttrain.rewards.cad_geometry import compare
+
+    if got is None or not got.watertight:
+        return NO_SOLID
+    iou = compare(got, target).iou
+    if iou >= pass_iou:
+        return f"IoU {iou:.2f}, passes"
+    return (f"IoU {iou:.2f}, needs {pass_iou:g}; size {_size(got.bbox)} vs {_size(target.bbox)}; volume {got.volume:.0f} "
+            f"vs {target.volume:.0f}; holes {holes(got)} vs {holes(target)}")
 
 
 async def render_batch(sandbox: Any, files: list[tuple[str, bytes | str]], settings: RenderSettings,
