@@ -13,7 +13,10 @@ pre-trained on whole oracle episodes token for token as the runtime builds them
 (loss on the sampled calls only), its band measured by real greedy episodes in
 the sandbox (held-out episode success). And a base for CAD parts (`family = "cad:parts"`, `tasks/cad.py`,
 `digits` = the level): pre-trained on the gold OpenSCAD programs of the `brief` form, its band measured by the sandboxed `cad`
-verifier (held-out pass rate of greedy programs). And a base for long reports (`family = "docs:reports"`,
+verifier (held-out pass rate of greedy programs); family `cad_agent:parts` learns, beside those programs, correction
+episodes of `cad_agent:parts`'s brief form (`CAD_EPISODES` a step, `agent/cad_tools.py`: a first attempt with a planted
+mistake or none, the render tool's line, the gold program), 1,024 positions, the same band. And a base for long
+reports (`family = "docs:reports"`,
 `digits` = hops, 1 the easy level): pre-trained on the compact agent form's oracle episodes (`agent/reports.py`,
 `agent/traces.py`), 8,192 positions (`DOCS_CONTEXT`), its band measured by real greedy episodes as for `lookup`.
 Does not cover: general-purpose pre-training of larger models.
@@ -60,6 +63,10 @@ CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the ba
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
 # band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
 # format-2 base built on a loaded machine may have trained past the step where its band was met)
+CAD_AGENT_BASE_FORMAT = 1  # the same, for `cad_agent:parts` bases (gold programs plus correction episodes)
+CAD_AGENT_CONTEXT = 1024  # positions of a `cad_agent:parts` base: a one-render correction episode is ~580 tokens (at
+# most ~700), and a second render round adds ~250
+CAD_EPISODES = 8  # correction episodes per pre-training step of a `cad_agent:parts` base, beside `batch_size` programs
 DOCS_BASE_FORMAT = 1  # the same, for `docs:reports` bases (their keys include it)
 DOCS_CONTEXT = 8192  # positions of a docs base: an easy compact episode is ~750 tokens whatever the report's length;
 # 8,192 hold a `DOCS_LENGTH` report whole, so the single-turn form has a length that fits to compare with
@@ -95,7 +102,12 @@ def is_agent(cfg: BaseModelConfig) -> bool:
 
 
 def is_cad(cfg: BaseModelConfig) -> bool:
-    return cfg.family.startswith("cad:")
+    """A CAD base (`cad:parts`, or `cad_agent:parts`, which also learns correction episodes)."""
+    return cfg.family.startswith(("cad:", "cad_agent:"))
+
+
+def is_cad_agent(cfg: BaseModelConfig) -> bool:
+    return cfg.family.startswith("cad_agent:")
 
 
 def is_docs(cfg: BaseModelConfig) -> bool:
@@ -126,6 +138,11 @@ def base_key(cfg: BaseModelConfig) -> str:
     if is_docs(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "docs_format": DOCS_BASE_FORMAT, **fields}, sort_keys=True)
         return f"docs-reports-h{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+    if is_cad_agent(cfg):
+        blob = json.dumps({"format": BASE_FORMAT, "cad_format": CAD_BASE_FORMAT, "cad_agent_format": CAD_AGENT_BASE_FORMAT,
+                           **fields}, sort_keys=True)
+        digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
+        return f"cad-agent-{cfg.family.split(':', 1)[1]}-l{cfg.digits}-s{cfg.seed}-{digest}"
     if is_cad(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "cad_format": CAD_BASE_FORMAT, **fields}, sort_keys=True)
         return f"cad-{cfg.family.split(':', 1)[1]}-l{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
@@ -350,6 +367,16 @@ def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None, 
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
+def _correction_batch(tokenizer: Tokenizer, tasks, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, T] right-padded correction episodes of `cad_agent:parts`'s brief form (`cad_tools.correction_trace`: a
+    first attempt, gold or with a planted mistake, its render's line, the gold program submitted) and the [B, T-1]
+    loss weights (the sampled calls, except a mistaken first attempt)."""
+    from posttrain.agent.cad_tools import correction_trace
+
+    rows = [correction_trace(t, tokenizer, rng) for t in tasks]
+    return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
+
+
 def _episode_success(engine, tasks, spec: Any = None) -> float:
     """Held-out greedy episode success: one real episode per task, in the sandbox, as RL will run them (`spec`: the
     domain's `AgentSpec`, `agent:lookup`'s by default)."""
@@ -405,6 +432,7 @@ def _fresh_model(cfg: BaseModelConfig, vocab_size: int, agent: bool) -> CausalLM
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
         max_position_embeddings=cfg.context or (DOCS_CONTEXT if is_docs(cfg) else AGENT_CONTEXT if agent
+                                                else CAD_AGENT_CONTEXT if is_cad_agent(cfg)
                                                 else CAD_CONTEXT if is_cad(cfg) else 128),
         tie_word_embeddings=True,
     )
@@ -567,11 +595,17 @@ def pretrain_base(
             return _copy_drills(tokenizer, rng, 2 * len(tasks), source.lines)
         return _trace_batch(tokenizer, tasks, rng, AGENT_WINDOW)
 
+    def episodes() -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """A `cad_agent:parts` base's correction episodes for this step (none for other families)."""
+        if not is_cad_agent(cfg):
+            return ()
+        return (_correction_batch(tokenizer, [draw() for _ in range(CAD_EPISODES)], rng),)
+
     accuracy, step = 0.0, 0
     check_every, below, refined = cfg.eval_every, None, False
     step = 1
     while step <= cfg.max_steps:
-        _sgd_step(model, opt, *batch([draw() for _ in range(cfg.batch_size)]), _lr_at(cfg, step))
+        _sgd_step(model, opt, *batch([draw() for _ in range(cfg.batch_size)]), _lr_at(cfg, step), episodes())
         if step % check_every == 0 or step == cfg.max_steps:
             accuracy = measure()
             if on_eval:
