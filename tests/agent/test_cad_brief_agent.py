@@ -32,8 +32,18 @@ SOURCE = PartsSource(level=1, brief=True)
 
 
 def run(agent, task, sandbox, spec):
-    return asyncio.run(run_agent_task(agent, spec.load(task), None, spec.max_steps, sandbox=sandbox, system=spec.system,
-                                      tool_listing=spec.tool_listing, max_format_errors=spec.max_format_errors))
+    return asyncio.run(
+        run_agent_task(
+            agent,
+            spec.load(task),
+            None,
+            spec.max_steps,
+            sandbox=sandbox,
+            system=spec.system,
+            tool_listing=spec.tool_listing,
+            max_format_errors=spec.max_format_errors,
+        )
+    )
 
 
 def test_planted_mistakes_fail_and_the_observation_names_what_differs():
@@ -107,3 +117,82 @@ def test_the_episode_budget_is_the_spec_s_and_the_domain_samples_within_it():
     assert sampled_token_budget(d.agent) == 2 * BRIEF_MAX_TOKENS
     assert sampled_token_budget(load_domain("cad_agent:parts", level=1, brief=True, turns=2).agent) == 3 * BRIEF_MAX_TOKENS
     assert "</tool_call>" in d.sampling.stop
+
+
+def test_the_benchmark_refuses_unequal_budgets_and_counts_episodes_over_budget():
+    from benchmark_module import load_benchmark
+
+    bench = load_benchmark("cad_observe")
+    spec = load_domain("cad_agent:parts", level=1, brief=True, turns=1).agent
+    assert bench.equal_budget(2 * BRIEF_MAX_TOKENS, spec) == 2 * BRIEF_MAX_TOKENS
+    with pytest.raises(ValueError, match="unequal budgets"):  # planted: the single-shot arm given one call's room
+        bench.equal_budget(BRIEF_MAX_TOKENS, spec)
+
+    class Done:
+        def __init__(self, n):
+            self.completion = type("C", (), {"token_ids": [0] * n})()
+
+    class Ep:
+        def __init__(self, task_id, *lengths):
+            self.task_id, self.turns = task_id, [Done(n) for n in lengths]
+
+    assert bench.over_budget([[Ep("a", 144, 144)], [Ep("b", 100)]], 288) == []
+    assert bench.over_budget([[Ep("a", 144, 145)], [Ep("b", 100)]], 288) == ["a"]  # planted: one token over
+
+
+@pytest.mark.slow
+def test_the_benchmark_arms_run_on_a_tiny_model(engine):
+    from benchmark_module import load_benchmark
+
+    bench = load_benchmark("cad_observe")
+    d = load_domain("cad_agent:parts", level=1, brief=True, turns=1)
+    tasks = SOURCE.take(2, "held_out", seed=4)
+    r = bench.arms(engine, tasks, CadVerifier(), d.agent, 1.0, 2, 1)
+    assert r["n"] == 2 and len(r["single_per_task"]) == len(r["agent_per_task"]) == 2
+    assert r["budget"] == 2 * BRIEF_MAX_TOKENS and r["single_tokens"] <= r["budget"] and r["agent_tokens"] <= r["budget"]
+    assert r["episodes"]["episodes"] == 4 and r["leaks"] == []
+
+
+def test_the_benchmark_counts_a_leaking_observation():
+    from benchmark_module import load_benchmark
+    from posttrain.agent.scripted import call
+
+    bench = load_benchmark("cad_observe")
+    task = next(t for t in SOURCE.take(40, "train", seed=3) if len(t.meta["target_part"]["features"]) == 2)
+    part = part_from_dict(task.meta["target_part"])
+    bare = brief_scad(type(part)(part.features[:1]))
+    honest = brief_observation(part_solid(type(part)(part.features[:1])), part_solid(part), 0.9)
+    hole = part.features[1]
+
+    def episode(output):
+        turn = type("T", (), {"calls": [call("render", program=bare)], "results": [type("R", (), {"output": output})()]})()
+        return type("E", (), {"task_id": task.id, "turns": [turn]})()
+
+    assert bench.observation_leaks([[episode(honest)]], [task]) == []
+    leaky = honest + f"; a hole of radius {hole.r:g} at ({hole.at[0]:g}, {hole.at[1]:g})"  # planted: the render names it
+    assert len(bench.observation_leaks([[episode(leaky)]], [task])) == 1
+
+
+def test_the_correcting_base_family_learns_programs_and_episodes():
+    from posttrain.config import BaseModelConfig
+    from posttrain.recipes import builtin
+
+    cfg = BaseModelConfig(family="cad_agent:parts")
+    assert builtin.is_cad(cfg) and builtin.is_cad_agent(cfg) and cfg.kind_floor == 0.15 and cfg.batch_size == 32
+    assert builtin.base_key(cfg).startswith("cad-agent-parts-l1-s0-")
+    assert builtin.base_key(BaseModelConfig(family="cad:parts")).startswith("cad-parts-l1-s0-")
+    tok = char_tokenizer()
+    tasks = PartsSource(level=1, brief=True).take(6, "train", seed=1)
+    ids, weight = builtin._correction_batch(tok, tasks, random.Random(0))
+    assert ids.shape[0] == 6 and weight.shape == (6, ids.shape[1] - 1)
+    assert ids.shape[1] <= builtin.CAD_AGENT_CONTEXT
+    assert builtin._fresh_model(cfg, tok.vocab_size, False).config.max_position_embeddings == 1024
+    # a mistaken first attempt has no loss; the submitted gold program does
+    rng = random.Random(0)
+    for t in tasks:
+        state = rng.getstate()
+        steps, clean = correction_steps(t, rng)
+        rng.setstate(state)
+        row, w = correction_trace(t, tok, rng)
+        text = tok.decode([i for i, x in zip(row[1:], w[1:]) if x > 0])
+        assert text.count(t.answer) == (2 if clean else 1), (clean, text)
