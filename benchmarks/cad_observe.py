@@ -11,7 +11,7 @@ on the same held-out parts (the reporting half of `eval.size` held-out parts, sp
   a submit, the submitted program judged by the same verifier, through the agent rollouter evaluation uses.
 
 The budget of sampled tokens, fixed before measuring: an episode makes at most `turns + 1` calls of at most
-`BRIEF_MAX_TOKENS` sampled tokens each, so it samples at most B = (turns + 1) x 144 tokens
+`BRIEF_MAX_TOKENS` sampled tokens each, so it samples at most B = (turns + 1) x 192 tokens
 (`cad_tools.sampled_token_budget`); the single-shot arm's program may sample the same B tokens (`max_tokens = B`).
 `equal_budget` refuses a run whose arms' budgets differ, and every episode's sampled tokens are checked against B
 (`over_budget`: one over aborts the run). Both arms' mean sampled tokens per task are reported beside the rates.

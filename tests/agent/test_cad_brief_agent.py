@@ -196,3 +196,14 @@ def test_the_correcting_base_family_learns_programs_and_episodes():
         row, w = correction_trace(t, tok, rng)
         text = tok.decode([i for i, x in zip(row[1:], w[1:]) if x > 0])
         assert text.count(t.answer) == (2 if clean else 1), (clean, text)
+
+
+def test_every_oracle_call_fits_one_reply():
+    tok = char_tokenizer()
+    from posttrain.agent import format as fmt
+
+    longest = 0
+    for task in SOURCE.take(400, "train", seed=7):
+        steps, _ = correction_steps(task, random.Random(0), clean=0.0)
+        longest = max(longest, *(len(tok.encode(fmt.render_call(c), add_bos=False)) for c, _ in steps))
+    assert longest <= BRIEF_MAX_TOKENS - 16, longest

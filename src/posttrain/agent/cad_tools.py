@@ -142,7 +142,8 @@ def cad_agent_task(task: Task, verifier: object, settings: RenderSettings | None
 
 
 BRIEF_SYSTEM = "Model the part in OpenSCAD. Tools:\n"  # the brief form's system text (its listing: signatures)
-BRIEF_MAX_TOKENS = 144  # one brief call: a level-1 program is at most ~100 characters, its call's JSON ~40 more
+BRIEF_MAX_TOKENS = 192  # one brief call: a level-1 gold program is at most ~85 characters and a call's text around it
+# 70 (144 cut the longest calls off before their closing tag: the first probe, benchmarks/RESULTS.md)
 
 
 def brief_render_tool(target: TargetFn | None = None, pass_iou: float = 0.9, openscad_timeout_s: float = 20.0) -> Tool:

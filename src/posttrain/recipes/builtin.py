@@ -63,7 +63,15 @@ CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the ba
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
 # band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
 # format-2 base built on a loaded machine may have trained past the step where its band was met)
-CAD_AGENT_BASE_FORMAT = 1  # the same, for `cad_agent:parts` bases (gold programs plus correction episodes)
+CAD_AGENT_BASE_FORMAT = 2  # the same, for `cad_agent:parts` bases (gold programs plus correction episodes; 2: then a
+# correction tail, `correction_tail`: the format-1 base, in band at step 200, wrote a well-formed first call in few of its
+# greedy episodes, 8 episodes a step being too few beside 32 programs)
+CAD_TAIL_EPISODES = 16  # a correction tail's step: this many episodes...
+CAD_TAIL_PROGRAMS = 8  # ...and this many gold programs (so the single-shot form is not forgotten)
+CAD_TAIL_MAX_STEPS = 100
+CAD_TAIL_CHECK_EVERY = 20  # greedy episodes of the stopping set's first `CAD_TAIL_CHECK_PARTS` parts, this often
+CAD_TAIL_CHECK_PARTS = 32
+CAD_TAIL_WELL_FORMED = 0.9  # the tail stops once this share of those episodes ends without a format error
 CAD_AGENT_CONTEXT = 1024  # positions of a `cad_agent:parts` base: a one-render correction episode is ~580 tokens (at
 # most ~700), and a second render round adds ~250
 CAD_EPISODES = 8  # correction episodes per pre-training step of a `cad_agent:parts` base, beside `batch_size` programs
@@ -545,12 +553,66 @@ def _sgd_step(model: CausalLM, opt: torch.optim.Optimizer, ids: torch.Tensor, ma
     opt.step()
 
 
+def _well_formed_episodes(engine: Any, tasks: list) -> tuple[float, float]:
+    """(share of greedy brief `cad_agent:parts` episodes that end without a format error, share that pass) on `tasks`."""
+    from posttrain.eval.harness import EvalSpec
+    from posttrain.eval.run import run_eval
+    from posttrain.tasks.domains import load_domain
+    from posttrain.tasks.suites import Suite
+
+    spec = load_domain("cad_agent:parts", level=1, brief=True, turns=1).agent
+    run = run_eval(engine, Suite("tail", list(tasks), None, agent=spec),
+                   EvalSpec(model="in-process", suite="tail", max_tokens=spec.max_tokens))
+    recs = run.records
+    return (sum(r.info.get("episode_status") != "format_errors" for r in recs) / len(recs),
+            sum(r.ok and r.passed for r in recs) / len(recs))
+
+
+def correction_tail(model: CausalLM, cfg: BaseModelConfig, held_out: list, report: dict[str, Any],
+                    on_eval: Callable[[int, float], None] | None = None) -> int:
+    """A `cad_agent:parts` base's second phase, after its band: `CAD_TAIL_EPISODES` correction episodes and
+    `CAD_TAIL_PROGRAMS` gold programs a step, with a fresh optimizer (warmed up again) and its own data order (seed
+    + 1), until greedy episodes on the first `CAD_TAIL_CHECK_PARTS` parts of the stopping set (`held_out`) end
+    without a format error `CAD_TAIL_WELL_FORMED` of the time (checked every `CAD_TAIL_CHECK_EVERY` steps, at most
+    `CAD_TAIL_MAX_STEPS`); returns its steps. `report["tail"]` gets each check's step, well-formed share and pass
+    rate. It starts from the first phase's weights alone, so it runs the same from a cached format-1 base's weights
+    (`pretrain_base(start=...)`) as after a first phase built now."""
+    tokenizer = char_tokenizer()
+    source = base_task_source(cfg)
+    rng = random.Random(cfg.seed + 1)
+    opt = _optimizer(model, cfg)
+    engine = build_engine(None, model, tokenizer)
+    parts = held_out[:CAD_TAIL_CHECK_PARTS]
+    report["tail"] = []
+    step = 0
+    for step in range(1, CAD_TAIL_MAX_STEPS + 1):
+        programs = _batch(tokenizer, [source.sample(rng) for _ in range(CAD_TAIL_PROGRAMS)])
+        episodes = _correction_batch(tokenizer, [source.sample(rng) for _ in range(CAD_TAIL_EPISODES)], rng)
+        _sgd_step(model, opt, *episodes, _lr_at(cfg, step), (programs,))
+        if step % CAD_TAIL_CHECK_EVERY == 0 or step == CAD_TAIL_MAX_STEPS:
+            engine.set_version(step)
+            formed, passed = _well_formed_episodes(engine, parts)
+            report["tail"].append([step, formed, passed])
+            if on_eval:
+                on_eval(-step, formed)  # a negative step: the tail's check (its well-formed share)
+            if formed >= CAD_TAIL_WELL_FORMED:
+                break
+    return step
+
+
 def pretrain_base(
     cfg: BaseModelConfig, out_dir: Path, on_eval: Callable[[int, float], None] | None = None,
-    report: dict[str, Any] | None = None,
+    report: dict[str, Any] | None = None, start: Path | None = None,
 ) -> tuple[float, int]:
     """Train from scratch until held-out greedy accuracy reaches the band; returns (accuracy, steps). `report` (a
-    dict) receives `by_kind`, the last check's pass rate per part kind (CAD bases; None otherwise), and `checks`."""
+    dict) receives `by_kind`, the last check's pass rate per part kind (CAD bases; None otherwise), and `checks`.
+    A `cad_agent:parts` base in band then runs `correction_tail` and is measured again; `start` (such a base only):
+    the first phase's weights, already built (a format-1 `cad_agent:parts` base of the same config), so only the
+    tail runs."""
+    if start is not None:
+        if not is_cad_agent(cfg):
+            raise ValueError("pretrain_base: start is for cad_agent:parts bases (their first phase)")
+        return _tail_from(cfg, out_dir, start, on_eval, report if report is not None else {})
     torch.manual_seed(cfg.seed)
     tokenizer = char_tokenizer()
     source = base_task_source(cfg)
@@ -626,8 +688,35 @@ def pretrain_base(
             # below the band, or inside it with a part kind under `kind_floor`: train on
             below = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), rng.getstate(), step)
         step += 1
+    if is_cad_agent(cfg) and band_ok(cfg, accuracy, report["by_kind"]):
+        tail = correction_tail(model, cfg, held_out, report, on_eval)
+        engine.set_version(-tail)
+        result = band_accuracy(engine, held_out, verifier, max_answer)  # single-shot, after the tail
+        accuracy, report["by_kind"] = result.accuracy, kind_rates(held_out, result.per_task)
+        report["checks"].append([f"tail {tail}", accuracy, report["by_kind"]])
     save_model(model, tokenizer, out_dir)
     return accuracy, min(step, cfg.max_steps)
+
+
+def _tail_from(cfg: BaseModelConfig, out_dir: Path, start: Path, on_eval: Callable[[int, float], None] | None,
+               report: dict[str, Any]) -> tuple[float, int]:
+    """`correction_tail` from a first phase's saved weights, then the single-shot band check (its steps: the first
+    phase's, from its base.json, plus the tail's)."""
+    from posttrain.models.io import load_model
+
+    first = json.loads((start / "base.json").read_text())
+    model, tokenizer = load_model(start)
+    source = base_task_source(cfg)
+    held_out = stopping_set(cfg, source)
+    verifier, max_answer = _stopping_verifier(cfg, source, False)
+    report.update(by_kind=first.get("by_kind"), checks=list(first.get("checks") or []), started_from=start.name)
+    tail = correction_tail(model, cfg, held_out, report, on_eval)
+    engine = build_engine(None, model, tokenizer)
+    result = band_accuracy(engine, held_out, verifier, max_answer)
+    report["by_kind"] = kind_rates(held_out, result.per_task)
+    report["checks"].append([f"tail {tail}", result.accuracy, report["by_kind"]])
+    save_model(model, tokenizer, out_dir)
+    return result.accuracy, int(first["steps"]) + tail
 
 
 def base_band_message(run_cfg, build: BaseBuild) -> str:
@@ -638,8 +727,9 @@ def base_band_message(run_cfg, build: BaseBuild) -> str:
             "not improve it (raise model.base.max_steps, or change its size or lr)")
 
 
-def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | None = None, rebuild: bool = False) -> BaseBuild:
-    """The cached base model for `cfg`, building it first if this machine has none."""
+def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | None = None, rebuild: bool = False,
+                start: Path | None = None) -> BaseBuild:
+    """The cached base model for `cfg`, building it first if this machine has none (`start`: `pretrain_base`'s)."""
     root = cache_root(cfg)
     root.mkdir(parents=True, exist_ok=True)
     final = root / base_key(cfg)
@@ -654,12 +744,13 @@ def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | No
         shutil.rmtree(tmp, ignore_errors=True)
         start = time.perf_counter()
         report: dict[str, Any] = {}
-        accuracy, steps = pretrain_base(cfg, tmp, on_eval, report)
+        accuracy, steps = pretrain_base(cfg, tmp, on_eval, report, start)
         seconds = time.perf_counter() - start
         by_kind = report.get("by_kind")
         in_band = band_ok(cfg, accuracy, by_kind)
         meta = {"accuracy": accuracy, "steps": steps, "seconds": seconds, "in_band": in_band, "config": cfg.model_dump(),
                 "by_kind": by_kind, "kind_floor": cfg.kind_floor, "checks": report.get("checks"),
+                "tail": report.get("tail"), "started_from": report.get("started_from"),
                 "band": [cfg.target_low, cfg.target_high], "stopping_set": f"held-out problems after the first {EVAL_RESERVE}"}
         if not in_band:
             import warnings
