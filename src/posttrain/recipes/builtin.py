@@ -576,7 +576,7 @@ def correction_tail(model: CausalLM, cfg: BaseModelConfig, held_out: list, repor
     without a format error `CAD_TAIL_WELL_FORMED` of the time (checked every `CAD_TAIL_CHECK_EVERY` steps, at most
     `CAD_TAIL_MAX_STEPS`); returns its steps. `report["tail"]` gets each check's step, well-formed share and pass
     rate. It starts from the first phase's weights alone, so it runs the same from a cached format-1 base's weights
-    (`pretrain_base(start=...)`) as after a first phase built now."""
+    (`pretrain_base(first_phase=...)`) as after a first phase built now."""
     tokenizer = char_tokenizer()
     source = base_task_source(cfg)
     rng = random.Random(cfg.seed + 1)
@@ -602,17 +602,17 @@ def correction_tail(model: CausalLM, cfg: BaseModelConfig, held_out: list, repor
 
 def pretrain_base(
     cfg: BaseModelConfig, out_dir: Path, on_eval: Callable[[int, float], None] | None = None,
-    report: dict[str, Any] | None = None, start: Path | None = None,
+    report: dict[str, Any] | None = None, first_phase: Path | None = None,
 ) -> tuple[float, int]:
     """Train from scratch until held-out greedy accuracy reaches the band; returns (accuracy, steps). `report` (a
     dict) receives `by_kind`, the last check's pass rate per part kind (CAD bases; None otherwise), and `checks`.
-    A `cad_agent:parts` base in band then runs `correction_tail` and is measured again; `start` (such a base only):
-    the first phase's weights, already built (a format-1 `cad_agent:parts` base of the same config), so only the
-    tail runs."""
-    if start is not None:
+    A `cad_agent:parts` base in band then runs `correction_tail` and is measured again; `first_phase` (such a base
+    only): the first phase's weights, already built (a format-1 `cad_agent:parts` base of the same config), so only
+    the tail runs."""
+    if first_phase is not None:
         if not is_cad_agent(cfg):
-            raise ValueError("pretrain_base: start is for cad_agent:parts bases (their first phase)")
-        return _tail_from(cfg, out_dir, start, on_eval, report if report is not None else {})
+            raise ValueError("pretrain_base: first_phase is for cad_agent:parts bases")
+        return _tail_from(cfg, out_dir, first_phase, on_eval, report if report is not None else {})
     torch.manual_seed(cfg.seed)
     tokenizer = char_tokenizer()
     source = base_task_source(cfg)
@@ -728,8 +728,8 @@ def base_band_message(run_cfg, build: BaseBuild) -> str:
 
 
 def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | None = None, rebuild: bool = False,
-                start: Path | None = None) -> BaseBuild:
-    """The cached base model for `cfg`, building it first if this machine has none (`start`: `pretrain_base`'s)."""
+                first_phase: Path | None = None) -> BaseBuild:
+    """The cached base model for `cfg`, building it first if this machine has none (`first_phase`: `pretrain_base`'s)."""
     root = cache_root(cfg)
     root.mkdir(parents=True, exist_ok=True)
     final = root / base_key(cfg)
@@ -744,7 +744,7 @@ def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | No
         shutil.rmtree(tmp, ignore_errors=True)
         start = time.perf_counter()
         report: dict[str, Any] = {}
-        accuracy, steps = pretrain_base(cfg, tmp, on_eval, report, start)
+        accuracy, steps = pretrain_base(cfg, tmp, on_eval, report, first_phase)
         seconds = time.perf_counter() - start
         by_kind = report.get("by_kind")
         in_band = band_ok(cfg, accuracy, by_kind)
