@@ -37,7 +37,7 @@ from posttrain.agent.spec import AgentSpec
 from posttrain.agent.tools import Tool, ToolContext, ToolOutput, read_file, submit, submit_short, tool, write_file
 from posttrain.rewards.cad import OPENSCAD, RenderSettings, unsafe_reason
 from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, local_ious
-from posttrain.rewards.cad_parts import Feature, Part, brief_scad, part_from_dict, part_solid
+from posttrain.rewards.cad_parts import Feature, Part, brief_scad, feature_regions, part_from_dict, part_solid
 from posttrain.rewards.cad_render import NO_SOLID, brief_observation, describe, parse_render, render_program
 from posttrain.sandbox.result import ExecStatus
 from posttrain.tasks.cad import parts_domain
@@ -146,7 +146,8 @@ BRIEF_MAX_TOKENS = 192  # one brief call: a level-1 gold program is at most ~85 
 # 70 (144 cut the longest calls off before their closing tag: the first probe, benchmarks/RESULTS.md)
 
 
-def brief_render_tool(target: TargetFn | None = None, pass_iou: float = 0.9, openscad_timeout_s: float = 20.0) -> Tool:
+def brief_render_tool(target: TargetFn | None = None, pass_iou: float = 0.9, openscad_timeout_s: float = 20.0,
+                      regions: Callable[[], list[Any]] | None = None) -> Tool:
     """The render tool of the brief form: `render(program)` writes `model.scad`, runs OpenSCAD on it in the
     episode's sandbox session and answers one line, `brief_observation` of its mesh against `target` (no picture:
     the brief form is for a text-only model whose context holds a few hundred tokens)."""
@@ -175,7 +176,7 @@ def brief_render_tool(target: TargetFn | None = None, pass_iou: float = 0.9, ope
         goal = await target() if target is not None else None
         if goal is None:
             return ToolOutput(NO_SOLID if solid is None or not solid.watertight else "rendered (no target to compare)")
-        return ToolOutput(brief_observation(solid, goal, pass_iou))
+        return ToolOutput(brief_observation(solid, goal, pass_iou, regions() if regions is not None else None))
 
     return render
 
@@ -186,7 +187,10 @@ def cad_brief_task(task: Task, verifier: object) -> AgentTask:
     async def target() -> Solid | None:
         return await verifier.target(task)  # type: ignore[attr-defined]
 
-    tools = (brief_render_tool(target, float(task.meta.get("pass_iou", 0.9))), submit_short)
+    regions = getattr(verifier, "regions", None)
+    look = brief_render_tool(target, float(task.meta.get("pass_iou", 0.9)),
+                             regions=(lambda: regions(task)) if regions is not None else None)
+    tools = (look, submit_short)
     return AgentTask(task.id, task.prompt, answer=task.answer or "", answer_verifier=verifier, meta=dict(task.meta),
                      tools=tools, timeout_s=120.0)
 
@@ -249,19 +253,19 @@ def correction_steps(task: Task, rng: random.Random, clean: float = 0.4) -> tupl
     render tool calls on OpenSCAD's mesh. A first attempt with a mistake is what the episode corrects, never what
     the base should learn to write: the caller gives its tokens no loss."""
     part = part_from_dict(task.meta["target_part"])
-    target = part_solid(part)
+    target, regions = part_solid(part), feature_regions(part)
     gold, pass_iou = task.answer or brief_scad(part), float(task.meta.get("pass_iou", 0.9))
     end = (ToolCall("submit", {"answer": gold}), "submitted")
     if rng.random() >= clean:
         for _ in range(16):  # a small hole's mistakes pass the threshold: those are drawn again
             _, wrong = planted_error(part, rng)
             try:
-                seen = brief_observation(part_solid(wrong), target, pass_iou)
+                seen = brief_observation(part_solid(wrong), target, pass_iou, regions)
             except MeshError:
                 continue
             if "needs" in seen:
                 return [(ToolCall("render", {"program": brief_scad(wrong)}), seen), end], False
-    return [(ToolCall("render", {"program": gold}), brief_observation(target, target, pass_iou)), end], True
+    return [(ToolCall("render", {"program": gold}), brief_observation(target, target, pass_iou, regions)), end], True
 
 
 def correction_trace(task: Task, tokenizer: Any, rng: random.Random, turns: int = 1) -> tuple[list[int], list[float]]:
@@ -289,7 +293,7 @@ def leaked_target(observation: str, task: Task, attempt: str = "") -> str | None
         return "the gold program"
     number = r"[0-9]+(?:\.[0-9]+)?"
     # what the observation may say: the IoU and its threshold, the hole counts, and the target's aggregates after "vs"
-    rest = re.sub(rf"IoU {number}|needs {number}|holes [0-9]+ vs [0-9]+|vs [0-9x.]+", " ", observation)
+    rest = re.sub(rf"IoU {number}|features( {number})+|needs {number}|holes [0-9]+ vs [0-9]+|vs [0-9x.]+", " ", observation)
     said = set(re.findall(number, rest)) - set(re.findall(number, attempt))
     part = part_from_dict(task.meta["target_part"])
     private = {f"{v:g}" for f in part.features[1:] for v in (*f.at[:2], f.r)}

@@ -63,15 +63,15 @@ CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the ba
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
 # band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
 # format-2 base built on a loaded machine may have trained past the step where its band was met)
-CAD_AGENT_BASE_FORMAT = 2  # the same, for `cad_agent:parts` bases (gold programs plus correction episodes; 2: then a
+CAD_AGENT_BASE_FORMAT = 3  # the same, for `cad_agent:parts` bases (gold programs plus correction episodes; 2: then a
 # correction tail, `correction_tail`: the format-1 base, in band at step 200, wrote a well-formed first call in few of its
-# greedy episodes, 8 episodes a step being too few beside 32 programs)
+# greedy episodes, 8 episodes a step being too few beside 32 programs; 3: the observation passes exactly when the
+# verifier does (each feature's IoU too) and names each feature's IoU, and the tail runs a fixed number of steps)
 CAD_TAIL_EPISODES = 16  # a correction tail's step: this many episodes...
 CAD_TAIL_PROGRAMS = 8  # ...and this many gold programs (so the single-shot form is not forgotten)
-CAD_TAIL_MAX_STEPS = 100
+CAD_TAIL_STEPS = 80  # the tail's length, fixed (its checks are recorded, not a stopping rule)
 CAD_TAIL_CHECK_EVERY = 20  # greedy episodes of the stopping set's first `CAD_TAIL_CHECK_PARTS` parts, this often
 CAD_TAIL_CHECK_PARTS = 32
-CAD_TAIL_WELL_FORMED = 0.9  # the tail stops once this share of those episodes ends without a format error
 CAD_AGENT_CONTEXT = 1024  # positions of a `cad_agent:parts` base: a one-render correction episode is ~580 tokens (at
 # most ~700), and a second render round adds ~250
 CAD_EPISODES = 8  # correction episodes per pre-training step of a `cad_agent:parts` base, beside `batch_size` programs
@@ -572,10 +572,10 @@ def correction_tail(model: CausalLM, cfg: BaseModelConfig, held_out: list, repor
                     on_eval: Callable[[int, float], None] | None = None) -> int:
     """A `cad_agent:parts` base's second phase, after its band: `CAD_TAIL_EPISODES` correction episodes and
     `CAD_TAIL_PROGRAMS` gold programs a step, with a fresh optimizer (warmed up again) and its own data order (seed
-    + 1), until greedy episodes on the first `CAD_TAIL_CHECK_PARTS` parts of the stopping set (`held_out`) end
-    without a format error `CAD_TAIL_WELL_FORMED` of the time (checked every `CAD_TAIL_CHECK_EVERY` steps, at most
-    `CAD_TAIL_MAX_STEPS`); returns its steps. `report["tail"]` gets each check's step, well-formed share and pass
-    rate. It starts from the first phase's weights alone, so it runs the same from a cached format-1 base's weights
+    + 1), for `CAD_TAIL_STEPS` steps; returns them. Every `CAD_TAIL_CHECK_EVERY` steps greedy episodes on the first
+    `CAD_TAIL_CHECK_PARTS` parts of the stopping set (`held_out`) are run and `report["tail"]` gets the step, the
+    share that ended without a format error and the share that passed (recorded, never a stopping rule). It starts
+    from the first phase's weights alone, so it runs the same from a cached first phase's weights
     (`pretrain_base(first_phase=...)`) as after a first phase built now."""
     tokenizer = char_tokenizer()
     source = base_task_source(cfg)
@@ -585,18 +585,16 @@ def correction_tail(model: CausalLM, cfg: BaseModelConfig, held_out: list, repor
     parts = held_out[:CAD_TAIL_CHECK_PARTS]
     report["tail"] = []
     step = 0
-    for step in range(1, CAD_TAIL_MAX_STEPS + 1):
+    for step in range(1, CAD_TAIL_STEPS + 1):
         programs = _batch(tokenizer, [source.sample(rng) for _ in range(CAD_TAIL_PROGRAMS)])
         episodes = _correction_batch(tokenizer, [source.sample(rng) for _ in range(CAD_TAIL_EPISODES)], rng)
         _sgd_step(model, opt, *episodes, _lr_at(cfg, step), (programs,))
-        if step % CAD_TAIL_CHECK_EVERY == 0 or step == CAD_TAIL_MAX_STEPS:
+        if step % CAD_TAIL_CHECK_EVERY == 0:
             engine.set_version(step)
             formed, passed = _well_formed_episodes(engine, parts)
             report["tail"].append([step, formed, passed])
             if on_eval:
-                on_eval(-step, formed)  # a negative step: the tail's check (its well-formed share)
-            if formed >= CAD_TAIL_WELL_FORMED:
-                break
+                on_eval(-step, passed)  # a negative step: the tail's check (its greedy episodes' pass rate)
     return step
 
 

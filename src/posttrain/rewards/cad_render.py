@@ -104,23 +104,27 @@ def holes(solid: Solid) -> int:
     return int(solid.manifold.genus()) if solid.manifold is not None else 0
 
 
-def brief_observation(got: Solid | None, target: Solid, pass_iou: float) -> str:
-    """The render as one line for the built-in model (`cad_agent:parts` with `brief`): the IoU with the target, and
-    when it fails, what differs in terms the program can act on: the size (a dimension off), the volume (a radius or
-    a hole's depth) and the number of through-holes (a hole missing or extra), each beside the target's. It names
-    aggregates of the target's solid only, never a feature's position or the target's program (`leaked_target`
-    checks that); `got` None or open: `NO_SOLID`. Pre-training's correction episodes (`agent/cad_tools.py`) and the
-    render tool both call this, on the part's solid and on OpenSCAD's mesh, so the text a model learns is the text
-    it reads at run time."""
-    from posttrain.rewards.cad_geometry import compare
+def brief_observation(got: Solid | None, target: Solid, pass_iou: float, regions: list[Any] | None = None) -> str:
+    """The render as one line for the built-in model (`cad_agent:parts` with `brief`). It passes exactly when the `cad`
+    verifier would pass the solid: a closed solid whose IoU with the target, and whose IoU inside the box around each
+    of the target's features (`regions`, `CadVerifier.regions`), are at least `pass_iou`. When it fails, the line says
+    what differs in terms the program can act on: each feature's IoU (a hole moved or resized), the size (a dimension
+    off), the volume and the number of through-holes (a hole missing, extra or not through), each beside the
+    target's. It names aggregates of the target's solid only, never a feature's position or the target's program
+    (`agent/cad_tools.leaked_target` checks that); `got` None or open: `NO_SOLID`. Pre-training's correction episodes
+    and the render tool both call this, on the part's exact solid and on OpenSCAD's mesh, so the line a model learns
+    is the line it reads at run time."""
+    from posttrain.rewards.cad_geometry import compare, local_ious
 
     if got is None or not got.watertight:
         return NO_SOLID
     iou = compare(got, target).iou
-    if iou >= pass_iou:
+    local = local_ious(got, target, regions) if regions else []
+    if min([iou, *local]) >= pass_iou:
         return f"IoU {iou:.2f}, passes"
-    return (f"IoU {iou:.2f}, needs {pass_iou:g}; size {_size(got.bbox)} vs {_size(target.bbox)}; volume {got.volume:.0f} "
-            f"vs {target.volume:.0f}; holes {holes(got)} vs {holes(target)}")
+    features = f", features {' '.join(f'{v:.2f}' for v in local)}" if local else ""
+    return (f"IoU {iou:.2f}{features}, needs {pass_iou:g}; size {_size(got.bbox)} vs {_size(target.bbox)}; volume "
+            f"{got.volume:.0f} vs {target.volume:.0f}; holes {holes(got)} vs {holes(target)}")
 
 
 async def render_batch(sandbox: Any, files: list[tuple[str, bytes | str]], settings: RenderSettings,
