@@ -7,7 +7,8 @@ on the same held-out parts (the reporting half of `eval.size` held-out parts, sp
 
 - single-shot: the brief prompt, one program, judged by the `cad` verifier;
 - agent: `cad_agent:parts` with `brief` (`agent/cad_tools.py: brief_agent_spec`): `--turns` renders of a program, each
-  answered by the render tool's one line (IoU with the target; size, volume and hole count beside the target's), then
+  answered by the render tool's one line (passes exactly when the verifier would; else the IoU and each feature's, and
+  the size, volume and hole count beside the target's), then
   a submit, the submitted program judged by the same verifier, through the agent rollouter evaluation uses.
 
 The budget of sampled tokens, fixed before measuring: an episode makes at most `turns + 1` calls of at most

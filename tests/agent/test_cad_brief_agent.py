@@ -207,3 +207,31 @@ def test_every_oracle_call_fits_one_reply():
         steps, _ = correction_steps(task, random.Random(0), clean=0.0)
         longest = max(longest, *(len(tok.encode(fmt.render_call(c), add_bos=False)) for c, _ in steps))
     assert longest <= BRIEF_MAX_TOKENS - 16, longest
+
+
+@pytest.mark.slow
+def test_the_observation_passes_exactly_when_the_verifier_does():
+    from posttrain.rewards.base import score_sync
+    from posttrain.rewards.cad_parts import feature_regions
+
+    rng = random.Random(4)
+    tasks, wrongs = [], []
+    for task in SOURCE.take(40, "train", seed=9):
+        for _ in range(2):  # mistakes near the threshold too: a hole moved a little passes the IoU, not its feature's
+            tasks.append(task)
+            wrongs.append(planted_error(part_from_dict(task.meta["target_part"]), rng)[1])
+    verdicts = score_sync(CadVerifier(), tasks, [brief_scad(w) for w in wrongs])
+    assert all(v.ok for v in verdicts)
+
+    def passes(regions: bool) -> list[bool]:
+        out = []
+        for t, w in zip(tasks, wrongs):
+            part = part_from_dict(t.meta["target_part"])
+            seen = brief_observation(part_solid(w), part_solid(part), 0.9, feature_regions(part) if regions else None)
+            out.append(seen.endswith("passes"))
+        return out
+
+    assert [v.passed for v in verdicts] == passes(True)
+    assert any(v.passed for v in verdicts) and not all(v.passed for v in verdicts)
+    # planted: the line judged by the whole solid's IoU alone (the first version) passes some the verifier fails
+    assert [v.passed for v in verdicts] != passes(False)
