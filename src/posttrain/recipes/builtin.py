@@ -686,6 +686,7 @@ def pretrain_base(
             # below the band, or inside it with a part kind under `kind_floor`: train on
             below = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), rng.getstate(), step)
         step += 1
+    tail = 0
     if is_cad_agent(cfg) and band_ok(cfg, accuracy, report["by_kind"]):
         tail = correction_tail(model, cfg, held_out, report, on_eval)
         engine.set_version(-tail)
@@ -693,7 +694,7 @@ def pretrain_base(
         accuracy, report["by_kind"] = result.accuracy, kind_rates(held_out, result.per_task)
         report["checks"].append([f"tail {tail}", accuracy, report["by_kind"]])
     save_model(model, tokenizer, out_dir)
-    return accuracy, min(step, cfg.max_steps)
+    return accuracy, min(step, cfg.max_steps) + tail  # a correcting base's steps count its tail's
 
 
 def _tail_from(cfg: BaseModelConfig, out_dir: Path, start: Path, on_eval: Callable[[int, float], None] | None,
