@@ -26,7 +26,7 @@ response a part, the same for every seed) are reported beside it. Every render o
 checked by `cad_tools.leaked_target` (the count must be 0). The last line is one JSON object.
 
     nice -n 12 python benchmarks/cad_observe.py [--seeds 1 2 3] [--samples 4] [--size 200] [--turns 1]
-                                                [--half reporting|selection] [--base-seed 0]
+                                                [--half reporting|selection] [--base-seed 0] [--model PATH]
 """
 
 from __future__ import annotations
@@ -160,6 +160,12 @@ def main() -> None:
     ap.add_argument("--base-seed", type=int, default=0)
     ap.add_argument("--draw-seed", type=int, default=0, help="the run seed the held-out parts are drawn with")
     ap.add_argument("--no-greedy", action="store_true")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="a checkpoint to measure instead of the base (a run's best/ after RL "
+        "of the agent form, say); the base is still named in the output",
+    )
     args = ap.parse_args()
     import torch
 
@@ -187,7 +193,7 @@ def main() -> None:
     selection, reporting = build_held_out(EvalConfig(size=args.size), [single_domain], args.draw_seed)
     tasks = (reporting if args.half == "reporting" else selection)[0].tasks
     verifier, spec = single_domain.verifier, agent_domain.agent
-    engine = _engine_for(str(base.path))
+    engine = _engine_for(args.model or str(base.path))
     print(
         f"{len(tasks)} {args.half} parts; budget {spec.max_steps} x {spec.max_tokens} = "
         f"{spec.max_steps * spec.max_tokens} sampled tokens per task and arm",
