@@ -49,6 +49,11 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     # GRPO no holed part to reinforce: issue 42)
     "cad:parts": {"target_low": 0.30, "target_high": 0.60, "batch_size": 32, "eval_every": 25, "eval_size": 64,
                   "max_steps": 3000, "digits": 1, "kind_floor": 0.15},
+    # the same parts as generate-observe-correct episodes too (cad_agent:parts, brief form): each step the gold programs
+    # of cad:parts plus correction episodes (a first attempt, its render's one line, the gold program); the same band
+    # on single-shot programs, so its single-shot figures compare with a cad:parts base's
+    "cad_agent:parts": {"target_low": 0.30, "target_high": 0.60, "batch_size": 32, "eval_every": 25, "eval_size": 64,
+                        "max_steps": 3000, "digits": 1, "kind_floor": 0.15},
     # long reports (docs:reports, easy level: one-figure lookups in the compact agent form, `digits` = hops): whole
     # oracle episodes (~750 tokens; 8,192 positions, so a 6,000-character report fits the context of the
     # single-turn form), a band check is a batch of real episodes in the sandbox (48 of them every 40 steps); 2 layers
@@ -75,11 +80,12 @@ class BaseModelConfig(_Section):
     num_heads: int = Field(4, ge=1)
     """Attention heads (no grouping: the base model is tiny)."""
     family: Literal["add", "sub", "addsub", "mul", "chain", "code:ops", "code:linear", "lookup",
-                    "cad:parts", "docs:reports"] = "add"
+                    "cad:parts", "cad_agent:parts", "docs:reports"] = "add"
     """The arithmetic family it is pre-trained on (also the quickstart's RL task), a code-writing family
     (`code:ops`, `code:linear`; see docs/code_domain.md), whose difficulty knob is `digits` too, or `lookup`,
     the multi-turn agent domain `agent:lookup` (pre-trained on oracle episodes; its knob is `digits` = hops), or
     `cad:parts`, OpenSCAD programs for generated parts (pre-trained on gold programs; `digits` = the level, 1-3), or
+    `cad_agent:parts`, the same plus correction episodes of `cad_agent:parts`'s brief form (a base that can correct), or
     `docs:reports`, questions over long reports in the compact agent form (oracle episodes; `digits` = hops, 1 the
     easy level)."""
     digits: int = Field(2, ge=1, le=9)
@@ -127,7 +133,7 @@ class BaseModelConfig(_Section):
         if self.worked and self.family not in _WORKED_FAMILIES:
             raise ValueError(f"worked solutions exist for the {' and '.join(_WORKED_FAMILIES)} families only, "
                              f"not {self.family!r}")
-        if self.family.startswith("cad:") and self.digits > 3:
+        if self.family.startswith(("cad:", "cad_agent:")) and self.digits > 3:
             raise ValueError(f"digits is the CAD level for {self.family}: 1, 2 or 3, got {self.digits}")
         if self.target_low > self.target_high:
             raise ValueError(f"target_low ({self.target_low}) must not exceed target_high ({self.target_high})")

@@ -145,3 +145,30 @@ def test_pre_training_does_not_depend_on_the_string_hash_seed(tmp_path):
                              text=True, timeout=300, check=True)
         digests.append(out.stdout.split()[-1])
     assert digests[0] == digests[1]
+
+
+@pytest.mark.slow
+def test_a_correcting_base_runs_its_tail_after_the_band_and_from_a_first_phase(tmp_path, monkeypatch):
+    """`cad_agent:parts`: programs plus correction episodes until the band, then the correction tail (episodes run as
+    greedy episodes at its checks), and the same tail from a first phase's saved weights (`first_phase`)."""
+    import posttrain.recipes.builtin as builtin
+
+    monkeypatch.setattr(builtin, "CAD_TAIL_STEPS", 2)
+    monkeypatch.setattr(builtin, "CAD_TAIL_CHECK_EVERY", 2)
+    monkeypatch.setattr(builtin, "CAD_TAIL_CHECK_PARTS", 2)
+    monkeypatch.setattr(builtin, "CAD_EPISODES", 2)
+    monkeypatch.setattr(builtin, "CAD_TAIL_EPISODES", 2)
+    monkeypatch.setattr(builtin, "CAD_TAIL_PROGRAMS", 2)
+    tiny = dict(TINY, hidden_size=8, intermediate_size=8, target_low=0.1, target_high=0.9)
+    _planted(monkeypatch, 1 / 3)  # in band at the first check
+    build = ensure_base(BaseModelConfig(family="cad_agent:parts", cache_dir=str(tmp_path / "a"), **tiny))
+    meta = json.loads((build.path / "base.json").read_text())
+    assert build.path.name.startswith("cad-agent-parts-l1-s0-")
+    assert load_model(build.path)[0].config.max_position_embeddings == 1024
+    assert [t[0] for t in meta["tail"]] == [2] and 0.0 <= meta["tail"][0][1] <= 1.0  # a tiny model: format errors
+    assert [c[0] for c in meta["checks"]] == [2, "tail 2"] and build.steps == 4
+    again = ensure_base(BaseModelConfig(family="cad_agent:parts", cache_dir=str(tmp_path / "b"), **tiny), first_phase=build.path)
+    meta = json.loads((again.path / "base.json").read_text())
+    assert meta["started_from"] == build.path.name and again.steps == 6 and [t[0] for t in meta["tail"]] == [2]
+    with pytest.raises(ValueError, match="first_phase"):
+        ensure_base(BaseModelConfig(family="cad:parts", cache_dir=str(tmp_path / "c"), **tiny), first_phase=build.path)

@@ -9,28 +9,41 @@ ASCII silhouettes. A multimodal chat endpoint gets the image as an image part (`
 text-only model reads the text. The same tool serves training and run time; and `cad_agent_task`, a
 generated CAD task as an `AgentTask` (write, render, correct, submit the program; judged by `cad`), and
 `cad_agent_spec` with the `cad_agent:` registry family (`cad_agent:parts`: the same tasks and verifier as
-`cad:parts`, run that way in training and evaluation; option `turns`, the write-and-render rounds, 1-5).
+`cad:parts`, run that way in training and evaluation; option `turns`, the write-and-render rounds, 1-5). With
+`brief` (the built-in character-level model's form, whose context is a few hundred tokens) the episode is compact:
+the prompt alone as the instruction, two tools listed by signature, `render(program)` (writes and runs the program;
+answers one line, `cad_render.brief_observation`) and `submit(answer)`, `turns` renders then a submit;
+`correction_steps` draws its oracle episodes for pre-training (`recipes/builtin.py`, family `cad_agent:parts`): a
+first attempt that is the gold program or the gold with one planted mistake (`planted_error`: a dimension off, a
+hole missing, moved, resized, not through, or one too many), the observation the render tool gives it, then the gold
+program submitted; `leaked_target` is the check that an observation names nothing of the target beyond its size,
+volume and hole count.
 Does not cover: the CAD verifier (`rewards/cad.py`), drawing (`rewards/_cad_render.py`).
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import random
+import re
+import secrets
 import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from posttrain.agent.env import AgentTask
 from posttrain.agent.spec import AgentSpec
-from posttrain.agent.tools import Tool, ToolContext, ToolOutput, read_file, submit, tool, write_file
+from posttrain.agent.tools import Tool, ToolContext, ToolOutput, read_file, submit, submit_short, tool, write_file
 from posttrain.rewards.cad import OPENSCAD, RenderSettings, unsafe_reason
 from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, local_ious
-from posttrain.rewards.cad_render import describe, parse_render, render_program
+from posttrain.rewards.cad_parts import Feature, Part, brief_scad, feature_regions, part_from_dict, part_solid
+from posttrain.rewards.cad_render import NO_SOLID, brief_observation, describe, parse_render, render_program
 from posttrain.sandbox.result import ExecStatus
 from posttrain.tasks.cad import parts_domain
 from posttrain.tasks.domains import Domain, register_domain
 from posttrain.tasks.jsonl import TaskFileError
-from posttrain.types import Task
+from posttrain.types import Task, ToolCall
 
 TargetFn = Callable[[], Awaitable["Solid | None"]]
 CAD_AGENT_NOTE = ("Write your OpenSCAD program to model.scad with write_file, call render to see it (a picture "
@@ -105,7 +118,10 @@ def _cad_agent_domain(family: str, turns: int = 3, **options: Any) -> Domain:
         raise TaskFileError(f"cad_agent:{family}: turns must be an integer in 1..5, got {turns!r}")
     d = parts_domain(family, **options)
     meta = {k: v for k, v in d.meta.items() if k != "null_response"}  # an episode that never submits fails anyway
-    return dataclasses.replace(d, name=f"cad_agent:{family}", rollouter="agent", agent=cad_agent_spec(d.verifier, turns),
+    brief = bool(options.get("brief", False))
+    spec = brief_agent_spec(d.verifier, turns) if brief else cad_agent_spec(d.verifier, turns)
+    sampling = dataclasses.replace(d.sampling, max_tokens=spec.max_tokens, stop=("</tool_call>",)) if brief else d.sampling
+    return dataclasses.replace(d, name=f"cad_agent:{family}", rollouter="agent", agent=spec, sampling=sampling,
                                description=d.description + f", as episodes of up to {turns} render rounds",
                                meta={**meta, "turns": turns})
 
@@ -123,3 +139,163 @@ def cad_agent_task(task: Task, verifier: object, settings: RenderSettings | None
     tools = (write_file, read_file, look, submit)
     return AgentTask(task.id, f"{task.prompt}\n{CAD_AGENT_NOTE}", answer=task.answer or "", answer_verifier=verifier,
                      meta=dict(task.meta), tools=tools, timeout_s=300.0)
+
+
+BRIEF_SYSTEM = "Model the part in OpenSCAD. Tools:\n"  # the brief form's system text (its listing: signatures)
+BRIEF_MAX_TOKENS = 192  # one brief call: a level-1 gold program is at most ~85 characters and a call's text around it
+# 70 (144 cut the longest calls off before their closing tag: the first probe, benchmarks/RESULTS.md)
+
+
+def brief_render_tool(target: TargetFn | None = None, pass_iou: float = 0.9, openscad_timeout_s: float = 20.0,
+                      regions: Callable[[], list[Any]] | None = None) -> Tool:
+    """The render tool of the brief form: `render(program)` writes `model.scad`, runs OpenSCAD on it in the
+    episode's sandbox session and answers one line, `brief_observation` of its mesh against `target` (no picture:
+    the brief form is for a text-only model whose context holds a few hundred tokens)."""
+
+    @tool(name="render", timeout_s=openscad_timeout_s + 30.0, max_output_chars=400)
+    async def render(ctx: ToolContext, program: str) -> ToolOutput:
+        """Run the program; compare its solid with the target.
+
+        Args:
+            program: the OpenSCAD program
+        """
+        if unsafe_reason(program) is not None:
+            return ToolOutput(NO_SOLID)
+        await ctx.write("model.scad", program)
+        nonce = secrets.token_hex(8)
+        res = await ctx.exec(f"rm -f /tmp/render.stl; timeout -s KILL {openscad_timeout_s:g} {OPENSCAD} -o /tmp/render.stl "
+                             "--export-format binstl model.scad >/dev/null 2>&1 </dev/null "
+                             f"&& printf '%s ' {nonce} && base64 -w0 /tmp/render.stl")
+        solid = None
+        for line in res.stdout.splitlines() if res.status is not ExecStatus.TIMEOUT else []:
+            if line.startswith(nonce + " "):
+                try:
+                    solid = load_mesh(base64.b64decode(line[len(nonce) + 1:]), "stl")
+                except (MeshError, ValueError):
+                    solid = None
+        goal = await target() if target is not None else None
+        if goal is None:
+            return ToolOutput(NO_SOLID if solid is None or not solid.watertight else "rendered (no target to compare)")
+        return ToolOutput(brief_observation(solid, goal, pass_iou, regions() if regions is not None else None))
+
+    return render
+
+
+def cad_brief_task(task: Task, verifier: object) -> AgentTask:
+    """A brief-form CAD task as a compact episode: `render(program)` and `submit(answer)`, judged by `verifier`."""
+
+    async def target() -> Solid | None:
+        return await verifier.target(task)  # type: ignore[attr-defined]
+
+    regions = getattr(verifier, "regions", None)
+    look = brief_render_tool(target, float(task.meta.get("pass_iou", 0.9)),
+                             regions=(lambda: regions(task)) if regions is not None else None)
+    tools = (look, submit_short)
+    return AgentTask(task.id, task.prompt, answer=task.answer or "", answer_verifier=verifier, meta=dict(task.meta),
+                     tools=tools, timeout_s=120.0)
+
+
+def brief_agent_spec(verifier: object, turns: int = 1) -> AgentSpec:
+    """The `AgentSpec` of `cad_agent:parts` with `brief`: `turns` renders and a submit, each call at most
+    `BRIEF_MAX_TOKENS` sampled tokens (so an episode samples at most `(turns + 1) * BRIEF_MAX_TOKENS`)."""
+    return AgentSpec(load=lambda task: cad_brief_task(task, verifier), system=BRIEF_SYSTEM, tool_listing="signature",
+                     max_steps=turns + 1, max_format_errors=1, max_tokens=BRIEF_MAX_TOKENS)
+
+
+def sampled_token_budget(spec: AgentSpec) -> int:
+    """The most tokens one episode of `spec` can sample: every step's call at its full `max_tokens`."""
+    return spec.max_steps * spec.max_tokens
+
+
+PLANTED = ("size", "hole_missing", "hole_moved", "radius", "hole_short", "extra_hole")
+
+
+def planted_error(part: Part, rng: random.Random) -> tuple[str, Part]:
+    """`part` with one mistake of the kinds a first attempt makes (a kind in `PLANTED` that applies to it)."""
+    box, holes = part.features[0], part.features[1:]
+    kind = rng.choice(["size", "size"] + (["hole_missing", "hole_moved", "radius", "hole_short"] if holes else ["extra_hole"]))
+    feats = list(part.features)
+    if kind == "size":
+        k = rng.randrange(3)
+        d = box.size[k]
+        # off by 15-50% (the IoU threshold of the easy level, 0.9, passes a dimension off by less than ~11%)
+        new = max(1.0, d + rng.choice((-1, 1)) * rng.randint(max(1, round(0.15 * d)), max(2, int(d) // 2)))
+        size = list(box.size)
+        size[k] = new if new != d else d + 1
+        feats[0] = dataclasses.replace(box, size=tuple(size))  # type: ignore[arg-type]
+    elif kind == "hole_missing":
+        feats = feats[:1]
+    elif kind == "hole_moved":
+        at = list(holes[0].at)
+        k = rng.randrange(2)
+        at[k] += rng.choice((-1, 1)) * rng.randint(2, 8)
+        feats[1] = dataclasses.replace(holes[0], at=tuple(at))  # type: ignore[arg-type]
+    elif kind == "radius":
+        step = rng.randint(1, 3)
+        r = holes[0].r - step if holes[0].r - step >= 1 and rng.random() < 0.5 else holes[0].r + step
+        feats[1] = dataclasses.replace(holes[0], r=float(r))
+    elif kind == "hole_short":
+        feats[1] = dataclasses.replace(holes[0], h=max(1.0, float(int(box.size[2]) // 2)))
+    else:
+        w, d, _ = box.size
+        r = rng.randint(1, max(1, int(min(w, d)) // 4))
+        feats.append(Feature("sub", "cyl", (rng.randint(r, max(r, int(w) - r)), rng.randint(r, max(r, int(d) - r)), -1.0),
+                             r=float(r), h=box.size[2] + 2, fn=32))
+    return kind, Part(tuple(feats))
+
+
+def correction_steps(task: Task, rng: random.Random, clean: float = 0.4) -> tuple[list[tuple[ToolCall, str]], bool]:
+    """An oracle episode of the brief form for pre-training: (the (call, tool answer) pairs, whether the first
+    attempt is the gold program). With probability `clean` the first render is the gold program (it passes; the gold
+    is submitted), else the gold with a planted mistake that fails the task's IoU threshold (when 16 draws find none:
+    the clean episode), its observation, then
+    the gold program submitted. Observations are `brief_observation` of the attempt's exact solid, the function the
+    render tool calls on OpenSCAD's mesh. A first attempt with a mistake is what the episode corrects, never what
+    the base should learn to write: the caller gives its tokens no loss."""
+    part = part_from_dict(task.meta["target_part"])
+    target, regions = part_solid(part), feature_regions(part)
+    gold, pass_iou = task.answer or brief_scad(part), float(task.meta.get("pass_iou", 0.9))
+    end = (ToolCall("submit", {"answer": gold}), "submitted")
+    if rng.random() >= clean:
+        for _ in range(16):  # a small hole's mistakes pass the threshold: those are drawn again
+            _, wrong = planted_error(part, rng)
+            try:
+                seen = brief_observation(part_solid(wrong), target, pass_iou, regions)
+            except MeshError:
+                continue
+            if "needs" in seen:
+                return [(ToolCall("render", {"program": brief_scad(wrong)}), seen), end], False
+    return [(ToolCall("render", {"program": gold}), brief_observation(target, target, pass_iou, regions)), end], True
+
+
+def correction_trace(task: Task, tokenizer: Any, rng: random.Random, turns: int = 1) -> tuple[list[int], list[float]]:
+    """A brief-form oracle episode (`correction_steps`) as the runtime builds its ids (`traces.episode_trace`), and
+    the loss weight of each: 1 on the calls the model samples, except a first attempt with a planted mistake (0)."""
+    from posttrain.agent.traces import episode_trace
+
+    steps, clean = correction_steps(task, rng)
+    spec = dataclasses.replace(brief_agent_spec(None, turns), tools=cad_brief_task(task, None).tools)
+    ids, mask = episode_trace(spec, task.prompt, steps, tokenizer)
+    weight = [float(m) for m in mask]
+    if not clean:  # the first call (the mistake) ends where its observation's tokens begin
+        first = mask.index(True)
+        end = first + mask[first:].index(False)
+        weight[first:end] = [0.0] * (end - first)
+    return ids, weight
+
+
+def leaked_target(observation: str, task: Task, attempt: str = "") -> str | None:
+    """What an observation of `attempt` (the program rendered) tells of the target beyond its size, volume and hole
+    count (None: nothing): the gold program, or a hole's position or radius that the attempt does not hold itself.
+    An observation that leaks lets an episode copy the answer instead of correcting its attempt."""
+    gold = task.answer or ""
+    if gold and gold in observation:
+        return "the gold program"
+    number = r"[0-9]+(?:\.[0-9]+)?"
+    # what the observation may say: the IoU and its threshold, the hole counts, and the target's aggregates after "vs"
+    rest = re.sub(rf"IoU {number}|features( {number})+|needs {number}|holes [0-9]+ vs [0-9]+|vs [0-9x.]+", " ", observation)
+    said = set(re.findall(number, rest)) - set(re.findall(number, attempt))
+    part = part_from_dict(task.meta["target_part"])
+    private = {f"{v:g}" for f in part.features[1:] for v in (*f.at[:2], f.r)}
+    leaked = sorted(said & private)
+    return f"the target's numbers {leaked}" if leaked else None

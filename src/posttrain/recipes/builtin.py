@@ -13,7 +13,10 @@ pre-trained on whole oracle episodes token for token as the runtime builds them
 (loss on the sampled calls only), its band measured by real greedy episodes in
 the sandbox (held-out episode success). And a base for CAD parts (`family = "cad:parts"`, `tasks/cad.py`,
 `digits` = the level): pre-trained on the gold OpenSCAD programs of the `brief` form, its band measured by the sandboxed `cad`
-verifier (held-out pass rate of greedy programs). And a base for long reports (`family = "docs:reports"`,
+verifier (held-out pass rate of greedy programs); family `cad_agent:parts` learns, beside those programs, correction
+episodes of `cad_agent:parts`'s brief form (`CAD_EPISODES` a step, `agent/cad_tools.py`: a first attempt with a planted
+mistake or none, the render tool's line, the gold program), 1,024 positions, the same band. And a base for long
+reports (`family = "docs:reports"`,
 `digits` = hops, 1 the easy level): pre-trained on the compact agent form's oracle episodes (`agent/reports.py`,
 `agent/traces.py`), 8,192 positions (`DOCS_CONTEXT`), its band measured by real greedy episodes as for `lookup`.
 Does not cover: general-purpose pre-training of larger models.
@@ -60,6 +63,18 @@ CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the ba
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
 # band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
 # format-2 base built on a loaded machine may have trained past the step where its band was met)
+CAD_AGENT_BASE_FORMAT = 3  # the same, for `cad_agent:parts` bases (gold programs plus correction episodes; 2: then a
+# correction tail, `correction_tail`: the format-1 base, in band at step 200, wrote a well-formed first call in few of its
+# greedy episodes, 8 episodes a step being too few beside 32 programs; 3: the observation passes exactly when the
+# verifier does (each feature's IoU too) and names each feature's IoU, and the tail runs a fixed number of steps)
+CAD_TAIL_EPISODES = 16  # a correction tail's step: this many episodes...
+CAD_TAIL_PROGRAMS = 8  # ...and this many gold programs (so the single-shot form is not forgotten)
+CAD_TAIL_STEPS = 80  # the tail's length, fixed (its checks are recorded, not a stopping rule)
+CAD_TAIL_CHECK_EVERY = 20  # greedy episodes of the stopping set's first `CAD_TAIL_CHECK_PARTS` parts, this often
+CAD_TAIL_CHECK_PARTS = 32
+CAD_AGENT_CONTEXT = 1024  # positions of a `cad_agent:parts` base: a one-render correction episode is ~580 tokens (at
+# most ~700), and a second render round adds ~250
+CAD_EPISODES = 8  # correction episodes per pre-training step of a `cad_agent:parts` base, beside `batch_size` programs
 DOCS_BASE_FORMAT = 4  # the same, for `docs:reports` bases (their keys include it; 2: the copied tokens weighted
 # `DOCS_DECISION_WEIGHT`, and every `DOCS_DRILL_EVERY`th step a batch of `_docs_drills`; 3: `_repeat_drills` in every
 # step; 4: `DOCS_COPY_STEPS` of repeat drills alone first)
@@ -97,7 +112,12 @@ def is_agent(cfg: BaseModelConfig) -> bool:
 
 
 def is_cad(cfg: BaseModelConfig) -> bool:
-    return cfg.family.startswith("cad:")
+    """A CAD base (`cad:parts`, or `cad_agent:parts`, which also learns correction episodes)."""
+    return cfg.family.startswith(("cad:", "cad_agent:"))
+
+
+def is_cad_agent(cfg: BaseModelConfig) -> bool:
+    return cfg.family.startswith("cad_agent:")
 
 
 def is_docs(cfg: BaseModelConfig) -> bool:
@@ -128,6 +148,11 @@ def base_key(cfg: BaseModelConfig) -> str:
     if is_docs(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "docs_format": DOCS_BASE_FORMAT, **fields}, sort_keys=True)
         return f"docs-reports-h{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
+    if is_cad_agent(cfg):
+        blob = json.dumps({"format": BASE_FORMAT, "cad_format": CAD_BASE_FORMAT, "cad_agent_format": CAD_AGENT_BASE_FORMAT,
+                           **fields}, sort_keys=True)
+        digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
+        return f"cad-agent-{cfg.family.split(':', 1)[1]}-l{cfg.digits}-s{cfg.seed}-{digest}"
     if is_cad(cfg):
         blob = json.dumps({"format": BASE_FORMAT, "cad_format": CAD_BASE_FORMAT, **fields}, sort_keys=True)
         return f"cad-{cfg.family.split(':', 1)[1]}-l{cfg.digits}-s{cfg.seed}-{hashlib.sha256(blob.encode()).hexdigest()[:10]}"
@@ -446,6 +471,16 @@ def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None, 
     return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
 
 
+def _correction_batch(tokenizer: Tokenizer, tasks, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, T] right-padded correction episodes of `cad_agent:parts`'s brief form (`cad_tools.correction_trace`: a
+    first attempt, gold or with a planted mistake, its render's line, the gold program submitted) and the [B, T-1]
+    loss weights (the sampled calls, except a mistaken first attempt)."""
+    from posttrain.agent.cad_tools import correction_trace
+
+    rows = [correction_trace(t, tokenizer, rng) for t in tasks]
+    return pad_rows([ids for ids, _ in rows], [w[1:] for _, w in rows], tokenizer.pad_id)
+
+
 def _episode_success(engine, tasks, spec: Any = None) -> float:
     """Held-out greedy episode success: one real episode per task, in the sandbox, as RL will run them (`spec`: the
     domain's `AgentSpec`, `agent:lookup`'s by default)."""
@@ -501,6 +536,7 @@ def _fresh_model(cfg: BaseModelConfig, vocab_size: int, agent: bool) -> CausalLM
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
         max_position_embeddings=cfg.context or (DOCS_CONTEXT if is_docs(cfg) else AGENT_CONTEXT if agent
+                                                else CAD_AGENT_CONTEXT if is_cad_agent(cfg)
                                                 else CAD_CONTEXT if is_cad(cfg) else 128),
         tie_word_embeddings=True,
     )
@@ -613,12 +649,64 @@ def _sgd_step(model: CausalLM, opt: torch.optim.Optimizer, ids: torch.Tensor, ma
     opt.step()
 
 
+def _well_formed_episodes(engine: Any, tasks: list) -> tuple[float, float]:
+    """(share of greedy brief `cad_agent:parts` episodes that end without a format error, share that pass) on `tasks`."""
+    from posttrain.eval.harness import EvalSpec
+    from posttrain.eval.run import run_eval
+    from posttrain.tasks.domains import load_domain
+    from posttrain.tasks.suites import Suite
+
+    spec = load_domain("cad_agent:parts", level=1, brief=True, turns=1).agent
+    run = run_eval(engine, Suite("tail", list(tasks), None, agent=spec),
+                   EvalSpec(model="in-process", suite="tail", max_tokens=spec.max_tokens))
+    recs = run.records
+    return (sum(r.info.get("episode_status") != "format_errors" for r in recs) / len(recs),
+            sum(r.ok and r.passed for r in recs) / len(recs))
+
+
+def correction_tail(model: CausalLM, cfg: BaseModelConfig, held_out: list, report: dict[str, Any],
+                    on_eval: Callable[[int, float], None] | None = None) -> int:
+    """A `cad_agent:parts` base's second phase, after its band: `CAD_TAIL_EPISODES` correction episodes and
+    `CAD_TAIL_PROGRAMS` gold programs a step, with a fresh optimizer (warmed up again) and its own data order (seed
+    + 1), for `CAD_TAIL_STEPS` steps; returns them. Every `CAD_TAIL_CHECK_EVERY` steps greedy episodes on the first
+    `CAD_TAIL_CHECK_PARTS` parts of the stopping set (`held_out`) are run and `report["tail"]` gets the step, the
+    share that ended without a format error and the share that passed (recorded, never a stopping rule). It starts
+    from the first phase's weights alone, so it runs the same from a cached first phase's weights
+    (`pretrain_base(first_phase=...)`) as after a first phase built now."""
+    tokenizer = char_tokenizer()
+    source = base_task_source(cfg)
+    rng = random.Random(cfg.seed + 1)
+    opt = _optimizer(model, cfg)
+    engine = build_engine(None, model, tokenizer)
+    parts = held_out[:CAD_TAIL_CHECK_PARTS]
+    report["tail"] = []
+    step = 0
+    for step in range(1, CAD_TAIL_STEPS + 1):
+        programs = _batch(tokenizer, [source.sample(rng) for _ in range(CAD_TAIL_PROGRAMS)])
+        episodes = _correction_batch(tokenizer, [source.sample(rng) for _ in range(CAD_TAIL_EPISODES)], rng)
+        _sgd_step(model, opt, *episodes, _lr_at(cfg, step), (programs,))
+        if step % CAD_TAIL_CHECK_EVERY == 0:
+            engine.set_version(step)
+            formed, passed = _well_formed_episodes(engine, parts)
+            report["tail"].append([step, formed, passed])
+            if on_eval:
+                on_eval(-step, passed)  # a negative step: the tail's check (its greedy episodes' pass rate)
+    return step
+
+
 def pretrain_base(
     cfg: BaseModelConfig, out_dir: Path, on_eval: Callable[[int, float], None] | None = None,
-    report: dict[str, Any] | None = None,
+    report: dict[str, Any] | None = None, first_phase: Path | None = None,
 ) -> tuple[float, int]:
     """Train from scratch until held-out greedy accuracy reaches the band; returns (accuracy, steps). `report` (a
-    dict) receives `by_kind`, the last check's pass rate per part kind (CAD bases; None otherwise), and `checks`."""
+    dict) receives `by_kind`, the last check's pass rate per part kind (CAD bases; None otherwise), and `checks`.
+    A `cad_agent:parts` base in band then runs `correction_tail` and is measured again; `first_phase` (such a base
+    only): the first phase's weights, already built (a format-1 `cad_agent:parts` base of the same config), so only
+    the tail runs."""
+    if first_phase is not None:
+        if not is_cad_agent(cfg):
+            raise ValueError("pretrain_base: first_phase is for cad_agent:parts bases")
+        return _tail_from(cfg, out_dir, first_phase, on_eval, report if report is not None else {})
     torch.manual_seed(cfg.seed)
     tokenizer = char_tokenizer()
     source = base_task_source(cfg)
@@ -662,12 +750,18 @@ def pretrain_base(
             return _copy_drills(tokenizer, rng, 2 * len(tasks), source.lines)
         return _trace_batch(tokenizer, tasks, rng, AGENT_WINDOW)
 
+    def episodes() -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """A `cad_agent:parts` base's correction episodes for this step (none for other families)."""
+        if not is_cad_agent(cfg):
+            return ()
+        return (_correction_batch(tokenizer, [draw() for _ in range(CAD_EPISODES)], rng),)
+
     accuracy, step = 0.0, 0
     check_every, below, refined = cfg.eval_every, None, False
     step = 1
     while step <= cfg.max_steps:
         ids, weight, *more = batch([draw() for _ in range(cfg.batch_size)])  # docs steps: other batches join
-        _sgd_step(model, opt, ids, weight, _lr_at(cfg, step), *more)
+        _sgd_step(model, opt, ids, weight, _lr_at(cfg, step), (*(more[0] if more else ()), *episodes()))
         copying = docs and step <= DOCS_COPY_STEPS  # repeat drills alone: no episode can pass yet
         if (step % check_every == 0 and not copying) or step == cfg.max_steps:
             accuracy = measure()
@@ -689,8 +783,36 @@ def pretrain_base(
             # below the band, or inside it with a part kind under `kind_floor`: train on
             below = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), rng.getstate(), step)
         step += 1
+    tail = 0
+    if is_cad_agent(cfg) and band_ok(cfg, accuracy, report["by_kind"]):
+        tail = correction_tail(model, cfg, held_out, report, on_eval)
+        engine.set_version(-tail)
+        result = band_accuracy(engine, held_out, verifier, max_answer)  # single-shot, after the tail
+        accuracy, report["by_kind"] = result.accuracy, kind_rates(held_out, result.per_task)
+        report["checks"].append([f"tail {tail}", accuracy, report["by_kind"]])
     save_model(model, tokenizer, out_dir)
-    return accuracy, min(step, cfg.max_steps)
+    return accuracy, min(step, cfg.max_steps) + tail  # a correcting base's steps count its tail's
+
+
+def _tail_from(cfg: BaseModelConfig, out_dir: Path, start: Path, on_eval: Callable[[int, float], None] | None,
+               report: dict[str, Any]) -> tuple[float, int]:
+    """`correction_tail` from a first phase's saved weights, then the single-shot band check (its steps: the first
+    phase's, from its base.json, plus the tail's)."""
+    from posttrain.models.io import load_model
+
+    first = json.loads((start / "base.json").read_text())
+    model, tokenizer = load_model(start)
+    source = base_task_source(cfg)
+    held_out = stopping_set(cfg, source)
+    verifier, max_answer = _stopping_verifier(cfg, source, False)
+    report.update(by_kind=first.get("by_kind"), checks=list(first.get("checks") or []), started_from=start.name)
+    tail = correction_tail(model, cfg, held_out, report, on_eval)
+    engine = build_engine(None, model, tokenizer)
+    result = band_accuracy(engine, held_out, verifier, max_answer)
+    report["by_kind"] = kind_rates(held_out, result.per_task)
+    report["checks"].append([f"tail {tail}", result.accuracy, report["by_kind"]])
+    save_model(model, tokenizer, out_dir)
+    return result.accuracy, int(first["steps"]) + tail
 
 
 def base_band_message(run_cfg, build: BaseBuild) -> str:
@@ -701,8 +823,9 @@ def base_band_message(run_cfg, build: BaseBuild) -> str:
             "not improve it (raise model.base.max_steps, or change its size or lr)")
 
 
-def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | None = None, rebuild: bool = False) -> BaseBuild:
-    """The cached base model for `cfg`, building it first if this machine has none."""
+def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | None = None, rebuild: bool = False,
+                first_phase: Path | None = None) -> BaseBuild:
+    """The cached base model for `cfg`, building it first if this machine has none (`first_phase`: `pretrain_base`'s)."""
     root = cache_root(cfg)
     root.mkdir(parents=True, exist_ok=True)
     final = root / base_key(cfg)
@@ -717,12 +840,13 @@ def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | No
         shutil.rmtree(tmp, ignore_errors=True)
         start = time.perf_counter()
         report: dict[str, Any] = {}
-        accuracy, steps = pretrain_base(cfg, tmp, on_eval, report)
+        accuracy, steps = pretrain_base(cfg, tmp, on_eval, report, first_phase)
         seconds = time.perf_counter() - start
         by_kind = report.get("by_kind")
         in_band = band_ok(cfg, accuracy, by_kind)
         meta = {"accuracy": accuracy, "steps": steps, "seconds": seconds, "in_band": in_band, "config": cfg.model_dump(),
                 "by_kind": by_kind, "kind_floor": cfg.kind_floor, "checks": report.get("checks"),
+                "tail": report.get("tail"), "started_from": report.get("started_from"),
                 "band": [cfg.target_low, cfg.target_high], "stopping_set": f"held-out problems after the first {EVAL_RESERVE}"}
         if not in_band:
             import warnings

@@ -3,7 +3,8 @@
 Covers: `render_program` (the sandboxed Python program: `_cad_render.py`'s source plus one call, reading
 a file already in the sandbox), `parse_render` (its nonce-tagged reply as a `Render`: PNG bytes, the
 mesh, bounding box, ASCII silhouettes, or the error), `describe` (the compact text a text-only model
-reads instead of the picture: size, bounding box, closedness, IoU with the target, silhouettes) and
+reads instead of the picture: size, bounding box, closedness, IoU with the target, silhouettes), `brief_observation`
+(the one line the built-in character-level model reads: IoU, and size, volume and hole count beside the target's) and
 `render_batch` / `render_one` (one-shot sandbox renders of mesh bytes or SVG text, for benchmarks and checks).
 Does not cover: running OpenSCAD (`cad.py`), the agent tool (`agent/cad_tools.py`).
 """
@@ -89,6 +90,41 @@ def describe(r: Render, solid: Solid | None, comparison: Comparison | None, pass
         if r.silhouettes.get(view):
             lines.append(f"{view} view ({axes}):\n{r.silhouettes[view]}")
     return "\n".join(lines)
+
+
+NO_SOLID = "no valid solid"  # the brief observation of a program that made no closed solid (whatever OpenSCAD said)
+
+
+def _size(b: tuple[float, ...]) -> str:
+    return "x".join(f"{round(b[k + 3] - b[k], 1):g}" for k in range(3))
+
+
+def holes(solid: Solid) -> int:
+    """Through-holes of a closed solid: its genus (a block with one vertical through-hole has 1)."""
+    return int(solid.manifold.genus()) if solid.manifold is not None else 0
+
+
+def brief_observation(got: Solid | None, target: Solid, pass_iou: float, regions: list[Any] | None = None) -> str:
+    """The render as one line for the built-in model (`cad_agent:parts` with `brief`). It passes exactly when the `cad`
+    verifier would pass the solid: a closed solid whose IoU with the target, and whose IoU inside the box around each
+    of the target's features (`regions`, `CadVerifier.regions`), are at least `pass_iou`. When it fails, the line says
+    what differs in terms the program can act on: each feature's IoU (a hole moved or resized), the size (a dimension
+    off), the volume and the number of through-holes (a hole missing, extra or not through), each beside the
+    target's. It names aggregates of the target's solid only, never a feature's position or the target's program
+    (`agent/cad_tools.leaked_target` checks that); `got` None or open: `NO_SOLID`. Pre-training's correction episodes
+    and the render tool both call this, on the part's exact solid and on OpenSCAD's mesh, so the line a model learns
+    is the line it reads at run time."""
+    from posttrain.rewards.cad_geometry import compare, local_ious
+
+    if got is None or not got.watertight:
+        return NO_SOLID
+    iou = compare(got, target).iou
+    local = local_ious(got, target, regions) if regions else []
+    if min([iou, *local]) >= pass_iou:
+        return f"IoU {iou:.2f}, passes"
+    features = f", features {' '.join(f'{v:.2f}' for v in local)}" if local else ""
+    return (f"IoU {iou:.2f}{features}, needs {pass_iou:g}; size {_size(got.bbox)} vs {_size(target.bbox)}; volume "
+            f"{got.volume:.0f} vs {target.volume:.0f}; holes {holes(got)} vs {holes(target)}")
 
 
 async def render_batch(sandbox: Any, files: list[tuple[str, bytes | str]], settings: RenderSettings,

@@ -1,0 +1,255 @@
+"""`observe_gain` (issue 42): generate-observe-correct episodes against single-shot programs, same model, same tasks.
+
+One model, the built-in `cad_agent:parts` base (base seed --base-seed; built first if this machine has none:
+gold programs of `cad:parts` level 1, brief form, plus correction episodes, `recipes/builtin.py`), is measured two ways
+on the same held-out parts (the reporting half of `eval.size` held-out parts, split by the trainer's own rule,
+`rl/build.py: build_held_out`; `--half selection` measures the selection half instead, for probes):
+
+- single-shot: the brief prompt, one program, judged by the `cad` verifier;
+- agent: `cad_agent:parts` with `brief` (`agent/cad_tools.py: brief_agent_spec`): `--turns` renders of a program, each
+  answered by the render tool's one line (passes exactly when the verifier would; else the IoU and each feature's, and
+  the size, volume and hole count beside the target's), then
+  a submit, the submitted program judged by the same verifier, through the agent rollouter evaluation uses.
+
+The budget of sampled tokens, fixed before measuring: an episode makes at most `turns + 1` calls of at most
+`BRIEF_MAX_TOKENS` sampled tokens each, so it samples at most B = (turns + 1) x 192 tokens
+(`cad_tools.sampled_token_budget`); the single-shot arm's program may sample the same B tokens (`max_tokens = B`).
+`equal_budget` refuses a run whose arms' budgets differ, and every episode's sampled tokens are checked against B
+(`over_budget`: one over aborts the run). Both arms' mean sampled tokens per task are reported beside the rates.
+No knob is chosen on the reported figures: the turns (1), temperature (1.0), samples and base are set before the
+run; the selection half is for probes only.
+
+`observe_gain` (points): for each seed s in --seeds, both arms sample `--samples` responses per part at T = 1 with
+sampling seed s; the seed's gain is 100 x (agent pass rate - single-shot pass rate); the figure is the mean over seeds,
+with a paired bootstrap 95% interval over parts (per seed, and pooled over seeds). Greedy rates of both arms (one
+response a part, the same for every seed) are reported beside it. Every render observation of every episode is
+checked by `cad_tools.leaked_target` (the count must be 0). The last line is one JSON object.
+
+    nice -n 12 python benchmarks/cad_observe.py [--seeds 1 2 3] [--samples 4] [--size 200] [--turns 1]
+                                                [--half reporting|selection] [--base-seed 0] [--model PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+
+def equal_budget(single_max_tokens: int, spec: Any) -> int:
+    """The sampled-token budget both arms get: the agent spec's most per episode; a ValueError when the single-shot
+    arm's `max_tokens` is not that same number (the comparison would not be at the same budget)."""
+    from posttrain.agent.cad_tools import sampled_token_budget
+
+    budget = sampled_token_budget(spec)
+    if single_max_tokens != budget:
+        raise ValueError(
+            f"unequal budgets: single-shot max_tokens {single_max_tokens}, an episode at most {budget} "
+            f"({spec.max_steps} calls x {spec.max_tokens})"
+        )
+    return budget
+
+
+def over_budget(episodes: list[list[Any]], budget: int) -> list[str]:
+    """The episodes (task ids) whose sampled tokens exceed `budget`."""
+    return [
+        ep.task_id
+        for eps in episodes
+        for ep in eps
+        if sum(len(t.completion.token_ids) for t in ep.turns if t.completion is not None) > budget
+    ]
+
+
+def observation_leaks(episodes: list[list[Any]], tasks: list[Any]) -> list[str]:
+    """Every render observation that tells more of the target than its size, volume and hole count."""
+    from posttrain.agent.cad_tools import leaked_target
+
+    by_id = {t.id: t for t in tasks}
+    out = []
+    for eps in episodes:
+        for ep in eps:
+            for turn in ep.turns:
+                for call, res in zip(turn.calls, turn.results):
+                    if call.name == "render":
+                        why = leaked_target(res.output, by_id[ep.task_id], str(call.arguments.get("program", "")))
+                        if why:
+                            out.append(f"{ep.task_id}: {why}")
+    return out
+
+
+def per_task(records: list[Any], tasks: list[Any]) -> list[float]:
+    """Each task's pass rate over its records, in task order (an errored record counts as a failure)."""
+    got: dict[str, list[float]] = {t.id: [] for t in tasks}
+    for r in records:
+        got[r.task_id].append(float(r.ok and r.passed))
+    return [sum(v) / len(v) if v else 0.0 for v in got.values()]
+
+
+def corrections(episodes: list[list[Any]]) -> dict[str, int]:
+    """How the episodes went: first render passed / failed, and of those failed, how many submitted a pass."""
+    out = {"episodes": 0, "first_passed": 0, "first_failed": 0, "corrected": 0, "broke_a_pass": 0, "no_submit": 0}
+    for eps in episodes:
+        for ep in eps:
+            out["episodes"] += 1
+            first = next((r.output for t in ep.turns for c, r in zip(t.calls, t.results) if c.name == "render"), None)
+            passed_first = first is not None and first.endswith("passes")
+            out["first_passed" if passed_first else "first_failed"] += 1
+            out["no_submit"] += ep.submitted is None
+            if not passed_first and ep.passed:
+                out["corrected"] += 1
+            if passed_first and not ep.passed:
+                out["broke_a_pass"] += 1
+    return out
+
+
+def arms(engine: Any, tasks: list[Any], verifier: Any, spec: Any, temperature: float, samples: int, seed: int) -> dict:
+    """Both arms on `tasks`: pass rates, per-task rates, mean sampled tokens, and the agent's episode figures."""
+    from posttrain.eval.harness import EvalSpec
+    from posttrain.eval.run import run_eval
+    from posttrain.tasks.suites import Suite
+
+    budget = equal_budget(spec.max_steps * spec.max_tokens, spec)
+    n = 1 if temperature == 0 else samples
+    t0 = time.perf_counter()
+    single = run_eval(
+        engine,
+        Suite("single", list(tasks), verifier),
+        EvalSpec(
+            model="in-process", suite="single", n=n, temperature=temperature, max_tokens=budget, seed=seed, batch=len(tasks)
+        ),
+    )
+    t1 = time.perf_counter()
+    agent = run_eval(
+        engine,
+        Suite("agent", list(tasks), None, agent=spec),
+        EvalSpec(model="in-process", suite="agent", n=n, temperature=temperature, max_tokens=spec.max_tokens, seed=seed),
+    )
+    t2 = time.perf_counter()
+    assert agent.episodes is not None
+    over = over_budget(agent.episodes, budget)
+    if over:
+        raise RuntimeError(f"{len(over)} episodes sampled more than the budget {budget}: {over[:3]}")
+    a, b = per_task(single.records, tasks), per_task(agent.records, tasks)
+    return {
+        "single": sum(a) / len(a),
+        "agent": sum(b) / len(b),
+        "single_per_task": a,
+        "agent_per_task": b,
+        "single_tokens": sum(r.tokens_out or 0 for r in single.records) / len(single.records),
+        "agent_tokens": sum(r.tokens_out or 0 for r in agent.records) / len(agent.records),
+        "single_errors": sum(not r.ok for r in single.records),
+        "agent_errors": sum(not r.ok for r in agent.records),
+        "leaks": observation_leaks(agent.episodes, tasks),
+        "episodes": corrections(agent.episodes),
+        "budget": budget,
+        "n": n,
+        "seconds": [round(t1 - t0, 1), round(t2 - t1, 1)],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--samples", type=int, default=4, help="sampled responses per part and arm, per seed (T=1)")
+    ap.add_argument("--size", type=int, default=200, help="held-out parts drawn (the trainer's eval.size)")
+    ap.add_argument("--turns", type=int, default=1, help="render rounds of an episode before its submit")
+    ap.add_argument("--half", choices=("reporting", "selection"), default="reporting")
+    ap.add_argument("--base-seed", type=int, default=0)
+    ap.add_argument("--draw-seed", type=int, default=0, help="the run seed the held-out parts are drawn with")
+    ap.add_argument("--no-greedy", action="store_true")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="a checkpoint to measure instead of the base (a run's best/ after RL "
+        "of the agent form, say); the base is still named in the output",
+    )
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    from posttrain.config import BaseModelConfig, EvalConfig
+    from posttrain.eval.stats import paired_bootstrap_ci
+    from posttrain.recipes.builtin import ensure_base
+    from posttrain.recipes.quickstart import _engine_for
+    from posttrain.rl.build import build_held_out
+    from posttrain.tasks.domains import load_domain
+
+    print(f"machine: {os.cpu_count()} cpus; load at start: {os.popen('uptime').read().strip()}", flush=True)
+    t_start = time.perf_counter()
+    base = ensure_base(
+        BaseModelConfig(family="cad_agent:parts", seed=args.base_seed),
+        on_eval=lambda s, a: print(f"base step {s}: single-shot greedy {a:.3f}", flush=True),
+    )
+    print(
+        f"base {base.path.name}: single-shot greedy {base.accuracy:.3f} at step {base.steps} (in band: {base.in_band}, "
+        f"by kind {base.by_kind}; {'cached' if base.cached else f'built in {base.seconds:.0f} s'})",
+        flush=True,
+    )
+    single_domain = load_domain("cad:parts", level=1, brief=True)
+    agent_domain = load_domain("cad_agent:parts", level=1, brief=True, turns=args.turns)
+    selection, reporting = build_held_out(EvalConfig(size=args.size), [single_domain], args.draw_seed)
+    tasks = (reporting if args.half == "reporting" else selection)[0].tasks
+    verifier, spec = single_domain.verifier, agent_domain.agent
+    engine = _engine_for(args.model or str(base.path))
+    print(
+        f"{len(tasks)} {args.half} parts; budget {spec.max_steps} x {spec.max_tokens} = "
+        f"{spec.max_steps * spec.max_tokens} sampled tokens per task and arm",
+        flush=True,
+    )
+
+    def show(name: str, r: dict) -> None:
+        ci = paired_bootstrap_ci(r["single_per_task"], r["agent_per_task"])
+        r["gain"], r["gain_ci"] = 100 * (r["agent"] - r["single"]), [100 * ci.lo, 100 * ci.hi]
+        print(
+            f"{name}: single-shot {r['single']:.3f} ({r['single_tokens']:.0f} tokens), agent {r['agent']:.3f} "
+            f"({r['agent_tokens']:.0f} tokens): {r['gain']:+.1f} pts [{r['gain_ci'][0]:+.1f}, {r['gain_ci'][1]:+.1f}]; "
+            f"episodes {r['episodes']}; leaks {len(r['leaks'])}; errors {r['single_errors']}/{r['agent_errors']}; "
+            f"{r['seconds']} s; load {os.popen('uptime').read().strip()}",
+            flush=True,
+        )
+
+    rows: dict[str, dict] = {}
+    if not args.no_greedy:
+        rows["greedy"] = arms(engine, tasks, verifier, spec, 0.0, 1, 0)
+        show("greedy", rows["greedy"])
+    for seed in args.seeds:
+        rows[str(seed)] = arms(engine, tasks, verifier, spec, 1.0, args.samples, seed)
+        show(f"seed {seed} (T=1, {args.samples} a part)", rows[str(seed)])
+    sampled = [rows[str(s)] for s in args.seeds]
+    pooled = paired_bootstrap_ci(
+        [statistics.mean(x) for x in zip(*(r["single_per_task"] for r in sampled))],
+        [statistics.mean(x) for x in zip(*(r["agent_per_task"] for r in sampled))],
+    )
+    slim = {k: {f: v for f, v in r.items() if not f.endswith("_per_task")} for k, r in rows.items()}
+    print(
+        json.dumps(
+            {
+                "observe_gain": statistics.mean(r["gain"] for r in sampled),
+                "observe_gain_ci": [100 * pooled.lo, 100 * pooled.hi],
+                "observe_gain_per_seed": [r["gain"] for r in sampled],
+                "single_shot_per_seed": [r["single"] for r in sampled],
+                "agent_per_seed": [r["agent"] for r in sampled],
+                "observe_gain_greedy": rows["greedy"]["gain"] if "greedy" in rows else None,
+                "observation_leaks": sum(len(r["leaks"]) for r in rows.values()),
+                "budget_tokens": spec.max_steps * spec.max_tokens,
+                "turns": args.turns,
+                "samples": args.samples,
+                "half": args.half,
+                "n_parts": len(tasks),
+                "seeds": args.seeds,
+                "base": base.path.name,
+                "base_single_shot_greedy": base.accuracy,
+                "base_steps": base.steps,
+                "rows": slim,
+                "seconds": round(time.perf_counter() - t_start),
+                "load_at_end": os.popen("uptime").read().strip(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""The brief generate-observe-correct form of `cad_agent:parts` (the built-in model's): its oracle episodes are the
+runtime's episodes token for token, the render tool's one-line observation is the one pre-training computes, an
+observation never leaks the target, and the sampled-token budget the benchmark equalises is the spec's."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from posttrain.agent import EpisodeStatus, run_agent_task
+from posttrain.agent.cad_tools import (
+    BRIEF_MAX_TOKENS,
+    PLANTED,
+    brief_agent_spec,
+    correction_steps,
+    correction_trace,
+    leaked_target,
+    planted_error,
+    sampled_token_budget,
+)
+from posttrain.agent.scripted import ScriptedAgent
+from posttrain.models.tokenizer import char_tokenizer
+from posttrain.rewards.cad import CadVerifier
+from posttrain.rewards.cad_parts import brief_scad, part_from_dict, part_solid
+from posttrain.rewards.cad_render import brief_observation
+from posttrain.tasks.cad import PartsSource
+from posttrain.tasks.domains import load_domain
+
+SOURCE = PartsSource(level=1, brief=True)
+
+
+def run(agent, task, sandbox, spec):
+    return asyncio.run(
+        run_agent_task(
+            agent,
+            spec.load(task),
+            None,
+            spec.max_steps,
+            sandbox=sandbox,
+            system=spec.system,
+            tool_listing=spec.tool_listing,
+            max_format_errors=spec.max_format_errors,
+        )
+    )
+
+
+def test_planted_mistakes_fail_and_the_observation_names_what_differs():
+    rng = random.Random(0)
+    kinds, corrected = set(), 0
+    for task in SOURCE.take(60, "train", seed=2):
+        part = part_from_dict(task.meta["target_part"])
+        target = part_solid(part)
+        assert brief_observation(target, target, 0.9) == "IoU 1.00, passes"
+        kind, wrong = planted_error(part, rng)
+        kinds.add(kind)
+        assert wrong != part
+        steps, clean = correction_steps(task, rng, clean=0.0)
+        assert steps[1][0].arguments["answer"] == task.answer
+        if not clean:
+            corrected += 1
+            seen = steps[0][1]
+            assert seen.startswith("IoU ") and "needs 0.9" in seen and "holes" in seen, seen
+    assert kinds == set(PLANTED) and corrected >= 55
+
+
+@pytest.mark.slow
+def test_oracle_episodes_are_the_runtime_episodes_token_for_token(sandbox):
+    tok = char_tokenizer()
+    verifier = CadVerifier()
+    spec = brief_agent_spec(verifier)
+    for k, task in enumerate(SOURCE.take(6, "train", seed=5)):
+        steps, clean = correction_steps(task, random.Random(k), clean=0.5)
+        ep = run(ScriptedAgent([c for c, _ in steps], tokenizer=tok), task, sandbox, spec)
+        assert ep.status is EpisodeStatus.SOLVED, (ep.error, [r.output for t in ep.turns for r in t.results])
+        # the real render tool (OpenSCAD's mesh in the sandbox) says what pre-training said (the part's exact solid)
+        assert ep.turns[0].results[0].output == steps[0][1]
+        ids, weight = correction_trace(task, tok, random.Random(k))
+        view = ep.to_trajectory().token_view()
+        assert view.ids == ids and view.mask == [w > 0 or (not clean and m) for w, m in zip(weight, view.mask)]
+        assert (min(weight[i] for i, m in enumerate(view.mask) if m) == 0.0) == (not clean)
+
+
+@pytest.mark.slow
+def test_a_broken_program_is_no_solid_and_a_wrong_submission_fails(sandbox):
+    from posttrain.agent.scripted import call
+
+    task = SOURCE.take(1, "held_out", seed=1)[0]
+    spec = brief_agent_spec(CadVerifier())
+    ep = run(ScriptedAgent([call("render", program="cube([1,2"), call("submit", answer="cube(1);")]), task, sandbox, spec)
+    assert ep.turns[0].results[0].output == "no valid solid"
+    assert ep.status is EpisodeStatus.FAILED and ep.verdict.ok and not ep.passed
+
+
+def test_an_observation_that_leaks_the_target_is_caught():
+    rng = random.Random(1)
+    holed = [t for t in SOURCE.take(80, "train", seed=3) if len(t.meta["target_part"]["features"]) == 2]
+    for task in holed[:30]:
+        steps, _ = correction_steps(task, rng, clean=0.0)
+        (render, seen), _ = steps
+        assert leaked_target(seen, task, render.arguments["program"]) is None, seen
+    # planted leaks: the gold program, and the hole's place beside an attempt that has no hole
+    task = holed[0]
+    part = part_from_dict(task.meta["target_part"])
+    hole = part.features[1]
+    bare = brief_scad(type(part)(part.features[:1]))
+    seen = brief_observation(part_solid(type(part)(part.features[:1])), part_solid(part), 0.9)
+    assert leaked_target(seen, task, bare) is None
+    assert leaked_target(seen + f"; the hole is at x={hole.at[0]:g}, y={hole.at[1]:g}", task, bare) is not None
+    assert leaked_target(seen + "; try " + task.answer, task, bare) == "the gold program"
+
+
+def test_the_episode_budget_is_the_spec_s_and_the_domain_samples_within_it():
+    d = load_domain("cad_agent:parts", level=1, brief=True, turns=1)
+    assert d.agent.max_steps == 2 and d.agent.max_tokens == BRIEF_MAX_TOKENS == d.sampling.max_tokens
+    assert sampled_token_budget(d.agent) == 2 * BRIEF_MAX_TOKENS
+    assert sampled_token_budget(load_domain("cad_agent:parts", level=1, brief=True, turns=2).agent) == 3 * BRIEF_MAX_TOKENS
+    assert "</tool_call>" in d.sampling.stop
+
+
+def test_the_benchmark_refuses_unequal_budgets_and_counts_episodes_over_budget():
+    from benchmark_module import load_benchmark
+
+    bench = load_benchmark("cad_observe")
+    spec = load_domain("cad_agent:parts", level=1, brief=True, turns=1).agent
+    assert bench.equal_budget(2 * BRIEF_MAX_TOKENS, spec) == 2 * BRIEF_MAX_TOKENS
+    with pytest.raises(ValueError, match="unequal budgets"):  # planted: the single-shot arm given one call's room
+        bench.equal_budget(BRIEF_MAX_TOKENS, spec)
+
+    class Done:
+        def __init__(self, n):
+            self.completion = type("C", (), {"token_ids": [0] * n})()
+
+    class Ep:
+        def __init__(self, task_id, *lengths):
+            self.task_id, self.turns = task_id, [Done(n) for n in lengths]
+
+    assert bench.over_budget([[Ep("a", 144, 144)], [Ep("b", 100)]], 288) == []
+    assert bench.over_budget([[Ep("a", 144, 145)], [Ep("b", 100)]], 288) == ["a"]  # planted: one token over
+
+
+@pytest.mark.slow
+def test_the_benchmark_arms_run_on_a_tiny_model(engine):
+    from benchmark_module import load_benchmark
+
+    bench = load_benchmark("cad_observe")
+    d = load_domain("cad_agent:parts", level=1, brief=True, turns=1)
+    tasks = SOURCE.take(2, "held_out", seed=4)
+    r = bench.arms(engine, tasks, CadVerifier(), d.agent, 1.0, 2, 1)
+    assert r["n"] == 2 and len(r["single_per_task"]) == len(r["agent_per_task"]) == 2
+    assert r["budget"] == 2 * BRIEF_MAX_TOKENS and r["single_tokens"] <= r["budget"] and r["agent_tokens"] <= r["budget"]
+    assert r["episodes"]["episodes"] == 4 and r["leaks"] == []
+
+
+def test_the_benchmark_counts_a_leaking_observation():
+    from benchmark_module import load_benchmark
+    from posttrain.agent.scripted import call
+
+    bench = load_benchmark("cad_observe")
+    task = next(t for t in SOURCE.take(40, "train", seed=3) if len(t.meta["target_part"]["features"]) == 2)
+    part = part_from_dict(task.meta["target_part"])
+    bare = brief_scad(type(part)(part.features[:1]))
+    honest = brief_observation(part_solid(type(part)(part.features[:1])), part_solid(part), 0.9)
+    hole = part.features[1]
+
+    def episode(output):
+        turn = type("T", (), {"calls": [call("render", program=bare)], "results": [type("R", (), {"output": output})()]})()
+        return type("E", (), {"task_id": task.id, "turns": [turn]})()
+
+    assert bench.observation_leaks([[episode(honest)]], [task]) == []
+    leaky = honest + f"; a hole of radius {hole.r:g} at ({hole.at[0]:g}, {hole.at[1]:g})"  # planted: the render names it
+    assert len(bench.observation_leaks([[episode(leaky)]], [task])) == 1
+
+
+def test_the_correcting_base_family_learns_programs_and_episodes():
+    from posttrain.config import BaseModelConfig
+    from posttrain.recipes import builtin
+
+    cfg = BaseModelConfig(family="cad_agent:parts")
+    assert builtin.is_cad(cfg) and builtin.is_cad_agent(cfg) and cfg.kind_floor == 0.15 and cfg.batch_size == 32
+    assert builtin.base_key(cfg).startswith("cad-agent-parts-l1-s0-")
+    assert builtin.base_key(BaseModelConfig(family="cad:parts")).startswith("cad-parts-l1-s0-")
+    tok = char_tokenizer()
+    tasks = PartsSource(level=1, brief=True).take(6, "train", seed=1)
+    ids, weight = builtin._correction_batch(tok, tasks, random.Random(0))
+    assert ids.shape[0] == 6 and weight.shape == (6, ids.shape[1] - 1)
+    assert ids.shape[1] <= builtin.CAD_AGENT_CONTEXT
+    assert builtin._fresh_model(cfg, tok.vocab_size, False).config.max_position_embeddings == 1024
+    # a mistaken first attempt has no loss; the submitted gold program does
+    rng = random.Random(0)
+    for t in tasks:
+        state = rng.getstate()
+        steps, clean = correction_steps(t, rng)
+        rng.setstate(state)
+        row, w = correction_trace(t, tok, rng)
+        text = tok.decode([i for i, x in zip(row[1:], w[1:]) if x > 0])
+        assert text.count(t.answer) == (2 if clean else 1), (clean, text)
+
+
+def test_every_oracle_call_fits_one_reply():
+    tok = char_tokenizer()
+    from posttrain.agent import format as fmt
+
+    longest = 0
+    for task in SOURCE.take(400, "train", seed=7):
+        steps, _ = correction_steps(task, random.Random(0), clean=0.0)
+        longest = max(longest, *(len(tok.encode(fmt.render_call(c), add_bos=False)) for c, _ in steps))
+    assert longest <= BRIEF_MAX_TOKENS - 16, longest
+
+
+@pytest.mark.slow
+def test_the_observation_passes_exactly_when_the_verifier_does():
+    from posttrain.rewards.base import score_sync
+    from posttrain.rewards.cad_parts import feature_regions
+
+    rng = random.Random(4)
+    tasks, wrongs = [], []
+    for task in SOURCE.take(40, "train", seed=9):
+        for _ in range(2):  # mistakes near the threshold too: a hole moved a little passes the IoU, not its feature's
+            tasks.append(task)
+            wrongs.append(planted_error(part_from_dict(task.meta["target_part"]), rng)[1])
+    verdicts = score_sync(CadVerifier(), tasks, [brief_scad(w) for w in wrongs])
+    assert all(v.ok for v in verdicts)
+
+    def passes(regions: bool) -> list[bool]:
+        out = []
+        for t, w in zip(tasks, wrongs):
+            part = part_from_dict(t.meta["target_part"])
+            seen = brief_observation(part_solid(w), part_solid(part), 0.9, feature_regions(part) if regions else None)
+            out.append(seen.endswith("passes"))
+        return out
+
+    assert [v.passed for v in verdicts] == passes(True)
+    assert any(v.passed for v in verdicts) and not all(v.passed for v in verdicts)
+    # planted: the line judged by the whole solid's IoU alone (the first version) passes some the verifier fails
+    assert [v.passed for v in verdicts] != passes(False)
