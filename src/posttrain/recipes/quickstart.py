@@ -75,7 +75,7 @@ DOCS_OVERRIDES = [
     "tasks.options.distractors=0", "tasks.options.length=6000", "model.base.family=docs:reports",
     "sampling.n=8", "sampling.temperature=0.5", "sampling.max_tokens=128", "train.steps=30",
     "train.prompts_per_step=4", "eval.every=10", "eval.size=100", "train.checkpoint_every=10",
-    "rl.lr=5e-4", "rl.loss_agg=seq_mean_token_mean", "rl.advantage=grpo", "rl.std_floor=0.15", "rl.warmup_steps=8",
+    "rl.lr=1e-4", "rl.loss_agg=seq_mean_token_mean", "rl.advantage=grpo", "rl.std_floor=0.15", "rl.warmup_steps=8",
 ]
 
 
