@@ -468,6 +468,7 @@ def diagnose(tasks, eps) -> dict:
         said = re.findall(r"\d[\d,]*", ep.submitted or "")  # the last number is the answer (`FY2024 1,234`)
         out["submitted_a_figure_of_the_hit"] += bool(said) and said[-1] in figures
         out["passed"] += ep.passed
+        out["env_error"] += ep.status.value == "env_error"
     return {"episodes": len(eps), **out}
 
 
@@ -487,6 +488,9 @@ def figures_of(engine, tasks, spec, sandboxes, args) -> dict:
         acc, eps = agent_success(engine, these, spec, sandboxes)
         out["agent"][str(length)] = round(acc, 4)
         out.setdefault("diagnosis", {})[str(length)] = diagnose(these, eps)
+        broken = out["diagnosis"][str(length)]["env_error"]
+        if broken > 0.1 * len(eps):  # a closed or failing sandbox pool, not the model: no figure to report
+            raise RuntimeError(f"{broken} of {len(eps)} episodes at length {length} ended in an environment error")
         print(f"  agent length {length}: {acc:.3f} ({time.perf_counter() - t0:.0f} s) "
               f"{out['diagnosis'][str(length)]}", flush=True)
     for length in (args.curve_lengths[0], args.curve_lengths[-1]):
@@ -520,10 +524,20 @@ def docs_rl(args) -> dict:
         def prepare(trainer, seen=seen) -> None:
             if args.select:
                 trainer.reporting = trainer.held_out  # recipe trials: measure the half best/ is chosen on
-            seen.update(trainer=trainer, tasks=list(trainer.reporting), spec=trainer.domains[0].agent,
-                        sandboxes=trainer.parts.sandboxes)
+            seen.update(trainer=trainer, tasks=list(trainer.reporting), spec=trainer.domains[0].agent)
+            if args.figures_only:
+                raise _FiguresOnly
 
         t0 = time.perf_counter()
+        if args.figures_only:  # the length figures of a base and a trained model already on disk, no RL run
+            try:
+                run_quickstart(load_config(None, sets), prepare=prepare)
+            except _FiguresOnly:
+                pass
+            row = {"seed": seed, "half": "selection" if args.select else "reporting"}
+            _length_figures(row, seen, [("base", seen["trainer"].cfg.model.path), ("best", args.figures_only)], args)
+            rows.append(row)
+            continue
         r = run_quickstart(load_config(None, sets), pass1_samples=args.pass1_samples, prepare=prepare,
                            on_phase=lambda msg, seed=seed: print(f"seed {seed}: {msg} (load {os.getloadavg()[0]:.1f})",
                                                                  flush=True),
@@ -538,20 +552,15 @@ def docs_rl(args) -> dict:
         print(f"seed {seed}: greedy {r.greedy_before:.3f} -> {r.greedy_after:.3f} ({row['docs_rl_gain_points']:+.1f} "
               f"points) on {r.n_held_out} {row['half']} tasks, best step {r.best_step}, {r.train_seconds:.0f} s", flush=True)
         if args.figures:
-            from posttrain.engine.build import build_engine
-            from posttrain.models.io import load_model
-
             trainer = seen["trainer"]
-            for name, path in (("base", trainer.cfg.model.path), ("best", trainer.best_model_dir() or
-                                                                   trainer.run_dir / "final")):
-                print(f"seed {seed}: length figures of {name}", flush=True)
-                model, tok = load_model(path)
-                row[f"figures_{name}"] = figures_of(build_engine(None, model, tok), seen["tasks"][: args.figure_tasks],
-                                                    seen["spec"], seen["sandboxes"], args)
+            _length_figures(row, seen, [("base", trainer.cfg.model.path),
+                                        ("best", trainer.best_model_dir() or trainer.run_dir / "final")], args)
         row["wall_seconds"] = round(time.perf_counter() - t0, 1)
         rows.append(row)
-    out: dict = {"docs_rl": rows, "docs_rl_gain": min(r["docs_rl_gain_points"] for r in rows),
-                 "docs_rl_gain_mean": round(sum(r["docs_rl_gain_points"] for r in rows) / len(rows), 1)}
+    out: dict = {"docs_rl": rows}
+    if not args.figures_only:
+        out |= {"docs_rl_gain": min(r["docs_rl_gain_points"] for r in rows),
+                "docs_rl_gain_mean": round(sum(r["docs_rl_gain_points"] for r in rows) / len(rows), 1)}
     for name in ("base", "best"):
         holds = [hold(r[f"figures_{name}"], args) for r in rows if f"figures_{name}" in r]
         if holds:
@@ -560,6 +569,28 @@ def docs_rl(args) -> dict:
         out["false_positive_rate"] = {n: [r[f"figures_{n}"]["none"]["false_positive_rate"] for r in rows]
                                       for n in ("base", "best")}
     return out
+
+
+class _FiguresOnly(Exception):
+    """Stops `run_quickstart` once its trainer is built (`--figures-only`: its tasks and spec, no training)."""
+
+
+def _length_figures(row: dict, seen: dict, models: list, args) -> None:
+    """`figures_of` for each (name, weights path) in `models`, on a sandbox pool of their own (the run's pool is
+    closed with its trainer), into `row["figures_<name>"]`."""
+    from posttrain.engine.build import build_engine
+    from posttrain.models.io import load_model
+    from posttrain.rl.build import build_sandboxes
+
+    sandboxes = build_sandboxes(seen["trainer"].cfg)
+    try:
+        for name, path in models:
+            print(f"seed {row['seed']}: length figures of {name} ({path})", flush=True)
+            model, tok = load_model(path)
+            row[f"figures_{name}"] = figures_of(build_engine(None, model, tok), seen["tasks"][: args.figure_tasks],
+                                                seen["spec"], sandboxes, args)
+    finally:
+        sandboxes.close()
 
 
 def hold(fig: dict, args) -> dict:
@@ -599,6 +630,8 @@ def main() -> None:
     ap.add_argument("--base-seeds", type=_ints, default=[0], help="(base, rl) docs base seeds; rl uses the first")
     ap.add_argument("--rl-seeds", type=_ints, default=[1])
     ap.add_argument("--select", action="store_true", help="(rl) measure on the selection half (recipe trials)")
+    ap.add_argument("--figures-only", default="", help="(rl) no training: the length figures of the base and this "
+                    "trained model (a run's best/), on the seed's tasks")
     ap.add_argument("--set", action="append", default=[], help="(base, rl) config overrides, KEY=VALUE")
     ap.add_argument("--runs", default="", help="(rl) where the runs go (default: a temporary directory)")
     ap.add_argument("--pass1-samples", type=int, default=2)

@@ -71,6 +71,8 @@ def test_a_tiny_base_and_one_rl_step_give_every_figure(tmp_path):
     assert last["docs_base"][0]["steps"] == 2 and last["docs_base"][0]["context"] == 8192
     row = last["docs_rl"][0]
     assert set(row["figures_best"]["agent"]) == {"6000", "20000"} and "false_positive_rate" in row["figures_best"]["none"]
+    # the figures run real episodes after the RL run closed its sandboxes (they once all ended in env_error, silently)
+    assert all(d["env_error"] == 0 and d["episodes"] == 2 for d in row["figures_best"]["diagnosis"].values())
     assert "docs_rl_gain" in last and "retrieval_hold_best" in last and "false_positive_rate" in last
 
 
@@ -99,4 +101,4 @@ def test_diagnose_counts_where_episodes_go_wrong():
         sandbox.close()
     got = bench.diagnose([tasks[0], tasks[0], tasks[1]], eps)
     assert got == {"episodes": 3, "searched": 2, "query_as_oracle": 2, "hit_holds_answer": 2, "submitted": 3,
-                   "submitted_a_figure_of_the_hit": 1, "passed": 1}
+                   "submitted_a_figure_of_the_hit": 1, "passed": 1, "env_error": 0}
