@@ -93,6 +93,22 @@ def test_a_broken_program_is_no_solid_and_a_wrong_submission_fails(sandbox):
     assert ep.status is EpisodeStatus.FAILED and ep.verdict.ok and not ep.passed
 
 
+def test_a_program_openscad_only_warns_about_renders_as_the_verifier_judges_it(sandbox):
+    # the gold with its hole's call garbled: OpenSCAD warns, drops the call and renders the bare block; the verifier
+    # fails it (warnings are errors), so the render tool must not show the solid as passing, or as any solid
+    from posttrain.agent.scripted import call
+
+    task = next(t for t in SOURCE.take(20, "held_out", seed=2) if "cylinder" in (t.answer or ""))
+    garbled = task.answer.replace("cylinder(", "cyr(", 1)
+    spec = brief_agent_spec(CadVerifier())
+    ep = run(ScriptedAgent([call("render", program=garbled), call("submit", answer=garbled)]), task, sandbox, spec)
+    assert ep.turns[0].results[0].output == "no valid solid"
+    assert ep.verdict.ok and not ep.passed
+    lenient = brief_agent_spec(CadVerifier(hard_warnings=False))  # the verifier's leniency, the tool's too
+    ep = run(ScriptedAgent([call("render", program=garbled), call("submit", answer=garbled)]), task, sandbox, lenient)
+    assert ep.turns[0].results[0].output.startswith("IoU ")
+
+
 def test_an_observation_that_leaks_the_target_is_caught():
     rng = random.Random(1)
     holed = [t for t in SOURCE.take(80, "train", seed=3) if len(t.meta["target_part"]["features"]) == 2]

@@ -35,7 +35,7 @@ from typing import Any
 from posttrain.agent.env import AgentTask
 from posttrain.agent.spec import AgentSpec
 from posttrain.agent.tools import Tool, ToolContext, ToolOutput, read_file, submit, submit_short, tool, write_file
-from posttrain.rewards.cad import OPENSCAD, RenderSettings, unsafe_reason
+from posttrain.rewards.cad import RenderSettings, export_command, unsafe_reason
 from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, local_ious
 from posttrain.rewards.cad_parts import Feature, Part, brief_scad, feature_regions, part_from_dict, part_solid
 from posttrain.rewards.cad_render import NO_SOLID, brief_observation, describe, parse_render, render_program
@@ -52,9 +52,10 @@ CAD_AGENT_NOTE = ("Write your OpenSCAD program to model.scad with write_file, ca
 
 
 def render_tool(target: TargetFn | None = None, settings: RenderSettings | None = None, pass_iou: float | None = None,
-                openscad_timeout_s: float = 20.0, regions: Callable[[], list[Any]] | None = None) -> Tool:
+                openscad_timeout_s: float = 20.0, regions: Callable[[], list[Any]] | None = None,
+                hard_warnings: bool = True) -> Tool:
     """A `render` tool; `target` (when given) yields the task's target solid for the IoU line, `regions` the boxes
-    around its features (`CadVerifier.regions`) for the per-feature line."""
+    around its features (`CadVerifier.regions`) for the per-feature line; `hard_warnings` as the verifier's."""
     look = settings or RenderSettings()
 
     @tool(name="render", timeout_s=openscad_timeout_s + 30.0, max_output_chars=4000)
@@ -79,8 +80,7 @@ def render_tool(target: TargetFn | None = None, settings: RenderSettings | None 
         if why is not None:
             return ToolOutput(f"render refused: {why}", ok=False)
         code, nonce = render_program("/tmp/render.stl", look)
-        cmd = (f"rm -f /tmp/render.stl; timeout -s KILL {openscad_timeout_s:g} {OPENSCAD} -o /tmp/render.stl "
-               f"--export-format binstl {shlex.quote(path)} >/tmp/render.log 2>&1 </dev/null "
+        cmd = (f"{export_command(path, openscad_timeout_s, hard_warnings, '/tmp/render.log')} "
                f"|| {{ echo 'OpenSCAD failed:'; grep -E 'ERROR|WARNING' /tmp/render.log | head -5; exit 1; }}; "
                f"python3 -c {shlex.quote(code)}")
         res = await ctx.exec(cmd)
@@ -135,7 +135,8 @@ def cad_agent_task(task: Task, verifier: object, settings: RenderSettings | None
 
     regions = getattr(verifier, "regions", None)
     look = render_tool(target, settings or getattr(verifier, "render", None), task.meta.get("pass_iou"),
-                       regions=(lambda: regions(task)) if regions is not None else None)
+                       regions=(lambda: regions(task)) if regions is not None else None,
+                       hard_warnings=getattr(verifier, "hard_warnings", True))
     tools = (write_file, read_file, look, submit)
     return AgentTask(task.id, f"{task.prompt}\n{CAD_AGENT_NOTE}", answer=task.answer or "", answer_verifier=verifier,
                      meta=dict(task.meta), tools=tools, timeout_s=300.0)
@@ -147,10 +148,11 @@ BRIEF_MAX_TOKENS = 192  # one brief call: a level-1 gold program is at most ~85 
 
 
 def brief_render_tool(target: TargetFn | None = None, pass_iou: float = 0.9, openscad_timeout_s: float = 20.0,
-                      regions: Callable[[], list[Any]] | None = None) -> Tool:
+                      regions: Callable[[], list[Any]] | None = None, hard_warnings: bool = True) -> Tool:
     """The render tool of the brief form: `render(program)` writes `model.scad`, runs OpenSCAD on it in the
-    episode's sandbox session and answers one line, `brief_observation` of its mesh against `target` (no picture:
-    the brief form is for a text-only model whose context holds a few hundred tokens)."""
+    episode's sandbox session (with the verifier's `hard_warnings`) and answers one line, `brief_observation` of its
+    mesh against `target` (no picture: the brief form is for a text-only model whose context holds a few hundred
+    tokens)."""
 
     @tool(name="render", timeout_s=openscad_timeout_s + 30.0, max_output_chars=400)
     async def render(ctx: ToolContext, program: str) -> ToolOutput:
@@ -163,8 +165,7 @@ def brief_render_tool(target: TargetFn | None = None, pass_iou: float = 0.9, ope
             return ToolOutput(NO_SOLID)
         await ctx.write("model.scad", program)
         nonce = secrets.token_hex(8)
-        res = await ctx.exec(f"rm -f /tmp/render.stl; timeout -s KILL {openscad_timeout_s:g} {OPENSCAD} -o /tmp/render.stl "
-                             "--export-format binstl model.scad >/dev/null 2>&1 </dev/null "
+        res = await ctx.exec(f"{export_command('model.scad', openscad_timeout_s, hard_warnings)} "
                              f"&& printf '%s ' {nonce} && base64 -w0 /tmp/render.stl")
         solid = None
         for line in res.stdout.splitlines() if res.status is not ExecStatus.TIMEOUT else []:
@@ -189,7 +190,8 @@ def cad_brief_task(task: Task, verifier: object) -> AgentTask:
 
     regions = getattr(verifier, "regions", None)
     look = brief_render_tool(target, float(task.meta.get("pass_iou", 0.9)),
-                             regions=(lambda: regions(task)) if regions is not None else None)
+                             regions=(lambda: regions(task)) if regions is not None else None,
+                             hard_warnings=getattr(verifier, "hard_warnings", True))
     tools = (look, submit_short)
     return AgentTask(task.id, task.prompt, answer=task.answer or "", answer_verifier=verifier, meta=dict(task.meta),
                      tools=tools, timeout_s=120.0)

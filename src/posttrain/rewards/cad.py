@@ -35,6 +35,7 @@ import hashlib
 import math
 import re
 import secrets
+import shlex
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -137,6 +138,15 @@ for i in $(seq 0 {n - 1}); do
   printf '\\n'
 done
 """
+
+
+def export_command(src: str, timeout_s: float, hard_warnings: bool, log: str = "/dev/null") -> str:
+    """The shell command an agent's render tool runs in its session: OpenSCAD exports `src` (a workspace path, quoted
+    here) to binary STL at /tmp/render.stl, killed after `timeout_s`, with the verifier's `hard_warnings` (so a
+    program the verifier fails for a warning does not render as a solid); OpenSCAD's output goes to `log`."""
+    flags = " --hardwarnings" if hard_warnings else ""
+    return (f"rm -f /tmp/render.stl; timeout -s KILL {timeout_s:g} {OPENSCAD}{flags} -o /tmp/render.stl "
+            f"--export-format binstl {shlex.quote(src)} >{log} 2>&1 </dev/null")
 
 
 def _parse_batch(stdout: str, nonce: str, n: int) -> dict[int, ScadRun]:
