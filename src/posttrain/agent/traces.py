@@ -1,10 +1,11 @@
 """Oracle episodes as token sequences: what the built-in agent bases (`recipes/builtin.py`) pre-train on.
 
-Covers: `episode_trace` (the ids of an episode exactly as the runtime builds them from the stable prefix, the task's
-instruction and (call, tool answer) pairs, with which tokens the model samples and which of those are a call's
-argument value, the tokens that decide the episode) and `instruction_span` (where the instruction lies in it). A
-domain supplies its spec and its oracle's steps (`agent/lookup.py`'s `oracle_calls`, `agent/reports.py`'s
-`oracle_steps`). Does not cover: running episodes (`runtime.py`), drawing tasks.
+Covers: `call_value_span` (a call's ids and where its value lies in them), `episode_trace` (the ids of an episode
+exactly as the runtime builds them from the stable prefix, the task's instruction and (call, tool answer) pairs,
+with which tokens the model samples and which of those are a call's argument value, the tokens that decide the
+episode) and `instruction_span` (where the instruction lies in it). A domain supplies its spec and its oracle's
+steps (`agent/lookup.py`'s `oracle_calls`, `agent/reports.py`'s `oracle_steps`). Does not cover: running episodes
+(`runtime.py`), drawing tasks.
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ def _head(spec: AgentSpec, instruction: str, codec: Any) -> tuple[list[int], lis
     return prefix, codec.entry("task", instruction).ids
 
 
+def call_value_span(call: ToolCall, tokenizer: Any, skip: int = 0) -> tuple[list[int], int, int]:
+    """A call's sampled ids as the model writes it (`format.render_call`) and where its (last) argument's value lies
+    in them, [start, end), after its first `skip` characters: the tokens that decide an episode."""
+    from posttrain.agent import format as fmt
+
+    text = fmt.render_call(call)
+    value = str(list(call.arguments.values())[-1])
+    at = text.rindex(value)  # the argument's value is the last thing before the closing braces
+    start = len(tokenizer.encode(text[: at + skip], add_bos=False))
+    end = len(tokenizer.encode(text[: at + len(value)], add_bos=False))
+    return tokenizer.encode(text, add_bos=False), start, end
+
+
 def instruction_span(spec: AgentSpec, instruction: str, tokenizer: Any) -> tuple[int, int]:
     """Where the task's entry lies in `episode_trace`'s ids, as [start, end)."""
     from posttrain.agent.models import TextCodec
@@ -38,7 +52,6 @@ def episode_trace(spec: AgentSpec, instruction: str, steps: list[tuple[ToolCall,
     builds it (the stable prefix, the task, then per call the sampled call text and the encoded observation; the
     last observation is not included), and which tokens the model samples. When a list is given as `decisions`, it
     is filled with which tokens are a call's (last) argument value: what the agent copies from what it read."""
-    from posttrain.agent import format as fmt
     from posttrain.agent.models import TextCodec
 
     codec = TextCodec(tokenizer)
@@ -48,14 +61,9 @@ def episode_trace(spec: AgentSpec, instruction: str, steps: list[tuple[ToolCall,
     if decisions is not None:
         decisions[:] = [False] * len(ids)
     for i, (call, output) in enumerate(steps):
-        text = fmt.render_call(call)
-        sampled = tokenizer.encode(text, add_bos=False)
+        sampled, start, end = call_value_span(call, tokenizer)
         if decisions is not None:
-            value = str(list(call.arguments.values())[-1])
-            at = text.rindex(value)  # the argument's value is the last thing before the closing braces
-            head = len(tokenizer.encode(text[:at], add_bos=False))
-            n = len(tokenizer.encode(text[: at + len(value)], add_bos=False)) - head
-            decisions += [head <= j < head + n for j in range(len(sampled))]
+            decisions += [start <= j < end for j in range(len(sampled))]
         ids += sampled
         mask += [True] * len(sampled)
         if i < len(steps) - 1:

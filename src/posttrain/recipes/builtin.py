@@ -323,21 +323,16 @@ def _docs_drills(tokenizer: Tokenizer, rng: random.Random, tasks) -> tuple[torch
     figure trained (multi-query recall over the hit, as `_recall_drills` over a file). The value tokens weigh 1."""
     import re
 
-    from posttrain.agent import format as fmt
     from posttrain.agent.episode import ToolCall
     from posttrain.agent.models import TextCodec
     from posttrain.agent.reports import oracle_steps
+    from posttrain.agent.traces import call_value_span
 
     codec = TextCodec(tokenizer)
 
     def call(c: ToolCall, trained_from: int = 0) -> tuple[list[int], list[float]]:
-        text = fmt.render_call(c)
-        value = str(list(c.arguments.values())[-1])
-        at = text.rindex(value)
-        head = tokenizer.encode(text[: at + trained_from], add_bos=False)
-        body = tokenizer.encode(text[at + trained_from: at + len(value)], add_bos=False)
-        tail = tokenizer.encode(text[at + len(value):], add_bos=False)
-        return head + body + tail, [0.0] * len(head) + [1.0] * len(body) + [0.0] * len(tail)
+        ids, start, end = call_value_span(c, tokenizer, trained_from)
+        return ids, [float(start <= j < end) for j in range(len(ids))]
 
     rows = []
     for t in tasks:
