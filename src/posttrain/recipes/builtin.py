@@ -780,11 +780,7 @@ def pretrain_base(
         step += 1
     tail = 0
     if is_cad_agent(cfg) and band_ok(cfg, accuracy, report["by_kind"]):
-        tail = correction_tail(model, cfg, held_out, report, on_eval)
-        engine.set_version(-tail)
-        result = band_accuracy(engine, held_out, verifier, max_answer)  # single-shot, after the tail
-        accuracy, report["by_kind"] = result.accuracy, kind_rates(held_out, result.per_task)
-        report["checks"].append([f"tail {tail}", accuracy, report["by_kind"]])
+        accuracy, tail = _tail_then_measure(model, cfg, held_out, verifier, max_answer, report, on_eval, engine)
     save_model(model, tokenizer, out_dir)
     return accuracy, min(step, cfg.max_steps) + tail  # a correcting base's steps count its tail's
 
@@ -801,13 +797,25 @@ def _tail_from(cfg: BaseModelConfig, out_dir: Path, start: Path, on_eval: Callab
     held_out = stopping_set(cfg, source)
     verifier, max_answer = _stopping_verifier(cfg, source, False)
     report.update(by_kind=first.get("by_kind"), checks=list(first.get("checks") or []), started_from=start.name)
+    accuracy, tail = _tail_then_measure(model, cfg, held_out, verifier, max_answer, report, on_eval)
+    save_model(model, tokenizer, out_dir)
+    return accuracy, int(first["steps"]) + tail
+
+
+def _tail_then_measure(model: CausalLM, cfg: BaseModelConfig, held_out: list, verifier: Any, max_answer: int,
+                       report: dict[str, Any], on_eval: Callable[[int, float], None] | None,
+                       engine: Any = None) -> tuple[float, int]:
+    """`correction_tail`, then the single-shot band check on `held_out` (through `engine`, which serves `model`, told
+    its weights moved; a new one when None), recorded in `report`; returns (accuracy, the tail's steps)."""
     tail = correction_tail(model, cfg, held_out, report, on_eval)
-    engine = build_engine(None, model, tokenizer)
+    if engine is None:
+        engine = build_engine(None, model, char_tokenizer())
+    else:
+        engine.set_version(-tail)
     result = band_accuracy(engine, held_out, verifier, max_answer)
     report["by_kind"] = kind_rates(held_out, result.per_task)
     report["checks"].append([f"tail {tail}", result.accuracy, report["by_kind"]])
-    save_model(model, tokenizer, out_dir)
-    return result.accuracy, int(first["steps"]) + tail
+    return result.accuracy, tail
 
 
 def base_band_message(run_cfg, build: BaseBuild) -> str:
