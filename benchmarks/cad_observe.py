@@ -107,11 +107,12 @@ def corrections(episodes: list[list[Any]]) -> dict[str, int]:
 
 def arms(engine: Any, tasks: list[Any], verifier: Any, spec: Any, temperature: float, samples: int, seed: int) -> dict:
     """Both arms on `tasks`: pass rates, per-task rates, mean sampled tokens, and the agent's episode figures."""
+    from posttrain.agent.cad_tools import sampled_token_budget
     from posttrain.eval.harness import EvalSpec
     from posttrain.eval.run import run_eval
     from posttrain.tasks.suites import Suite
 
-    budget = equal_budget(spec.max_steps * spec.max_tokens, spec)
+    budget = equal_budget(sampled_token_budget(spec), spec)
     n = 1 if temperature == 0 else samples
     t0 = time.perf_counter()
     single = run_eval(
@@ -170,6 +171,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from posttrain.agent.cad_tools import sampled_token_budget
     from posttrain.config import BaseModelConfig, EvalConfig
     from posttrain.eval.stats import paired_bootstrap_ci
     from posttrain.recipes.builtin import ensure_base
@@ -194,9 +196,10 @@ def main() -> None:
     tasks = (reporting if args.half == "reporting" else selection)[0].tasks
     verifier, spec = single_domain.verifier, agent_domain.agent
     engine = _engine_for(args.model or str(base.path))
+    budget = sampled_token_budget(spec)
     print(
         f"{len(tasks)} {args.half} parts; budget {spec.max_steps} x {spec.max_tokens} = "
-        f"{spec.max_steps * spec.max_tokens} sampled tokens per task and arm",
+        f"{budget} sampled tokens per task and arm",
         flush=True,
     )
 
@@ -234,7 +237,7 @@ def main() -> None:
                 "agent_per_seed": [r["agent"] for r in sampled],
                 "observe_gain_greedy": rows["greedy"]["gain"] if "greedy" in rows else None,
                 "observation_leaks": sum(len(r["leaks"]) for r in rows.values()),
-                "budget_tokens": spec.max_steps * spec.max_tokens,
+                "budget_tokens": budget,
                 "turns": args.turns,
                 "samples": args.samples,
                 "half": args.half,

@@ -32,6 +32,8 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+_CAD_BASE_DEFAULTS: dict[str, Any] = {"target_low": 0.30, "target_high": 0.60, "batch_size": 32, "eval_every": 25,
+                                      "eval_size": 64, "max_steps": 3000, "digits": 1, "kind_floor": 0.15}
 FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     # 2-digit products and three-term chains need intermediate results. Written as bare answers, the 0.86M base
     # learnt them slowly (mul: 23% held-out after 1,150 steps, 36.7% at the 3,000-step cap; chain: 14% after
@@ -47,13 +49,11 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     # check is a batch of greedy programs judged by the sandboxed `cad` verifier (64 of them every 25 steps), and each
     # part kind (level 1: a block, a block with a hole) must pass at >= 15% (a base that solved blocks alone left
     # GRPO no holed part to reinforce: issue 42)
-    "cad:parts": {"target_low": 0.30, "target_high": 0.60, "batch_size": 32, "eval_every": 25, "eval_size": 64,
-                  "max_steps": 3000, "digits": 1, "kind_floor": 0.15},
+    "cad:parts": _CAD_BASE_DEFAULTS,
     # the same parts as generate-observe-correct episodes too (cad_agent:parts, brief form): each step the gold programs
     # of cad:parts plus correction episodes (a first attempt, its render's one line, the gold program); the same band
     # on single-shot programs, so its single-shot figures compare with a cad:parts base's
-    "cad_agent:parts": {"target_low": 0.30, "target_high": 0.60, "batch_size": 32, "eval_every": 25, "eval_size": 64,
-                        "max_steps": 3000, "digits": 1, "kind_floor": 0.15},
+    "cad_agent:parts": _CAD_BASE_DEFAULTS,
     # long reports (docs:reports, easy level: one-figure lookups in the compact agent form, `digits` = hops): whole
     # oracle episodes (~750 tokens; 8,192 positions, so a 6,000-character report fits the context of the
     # single-turn form), a band check is a batch of real episodes in the sandbox (48 of them every 40 steps); 2 layers
