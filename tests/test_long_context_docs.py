@@ -102,3 +102,16 @@ def test_diagnose_counts_where_episodes_go_wrong():
     got = bench.diagnose([tasks[0], tasks[0], tasks[1]], eps)
     assert got == {"episodes": 3, "searched": 2, "query_as_oracle": 2, "hit_holds_answer": 2, "submitted": 3,
                    "submitted_a_figure_of_the_hit": 1, "passed": 1, "env_error": 0}
+
+
+def test_figures_refuse_a_length_whose_episodes_ended_in_environment_errors(monkeypatch):
+    # the planted failure: every episode an env_error (what a closed sandbox pool gave, silently scored 0)
+    from types import SimpleNamespace
+
+    bench = _bench()
+    broken = SimpleNamespace(turns=[], submitted=None, passed=False, status=SimpleNamespace(value="env_error"))
+    monkeypatch.setattr(bench, "agent_success", lambda engine, tasks, spec, sandboxes: (0.0, [broken] * len(tasks)))
+    engine = SimpleNamespace(tokenizer=None, model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=8192)))
+    args = type("A", (), {"curve_lengths": [6000], "single_turn_tasks": 1, "none_tasks": 1})()
+    with pytest.raises(RuntimeError, match="environment error"):
+        bench.figures_of(engine, _easy(2), None, None, args)
