@@ -1,10 +1,13 @@
-"""The brief generate-observe-correct form of `cad_agent:parts` (the built-in model's): its oracle episodes are the
-runtime's episodes token for token, the render tool's one-line observation is the one pre-training computes, an
-observation never leaks the target, and the sampled-token budget the benchmark equalises is the spec's."""
+"""The brief generate-observe-correct form of `cad_agent:parts` (the built-in model's): the episode opens as a
+single-shot answer does (the same prompt ids; the first attempt a bare program, to EOS), the workspace's model is
+graded at the end whatever ended the episode, its oracle episodes are the runtime's episodes token for token, the
+render tool's one-line observation is the one pre-training computes, an observation never leaks the target, and the
+sampled-token budget the benchmark equalises is the spec's."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 
 import pytest
@@ -14,19 +17,23 @@ from posttrain.agent.cad_tools import (
     BRIEF_MAX_TOKENS,
     PLANTED,
     brief_agent_spec,
+    cad_brief_task,
     correction_steps,
     correction_trace,
     leaked_target,
     planted_error,
     sampled_token_budget,
 )
+from posttrain.agent import format as fmt
 from posttrain.agent.scripted import ScriptedAgent
+from posttrain.agent.traces import episode_trace
 from posttrain.models.tokenizer import char_tokenizer
 from posttrain.rewards.cad import CadVerifier
 from posttrain.rewards.cad_parts import brief_scad, part_from_dict, part_solid
 from posttrain.rewards.cad_render import brief_observation
 from posttrain.tasks.cad import PartsSource
 from posttrain.tasks.domains import load_domain
+from posttrain.types import SamplingParams, ToolCall
 
 SOURCE = PartsSource(level=1, brief=True)
 
@@ -42,8 +49,17 @@ def run(agent, task, sandbox, spec):
             system=spec.system,
             tool_listing=spec.tool_listing,
             max_format_errors=spec.max_format_errors,
+            opening=spec.opening,
         )
     )
+
+
+def scripted(steps, tok=None):
+    """A scripted model that plays an oracle episode of the brief form: the opening program bare (ended by EOS, as a
+    model's single-turn answer is), then the calls."""
+    tok = tok or char_tokenizer()
+    (first, _), *rest = steps
+    return ScriptedAgent([first.arguments["program"], *(c for c, _ in rest)], tokenizer=tok, eos_id=tok.eos_id)
 
 
 def test_planted_mistakes_fail_and_the_observation_names_what_differs():
@@ -57,7 +73,7 @@ def test_planted_mistakes_fail_and_the_observation_names_what_differs():
         kinds.add(kind)
         assert wrong != part
         steps, clean = correction_steps(task, rng, clean=0.0)
-        assert steps[1][0].arguments["answer"] == task.answer
+        assert steps[1][0] == (ToolCall("submit", {}) if clean else ToolCall("render", {"program": task.answer}))
         if not clean:
             corrected += 1
             seen = steps[0][1]
@@ -72,14 +88,82 @@ def test_oracle_episodes_are_the_runtime_episodes_token_for_token(sandbox):
     spec = brief_agent_spec(verifier)
     for k, task in enumerate(SOURCE.take(6, "train", seed=5)):
         steps, clean = correction_steps(task, random.Random(k), clean=0.5)
-        ep = run(ScriptedAgent([c for c, _ in steps], tokenizer=tok), task, sandbox, spec)
+        ep = run(scripted(steps, tok), task, sandbox, spec)
         assert ep.status is EpisodeStatus.SOLVED, (ep.error, [r.output for t in ep.turns for r in t.results])
         # the real render tool (OpenSCAD's mesh in the sandbox) says what pre-training said (the part's exact solid)
-        assert ep.turns[0].results[0].output == steps[0][1]
+        assert [r.output for t in ep.turns for r in t.results] == [o for _, o in steps]
         ids, weight = correction_trace(task, tok, random.Random(k))
         view = ep.to_trajectory().token_view()
         assert view.ids == ids and view.mask == [w > 0 or (not clean and m) for w, m in zip(weight, view.mask)]
         assert (min(weight[i] for i, m in enumerate(view.mask) if m) == 0.0) == (not clean)
+        # planted: the trace of the earlier form (prefix and task first) or an opening without its EOS differs
+        old = dataclasses.replace(spec, opening=None, tools=cad_brief_task(task, None).tools)
+        assert episode_trace(old, task.prompt, steps, tok)[0] != view.ids
+        assert view.ids.count(tok.eos_id) == 1 and view.ids[len(ep.turns[0].context_ids) + len(steps[0][0].arguments["program"])] == tok.eos_id
+
+
+@pytest.mark.slow
+def test_the_episode_opens_exactly_as_single_shot_and_its_first_attempt_is_a_single_shot_program(sandbox, engine):
+    from posttrain.models.prompting import PromptRenderer
+
+    tok = char_tokenizer()
+    task = SOURCE.take(1, "held_out", seed=6)[0]
+    spec = brief_agent_spec(CadVerifier())
+    steps, _ = correction_steps(task, random.Random(0), clean=1.0)
+    agent = scripted(steps, tok)
+    ep = run(agent, task, sandbox, spec)
+    single = PromptRenderer().encode(PromptRenderer().render(task), tok)  # what single-shot samples after
+    assert ep.turns[0].context_ids == single
+    assert ep.turns[0].completion.token_ids == tok.encode(task.answer, add_bos=False) + [tok.eos_id]
+    first, second = (params for _, params in agent.calls)
+    assert "</tool_call>" not in first.stop and "</tool_call>" in second.stop  # the opening is no call
+    # the listing comes after the first observation, never before the first attempt
+    assert "Tools:" not in tok.decode(ep.turns[0].context_ids) and "Tools:" in tok.decode(ep.turns[1].context_ids)
+    # the real engine: the opening's context is the single-shot prompt too, and its reply stops at EOS or its room
+    ep = asyncio.run(run_agent_task(engine, spec.load(task), None, spec.max_steps, sandbox=sandbox, system=spec.system,
+                                    tool_listing=spec.tool_listing, max_format_errors=spec.max_format_errors,
+                                    opening=spec.opening, params=SamplingParams(max_tokens=spec.max_tokens)))
+    assert ep.turns[0].context_ids == PromptRenderer().encode(task.prompt, engine.tokenizer)
+    first = ep.turns[0].completion
+    assert len(first.token_ids) == spec.max_tokens or first.token_ids[-1] == engine.tokenizer.eos_id
+
+
+@pytest.mark.slow
+def test_the_workspace_model_is_graded_whatever_ended_the_episode(sandbox):
+    from posttrain.agent.scripted import call
+
+    task = next(t for t in SOURCE.take(20, "held_out", seed=2) if "cylinder" in (t.answer or ""))
+    spec = brief_agent_spec(CadVerifier())
+    wrong = task.answer.replace("cylinder(", "translate([0,0,0])cylinder(", 1).replace(",r=", ",r=0.5+", 1)
+    tok = char_tokenizer()
+
+    def episode(*actions):
+        return run(ScriptedAgent(list(actions), tokenizer=tok, eos_id=tok.eos_id), task, sandbox, spec)
+
+    kept = episode(task.answer, call("submit"))  # submit() keeps the program rendered last
+    assert kept.passed and kept.submitted == ""
+    garbled = episode(task.answer, '<tool_call>{"nam": "submitogume(')  # a garbled call after a passing first render
+    assert garbled.turns[1].format_error and garbled.passed  # graded on what it built
+    broken = episode(task.answer, call("render", program=wrong))  # the last render is what counts, pass or fail
+    assert broken.turns[1].results[0].output != "IoU 1.00, passes" and not broken.passed
+    fixed = episode(wrong, call("render", program=task.answer))
+    assert fixed.passed and fixed.submitted is None
+    # planted: the same episodes judged on the argument of submit (the earlier form) would fail the kept pass
+    task_form = dataclasses.replace(spec.load(task), answer_file=None)
+    judged = asyncio.run(run_agent_task(ScriptedAgent([task.answer, call("submit")], tokenizer=tok, eos_id=tok.eos_id),
+                                        task_form, None, spec.max_steps, sandbox=sandbox, system=spec.system,
+                                        tool_listing=spec.tool_listing, opening=spec.opening))
+    assert not judged.passed
+
+
+@pytest.mark.slow
+def test_an_episode_that_wrote_no_model_fails_and_says_so(sandbox):
+    from posttrain.agent.scripted import call
+
+    task = SOURCE.take(1, "held_out", seed=1)[0]
+    spec = dataclasses.replace(brief_agent_spec(CadVerifier()), opening=None)  # planted: no opening render
+    ep = run(ScriptedAgent([call("submit")]), task, sandbox, spec)
+    assert ep.verdict.ok and not ep.passed and "never wrote model.scad" in ep.verdict.details
 
 
 @pytest.mark.slow
@@ -88,7 +172,8 @@ def test_a_broken_program_is_no_solid_and_a_wrong_submission_fails(sandbox):
 
     task = SOURCE.take(1, "held_out", seed=1)[0]
     spec = brief_agent_spec(CadVerifier())
-    ep = run(ScriptedAgent([call("render", program="cube([1,2"), call("submit", answer="cube(1);")]), task, sandbox, spec)
+    tok = char_tokenizer()
+    ep = run(ScriptedAgent(["cube([1,2", call("submit")], tokenizer=tok, eos_id=tok.eos_id), task, sandbox, spec)
     assert ep.turns[0].results[0].output == "no valid solid"
     assert ep.status is EpisodeStatus.FAILED and ep.verdict.ok and not ep.passed
 
@@ -101,11 +186,11 @@ def test_a_program_openscad_only_warns_about_renders_as_the_verifier_judges_it(s
     task = next(t for t in SOURCE.take(20, "held_out", seed=2) if "cylinder" in (t.answer or ""))
     garbled = task.answer.replace("cylinder(", "cyr(", 1)
     spec = brief_agent_spec(CadVerifier())
-    ep = run(ScriptedAgent([call("render", program=garbled), call("submit", answer=garbled)]), task, sandbox, spec)
+    ep = run(ScriptedAgent([garbled, call("submit")]), task, sandbox, spec)
     assert ep.turns[0].results[0].output == "no valid solid"
     assert ep.verdict.ok and not ep.passed
     lenient = brief_agent_spec(CadVerifier(hard_warnings=False))  # the verifier's leniency, the tool's too
-    ep = run(ScriptedAgent([call("render", program=garbled), call("submit", answer=garbled)]), task, sandbox, lenient)
+    ep = run(ScriptedAgent([garbled, call("submit")]), task, sandbox, lenient)
     assert ep.turns[0].results[0].output.startswith("IoU ")
 
 
@@ -211,7 +296,9 @@ def test_the_correcting_base_family_learns_programs_and_episodes():
         rng.setstate(state)
         row, w = correction_trace(t, tok, rng)
         text = tok.decode([i for i, x in zip(row[1:], w[1:]) if x > 0])
-        assert text.count(t.answer) == (2 if clean else 1), (clean, text)
+        # clean: the opening program (as single-shot learns it) and submit(); else only the gold's render
+        assert text.startswith(t.answer) == clean and text.count(t.answer) == 1, (clean, text)
+        assert text.endswith(fmt.render_call(ToolCall("submit", {}) if clean else ToolCall("render", {"program": t.answer})))
 
 
 def test_every_oracle_call_fits_one_reply():

@@ -10,14 +10,18 @@ text-only model reads the text. The same tool serves training and run time; and 
 generated CAD task as an `AgentTask` (write, render, correct, submit the program; judged by `cad`), and
 `cad_agent_spec` with the `cad_agent:` registry family (`cad_agent:parts`: the same tasks and verifier as
 `cad:parts`, run that way in training and evaluation; option `turns`, the write-and-render rounds, 1-5). With
-`brief` (the built-in character-level model's form, whose context is a few hundred tokens) the episode is compact:
-the prompt alone as the instruction, two tools listed by signature, `render(program)` (writes and runs the program;
-answers one line, `cad_render.brief_observation`) and `submit(answer)`, `turns` renders then a submit;
-`correction_steps` draws its oracle episodes for pre-training (`recipes/builtin.py`, family `cad_agent:parts`): a
-first attempt that is the gold program or the gold with one planted mistake (`planted_error`: a dimension off, a
-hole missing, moved, resized, not through, or one too many), the observation the render tool gives it, then the gold
-program submitted; `leaked_target` is the check that an observation names nothing of the target beyond its size,
-volume and hole count.
+`brief` (the built-in character-level model's form, whose context is a few hundred tokens) the episode is compact
+and opens as single-shot does (`spec.Opening`): the brief prompt alone, the first attempt a bare program written
+exactly where and how the single-shot program is (to EOS), which the runtime runs as `render(program)` (writes
+`model.scad`, runs it; answers one line, `cad_render.brief_observation`); then the two tools listed by signature,
+`render(program)` again to correct it and `submit()` to keep what was rendered, `turns` calls after the first
+attempt. The verdict is the `cad` verifier's on the workspace's `model.scad` when the episode ends (the program
+rendered last), whatever ended it, so a pass is never lost in a copy and an episode whose later call is garbled is
+graded on what it built. `correction_steps` draws its oracle episodes for pre-training (`recipes/builtin.py`,
+family `cad_agent:parts`): a first attempt that is the gold program (then `submit()`) or the gold with one planted
+mistake (`planted_error`: a dimension off, a hole missing, moved, resized, not through, or one too many), the
+observation the render tool gives it, then the gold program rendered; `leaked_target` is the check that an
+observation names nothing of the target beyond its size, volume and hole count.
 Does not cover: the CAD verifier (`rewards/cad.py`), drawing (`rewards/_cad_render.py`).
 """
 
@@ -33,8 +37,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from posttrain.agent.env import AgentTask
-from posttrain.agent.spec import AgentSpec
-from posttrain.agent.tools import Tool, ToolContext, ToolOutput, read_file, submit, submit_short, tool, write_file
+from posttrain.agent.spec import AgentSpec, Opening
+from posttrain.agent.tools import Tool, ToolContext, ToolOutput, read_file, submit, tool, write_file
 from posttrain.rewards.cad import RenderSettings, export_command, unsafe_reason
 from posttrain.rewards.cad_geometry import MeshError, Solid, compare, load_mesh, local_ious
 from posttrain.rewards.cad_parts import Feature, Part, brief_scad, feature_regions, part_from_dict, part_solid
@@ -142,7 +146,8 @@ def cad_agent_task(task: Task, verifier: object, settings: RenderSettings | None
                      meta=dict(task.meta), tools=tools, timeout_s=300.0)
 
 
-BRIEF_SYSTEM = "Model the part in OpenSCAD. Tools:\n"  # the brief form's system text (its listing: signatures)
+BRIEF_SYSTEM = "Correct the model or submit it. Tools:\n"  # the brief form's system text, after the first render
+BRIEF_MODEL = "model.scad"  # the workspace's model: what `render` writes and the verifier judges at the end
 BRIEF_MAX_TOKENS = 192  # one brief call: a level-1 gold program is at most ~85 characters and a call's text around it
 # 70 (144 cut the longest calls off before their closing tag: the first probe, benchmarks/RESULTS.md)
 
@@ -161,11 +166,11 @@ def brief_render_tool(target: TargetFn | None = None, pass_iou: float = 0.9, ope
         Args:
             program: the OpenSCAD program
         """
-        if unsafe_reason(program) is not None:
+        await ctx.write(BRIEF_MODEL, program)  # the workspace's model is the program written last, run or not
+        if unsafe_reason(program) is not None:  # never run here; the verifier refuses it too
             return ToolOutput(NO_SOLID)
-        await ctx.write("model.scad", program)
         nonce = secrets.token_hex(8)
-        res = await ctx.exec(f"{export_command('model.scad', openscad_timeout_s, hard_warnings)} "
+        res = await ctx.exec(f"{export_command(BRIEF_MODEL, openscad_timeout_s, hard_warnings)} "
                              f"&& printf '%s ' {nonce} && base64 -w0 /tmp/render.stl")
         solid = None
         for line in res.stdout.splitlines() if res.status is not ExecStatus.TIMEOUT else []:
@@ -182,8 +187,15 @@ def brief_render_tool(target: TargetFn | None = None, pass_iou: float = 0.9, ope
     return render
 
 
+@tool(name="submit")
+async def submit_rendered() -> ToolOutput:
+    """Keep the model rendered last."""
+    return ToolOutput("submitted", ends_episode=True)  # the verdict reads the workspace's model.scad, not an argument
+
+
 def cad_brief_task(task: Task, verifier: object) -> AgentTask:
-    """A brief-form CAD task as a compact episode: `render(program)` and `submit(answer)`, judged by `verifier`."""
+    """A brief-form CAD task as a compact episode: `render(program)` and `submit()`, the workspace's `model.scad`
+    judged by `verifier` when the episode ends."""
 
     async def target() -> Solid | None:
         return await verifier.target(task)  # type: ignore[attr-defined]
@@ -192,16 +204,20 @@ def cad_brief_task(task: Task, verifier: object) -> AgentTask:
     look = brief_render_tool(target, float(task.meta.get("pass_iou", 0.9)),
                              regions=(lambda: regions(task)) if regions is not None else None,
                              hard_warnings=getattr(verifier, "hard_warnings", True))
-    tools = (look, submit_short)
+    tools = (look, submit_rendered)
     return AgentTask(task.id, task.prompt, answer=task.answer or "", answer_verifier=verifier, meta=dict(task.meta),
-                     tools=tools, timeout_s=120.0)
+                     tools=tools, timeout_s=120.0, answer_file=BRIEF_MODEL)
+
+
+BRIEF_OPENING = Opening("render", "program")  # the first attempt: a bare program, rendered by the runtime
 
 
 def brief_agent_spec(verifier: object, turns: int = 1) -> AgentSpec:
-    """The `AgentSpec` of `cad_agent:parts` with `brief`: `turns` renders and a submit, each call at most
-    `BRIEF_MAX_TOKENS` sampled tokens (so an episode samples at most `(turns + 1) * BRIEF_MAX_TOKENS`)."""
+    """The `AgentSpec` of `cad_agent:parts` with `brief`: the opening program (rendered) and `turns` calls after it,
+    each reply at most `BRIEF_MAX_TOKENS` sampled tokens (so an episode samples at most `(turns + 1) *
+    BRIEF_MAX_TOKENS`); two malformed calls in a row end it (it is graded on its model all the same)."""
     return AgentSpec(load=lambda task: cad_brief_task(task, verifier), system=BRIEF_SYSTEM, tool_listing="signature",
-                     max_steps=turns + 1, max_format_errors=1, max_tokens=BRIEF_MAX_TOKENS)
+                     max_steps=turns + 1, max_format_errors=2, max_tokens=BRIEF_MAX_TOKENS, opening=BRIEF_OPENING)
 
 
 def sampled_token_budget(spec: AgentSpec) -> int:
@@ -247,17 +263,17 @@ def planted_error(part: Part, rng: random.Random) -> tuple[str, Part]:
 
 
 def correction_steps(task: Task, rng: random.Random, clean: float = 0.4) -> tuple[list[tuple[ToolCall, str]], bool]:
-    """An oracle episode of the brief form for pre-training: (the (call, tool answer) pairs, whether the first
-    attempt is the gold program). With probability `clean` the first render is the gold program (it passes; the gold
-    is submitted), else the gold with a planted mistake that fails the task's IoU threshold (when 16 draws find none:
-    the clean episode), its observation, then
-    the gold program submitted. Observations are `brief_observation` of the attempt's exact solid, the function the
+    """An oracle episode of the brief form (one call after the opening, `turns` 1) for pre-training: (the (call, tool
+    answer) pairs, whether the first attempt is the gold program). With probability `clean` the opening program is
+    the gold (it passes; then `submit()`), else the gold with a planted mistake that fails the task's IoU threshold
+    (when 16 draws find none: the clean episode), its observation, then the gold program rendered (the episode's last
+    call: its model is graded). Observations are `brief_observation` of the attempt's exact solid, the function the
     render tool calls on OpenSCAD's mesh. A first attempt with a mistake is what the episode corrects, never what
     the base should learn to write: the caller gives its tokens no loss."""
     part = part_from_dict(task.meta["target_part"])
     target, regions = part_solid(part), feature_regions(part)
     gold, pass_iou = task.answer or brief_scad(part), float(task.meta.get("pass_iou", 0.9))
-    end = (ToolCall("submit", {"answer": gold}), "submitted")
+    fixed = brief_observation(target, target, pass_iou, regions)
     if rng.random() >= clean:
         for _ in range(16):  # a small hole's mistakes pass the threshold: those are drawn again
             _, wrong = planted_error(part, rng)
@@ -266,8 +282,9 @@ def correction_steps(task: Task, rng: random.Random, clean: float = 0.4) -> tupl
             except MeshError:
                 continue
             if "needs" in seen:
-                return [(ToolCall("render", {"program": brief_scad(wrong)}), seen), end], False
-    return [(ToolCall("render", {"program": gold}), brief_observation(target, target, pass_iou, regions)), end], True
+                return [(ToolCall("render", {"program": brief_scad(wrong)}), seen),
+                        (ToolCall("render", {"program": gold}), fixed)], False
+    return [(ToolCall("render", {"program": gold}), fixed), (ToolCall("submit", {}), "submitted")], True
 
 
 def correction_trace(task: Task, tokenizer: Any, rng: random.Random, turns: int = 1) -> tuple[list[int], list[float]]:

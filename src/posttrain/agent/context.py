@@ -31,7 +31,8 @@ from typing import Literal, Protocol
 
 from posttrain.agent.tools import cap_output
 
-EntryKind = Literal["prefix", "task", "assistant", "observation", "error", "summary", "note"]
+EntryKind = Literal["prefix", "task", "assistant", "observation", "error", "summary", "note", "listing"]
+# "listing": the system text and tool listing when it comes after an opening answer (`spec.Opening`), not first
 
 SUMMARY_REQUEST = ("The context is nearly full. Summarise the work so far for yourself: the goal, what you "
                    "tried, what you learned (file names, errors, results) and what remains. No tool call.")

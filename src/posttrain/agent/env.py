@@ -23,6 +23,7 @@ Does not cover: the loop (`runtime.py`), terminal tasks (`terminal.py` over `pos
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,6 +82,8 @@ class AgentTask:
     answer: str | None = None  # judged on the answer given to `submit` instead of a test command
     answer_verifier: Any = None  # a `rewards.Verifier` for `answer` (None: exact match after stripping)
     tools: tuple[Tool, ...] | None = None  # the task's own tools (None: what the env is given, or the defaults)
+    answer_file: str | None = None  # with `answer`: judge this workspace file as it is when the episode ends (whatever
+    # ended it), instead of the argument of `submit` (the brief CAD form's `model.scad`, the program rendered last)
 
     def to_task(self) -> Task:
         """The task as the rest of posttrain knows tasks (training groups, stores)."""
@@ -188,16 +191,34 @@ class ToolEnv(SessionEnv):
 
 
     async def verify_answer(self) -> Verdict:
-        """The submitted answer judged against the gold one by the task's verifier (never submitting scores 0)."""
+        """The submitted answer judged against the gold one by the task's verifier (never submitting scores 0); with
+        `answer_file`, that file's content at the end instead (none written scores 0)."""
         from posttrain.rewards.base import score
         from posttrain.rewards.verifiers import ExactMatch
 
         verifier = self.task.answer_verifier or ExactMatch(extract="full")
         task = Task(self.task.id, self.task.instruction, self.task.answer, dict(self.task.meta))
+        if self.task.answer_file is not None:
+            answer, missing = await self.read_answer_file(self.task.answer_file)
+            (verdict,) = await score(verifier, [task], [answer])
+            if missing and verdict.ok:
+                verdict.details = f"never wrote {self.task.answer_file}; " + verdict.details
+            return verdict
         (verdict,) = await score(verifier, [task], [self.submitted if self.submitted is not None else ""])
         if self.submitted is None and verdict.ok:
             verdict.details = "never submitted an answer; " + verdict.details
         return verdict
+
+    async def read_answer_file(self, path: str) -> tuple[str, bool]:
+        """(the workspace file's text, whether it is missing: then ""); a sandbox failure raises (an ERROR verdict)."""
+        if self.session is None:
+            raise RuntimeError("no workspace to read the answer from")
+        await self.ctx.flush()
+        q = shlex.quote(path)
+        r = await self.session.aexec(f"test -f {q} || exit 3; cat -- {q}")
+        if r.status is ExecStatus.SANDBOX_ERROR:
+            raise RuntimeError(f"sandbox failed reading {path}: {r.error}")
+        return ("", True) if r.exit_code == 3 else (r.stdout, False)
 
 
 class FunctionEnv:

@@ -71,7 +71,7 @@ class TextCodec:
             return fmt.render_summary(content)
         if kind == "note":
             return fmt.render_note(content)
-        return content  # prefix (already rendered), assistant (its own text)
+        return content  # prefix and listing (already rendered), assistant (its own text)
 
     def entry(self, kind: EntryKind, content: str, turn: int = 0, name: str = "", call_id: str = "") -> Entry:
         ids = self.tokenizer.encode(self.render(kind, content, name), add_bos=kind == "prefix")

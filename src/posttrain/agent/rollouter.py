@@ -69,7 +69,7 @@ class AgentRollouter:
                     env.template = template
                 return await run_agent_task(self.model, env, None, spec.max_steps, policy, params=self.params,
                                             max_format_errors=spec.max_format_errors, system=spec.system,
-                                            tool_listing=spec.tool_listing)
+                                            tool_listing=spec.tool_listing, opening=spec.opening)
 
         done = await asyncio.gather(*(group(t) for t in tasks))
         if spec.process is not None and spec.process_weight > 0:

@@ -7,6 +7,9 @@ too many in a row end the episode), run the call in the sandbox, append the real
 context, until the model submits, the step or time budget runs out, or the context cannot fit.
 Then the env's verifier judges the workspace structurally (hidden tests), whatever ended the
 episode, and the episode is returned with its status, verdict, tokens, cost and time per phase.
+With an `Opening` (`spec.py`) the context instead opens with the task's prompt alone, the first reply is a bare
+answer sampled as a single-turn one (to EOS) and run as the opening tool's call, and the system text and tool listing
+follow its observation.
 
 Token in, token out: a turn's context is the previous context's ids, the sampled ids and the
 observation's ids, concatenated (`context.ContextWindow`); nothing already in the context is
@@ -41,6 +44,7 @@ from posttrain.agent.env import AgentTask, Env, ToolEnv
 from posttrain.agent.episode import AgentTurn, Episode, EpisodeStatus, PhaseTimes, ToolCall
 from posttrain.agent.models import AgentModel, Sampled, as_agent_model
 from posttrain.agent.recall import Memory
+from posttrain.agent.spec import Opening
 from posttrain.agent.terminal import TerminalEnv, is_terminal_task
 from posttrain.agent.tools import Tool
 from posttrain.engine.base import ContextLengthError
@@ -70,14 +74,18 @@ async def run_agent_task(
     price: Price | None = None,
     on_turn: TurnHook | None = None,
     tool_listing: fmt.Listing = "json",
+    opening: Opening | None = None,
 ) -> Episode:
     """Run one episode of `model` (an `Engine` with a tokenizer, or an `AgentModel`) on `task` (an `AgentTask`,
     a `TerminalTask` or any `Env`; tasks need `sandbox`). `tools` default to the env's. `max_format_errors`:
     consecutive malformed calls that end the episode (None: no cap). `timeout_s`: the agent's wall-clock budget
-    (default: the env's). `tool_listing`: how an engine's prefix lists the tools (`format.render_prefix`)."""
+    (default: the env's). `tool_listing`: how an engine's prefix lists the tools (`format.render_prefix`).
+    `opening`: the episode opens with a bare single-turn answer run as that tool's call (`spec.Opening`)."""
     t_start = time.perf_counter()
     policy = context_policy or ContextPolicy()
     agent: AgentModel = as_agent_model(model, price, tool_listing)
+    if opening is not None and agent.native_tools:
+        raise ValueError("an episode with an opening answer needs a text model (the runtime runs its bare reply as a call)")
     base = params or DEFAULT_PARAMS
     act_params = base if agent.native_tools else dataclasses.replace(base, stop=tuple(dict.fromkeys(base.stop + fmt.STOP)))
     env = make_env(task, sandbox, tools)
@@ -88,7 +96,15 @@ async def run_agent_task(
             return ep
         deadline = t_start + (timeout_s if timeout_s is not None else env.timeout_s)
         loop = _Loop(agent, env, policy, act_params, memory, ep, deadline, max_format_errors, on_turn)
-        window = ContextWindow(agent.codec, agent.prefix(env.tools, system), agent.codec.entry("task", ep.instruction))
+        if opening is None:
+            window = ContextWindow(agent.codec, agent.prefix(env.tools, system), agent.codec.entry("task", ep.instruction))
+        else:  # the prompt as a single-turn answer sees it; the listing comes after the opening call's observation
+            loop.opening = opening
+            loop.opening_params = dataclasses.replace(base, stop=tuple(x for x in base.stop if x not in fmt.STOP))
+            loop.listing = agent.codec.entry("listing", fmt.render_prefix([t.schema() for t in env.tools], system,
+                                                                          tool_listing))
+            window = ContextWindow(agent.codec, agent.codec.entry("prefix", ep.instruction),
+                                   Entry("task", ep.instruction, [], 0))
         status = await loop.run(window, max_steps)
         ep.status = status if status is EpisodeStatus.ENV_ERROR else await _judge(env, ep, status)
         return ep
@@ -172,6 +188,9 @@ class _Loop:
         self.memory, self.ep, self.deadline = memory, ep, deadline
         self.max_format_errors, self.on_turn = max_format_errors, on_turn
         self.codec = agent.codec
+        self.opening: Opening | None = None  # set by `run_agent_task` for an episode with an opening answer
+        self.opening_params = params
+        self.listing: Entry | None = None
 
     def remaining(self) -> float:
         return self.deadline - time.perf_counter()
@@ -185,13 +204,15 @@ class _Loop:
             if stopped is not None:
                 return stopped
             rewrote, w.dirty = w.dirty, False
-            sampled = await self.sample(w, self.params)
+            opening = self.opening if step == 0 else None
+            sampled = await self.sample(w, self.params if opening is None else self.opening_params)
             if isinstance(sampled, EpisodeStatus):
                 return sampled
             step += 1
             c = sampled.completion
             turn = AgentTurn(sampled.context_ids, c, rewrote=rewrote, context_tokens=sampled.context_tokens)
-            calls, error = _calls_of(sampled)
+            # an opening reply is a bare answer, run as the opening tool's call (never a format error)
+            calls, error = _calls_of(sampled) if opening is None else ([ToolCall(opening.tool, {opening.argument: c.text})], "")
             reply = Entry("assistant", c.text, list(c.token_ids), len(c.token_ids) or max(1, len(c.text) // 4), step,
                           calls=list(calls))
             observations: list[Entry] = []
@@ -205,6 +226,8 @@ class _Loop:
                     ended = await self.act(call, step, turn, observations)
                     if ended is not None:
                         break
+                if opening is not None and ended is None and self.listing is not None:
+                    observations.append(self.listing)  # the tools, told once the opening answer has been seen
             turn.calls = list(calls)
             self.record(w, turn, reply, observations)
             if ended is not None:

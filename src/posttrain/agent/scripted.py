@@ -4,7 +4,8 @@ Covers: an `Engine` (a `MockEngine`, so it has token ids and a tokenizer like a 
 answers each acting turn with the next action of its script, written in the built-in text call
 format (`format.py`), and each compaction request with a fixed summary; when the script runs out it
 submits. `call(name, **arguments)` builds an action; a plain string is sent as it is (to script
-malformed calls). `oracle_agent` runs a task's solution script and submits; `noop_agent` submits at once.
+malformed calls, or an episode's opening answer, `spec.Opening`: with `eos_id`, a reply that ends on its own ends
+with that id, as a model's does). `oracle_agent` runs a task's solution script and submits; `noop_agent` submits at once.
 One `ScriptedAgent` per episode: its position in the script is its own.
 Does not cover: sampling (every logprob is 0.0), anything a real model decides.
 
@@ -31,13 +32,13 @@ class ScriptedAgent(MockEngine):
 
     def __init__(self, actions: Sequence[ToolCall | str], *, tokenizer: TextTokenizer | None = None,
                  summary: str = "Summary: the task is in progress; earlier steps ran their commands.",
-                 thought: str = "") -> None:
+                 thought: str = "", eos_id: int | None = None) -> None:
         from posttrain.models.tokenizer import char_tokenizer
 
         self.actions = [a if isinstance(a, str) else thought + fmt.render_call(a) for a in actions]
         self.summary = summary
         self.position = 0
-        super().__init__(self.respond, tokenizer=tokenizer or char_tokenizer(), max_concurrency=1)
+        super().__init__(self.respond, tokenizer=tokenizer or char_tokenizer(), max_concurrency=1, eos_id=eos_id)
 
     def respond(self, prompt: Prompt) -> str:
         tok = self.tokenizer

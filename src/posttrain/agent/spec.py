@@ -2,7 +2,8 @@
 
 Covers: what turns a `types.Task` of an agent domain into an episode (`load`: the `AgentTask`,
 `TerminalTask` or `Env` it carries), the tools when the task brings none, the system text of the
-stable prefix, the step budget, the context policy and the format-error cap. A `Domain` with
+stable prefix, the step budget, the context policy and the format-error cap; and `Opening`, an episode that opens
+the way a single-turn answer is written (the prompt alone, the first reply a bare answer the runtime runs as a call). A `Domain` with
 `rollouter == "agent"` holds one (`Domain.agent`), and so does its evaluation view (`Suite.agent`):
 the `AgentRollouter` that trains and the evaluation that measures run every episode the same way.
 `spec_of(domain)` is a domain's spec, or the default one for an agent domain that names none (a
@@ -35,6 +36,19 @@ def task_env_of(task: Task) -> object:
 
 
 @dataclass(frozen=True)
+class Opening:
+    """An episode whose first attempt is written exactly where and how a single-turn answer is: the context opens
+    with the task's prompt alone, as single-turn sampling gives it to the built-in model (BOS and the raw prompt, no
+    system text, no tool listing), the first reply is sampled as a single-turn answer (to EOS: no call format, no
+    call stop string) and the runtime runs it as a call of `tool` with the reply's text as `argument`; after that
+    call's observation come the system text and the tool listing (a `listing` entry), and the episode goes on with
+    calls. So the agent starts from single-shot's answer and can only add corrections to it."""
+
+    tool: str  # the tool the first reply is given to (`render` for the brief CAD form)
+    argument: str  # the argument the reply's text fills (`program`)
+
+
+@dataclass(frozen=True)
 class AgentSpec:
     """How to run one domain's tasks as episodes."""
 
@@ -49,6 +63,7 @@ class AgentSpec:
     process: Callable[[Any, Task], float] | None = None  # (episode, task) -> a process score in [0, 1] (`well_formed`)
     process_weight: float = 0.0  # reward = (1 - w) x the verifier's score + w x the process score; pass/fail stays
     # the verifier's, so evaluation figures do not move
+    opening: Opening | None = None  # None: the usual episode (prefix, task, calls); else see `Opening`
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.process_weight <= 1.0:

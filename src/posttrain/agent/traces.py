@@ -3,7 +3,8 @@
 Covers: `call_value_span` (a call's ids and where its value lies in them), `episode_trace` (the ids of an episode
 exactly as the runtime builds them from the stable prefix, the task's instruction and (call, tool answer) pairs,
 with which tokens the model samples and which of those are a call's argument value, the tokens that decide the
-episode) and `instruction_span` (where the instruction lies in it). A domain supplies its spec and its oracle's
+episode; with the spec's `Opening`, the prompt alone, the bare first answer and EOS, then its observation and the
+listing, `opening_ids`) and `instruction_span` (where the instruction lies in it). A domain supplies its spec and its oracle's
 steps (`agent/lookup.py`'s `oracle_calls`, `agent/reports.py`'s `oracle_steps`). Does not cover: running episodes
 (`runtime.py`), drawing tasks.
 """
@@ -31,11 +32,21 @@ def call_value_span(call: ToolCall, tokenizer: Any, skip: int = 0) -> tuple[list
     from posttrain.agent import format as fmt
 
     text = fmt.render_call(call)
+    if not call.arguments:  # a call with no argument (`submit()`): no value to copy
+        ids = tokenizer.encode(text, add_bos=False)
+        return ids, len(ids), len(ids)
     value = str(list(call.arguments.values())[-1])
     at = text.rindex(value)  # the argument's value is the last thing before the closing braces
     start = len(tokenizer.encode(text[: at + skip], add_bos=False))
     end = len(tokenizer.encode(text[: at + len(value)], add_bos=False))
     return tokenizer.encode(text, add_bos=False), start, end
+
+
+def opening_ids(spec: AgentSpec, call: ToolCall, tokenizer: Any) -> list[int]:
+    """The sampled ids of an opening answer (`spec.Opening`): the bare argument text and EOS, as a single-turn
+    answer that stops on its own is sampled (the local engine keeps the EOS it stopped on)."""
+    assert spec.opening is not None and call.name == spec.opening.tool, (spec.opening, call.name)
+    return tokenizer.encode(str(call.arguments[spec.opening.argument]), add_bos=False) + [tokenizer.eos_id]
 
 
 def instruction_span(spec: AgentSpec, instruction: str, tokenizer: Any) -> tuple[int, int]:
@@ -52,22 +63,32 @@ def episode_trace(spec: AgentSpec, instruction: str, steps: list[tuple[ToolCall,
     builds it (the stable prefix, the task, then per call the sampled call text and the encoded observation; the
     last observation is not included), and which tokens the model samples. When a list is given as `decisions`, it
     is filled with which tokens are a call's (last) argument value: what the agent copies from what it read."""
+    from posttrain.agent import format as fmt
     from posttrain.agent.models import TextCodec
 
     codec = TextCodec(tokenizer)
-    prefix, instruction_ids = _head(spec, instruction, codec)
-    ids = prefix + instruction_ids
+    if spec.opening is None:
+        prefix, instruction_ids = _head(spec, instruction, codec)
+        ids = prefix + instruction_ids
+    else:  # the prompt alone, as a single-turn answer sees it (`spec.Opening`)
+        ids = codec.entry("prefix", instruction).ids
     mask = [False] * len(ids)
     if decisions is not None:
         decisions[:] = [False] * len(ids)
     for i, (call, output) in enumerate(steps):
-        sampled, start, end = call_value_span(call, tokenizer)
+        if i == 0 and spec.opening is not None:
+            sampled, start, end = opening_ids(spec, call, tokenizer), 0, 0
+        else:
+            sampled, start, end = call_value_span(call, tokenizer)
         if decisions is not None:
             decisions += [start <= j < end for j in range(len(sampled))]
         ids += sampled
         mask += [True] * len(sampled)
         if i < len(steps) - 1:
             seen = codec.entry("observation", output, i + 1, call.name).ids
+            if i == 0 and spec.opening is not None:  # the listing follows the opening call's observation
+                seen = seen + codec.entry("listing", fmt.render_prefix([t.schema() for t in spec.tools or ()],
+                                                                       spec.system, spec.tool_listing)).ids
             ids += seen
             mask += [False] * len(seen)
             if decisions is not None:

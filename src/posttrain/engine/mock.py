@@ -4,7 +4,7 @@ Covers: completions from a script (a list of texts handed out in order, one
 per sample, or a function of the prompt), shaped as a real engine's would be
 under the request's `SamplingParams`: `n` samples per prompt, stop strings cut
 the text (finish reason `stop`), and, given a tokenizer, token ids (the text's
-encoding, no BOS/EOS), `max_tokens` cutting them (finish reason `length`),
+encoding, no BOS/EOS), `max_tokens` cutting them (finish reason `length`), `eos_id` ending a completion that stops on its own,
 per-token `stream` deltas and prompt-token counts in `usage`. Every call is
 recorded in `calls`. Like inspect_ai's `mockllm`, it needs no model, no torch
 and no network.
@@ -63,6 +63,7 @@ class MockEngine:
         cycle: bool = False,
         max_context: int | None = None,
         max_concurrency: int = 16,
+        eos_id: int | None = None,
     ) -> None:
         self.script: Callable[[Prompt], str] | None = responses if callable(responses) else None
         self.responses: list[str] = [] if callable(responses) else list(responses)
@@ -72,6 +73,8 @@ class MockEngine:
         self.tokenizer = tokenizer
         self.max_context = max_context
         self.max_concurrency = max_concurrency
+        self.eos_id = eos_id  # given: a completion that ends on its own (no stop string hit, no length cut) ends with
+        # this id, as the local engine's completions keep the EOS they stopped on
         self.usage = MockUsage()
         self.policy_version = 0
         self.calls: list[tuple[list[Prompt], SamplingParams]] = []
@@ -159,7 +162,17 @@ class MockEngine:
                 if at >= 0:
                     ids, text, finish = ids[:k], upto[:at], FinishReason.STOP
                     break
+            else:
+                ids = self._with_eos(ids, finish, params)
+        else:
+            ids = self._with_eos(ids, finish, params)
         return Completion(ids, text, [0.0] * len(ids), finish, self.policy_version)
+
+    def _with_eos(self, ids: list[int], finish: FinishReason, params: SamplingParams) -> list[int]:
+        """`ids` and `eos_id` (when given) if the completion ended on its own with room for it."""
+        if self.eos_id is None or finish is not FinishReason.STOP or len(ids) >= params.max_tokens:
+            return ids
+        return ids + [self.eos_id]
 
     def _prompt_len(self, prompt: Prompt) -> int:
         if not isinstance(prompt, str):

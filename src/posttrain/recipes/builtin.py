@@ -14,8 +14,9 @@ pre-trained on whole oracle episodes token for token as the runtime builds them
 the sandbox (held-out episode success). And a base for CAD parts (`family = "cad:parts"`, `tasks/cad.py`,
 `digits` = the level): pre-trained on the gold OpenSCAD programs of the `brief` form, its band measured by the sandboxed `cad`
 verifier (held-out pass rate of greedy programs); family `cad_agent:parts` learns, beside those programs, correction
-episodes of `cad_agent:parts`'s brief form (`CAD_EPISODES` a step, `agent/cad_tools.py`: a first attempt with a planted
-mistake or none, the render tool's line, the gold program), 1,024 positions, the same band. And a base for long
+episodes of `cad_agent:parts`'s brief form (`CAD_EPISODES` a step, `agent/cad_tools.py`: an opening program, written
+as the single-shot one is, with a planted mistake or none, the render tool's line, then the gold rendered or the
+clean one submitted), 1,024 positions, the same band, then a correction tail. And a base for long
 reports (`family = "docs:reports"`,
 `digits` = hops, 1 the easy level): pre-trained on the compact agent form's oracle episodes (`agent/reports.py`,
 `agent/traces.py`), 8,192 positions (`DOCS_CONTEXT`), its band measured by real greedy episodes as for `lookup`.
@@ -63,17 +64,20 @@ CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the ba
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
 # band check's OpenSCAD runs are limited in CPU seconds, not wall time, and a stalled verdict is graded again: a
 # format-2 base built on a loaded machine may have trained past the step where its band was met)
-CAD_AGENT_BASE_FORMAT = 3  # the same, for `cad_agent:parts` bases (gold programs plus correction episodes; 2: then a
+CAD_AGENT_BASE_FORMAT = 4  # the same, for `cad_agent:parts` bases (gold programs plus correction episodes; 2: then a
 # correction tail, `correction_tail`: the format-1 base, in band at step 200, wrote a well-formed first call in few of its
 # greedy episodes, 8 episodes a step being too few beside 32 programs; 3: the observation passes exactly when the
-# verifier does (each feature's IoU too) and names each feature's IoU, and the tail runs a fixed number of steps)
+# verifier does (each feature's IoU too) and names each feature's IoU, and the tail runs a fixed number of steps;
+# 4: the episode opens as single-shot does, a bare program after the prompt alone, rendered by the runtime, and the
+# workspace's last rendered program is graded: a mistaken opening is corrected by a second render, a clean one kept
+# with `submit()`; the tail runs `CAD_TAIL_STEPS` 200)
 CAD_TAIL_EPISODES = 16  # a correction tail's step: this many episodes...
 CAD_TAIL_PROGRAMS = 8  # ...and this many gold programs (so the single-shot form is not forgotten)
-CAD_TAIL_STEPS = 80  # the tail's length, fixed (its checks are recorded, not a stopping rule)
+CAD_TAIL_STEPS = 200  # the tail's length, fixed (its checks are recorded, not a stopping rule)
 CAD_TAIL_CHECK_EVERY = 20  # greedy episodes of the stopping set's first `CAD_TAIL_CHECK_PARTS` parts, this often
 CAD_TAIL_CHECK_PARTS = 32
-CAD_AGENT_CONTEXT = 1024  # positions of a `cad_agent:parts` base: a one-render correction episode is ~580 tokens (at
-# most ~700), and a second render round adds ~250
+CAD_AGENT_CONTEXT = 1024  # positions of a `cad_agent:parts` base: a one-correction episode is ~450 tokens (at most
+# ~550), and a second render round adds ~250
 CAD_EPISODES = 8  # correction episodes per pre-training step of a `cad_agent:parts` base, beside `batch_size` programs
 DOCS_BASE_FORMAT = 4  # the same, for `docs:reports` bases (their keys include it; 2: the copied tokens weighted
 # `DOCS_DECISION_WEIGHT`, and every `DOCS_DRILL_EVERY`th step a batch of `_docs_drills`; 3: `_repeat_drills` in every
