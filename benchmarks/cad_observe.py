@@ -6,16 +6,22 @@ on the same held-out parts (the reporting half of `eval.size` held-out parts, sp
 `rl/build.py: build_held_out`; `--half selection` measures the selection half instead, for probes):
 
 - single-shot: the brief prompt, one program, judged by the `cad` verifier;
-- agent: `cad_agent:parts` with `brief` (`agent/cad_tools.py: brief_agent_spec`): `--turns` renders of a program, each
-  answered by the render tool's one line (passes exactly when the verifier would; else the IoU and each feature's, and
-  the size, volume and hole count beside the target's), then
-  a submit, the submitted program judged by the same verifier, through the agent rollouter evaluation uses.
+- agent: `cad_agent:parts` with `brief` (`agent/cad_tools.py: brief_agent_spec`, form 4): the episode opens as
+  single-shot does (the same prompt ids; the first attempt a bare program to EOS), the runtime renders it and answers
+  the render tool's one line (passes exactly when the verifier would; else the IoU and each feature's, and the size,
+  volume and hole count beside the target's), then `--turns` calls: `render(program)` to correct it or `submit()` to
+  keep it; the workspace's last rendered program is judged by the same verifier when the episode ends, whatever
+  ended it, through the agent rollouter evaluation uses. So the agent's first attempt is a single-shot sample, and
+  its first-render pass rate (reported) should match the single-shot arm's within sampling noise.
 
 The budget of sampled tokens, fixed before measuring: an episode makes at most `turns + 1` calls of at most
 `BRIEF_MAX_TOKENS` sampled tokens each, so it samples at most B = (turns + 1) x 192 tokens
 (`cad_tools.sampled_token_budget`); the single-shot arm's program may sample the same B tokens (`max_tokens = B`).
 `equal_budget` refuses a run whose arms' budgets differ, and every episode's sampled tokens are checked against B
-(`over_budget`: one over aborts the run). Both arms' mean sampled tokens per task are reported beside the rates.
+(`over_budget`: one over aborts the run). Grading the workspace's model instead of a submitted copy samples nothing
+more: the graded program is one the episode sampled within B (the opening program, at most 192 of them, is the
+single-shot arm's program under a tighter cap: a level-1 program is under 100 tokens). Both arms' mean sampled
+tokens per task are reported beside the rates.
 No knob is chosen on the reported figures: the turns (1), temperature (1.0), samples and base are set before the
 run; the selection half is for probes only.
 
@@ -96,7 +102,7 @@ def corrections(episodes: list[list[Any]]) -> dict[str, int]:
             out["episodes"] += 1
             first = next((r.output for t in ep.turns for c, r in zip(t.calls, t.results) if c.name == "render"), None)
             passed_first = first is not None and first.endswith("passes")
-            out["first_passed" if passed_first else "first_failed"] += 1
+            out["first_passed" if passed_first else "first_failed"] += 1  # the opening: a single-shot sample
             out["no_submit"] += ep.submitted is None
             if not passed_first and ep.passed:
                 out["corrected"] += 1
@@ -209,6 +215,7 @@ def main() -> None:
         print(
             f"{name}: single-shot {r['single']:.3f} ({r['single_tokens']:.0f} tokens), agent {r['agent']:.3f} "
             f"({r['agent_tokens']:.0f} tokens): {r['gain']:+.1f} pts [{r['gain_ci'][0]:+.1f}, {r['gain_ci'][1]:+.1f}]; "
+            f"first render passed {r['episodes']['first_passed'] / max(1, r['episodes']['episodes']):.3f}; "
             f"episodes {r['episodes']}; leaks {len(r['leaks'])}; errors {r['single_errors']}/{r['agent_errors']}; "
             f"{r['seconds']} s; load {os.popen('uptime').read().strip()}",
             flush=True,

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from posttrain.agent import EpisodeStatus, run_agent_task
+from posttrain.agent import format as fmt
 from posttrain.agent.cad_tools import (
     BRIEF_MAX_TOKENS,
     PLANTED,
@@ -24,7 +25,6 @@ from posttrain.agent.cad_tools import (
     planted_error,
     sampled_token_budget,
 )
-from posttrain.agent import format as fmt
 from posttrain.agent.scripted import ScriptedAgent
 from posttrain.agent.traces import episode_trace
 from posttrain.models.tokenizer import char_tokenizer
@@ -99,7 +99,8 @@ def test_oracle_episodes_are_the_runtime_episodes_token_for_token(sandbox):
         # planted: the trace of the earlier form (prefix and task first) or an opening without its EOS differs
         old = dataclasses.replace(spec, opening=None, tools=cad_brief_task(task, None).tools)
         assert episode_trace(old, task.prompt, steps, tok)[0] != view.ids
-        assert view.ids.count(tok.eos_id) == 1 and view.ids[len(ep.turns[0].context_ids) + len(steps[0][0].arguments["program"])] == tok.eos_id
+        opening_end = len(ep.turns[0].context_ids) + len(steps[0][0].arguments["program"])
+        assert view.ids.count(tok.eos_id) == 1 and view.ids[opening_end] == tok.eos_id
 
 
 @pytest.mark.slow

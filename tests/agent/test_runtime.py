@@ -199,3 +199,42 @@ def test_compaction_policy_in_the_loop(sandbox):
     after = ep.turns[ep.turns.index(summaries[0]) + 1]
     assert after.rewrote and "Summary: the task is in progress" in char_tokenizer().decode(after.context_ids)
     assert len(ep.to_trajectory().segments()) == 1 + sum(t.rewrote for t in ep.turns)
+
+
+def test_an_opening_answer_is_run_as_the_opening_tool_s_call_and_the_listing_follows_it():
+    from posttrain.agent.env import FunctionEnv
+    from posttrain.agent.spec import Opening
+    from posttrain.agent.tools import submit, tool
+
+    @tool
+    async def shout(text: str) -> str:
+        """Say it louder.
+
+        Args:
+            text: what to say
+        """
+        return text.upper()
+
+    tok = char_tokenizer()
+
+    def env():
+        return FunctionEnv("shout", "say hi\n", [shout, submit], lambda answer: answer == "HI")
+
+    agent = ScriptedAgent(["hi", call("submit", answer="HI")], tokenizer=tok, eos_id=tok.eos_id)
+    ep = run(agent, env(), opening=Opening("shout", "text"), max_steps=3)
+    assert ep.passed and ep.turns[0].calls == [ToolCall("shout", {"text": "hi"})] and not ep.turns[0].format_error
+    assert ep.turns[0].context_ids == tok.encode("say hi\n")  # the prompt alone: no system text, no listing
+    assert ep.turns[0].completion.token_ids[-1] == tok.eos_id
+    second = tok.decode(ep.turns[1].context_ids)
+    assert second.startswith("say hi\nhi\n<tool_response") and "shout(text: string)" not in second  # json listing
+    assert second.endswith("</system>\n") and '"name": "shout"' in second
+    (_, first_params), (_, then) = agent.calls[:2]
+    assert "</tool_call>" not in first_params.stop and "</tool_call>" in then.stop
+    # planted: without the opening, the same first reply is a format error and nothing is run
+    plain = run(ScriptedAgent(["hi", call("submit", answer="HI")], tokenizer=tok), env(), max_steps=3)
+    assert plain.turns[0].format_error and not plain.turns[0].results
+    # an opening needs a text model (its bare reply is parsed by no one else)
+    with pytest.raises(ValueError, match="text model"):
+        from posttrain.agent.openai_chat import ChatEndpointModel
+
+        run(ChatEndpointModel("http://127.0.0.1:9/v1", "m"), env(), opening=Opening("shout", "text"))

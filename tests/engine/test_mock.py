@@ -74,3 +74,16 @@ def test_async_weights_and_versions():
 def test_it_imports_without_torch():
     code = "import sys, posttrain.engine.mock as m; m.MockEngine(['a']); assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def test_with_an_eos_id_a_completion_that_stops_on_its_own_ends_with_it():
+    tok = char_tokenizer()
+    engine = MockEngine(["cube(1);", "cube(1);</tool_call>", "cube(1);"], tokenizer=tok, eos_id=tok.eos_id)
+    (own,), = engine.generate(["p"], SamplingParams())
+    assert own.token_ids == tok.encode("cube(1);", add_bos=False) + [tok.eos_id] and own.text == "cube(1);"
+    (cut,), = engine.generate(["p"], SamplingParams(stop=("</tool_call>",)))  # a stop string: no EOS after it
+    assert cut.token_ids[-1] != tok.eos_id
+    (full,), = engine.generate(["p"], SamplingParams(max_tokens=8))  # no room left: no EOS
+    assert full.token_ids == tok.encode("cube(1);", add_bos=False)
+    (plain,), = MockEngine(["cube(1);"], tokenizer=tok).generate(["p"], SamplingParams())  # the default: none
+    assert tok.eos_id not in plain.token_ids

@@ -3,7 +3,8 @@
 Covers: what turns a `types.Task` of an agent domain into an episode (`load`: the `AgentTask`,
 `TerminalTask` or `Env` it carries), the tools when the task brings none, the system text of the
 stable prefix, the step budget, the context policy and the format-error cap; and `Opening`, an episode that opens
-the way a single-turn answer is written (the prompt alone, the first reply a bare answer the runtime runs as a call). A `Domain` with
+the way a single-turn answer is written (the prompt alone, the first reply a bare answer the runtime runs as a
+call). A `Domain` with
 `rollouter == "agent"` holds one (`Domain.agent`), and so does its evaluation view (`Suite.agent`):
 the `AgentRollouter` that trains and the evaluation that measures run every episode the same way.
 `spec_of(domain)` is a domain's spec, or the default one for an agent domain that names none (a
