@@ -95,8 +95,10 @@ def per_task(records: list[Any], tasks: list[Any]) -> list[float]:
 
 
 def corrections(episodes: list[list[Any]]) -> dict[str, int]:
-    """How the episodes went: first render passed / failed, and of those failed, how many submitted a pass."""
-    out = {"episodes": 0, "first_passed": 0, "first_failed": 0, "corrected": 0, "broke_a_pass": 0, "no_submit": 0}
+    """How the episodes went: first render passed / failed; of those failed, how many ended passing (corrected); of
+    those passed, how many ended failing (broke a pass); how many never submitted and how many had a format error."""
+    out = {"episodes": 0, "first_passed": 0, "first_failed": 0, "corrected": 0, "broke_a_pass": 0, "no_submit": 0,
+           "format_error": 0}
     for eps in episodes:
         for ep in eps:
             out["episodes"] += 1
@@ -104,6 +106,7 @@ def corrections(episodes: list[list[Any]]) -> dict[str, int]:
             passed_first = first is not None and first.endswith("passes")
             out["first_passed" if passed_first else "first_failed"] += 1  # the opening: a single-shot sample
             out["no_submit"] += ep.submitted is None
+            out["format_error"] += ep.format_errors > 0
             if not passed_first and ep.passed:
                 out["corrected"] += 1
             if passed_first and not ep.passed:

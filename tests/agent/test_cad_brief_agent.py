@@ -339,3 +339,19 @@ def test_the_observation_passes_exactly_when_the_verifier_does():
     assert any(v.passed for v in verdicts) and not all(v.passed for v in verdicts)
     # planted: the line judged by the whole solid's IoU alone (the first version) passes some the verifier fails
     assert [v.passed for v in verdicts] != passes(False)
+
+
+def test_the_benchmark_counts_corrections_broken_passes_and_format_errors():
+    from benchmark_module import load_benchmark
+    from posttrain.agent.scripted import call
+
+    bench = load_benchmark("cad_observe")
+
+    def ep(first, passed, submitted=None, format_errors=0):
+        turn = type("T", (), {"calls": [call("render", program="x")], "results": [type("R", (), {"output": first})()]})()
+        return type("E", (), {"turns": [turn], "passed": passed, "submitted": submitted, "format_errors": format_errors})()
+
+    got = bench.corrections([[ep("IoU 1.00, passes", True, ""), ep("IoU 0.5, needs 0.9", True)],
+                             [ep("IoU 1.00, passes", False), ep("no valid solid", False, None, 1)]])
+    assert got == {"episodes": 4, "first_passed": 2, "first_failed": 2, "corrected": 1, "broke_a_pass": 1,
+                   "no_submit": 3, "format_error": 1}
