@@ -70,11 +70,11 @@ CAD_AGENT_BASE_FORMAT = 4  # the same, for `cad_agent:parts` bases (gold program
 # verifier does (each feature's IoU too) and names each feature's IoU, and the tail runs a fixed number of steps;
 # 4: the episode opens as single-shot does, a bare program after the prompt alone, rendered by the runtime, and the
 # workspace's last rendered program is graded: a mistaken opening is corrected by a second render, a clean one kept
-# with `submit()`; the tail runs `CAD_TAIL_STEPS` 200)
+# with `submit()`; the tail runs `CAD_TAIL_STEPS` 100: 200 did not fit the twelfth session's share of the CPU)
 CAD_TAIL_EPISODES = 16  # a correction tail's step: this many episodes...
 CAD_TAIL_PROGRAMS = 8  # ...and this many gold programs (so the single-shot form is not forgotten)
-CAD_TAIL_STEPS = 200  # the tail's length, fixed (its checks are recorded, not a stopping rule)
-CAD_TAIL_CHECK_EVERY = 20  # greedy episodes of the stopping set's first `CAD_TAIL_CHECK_PARTS` parts, this often
+CAD_TAIL_STEPS = 100  # the tail's length, fixed (its checks are recorded, not a stopping rule)
+CAD_TAIL_CHECK_EVERY = 25  # greedy episodes of the stopping set's first `CAD_TAIL_CHECK_PARTS` parts, this often
 CAD_TAIL_CHECK_PARTS = 32
 CAD_AGENT_CONTEXT = 1024  # positions of a `cad_agent:parts` base: a one-correction episode is ~450 tokens (at most
 # ~550), and a second render round adds ~250
