@@ -35,6 +35,14 @@ def tiny_config(tiny_model_dir, tmp_path):
     )
 
 
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (`--dist loadgroup`), every test on the session's Ray cluster runs on one worker: one
+    cluster (2 CPUs, its object store, a raylet and workers) for the run, not one per worker."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray cluster for the whole session (2 CPUs, a capped object store, no dashboard)."""
