@@ -1,6 +1,11 @@
-"""Shared fixtures: tiny random models saved in HF format, built locally (never downloaded)."""
+"""Shared fixtures: tiny random models saved in HF format, built locally (never downloaded); how the suite runs in
+two pytest-xdist workers (a temporary directory of each worker's own, the Ray tests on one worker)."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -33,6 +38,35 @@ def tiny_config(tiny_model_dir, tmp_path):
             "tensorboard=false",
         ],
     )
+
+
+_WORKER_TMP = pytest.StashKey[str]()
+
+
+def pytest_configure(config):
+    """Each pytest-xdist worker (and every process it starts) makes its temporary files in a directory of its own:
+    tests that check what is left in /tmp (tests/sandbox/test_leftovers.py) must not see the other worker's
+    (a render worker's or a chromium profile's directory, made while they run)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        # short, and not `posttrain*`: Ray puts its sockets under $TMPDIR (108-byte limit on a socket's path)
+        own = tempfile.mkdtemp(prefix=f"pytest-{worker}-")
+        os.environ["TMPDIR"] = tempfile.tempdir = own
+        config.stash[_WORKER_TMP] = own
+
+
+def pytest_unconfigure(config):
+    own = config.stash.get(_WORKER_TMP, None)
+    if own:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (`--dist loadgroup`), every test on the session's Ray cluster runs on one worker: one
+    cluster (2 CPUs, its object store, a raylet and workers) for the run, not one per worker."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(scope="session")

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import glob
+import os
 
 import pytest
 import torch
 
 from fake_vllm import FakeLLM
+from posttrain.engine.remote import weight_sync
 from posttrain.engine.remote.vllm_engine import WORKER_EXTENSION, AdapterSpec, VLLMEngine, WeightSyncError, adapter_name
 from posttrain.engine.remote.weight_sync import plan_buckets, unique_tensors
 from posttrain.models import load_model
@@ -55,7 +56,18 @@ def test_the_fake_refuses_what_vllm_v1_refuses(fake_vllm, tiny_model_dir):
 
 
 @pytest.mark.slow
-def test_full_weight_sync_in_buckets_per_version(fake_vllm, tiny_model_dir):
+def test_full_weight_sync_in_buckets_per_version(fake_vllm, tiny_model_dir, monkeypatch):
+    # the bucket files this engine writes: other processes on the machine (another pytest-xdist worker) may have
+    # their own in /dev/shm at the same moment, so the check below reads these, not the directory
+    written: list[str] = []
+    enter = weight_sync._BucketHandle.__enter__
+
+    def recorded(self):
+        handle = enter(self)
+        written.append(self.path)
+        return handle
+
+    monkeypatch.setattr(weight_sync._BucketHandle, "__enter__", recorded)
     engine = VLLMEngine(tiny_model_dir, bucket_bytes=16 << 10)
     llm = FakeLLM.instances[-1]
     assert llm.kwargs["worker_extension_cls"] == WORKER_EXTENSION and llm.kwargs["dtype"] == "bfloat16"
@@ -81,7 +93,9 @@ def test_full_weight_sync_in_buckets_per_version(fake_vllm, tiny_model_dir):
         assert total == pytest.approx(float(t.to(torch.bfloat16).double().sum()), rel=1e-9, abs=1e-9)
     # no message carried the weights: each holds names, shapes, offsets and a file name
     assert max(llm.messages) < min(fp32_bytes // 10, 64 << 10)
-    assert not glob.glob("/dev/shm/posttrain-weights-*")  # every bucket's file is gone
+    # every bucket went through a file in memory (/dev/shm), and every one is gone
+    assert len(written) == 2 * sync.buckets and all(p.startswith("/dev/shm/posttrain-weights-") for p in written)
+    assert not any(os.path.exists(p) for p in written)
     kinds = _kinds(llm)
     per_version = ["load"] * sync.buckets + ["reset", "generate"]
     assert kinds == per_version * 2

@@ -2,8 +2,9 @@
 
 Runs as a script (`python -I _render_worker.py`), imports nothing of posttrain
 and only `resvg_py`, caps its own address space, and works from an empty
-directory that is also resvg's resources directory, so a relative reference
-that slipped past the host's filter finds nothing. The host kills it when a
+directory (`POSTTRAIN_RENDER_DIR`, which the host makes and removes) that is
+also resvg's resources directory, so a relative reference that slipped past
+the host's filter finds nothing. The host kills it when a
 render runs past its time budget (see `render.py`).
 
 On start it writes one line, `ready`, once resvg is imported and the font
@@ -16,13 +17,12 @@ import json
 import os
 import resource
 import sys
-import tempfile
 
 
 def main() -> None:
     limit = int(os.environ.get("POSTTRAIN_RENDER_MEM", str(2 << 30)))
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    empty = tempfile.mkdtemp(prefix="posttrain-render-")
+    empty = os.environ["POSTTRAIN_RENDER_DIR"]  # made empty by the host, which removes it (render.py)
     os.chdir(empty)
     import resvg_py
 

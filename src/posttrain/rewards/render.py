@@ -29,9 +29,12 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,11 +90,19 @@ class RenderWorker:
         self.mem_bytes = mem_bytes
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        # the workers' empty working directory, made here and removed here (on close, or when this object goes):
+        # a worker is killed when a render runs over, so it cannot remove a directory of its own
+        self._dir: str | None = None
+        self._remove_dir: weakref.finalize | None = None
 
     def _start(self, startup_s: float = 60.0) -> subprocess.Popen[bytes]:
         """A fresh worker, once it has imported resvg and loaded the system fonts (not charged to a render)."""
         script = str(Path(__file__).with_name("_render_worker.py"))
-        env = {"POSTTRAIN_RENDER_MEM": str(self.mem_bytes), "PATH": os.environ.get("PATH", "")}
+        if self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix="posttrain-render-")
+            self._remove_dir = weakref.finalize(self, shutil.rmtree, self._dir, True)
+        env = {"POSTTRAIN_RENDER_MEM": str(self.mem_bytes), "POSTTRAIN_RENDER_DIR": self._dir,
+               "PATH": os.environ.get("PATH", "")}
         proc = subprocess.Popen(
             [sys.executable, "-I", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
         )
@@ -148,6 +159,9 @@ class RenderWorker:
                 self._proc.kill()
                 self._proc.wait()
                 self._proc = None
+            if self._remove_dir is not None:
+                self._remove_dir()
+                self._dir = self._remove_dir = None
 
 
 def _png_to_canvas(png: bytes, size: int) -> np.ndarray:
