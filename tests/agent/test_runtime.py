@@ -82,6 +82,20 @@ def test_unknown_tool_is_an_observation(sandbox):
     assert "unknown tool 'teleport'" in ep.turns[0].observation and ep.status is EpisodeStatus.FAILED
 
 
+def test_unknown_tool_names_are_one_metric(sandbox):
+    """A model's garbled names (`sub7m-`, `sub900`, seen in a docs RL run) must not each become a metric name: calls
+    naming no tool of the episode are counted under `tool/(unknown)`, before and after a store round trip."""
+    from posttrain.agent.metrics import episode_metrics
+
+    eps = [run(ScriptedAgent([call("sub7m-"), call("bash", command="true"), call("sub900"), call("submit")]),
+               sandbox=sandbox, max_format_errors=None)]
+    assert [r.unknown_tool for r in eps[0].turns[0].results + eps[0].turns[1].results] == [True, False]
+    for episodes in (eps, [Episode.from_dict(e.to_dict()) for e in eps]):
+        m = episode_metrics(episodes)
+        tools = {k: v for k, v in m.items() if k.startswith("tool/")}
+        assert tools == {"tool/(unknown)": 0.5, "tool/bash": 0.25, "tool/submit": 0.25}, tools
+
+
 @pytest.mark.slow
 def test_timeout(sandbox):
     ep = run(ScriptedAgent([call("bash", command="sleep 3")] * 3), sandbox=sandbox, timeout_s=1.0)

@@ -94,7 +94,8 @@ async def dispatch(tools: dict[str, Tool], ctx: ToolContext, call: ToolCall) -> 
     """Run the named tool; an unknown name is an observation listing the tools."""
     tool = tools.get(call.name)
     if tool is None:
-        return ToolResult(call, f"unknown tool {call.name!r}; the tools are {', '.join(tools)}", ok=False)
+        return ToolResult(call, f"unknown tool {call.name!r}; the tools are {', '.join(tools)}", ok=False,
+                          unknown_tool=True)
     return await tool.run(ctx, call)
 
 

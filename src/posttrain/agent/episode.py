@@ -43,6 +43,7 @@ class ToolResult:
     ends_episode: bool = False  # `submit`
     env_error: bool = False  # the sandbox itself failed: the episode's environment is not trustworthy
     images: list[bytes] = field(default_factory=list)  # PNGs beside the output (`render`): image parts for a chat endpoint
+    unknown_tool: bool = False  # the call named no tool the episode has (its name is the model's text, unbounded)
 
 
 class EpisodeStatus(str, enum.Enum):
@@ -156,7 +157,7 @@ class Episode:
                 "kind": t.kind, "text": t.completion.text, "finish": t.completion.finish_reason.value,
                 "policy_version": t.completion.policy_version, "calls": [asdict(c) for c in t.calls],
                 "results": [{"name": r.call.name, "ok": r.ok, "seconds": r.seconds, "elided_chars": r.elided_chars,
-                             "env_error": r.env_error} for r in t.results],
+                             "env_error": r.env_error, "unknown_tool": r.unknown_tool} for r in t.results],
                 "observation": t.observation, "format_error": t.format_error, "rewrote": t.rewrote,
                 "context_tokens": t.context_tokens, "sampled_tokens": len(t.completion.token_ids),
             }
@@ -188,7 +189,8 @@ class Episode:
             calls = [ToolCall(c["name"], c["arguments"], c.get("id", "")) for c in t["calls"]]
             by_name = iter(calls)
             results = [ToolResult(next(by_name, ToolCall(r["name"], {})), "", r["ok"], r["seconds"], r["elided_chars"],
-                                  env_error=r["env_error"]) for r in t["results"]]
+                                  env_error=r["env_error"], unknown_tool=r.get("unknown_tool", False))
+                       for r in t["results"]]
             turns.append(AgentTurn(list(t.get("context_ids", [])), comp, list(t.get("observation_ids", [])), calls,
                                    results, t["observation"], t["kind"], t["format_error"], t["rewrote"],
                                    t["context_tokens"]))

@@ -4,7 +4,8 @@ Covers: `episode_metrics(episodes)`, a flat dict of floats (the run store's step
 TensorBoard, the live progress take it as it is): turns and sampled tokens per episode and per turn,
 context tokens per turn, the format-error rate (malformed replies per acting turn), the share of
 episodes by status (`status/solved`, `status/max_steps`, ...; every status is present, 0 when
-absent) and the tool-call mix (`tool/<name>`: share of all calls). Pure: no I/O.
+absent) and the tool-call mix (`tool/<name>`: share of all calls; calls naming no tool the episode has are one
+`tool/(unknown)`, so a model's garbled names never become metric names). Pure: no I/O.
 Does not cover: producing episodes, or reward (the verdicts are the trainer's).
 """
 
@@ -14,6 +15,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from posttrain.agent.episode import Episode, EpisodeStatus
+
+UNKNOWN = "(unknown)"  # the `tool/` key of calls to a tool the episode does not have
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
@@ -36,7 +39,10 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     status = Counter(ep.status for ep in episodes)
     for s in EpisodeStatus:
         out[f"status/{s.value}"] = status.get(s, 0) / n
-    calls = Counter(c.name for t in acting for c in t.calls)
+    calls: Counter[str] = Counter()
+    for t in acting:
+        unknown = {id(r.call) for r in t.results if r.unknown_tool}
+        calls.update(UNKNOWN if id(c) in unknown else c.name for c in t.calls)
     total = sum(calls.values())
     for name, count in sorted(calls.items()):
         out[f"tool/{name}"] = count / total
