@@ -56,9 +56,11 @@ BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3
 # and the quickstart's before/after figures); the base model's band checks draw the ones after them.
 EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
-AGENT_BASE_FORMAT = 7  # the same, for agent-domain bases (4: copy drills every other step; 5: 3 lines per file with
+AGENT_BASE_FORMAT = 8  # the same, for agent-domain bases (4: copy drills every other step; 5: 3 lines per file with
 # distractors, the split on the chain and value; 6: trace windows open with the task's instruction; 7: the docs
-# base's way: `COPY_PHASE_STEPS` of short repeat drills alone first, then `REPEAT_ROWS` of them in every step)
+# base's way: `COPY_PHASE_STEPS` of short repeat drills alone first, then `REPEAT_ROWS` of them in every step; 8: the
+# quoting oracle, each call after a read opens with the key's line of that file (`lookup.oracle_quotes`), and no copy
+# drills, whose replies went from the file straight to the call)
 AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
 CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the band counts each part kind against
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
@@ -216,6 +218,8 @@ COPY_PHASE_STEPS = 300  # an episodic base's first steps are repeat drills alone
 COPY_PHASE_ROWS = 64  # strings, short gaps, this many a step; the plain copy forms there in a few hundred steps (on 2
 # layers at lr 1e-3), and episodes need it
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
+LOOKUP_DECISION_WEIGHT = 5.0  # the same for the quoting oracle's episodes (format 8): its quotes are ~8 copied tokens a
+# call, and at x50 a call's own syntax would be a few percent of the loss (the docs base's finding at x50)
 AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
 
@@ -402,21 +406,19 @@ def docs_batch(
 
 
 def lookup_batch(
-    tokenizer: Tokenizer, tasks, rng: random.Random, step: int, lines: int, repeat_rows: int = REPEAT_ROWS,
+    tokenizer: Tokenizer, tasks, rng: random.Random, step: int, repeat_rows: int = REPEAT_ROWS,
     copy_steps: int = COPY_PHASE_STEPS,
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
     """An `agent:lookup` base's pre-training step at `step`, as `docs_batch` gives a docs base's: the first
-    `copy_steps` steps are the copy phase alone; then whole oracle episodes every `AGENT_FULL_EVERY`th step (a quarter
-    as many: they are ~4x longer), copy drills every `AGENT_DRILL_EVERY`th, else windows of `AGENT_WINDOW` tokens
-    after the instruction; `repeat_rows` `_repeat_drills` join every step after the phase."""
+    `copy_steps` steps are the copy phase alone; then the quoting oracle's episodes, whole every `AGENT_FULL_EVERY`th
+    step (a quarter as many: they are ~4x longer), else windows of `AGENT_WINDOW` tokens after the instruction;
+    `repeat_rows` `_repeat_drills` join every step after the phase."""
     if step <= copy_steps:
         return (*copy_phase_batch(tokenizer, rng), ())
     more = (_repeat_drills(tokenizer, rng, repeat_rows),) if repeat_rows else ()
     if step % AGENT_FULL_EVERY == 0:
-        return (*_trace_batch(tokenizer, tasks[: max(1, len(tasks) // 4)]), more)
-    if step % AGENT_DRILL_EVERY == 1:
-        return (*_copy_drills(tokenizer, rng, 2 * len(tasks), lines), more)
-    return (*_trace_batch(tokenizer, tasks, rng, AGENT_WINDOW), more)
+        return (*_trace_batch(tokenizer, tasks[: max(1, len(tasks) // 4)], decision_weight=LOOKUP_DECISION_WEIGHT), more)
+    return (*_trace_batch(tokenizer, tasks, rng, AGENT_WINDOW, decision_weight=LOOKUP_DECISION_WEIGHT), more)
 
 
 def drill_accuracy(model: CausalLM, ids: torch.Tensor, weight: torch.Tensor, chunk: int = 128) -> float:
@@ -473,9 +475,11 @@ def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None, 
     """[B, T] right-padded oracle episodes (or windows of them, `width` tokens each after the task's instruction,
     drawn with `rng`) and the [B, T-1] loss weights: 1 on the calls the model samples, `AGENT_DECISION_WEIGHT` on
     their copied values (`decision_weight`). `docs`: `docs:reports` tasks (the compact form), else `agent:lookup` ones."""
+    from functools import partial
+
     from posttrain.agent.lookup import instruction_span, oracle_trace
 
-    trace, span = (_docs_trace, _docs_span) if docs else (oracle_trace, instruction_span)
+    trace, span = (_docs_trace, _docs_span) if docs else (partial(oracle_trace, quote=True), instruction_span)
     rows = []
     for t in tasks:
         decisions: list[bool] = []
@@ -760,7 +764,7 @@ def pretrain_base(
             return _batch(tokenizer, tasks)
         if docs:
             return docs_batch(tokenizer, tasks, rng, step)
-        return lookup_batch(tokenizer, tasks, rng, step, source.lines)
+        return lookup_batch(tokenizer, tasks, rng, step)
 
     def episodes() -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
         """A `cad_agent:parts` base's correction episodes for this step (none for other families)."""
