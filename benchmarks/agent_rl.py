@@ -40,12 +40,16 @@ sys.path.insert(0, str(REPO / "tests"))  # the shared test harnesses (`_harness`
 
 
 def by_hops(engine, tasks, spec, sandboxes) -> dict[int, list[int]]:
-    """Greedy episode success per hop count: {hops: [solved, tasks]}."""
+    """Greedy episode success per hop count: {hops: [solved, tasks]}. More than 10% of the episodes ending in an
+    environment error raises: a closed or failing sandbox pool, not the model (no figure to report)."""
     from posttrain.eval.episodes import evaluate_agent
     from posttrain.types import SamplingParams
 
     result = evaluate_agent(engine, tasks, spec, sandboxes.workspaces, sandboxes=sandboxes,
                             params=SamplingParams(temperature=0.0, max_tokens=spec.max_tokens))
+    broken = sum(ep.status.value == "env_error" for eps in result.episodes for ep in eps)
+    if broken > 0.1 * max(1, len(tasks)):
+        raise RuntimeError(f"{broken} of {len(tasks)} episodes ended in an environment error")
     out: dict[int, list[int]] = {}
     for task, eps in zip(tasks, result.episodes):
         row = out.setdefault(int(task.meta["hops"]), [0, 0])
@@ -110,6 +114,7 @@ def main() -> None:
     from posttrain.agent.lookup import SYMBOLS
     from posttrain.config import load_config
     from posttrain.recipes.quickstart import AGENT_OVERRIDES, run_quickstart
+    from posttrain.rl.build import build_sandboxes
 
     torch.set_num_threads(args.threads)
     runs = args.runs or tempfile.mkdtemp(prefix="agent-rl-")
@@ -160,7 +165,11 @@ def main() -> None:
         trainer = seen["trainer"]
         after_dir = trainer.best_model_dir() if r.best_step != r.steps else None
         after_dir = after_dir or trainer.run_dir / "final"
-        after_hops = by_hops(engine_for(after_dir), seen["tasks"], seen["spec"], seen["sandboxes"])
+        sandboxes = build_sandboxes(trainer.cfg)  # the run's pool is closed with its trainer
+        try:
+            after_hops = by_hops(engine_for(after_dir), seen["tasks"], seen["spec"], sandboxes)
+        finally:
+            sandboxes.close()
         n_tasks = r.n_held_out
         blind = sum(v[0] for v in seen["blind"].values()) / max(1, n_tasks)
         row = {"seed": seed, "base_seed": base_seed, "half": half, "greedy_before": proportion(r.greedy_before, n_tasks),

@@ -32,8 +32,8 @@ def main() -> None:
                     help="loss weight of the copied tokens (default: the recipe's, builtin.DOCS_DECISION_WEIGHT)")
     ap.add_argument("--lr", type=float, default=None, help="pre-training lr (default: the family's)")
     ap.add_argument("--layers", type=int, default=None, help="the model's layers (default: the family's)")
-    ap.add_argument("--copy-steps", type=int, default=None, help="repeat drills alone first (default: builtin.DOCS_COPY_STEPS)")
-    ap.add_argument("--repeat-rows", type=int, default=None, help="repeat drills a step (default: builtin.DOCS_REPEAT_ROWS)")
+    ap.add_argument("--copy-steps", type=int, default=None, help="repeat drills alone first (default: builtin.COPY_PHASE_STEPS)")
+    ap.add_argument("--repeat-rows", type=int, default=None, help="repeat drills a step (default: builtin.REPEAT_ROWS)")
     args = ap.parse_args()
 
     import torch
@@ -49,7 +49,7 @@ def main() -> None:
     cfg = BaseModelConfig(family="docs:reports", seed=args.seed, **({"lr": args.lr} if args.lr else {}),
                           **({"num_layers": args.layers} if args.layers else {}))
     if args.repeat_rows is None:
-        args.repeat_rows = b.DOCS_REPEAT_ROWS
+        args.repeat_rows = b.REPEAT_ROWS
     tok = char_tokenizer()
     repeats = b._repeat_drills(tok, random.Random(1_000_003), 128)  # held-out repeat drills: the copy alone
     source = b.base_task_source(cfg)
@@ -61,7 +61,7 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         tasks = [source.sample(rng) for _ in range(cfg.batch_size)]
         weight = b.DOCS_DECISION_WEIGHT if args.decision_weight is None else args.decision_weight
-        copy_steps = b.DOCS_COPY_STEPS if args.copy_steps is None else args.copy_steps
+        copy_steps = b.COPY_PHASE_STEPS if args.copy_steps is None else args.copy_steps
         ids, w, more = b.docs_batch(tok, tasks, rng, step, weight, args.repeat_rows, copy_steps)
         b._sgd_step(model, opt, ids, w, b._lr_at(cfg, step), more)
         if step % args.every == 0 or step == args.steps:

@@ -42,9 +42,10 @@ FAMILY_BASE_DEFAULTS: dict[str, dict[str, Any]] = {
     "mul": {"worked": True},
     "chain": {"worked": True},
     # multi-hop lookups (agent:lookup): windows of oracle episodes (the instruction, then 160 tokens; whole ones every
-    # 10th step), and a band check is a batch of real episodes in the sandbox (64 of them every 25 steps)
+    # 10th step), and a band check is a batch of real episodes in the sandbox (64 of them every 25 steps); 2 layers at
+    # lr 1e-3 with a copy phase first, as the docs base (format 7)
     "lookup": {"target_low": 0.25, "target_high": 0.55, "batch_size": 64, "eval_every": 25, "eval_size": 64,
-               "max_steps": 3000, "digits": 3},
+               "max_steps": 3000, "digits": 3, "num_layers": 2, "lr": 1e-3},
     # OpenSCAD parts (cad:parts, level = digits): gold programs after a ~300-character prompt (512 positions); a band
     # check is a batch of greedy programs judged by the sandboxed `cad` verifier (64 of them every 25 steps), and each
     # part kind (level 1: a block, a block with a hole) must pass at >= 15% (a base that solved blocks alone left

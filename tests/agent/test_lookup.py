@@ -10,6 +10,7 @@ import random
 import pytest
 
 from posttrain.agent import EpisodeStatus, run_agent_task
+from posttrain.agent import format as fmt
 from posttrain.agent.lookup import (
     SPEC,
     LookupSource,
@@ -18,6 +19,7 @@ from posttrain.agent.lookup import (
     instruction,
     instruction_span,
     oracle_calls,
+    oracle_quotes,
     oracle_trace,
 )
 from posttrain.agent.scripted import ScriptedAgent, call
@@ -105,6 +107,23 @@ def test_the_oracle_trace_is_the_runtime_episode_token_for_token(sandbox):
         view = ep.to_trajectory().token_view()
         ids, mask = oracle_trace(task, tok)
         assert view.ids == ids and view.mask == mask
+
+
+def test_the_quoting_oracle_trace_is_the_runtime_episode_token_for_token(sandbox):
+    tok = char_tokenizer()
+    for task in LookupSource(hops=3).take(4, "train", seed=1):
+        quotes = oracle_quotes(task)
+        assert quotes[0] == "" and all(q.startswith(task.meta["key"] + " ") for q in quotes[1:])
+        assert quotes[-1] == f"{task.meta['key']} = {task.answer}\n"  # the last file's line holds the value
+        replies = [q + fmt.render_call(c) for q, (c, _) in zip(quotes, oracle_calls(task))]
+        ep = run(ScriptedAgent(replies, tokenizer=tok), task, sandbox)
+        assert ep.passed  # the runtime parses the call after the quote
+        view = ep.to_trajectory().token_view()
+        decisions: list[bool] = []
+        ids, mask = oracle_trace(task, tok, decisions, quote=True)
+        assert view.ids == ids and view.mask == mask
+        copied = "".join(tok.decode([i]) for i, d in zip(ids, decisions) if d)  # the quotes and the calls' values
+        assert copied == "".join(q + str(list(c.arguments.values())[-1]) for q, (c, _) in zip(quotes, oracle_calls(task)))
 
 
 def test_the_instruction_span_is_the_task_entry_of_the_oracle_trace():

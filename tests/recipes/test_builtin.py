@@ -80,6 +80,7 @@ def test_an_agent_base_is_checked_with_its_current_weights(tmp_path, monkeypatch
         return 0.0
 
     monkeypatch.setattr(builtin, "_episode_success", check)
+    monkeypatch.setattr(builtin, "COPY_PHASE_STEPS", 0)  # no band check runs in the copy phase (300 steps)
     cfg = BaseModelConfig(family="lookup", hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2,
                           batch_size=4, max_steps=6, eval_every=3, eval_size=16, cache_dir=str(tmp_path))
     build = ensure_base(cfg)

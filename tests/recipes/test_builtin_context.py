@@ -15,9 +15,9 @@ def test_default_keys_are_unchanged():
     # pinned from main before the field existed: a change here would rebuild every cached base on every machine
     assert base_key(BaseModelConfig()) == "arith-add-d2-s0-9f199c7a74"
     assert base_key(BaseModelConfig(family="mul")) == "arith-mul-d2-s0-3ee1a4c88b"
-    # changed on purpose (AGENT_BASE_FORMAT 6: trace windows with the instruction; was ...-b801b6bfeb at 5, the
-    # distractors and the chain-and-value split, and ...-aacc44c2e5 before)
-    assert base_key(BaseModelConfig(family="lookup")) == "agent-lookup-h3-s0-1fc797abc2"
+    # changed on purpose (AGENT_BASE_FORMAT 8: the quoting oracle, 2 layers at lr 1e-3; was ...-1fc797abc2 at 6,
+    # ...-b801b6bfeb at 5, the distractors and the chain-and-value split, and ...-aacc44c2e5 before)
+    assert base_key(BaseModelConfig(family="lookup")) == "agent-lookup-h3-s0-5b13529847"
     assert base_key(BaseModelConfig(family="code:ops")) == "code-ops-d2-s0-5c265f40c2"
     assert base_key(BaseModelConfig(context=4096)) != base_key(BaseModelConfig())
     assert base_key(BaseModelConfig(context=4096)) != base_key(BaseModelConfig(context=2048))

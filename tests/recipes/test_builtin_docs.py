@@ -10,10 +10,10 @@ from posttrain.models import load_model
 from posttrain.models.tokenizer import char_tokenizer
 from posttrain.recipes.builtin import (
     DOCS_CONTEXT,
-    DOCS_COPY_ROWS,
-    DOCS_COPY_STEPS,
+    COPY_PHASE_ROWS,
+    COPY_PHASE_STEPS,
     DOCS_DECISION_WEIGHT,
-    DOCS_REPEAT_ROWS,
+    REPEAT_ROWS,
     _docs_drills,
     _repeat_drills,
     _trace_batch,
@@ -38,21 +38,21 @@ def test_the_family_has_its_own_key_band_and_easy_source():
 def test_batches_are_compact_oracle_episodes_with_weighted_copies():
     tok = char_tokenizer()
     tasks = base_task_source(BaseModelConfig(family="docs:reports")).take(3, "train", seed=0)
-    ids, weight, more = docs_batch(tok, tasks, random.Random(0), step=DOCS_COPY_STEPS + 4)  # a whole-episode step
+    ids, weight, more = docs_batch(tok, tasks, random.Random(0), step=COPY_PHASE_STEPS + 4)  # a whole-episode step
     assert ids.shape[0] == 3 and ids.shape[1] < 1000
     text = tok.decode([int(i) for i in ids[0]])
     assert text.startswith("<system>")
     assert '"name": "search"' in text and '"name": "submit"' in text and "tool_response" in text
     assert float(weight.max()) == DOCS_DECISION_WEIGHT
-    win_ids, _, _ = docs_batch(tok, tasks, random.Random(0), step=DOCS_COPY_STEPS + 2)
+    win_ids, _, _ = docs_batch(tok, tasks, random.Random(0), step=COPY_PHASE_STEPS + 2)
     assert win_ids.shape[1] < ids.shape[1]
     assert ids.shape == _trace_batch(tok, tasks, docs=True)[0].shape
-    drill_ids, _, _ = docs_batch(tok, tasks, random.Random(0), step=DOCS_COPY_STEPS + 3)
+    drill_ids, _, _ = docs_batch(tok, tasks, random.Random(0), step=COPY_PHASE_STEPS + 3)
     assert not tok.decode([int(i) for i in drill_ids[0]]).startswith("<system>")
-    assert len(more) == 1 and more[0][0].shape[0] == DOCS_REPEAT_ROWS  # repeat drills join every step
-    assert docs_batch(tok, tasks, random.Random(0), step=DOCS_COPY_STEPS + 4, repeat_rows=0)[2] == ()
-    copy_ids, _, copy_more = docs_batch(tok, tasks, random.Random(0), step=DOCS_COPY_STEPS)  # the copy phase
-    assert copy_ids.shape[0] == DOCS_COPY_ROWS and copy_ids.shape[1] < 100 and copy_more == ()
+    assert len(more) == 1 and more[0][0].shape[0] == REPEAT_ROWS  # repeat drills join every step
+    assert docs_batch(tok, tasks, random.Random(0), step=COPY_PHASE_STEPS + 4, repeat_rows=0)[2] == ()
+    copy_ids, _, copy_more = docs_batch(tok, tasks, random.Random(0), step=COPY_PHASE_STEPS)  # the copy phase
+    assert copy_ids.shape[0] == COPY_PHASE_ROWS and copy_ids.shape[1] < 100 and copy_more == ()
 
 
 def test_repeat_drills_train_only_the_copy_after_its_first_two_characters():

@@ -160,6 +160,15 @@ def oracle_calls(task: Task) -> list[tuple[ToolCall, str]]:
     return out
 
 
+def oracle_quotes(task: Task) -> list[str]:
+    """Per oracle call, the line of evidence a quoting oracle writes before it: nothing before the first `read`, then
+    the key's line of the file just read (`kb -> 7`, `kb = 8`) and a newline. Writing the key first (a copy from the
+    instruction or the previous quote) puts the line to find right behind the model, so the value is one more copy."""
+    files, chain, key = task.meta["files"], task.meta["chain"], task.meta["key"]
+    lines = [next(line for line in files[name].splitlines() if line.split(" ", 1)[0] == key) for name in chain]
+    return ["", *(line + "\n" for line in lines)]
+
+
 def instruction_span(task: Task, tokenizer: Any) -> tuple[int, int]:
     """Where the task's entry (the instruction: which key to follow) lies in `oracle_trace(task, tokenizer)`'s ids,
     as [start, end)."""
@@ -168,14 +177,16 @@ def instruction_span(task: Task, tokenizer: Any) -> tuple[int, int]:
     return traces.instruction_span(SPEC, task.prompt, tokenizer)
 
 
-def oracle_trace(task: Task, tokenizer: Any, decisions: list[bool] | None = None) -> tuple[list[int], list[bool]]:
+def oracle_trace(task: Task, tokenizer: Any, decisions: list[bool] | None = None,
+                 quote: bool = False) -> tuple[list[int], list[bool]]:
     """The token sequence of the oracle's episode exactly as the runtime builds it, and which tokens the model
     samples (`traces.episode_trace`). The base model is pre-trained on these. When a list is given as `decisions`,
     it is filled with which tokens are a call's argument value (what the agent copies from what it read: the tokens
-    that decide the episode)."""
+    that decide the episode). `quote`: the quoting oracle's episode (`oracle_quotes` before each call)."""
     from posttrain.agent import traces
 
-    return traces.episode_trace(SPEC, task.prompt, oracle_calls(task), tokenizer, decisions)
+    return traces.episode_trace(SPEC, task.prompt, oracle_calls(task), tokenizer, decisions,
+                                oracle_quotes(task) if quote else None)
 
 
 SPEC = AgentSpec(load=agent_task_of, tools=TOOLS, system=SYSTEM, max_steps=8, max_format_errors=2,

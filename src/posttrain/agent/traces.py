@@ -58,11 +58,13 @@ def instruction_span(spec: AgentSpec, instruction: str, tokenizer: Any) -> tuple
 
 
 def episode_trace(spec: AgentSpec, instruction: str, steps: list[tuple[ToolCall, str]], tokenizer: Any,
-                  decisions: list[bool] | None = None) -> tuple[list[int], list[bool]]:
+                  decisions: list[bool] | None = None, thoughts: list[str] | None = None) -> tuple[list[int], list[bool]]:
     """The token sequence of an episode that makes `steps`' calls and gets their answers, exactly as the runtime
     builds it (the stable prefix, the task, then per call the sampled call text and the encoded observation; the
     last observation is not included), and which tokens the model samples. When a list is given as `decisions`, it
-    is filled with which tokens are a call's (last) argument value: what the agent copies from what it read."""
+    is filled with which tokens are a call's (last) argument value: what the agent copies from what it read.
+    `thoughts` (one per step, "" for none): text the reply opens with before its call (a quoted line, say), sampled
+    too and counted among the decisions (the runtime parses the reply's last call and keeps the reply's ids whole)."""
     from posttrain.agent import format as fmt
     from posttrain.agent.models import TextCodec
 
@@ -76,12 +78,14 @@ def episode_trace(spec: AgentSpec, instruction: str, steps: list[tuple[ToolCall,
     if decisions is not None:
         decisions[:] = [False] * len(ids)
     for i, (call, output) in enumerate(steps):
+        thought = tokenizer.encode(thoughts[i], add_bos=False) if thoughts and thoughts[i] else []
         if i == 0 and spec.opening is not None:
             sampled, start, end = opening_ids(spec, call, tokenizer), 0, 0
         else:
             sampled, start, end = call_value_span(call, tokenizer)
+        sampled, start, end = thought + sampled, start + len(thought), end + len(thought)
         if decisions is not None:
-            decisions += [start <= j < end for j in range(len(sampled))]
+            decisions += [j < len(thought) or start <= j < end for j in range(len(sampled))]
         ids += sampled
         mask += [True] * len(sampled)
         if i < len(steps) - 1:

@@ -57,8 +57,11 @@ BASE_FORMAT = 3  # bump when pre-training code changes what a cached model is (3
 # and the quickstart's before/after figures); the base model's band checks draw the ones after them.
 EVAL_RESERVE = 500
 CODE_BASE_FORMAT = 1  # the same, for code-domain bases only (their keys include it; arithmetic keys do not)
-AGENT_BASE_FORMAT = 6  # the same, for agent-domain bases (4: copy drills every other step; 5: 3 lines per file with
-# distractors, the split on the chain and value; 6: trace windows open with the task's instruction)
+AGENT_BASE_FORMAT = 8  # the same, for agent-domain bases (4: copy drills every other step; 5: 3 lines per file with
+# distractors, the split on the chain and value; 6: trace windows open with the task's instruction; 7: the docs
+# base's way: `COPY_PHASE_STEPS` of short repeat drills alone first, then `REPEAT_ROWS` of them in every step; 8: the
+# quoting oracle, each call after a read opens with the key's line of that file (`lookup.oracle_quotes`), and no copy
+# drills, whose replies went from the file straight to the call)
 AGENT_CONTEXT = 1024  # positions of an agent base: a lookup episode is ~560 tokens, at most ~700
 CAD_BASE_FORMAT = 3  # the same, for CAD bases (their keys include it; 2: the band counts each part kind against
 # `kind_floor`, and pre-training redraws half the bare blocks, so holed parts are two thirds of its batches; 3: the
@@ -81,7 +84,7 @@ CAD_AGENT_CONTEXT = 1024  # positions of a `cad_agent:parts` base: a one-correct
 CAD_EPISODES = 8  # correction episodes per pre-training step of a `cad_agent:parts` base, beside `batch_size` programs
 DOCS_BASE_FORMAT = 4  # the same, for `docs:reports` bases (their keys include it; 2: the copied tokens weighted
 # `DOCS_DECISION_WEIGHT`, and every `DOCS_DRILL_EVERY`th step a batch of `_docs_drills`; 3: `_repeat_drills` in every
-# step; 4: `DOCS_COPY_STEPS` of repeat drills alone first)
+# step; 4: `COPY_PHASE_STEPS` of repeat drills alone first)
 DOCS_CONTEXT = 8192  # positions of a docs base: an easy compact episode is ~750 tokens whatever the report's length;
 # 8,192 hold a `DOCS_LENGTH` report whole, so the single-turn form has a length that fits to compare with
 DOCS_LENGTH = 6000  # characters of the reports a docs base learns on (the smallest with every fiscal year: from 6,000 up a
@@ -213,10 +216,14 @@ DOCS_FULL_EVERY = 4  # every 4th docs step trains on whole episodes (the prefix,
 DOCS_DECISION_WEIGHT = 5.0  # a docs episode's copied tokens (the search's words and year, the submitted year and
 # figure): at x50 (the lookup base's) the call's own syntax is ~1/50 of the loss and its end drifts in free running
 DOCS_DRILL_EVERY = 2  # every 2nd docs step is a batch of `_docs_drills` (the year and figure copies that fail)
-DOCS_REPEAT_ROWS = 32  # `_repeat_drills` rows joining every docs step (format 3): the copy itself, on cheap tokens
-DOCS_COPY_STEPS = 300  # a docs base's first steps are repeat drills alone (format 4): short strings, short gaps,
-DOCS_COPY_ROWS = 64  # this many a step; the plain copy forms there in a few hundred steps, and episodes need it
+REPEAT_ROWS = 32  # `_repeat_drills` rows joining every step of an episodic base (docs format 3, agent format 7): the
+# copy itself, on cheap tokens
+COPY_PHASE_STEPS = 300  # an episodic base's first steps are repeat drills alone (docs format 4, agent format 7): short
+COPY_PHASE_ROWS = 64  # strings, short gaps, this many a step; the plain copy forms there in a few hundred steps (on 2
+# layers at lr 1e-3), and episodes need it
 AGENT_FULL_EVERY = 10  # every 10th step trains on whole episodes (the first call, positions up to the end)
+LOOKUP_DECISION_WEIGHT = 5.0  # the same for the quoting oracle's episodes (format 8): its quotes are ~8 copied tokens a
+# call, and at x50 a call's own syntax would be a few percent of the loss (the docs base's finding at x50)
 AGENT_DECISION_WEIGHT = 50.0  # loss weight of the tokens a call copies from what the agent read (the JSON around
 # them is learned in a hundred steps; these decide the episode and are ~1 token in 60)
 
@@ -380,19 +387,19 @@ def _repeat_drills(tokenizer: Tokenizer, rng: random.Random, n: int, length: tup
 
 
 def copy_phase_batch(tokenizer: Tokenizer, rng: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
-    """A step of a base's copy phase: `DOCS_COPY_ROWS` short repeat drills (10-30 characters, 0-16 of filler)."""
-    return _repeat_drills(tokenizer, rng, DOCS_COPY_ROWS, (10, 30), (0, 16))
+    """A step of a base's copy phase: `COPY_PHASE_ROWS` short repeat drills (10-30 characters, 0-16 of filler)."""
+    return _repeat_drills(tokenizer, rng, COPY_PHASE_ROWS, (10, 30), (0, 16))
 
 
 def docs_batch(
     tokenizer: Tokenizer, tasks, rng: random.Random, step: int, decision_weight: float = DOCS_DECISION_WEIGHT,
-    repeat_rows: int = DOCS_REPEAT_ROWS, copy_steps: int = DOCS_COPY_STEPS,
+    repeat_rows: int = REPEAT_ROWS, copy_steps: int = COPY_PHASE_STEPS,
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
     """A `docs:reports` base's pre-training step at `step`, as (ids, weights, more batches of the same step):
     drills every `DOCS_DRILL_EVERY`th step, else oracle episodes, whole every `DOCS_FULL_EVERY`th step, else windows
     that end at a call (`DOCS_WINDOW` tokens after the question, ~370 in all: the question's words and the hit's figure
     are the copies that decide an episode); `repeat_rows` `_repeat_drills` join every step. The first `copy_steps`
-    steps are `DOCS_COPY_ROWS` short repeat drills alone."""
+    steps are `COPY_PHASE_ROWS` short repeat drills alone."""
     if step <= copy_steps:
         return (*copy_phase_batch(tokenizer, rng), ())
     more = (_repeat_drills(tokenizer, rng, repeat_rows),) if repeat_rows else ()
@@ -400,6 +407,22 @@ def docs_batch(
         return (*_docs_drills(tokenizer, rng, tasks), more)
     width = None if step % DOCS_FULL_EVERY == 0 else DOCS_WINDOW
     return (*_trace_batch(tokenizer, tasks, rng, width, docs=True, decision_weight=decision_weight), more)
+
+
+def lookup_batch(
+    tokenizer: Tokenizer, tasks, rng: random.Random, step: int, repeat_rows: int = REPEAT_ROWS,
+    copy_steps: int = COPY_PHASE_STEPS,
+) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[torch.Tensor, torch.Tensor], ...]]:
+    """An `agent:lookup` base's pre-training step at `step`, as `docs_batch` gives a docs base's: the first
+    `copy_steps` steps are the copy phase alone; then the quoting oracle's episodes, whole every `AGENT_FULL_EVERY`th
+    step (a quarter as many: they are ~4x longer), else windows of `AGENT_WINDOW` tokens after the instruction;
+    `repeat_rows` `_repeat_drills` join every step after the phase."""
+    if step <= copy_steps:
+        return (*copy_phase_batch(tokenizer, rng), ())
+    more = (_repeat_drills(tokenizer, rng, repeat_rows),) if repeat_rows else ()
+    if step % AGENT_FULL_EVERY == 0:
+        return (*_trace_batch(tokenizer, tasks[: max(1, len(tasks) // 4)], decision_weight=LOOKUP_DECISION_WEIGHT), more)
+    return (*_trace_batch(tokenizer, tasks, rng, AGENT_WINDOW, decision_weight=LOOKUP_DECISION_WEIGHT), more)
 
 
 def drill_accuracy(model: CausalLM, ids: torch.Tensor, weight: torch.Tensor, chunk: int = 128) -> float:
@@ -456,9 +479,11 @@ def _trace_batch(tokenizer: Tokenizer, tasks, rng: random.Random | None = None, 
     """[B, T] right-padded oracle episodes (or windows of them, `width` tokens each after the task's instruction,
     drawn with `rng`) and the [B, T-1] loss weights: 1 on the calls the model samples, `AGENT_DECISION_WEIGHT` on
     their copied values (`decision_weight`). `docs`: `docs:reports` tasks (the compact form), else `agent:lookup` ones."""
+    from functools import partial
+
     from posttrain.agent.lookup import instruction_span, oracle_trace
 
-    trace, span = (_docs_trace, _docs_span) if docs else (oracle_trace, instruction_span)
+    trace, span = (_docs_trace, _docs_span) if docs else (partial(oracle_trace, quote=True), instruction_span)
     rows = []
     for t in tasks:
         decisions: list[bool] = []
@@ -744,11 +769,7 @@ def pretrain_base(
             return _batch(tokenizer, tasks)
         if docs:
             return docs_batch(tokenizer, tasks, rng, step)
-        if step % AGENT_FULL_EVERY == 0:  # whole episodes, a quarter as many (they are ~4x longer)
-            return _trace_batch(tokenizer, tasks[: max(1, len(tasks) // 4)])
-        if step % AGENT_DRILL_EVERY == 1:
-            return _copy_drills(tokenizer, rng, 2 * len(tasks), source.lines)
-        return _trace_batch(tokenizer, tasks, rng, AGENT_WINDOW)
+        return lookup_batch(tokenizer, tasks, rng, step)
 
     def episodes() -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
         """A `cad_agent:parts` base's correction episodes for this step (none for other families)."""
@@ -762,7 +783,7 @@ def pretrain_base(
     while step <= cfg.max_steps:
         ids, weight, *more = batch([draw() for _ in range(cfg.batch_size)])  # docs steps: other batches join
         _sgd_step(model, opt, ids, weight, _lr_at(cfg, step), (*(more[0] if more else ()), *episodes()))
-        copying = docs and step <= DOCS_COPY_STEPS  # repeat drills alone: no episode can pass yet
+        copying = agent and step <= COPY_PHASE_STEPS  # repeat drills alone: no episode can pass yet
         if (step % check_every == 0 and not copying) or step == cfg.max_steps:
             accuracy = measure()
             if on_eval:

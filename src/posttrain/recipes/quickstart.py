@@ -63,7 +63,7 @@ AGENT_OVERRIDES = [
     "model.base.family=lookup",
     "sampling.n=8", "sampling.temperature=0.5", "sampling.max_tokens=80", "train.steps=50",
     "train.prompts_per_step=4", "train.signal_from=reward", "eval.every=25", "eval.size=200",
-    "train.checkpoint_every=50", "rl.lr=5e-4", "rl.loss_agg=seq_mean_token_mean", "rl.advantage=grpo",
+    "train.checkpoint_every=50", "rl.lr=2e-4", "rl.loss_agg=seq_mean_token_mean", "rl.advantage=grpo",
     "rl.std_floor=0.15", "rl.warmup_steps=8",
 ]
 
