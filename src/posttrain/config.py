@@ -581,9 +581,9 @@ class MonitorsConfig(_Section):
     console, the run store's `alerts` and the dashboard, and `train.on_alert` says whether training goes on."""
 
     enabled: list[Literal["entropy_collapse", "kl_blowup", "length_drift", "reward_hacking", "verifier_errors",
-                          "grad_norm_spike", "domain_starved", "sandbox_failures"]] = [
+                          "grad_norm_spike", "domain_starved", "sandbox_failures", "format_collapse"]] = [
         "entropy_collapse", "kl_blowup", "length_drift", "reward_hacking", "verifier_errors", "grad_norm_spike",
-        "domain_starved", "sandbox_failures"]
+        "domain_starved", "sandbox_failures", "format_collapse"]
     """The monitors that run (all by default; [] turns them off)."""
     baseline: int = Field(5, ge=1)
     """Steps whose median is a series' baseline (entropy, response length); those checks wait for it."""
@@ -622,6 +622,11 @@ class MonitorsConfig(_Section):
     """Starved domain: this many steps in a row without an informative group in a domain."""
     sandbox_limit: float = Field(3.0, gt=0.0)
     """Sandbox failures: this many sandbox worker failures within the recent `window` steps."""
+    format_error_rate: float = Field(0.5, gt=0.0, le=1.0)
+    """Format collapse (agent domains): the share of malformed calls over the recent `window` steps at or above
+    this..."""
+    format_factor: float = Field(2.0, gt=1.0)
+    """...and at or above this multiple of its baseline (the median of the first `baseline` steps)."""
 
 
 class TrainConfig(_Section):

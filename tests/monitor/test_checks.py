@@ -100,3 +100,38 @@ def test_reward_hacking_smoothing_ignores_one_unlucky_evaluation_but_not_a_susta
     assert checks.reward_hacking(rising[:40], lucky_then_unlucky, 10, 0.1, 0.1, smooth=2) is None
     sustained = lucky_then_unlucky + [(50, 0.4), (60, 0.35)]
     assert checks.reward_hacking(rising[:60], sustained, 10, 0.1, 0.1, smooth=2) is not None
+
+
+# `agent/format_error_rate` per step of four real runs (benchmarks/RESULTS.md, 2026-12-07): the agent recipe at lr 5e-4
+# (the call format broke: pass rate 0 from step 9) and at 2e-4 (50 steps, +24 points), and the docs recipe at 5e-4
+# (broke) and 1e-4 (30 steps, +9.1)
+AGENT_BROKE = [0.183, 0.299, 0.179, 0.224, 0.192, 0.235, 0.249, 0.643, 0.472, 0.98, 0.54, 0.509, 0.556, 0.665, 0.921,
+               0.665, 0.66, 0.666, 0.688, 0.683]
+AGENT_CLEAN = [0.179, 0.299, 0.273, 0.089, 0.018, 0.179, 0.313, 0.138, 0.412, 0.228, 0.204, 0.242, 0.356, 0.253, 0.265,
+               0.214, 0.317, 0.184, 0.261, 0.206, 0.281, 0.163, 0.235, 0.171, 0.196, 0.2, 0.192, 0.143, 0.235, 0.206,
+               0.271, 0.18, 0.202, 0.125, 0.206, 0.221, 0.167, 0.226, 0.188, 0.207, 0.14, 0.256, 0.13, 0.249, 0.135,
+               0.185, 0.115, 0.158, 0.213, 0.151]
+DOCS_BROKE = [0.191, 0.159, 0.293, 0.457, 0.265, 0.671, 0.831, 0.999, 1.0, 1.0, 0.999, 0.999]
+DOCS_CLEAN = [0.262, 0.207, 0.253, 0.336, 0.29, 0.207, 0.229, 0.298, 0.132, 0.151, 0.181, 0.17, 0.194, 0.298, 0.162,
+              0.116, 0.139, 0.252, 0.244, 0.14, 0.297, 0.175, 0.202, 0.162, 0.276, 0.301, 0.256, 0.211, 0.293, 0.254]
+
+
+def first_format_alert(rates: list[float]) -> int | None:
+    """The first step (1-based) at which `format_collapse` fires on the series up to it."""
+    for i in range(1, len(rates) + 1):
+        if checks.format_collapse(rates[:i], C.baseline, C.window, C.format_factor, C.format_error_rate) is not None:
+            return i
+    return None
+
+
+def test_format_collapse_caught_in_two_real_runs_and_quiet_in_their_clean_twins():
+    # the first step the check can judge (it waits for `baseline` + `window` steps); pass rate 0.0 from step 9
+    assert first_format_alert(AGENT_BROKE) == C.baseline + C.window == 10
+    assert first_format_alert(DOCS_BROKE) == 10  # format errors 0.83 at step 7, 1.00 from 8
+    assert first_format_alert(AGENT_BROKE[:9] + [0.2] * 11) is None  # the same start, recovering
+    assert first_format_alert(AGENT_CLEAN) is None and first_format_alert(DOCS_CLEAN) is None
+    f = checks.format_collapse(AGENT_BROKE, C.baseline, C.window, C.format_factor, C.format_error_rate)
+    assert f.kind is MonitorKind.FORMAT_COLLAPSE and f.value >= f.threshold and "malformed calls" in f.message
+    # a base that starts high must double before it alerts: 40% -> 60% is not a collapse, 40% -> 85% is
+    assert first_format_alert([0.4] * 5 + [0.6] * 10) is None
+    assert first_format_alert([0.4] * 5 + [0.85] * 10) is not None

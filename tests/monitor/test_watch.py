@@ -71,3 +71,15 @@ def test_load_rebuilds_history_so_a_resumed_run_is_judged_on_all_of_it():
     assert watch.values("entropy")[:3] == [s[1]["entropy"] for s in steps[:3]]
     collapsed = [a.kind for i in range(21, 27) for a in watch.observe_step(i, {**clean_step(i), "entropy": 0.01})]
     assert collapsed == ["entropy_collapse"]
+
+
+def test_an_agent_runs_malformed_calls_feed_the_format_monitor():
+    """`agent/format_error_rate` (the agent rollouter's step metric) reaches `format_collapse`; a run without it
+    (single-turn) never calls the check."""
+    watch = Watch(MonitorsConfig(), samples_per_group=8)
+    rates = [0.2] * 6 + [0.7, 0.9, 1.0, 1.0, 1.0]
+    fired = [(i, a.kind) for i, r in enumerate(rates, 1)
+             for a in watch.observe_step(i, {**clean_step(i), "agent/format_error_rate": r})]
+    assert fired == [(10, "format_collapse")]
+    off = Watch(MonitorsConfig(enabled=["entropy_collapse"]), samples_per_group=8)
+    assert not any(off.observe_step(i, {**clean_step(i), "agent/format_error_rate": r}) for i, r in enumerate(rates, 1))

@@ -1,10 +1,10 @@
 """The run monitors' checks: one small pure function per failure, over a step series, with its thresholds.
 
 Covers: entropy collapse, KL blow-up, response-length drift, reward hacking (training reward rising while a
-held-out score falls), verifier-error spikes, gradient-norm spikes, a starved domain (no informative groups)
-and sandbox failures. Each takes plain lists (oldest first; the last value is the newest step) and returns
-a `Finding` when the failure is there at the newest step, else None. Thresholds are the `MonitorsConfig`
-fields (`config.py`), documented there.
+held-out score falls), verifier-error spikes, gradient-norm spikes, a starved domain (no informative groups),
+sandbox failures and an agent's call format breaking down. Each takes plain lists (oldest first; the last
+value is the newest step) and returns a `Finding` when the failure is there at the newest step, else None.
+Thresholds are the `MonitorsConfig` fields (`config.py`), documented there.
 Does not cover: which metric feeds which check, de-duplication or what happens on an alert (`watch.py`).
 """
 
@@ -28,6 +28,7 @@ class MonitorKind(str, Enum):
     GRAD_NORM_SPIKE = "grad_norm_spike"
     DOMAIN_STARVED = "domain_starved"
     SANDBOX_FAILURES = "sandbox_failures"
+    FORMAT_COLLAPSE = "format_collapse"
 
 
 @dataclass(frozen=True)
@@ -169,4 +170,20 @@ def sandbox_failures(failures: Sequence[float], window: int, limit: float) -> Fi
     if xs and total >= limit:
         return Finding(MonitorKind.SANDBOX_FAILURES, f"{total:g} sandbox worker failures in the last {window} steps "
                        f"(limit {limit:g})", total, limit)
+    return None
+
+
+def format_collapse(rates: Sequence[float], baseline: int, window: int, factor: float, limit: float) -> Finding | None:
+    """An agent's malformed-call rate over the last `window` steps at or above `limit` and at or above `factor` x its
+    baseline (the median of the first `baseline` steps): the call format is breaking down, and a policy whose
+    replies no longer parse gets no reward to recover with (too high a learning rate does this within a few steps)."""
+    xs = _finite(rates)
+    if len(xs) < baseline + window:
+        return None
+    base, recent = statistics.median(xs[:baseline]), _mean(xs[-window:])
+    threshold = max(limit, factor * base)
+    if recent >= threshold:
+        return Finding(MonitorKind.FORMAT_COLLAPSE, f"malformed calls {recent:.1%} of the last {window} steps' turns "
+                       f"(baseline {base:.1%}; limit {threshold:.1%}: {factor:g} x the baseline, at least {limit:.0%})",
+                       recent, threshold)
     return None

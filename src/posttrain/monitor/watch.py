@@ -127,6 +127,9 @@ class Watch:
         if MonitorKind.SANDBOX_FAILURES in on:
             found.append(("sandbox", checks.sandbox_failures(self.values("sandbox_worker_failures"), c.window,
                                                              c.sandbox_limit)))
+        if MonitorKind.FORMAT_COLLAPSE in on and "agent/format_error_rate" in self.series:
+            found.append(("agent/format_error_rate", checks.format_collapse(
+                self.values("agent/format_error_rate"), c.baseline, c.window, c.format_factor, c.format_error_rate)))
         return [(s, f) for s, f in found if f is not None]
 
     def _hacking(self) -> list[tuple[str, Finding | None]]:
