@@ -18,6 +18,10 @@
   the agent recipe (`examples/agent.toml`, seed 0) must raise none; ``--real-only a,b`` runs only those;
   the default quickstart for seeds 0-2 must raise none. Each is ~40 s of GRPO on an idle 2-core machine.
 
+- ``--replay DIR [DIR...]``: runs already stored (every `run.sqlite` under each DIR) through the monitors as they
+  are now (`Watch.replay`, every monitor, default thresholds): the alerts each would raise, beside those its store
+  recorded when it ran (a monitor added since, or a threshold changed, on real runs without re-running them).
+
 Run: ``nice -n 10 python benchmarks/monitors.py [--real]``. The last line is one JSON object.
 Goals (issue 40): hack_tpr >= 0.9 at hack_fpr <= 0.05; collapse within 20 steps; hack within 50; no alert on
 the default quickstart (3 seeds).
@@ -209,6 +213,25 @@ def real_runs(names: tuple[str, ...] = REAL_RUNS, sets: tuple[str, ...] = ()) ->
     return out
 
 
+def replay(dirs: list[str]) -> dict[str, object]:
+    """`--replay`: each stored run under `dirs` through today's monitors."""
+    from pathlib import Path
+
+    from posttrain.monitor import stored_scores
+    from posttrain.store import RunStore
+
+    rows = []
+    for path in sorted(p for d in dirs for p in Path(d).rglob("run.sqlite")):
+        store = RunStore(path)
+        alerts = Watch(MonitorsConfig(), samples_per_group=8).replay(store.steps(), stored_scores(store.evals()))
+        rows.append({"run": str(path.parent), "steps": len(store.steps()),
+                     "alerts": [f"{a.kind}@{a.step}" for a in alerts],
+                     "stored_alerts": [f"{a['kind']}@{a['step']}" for a in store.alerts()]})
+        print(f"{path.parent}: {rows[-1]['steps']} steps, alerts now {rows[-1]['alerts']}, "
+              f"when it ran {rows[-1]['stored_alerts']}", flush=True)
+    return {"replayed": rows, "runs_alerted": sum(bool(r["alerts"]) for r in rows), "runs": len(rows)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--real", action="store_true", help="also the quickstart runs (minutes)")
@@ -217,7 +240,12 @@ def main() -> None:
                     + "), skipping the simulated figures")
     ap.add_argument("--set", action="append", default=[], help="config overrides for every real run, KEY=VALUE "
                     "(e.g. model.base.max_steps=1500 to find a base built with that cap: it is part of the cache key)")
+    ap.add_argument("--replay", nargs="+", default=None, metavar="DIR",
+                    help="stored runs (run.sqlite under each DIR) through today's monitors, nothing else")
     args = ap.parse_args()
+    if args.replay:
+        print(json.dumps(replay(args.replay)))
+        return
     print(f"load average at start: {os.getloadavg()}", flush=True)
     if args.real_only:
         result = real_runs(tuple(args.real_only.split(",")), tuple(args.set))

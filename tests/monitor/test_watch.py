@@ -83,3 +83,24 @@ def test_an_agent_runs_malformed_calls_feed_the_format_monitor():
     assert fired == [(10, "format_collapse")]
     off = Watch(MonitorsConfig(enabled=["entropy_collapse"]), samples_per_group=8)
     assert not any(off.observe_step(i, {**clean_step(i), "agent/format_error_rate": r}) for i, r in enumerate(rates, 1))
+
+
+def test_a_stored_run_replayed_raises_what_it_raised_live(tmp_path):
+    """`Watch.replay` over a run store's rows (`stored_scores` for its evaluations) gives the alerts the live run
+    raised, at the same steps: a planted format collapse and a reward hack (held-out falling while reward rises)."""
+    from posttrain.monitor import stored_scores
+    from posttrain.store import RunStore
+
+    live, raised = Watch(MonitorsConfig(), samples_per_group=8), []
+    store = RunStore(tmp_path / "run.sqlite")
+    for i in range(1, 41):
+        m = {**clean_step(i), "agent/format_error_rate": 0.9 if 12 <= i < 20 else 0.2, "reward": 0.3 + 0.01 * i}
+        store.log_step(i, m)
+        raised += live.observe_step(i, m)
+        if i % 10 == 0:
+            acc = {10: 0.6, 20: 0.6, 30: 0.3, 40: 0.2}[i]
+            store.log_eval(i, "held_out", {"greedy_accuracy": acc, "pass@1": acc}, {})
+            raised += live.observe_eval(i, {"greedy_accuracy": acc})
+    replayed = Watch(MonitorsConfig(), samples_per_group=8).replay(store.steps(), stored_scores(store.evals()))
+    assert {a.kind for a in raised} == {"format_collapse", "reward_hacking"}
+    assert [(a.step, a.kind) for a in replayed] == [(a.step, a.kind) for a in raised]

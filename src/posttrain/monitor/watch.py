@@ -4,7 +4,8 @@ Covers: `Watch.observe_step` (after each step's metrics, with the scheduler's pe
 has it) and `Watch.observe_eval` (after each held-out evaluation) run every enabled check of `checks.py` on the
 series so far and return the new `Alert`s; an alert fires once when its condition appears and re-arms after the
 condition has cleared, so a persisting failure is one alert, not one per step. `Watch.load` rebuilds the series
-of a resumed run from its store.
+of a resumed run from its store; `Watch.replay` runs a stored run through the monitors as they are now (the alerts
+it would raise), and `stored_scores` turns the store's evaluation rows into the scores a trainer feeds.
 Does not cover: the checks themselves (`checks.py`) or what an alert does (the trainer warns, stores it, and
 stops when `train.on_alert = "stop"`).
 """
@@ -21,6 +22,13 @@ from posttrain.monitor import checks
 from posttrain.monitor.checks import Finding, MonitorKind
 
 HELD_OUT = "greedy_accuracy"  # the in-training held-out metric (`Trainer.evaluate`); suites add "<name>/pass@1"
+
+
+def stored_scores(evals: Iterable[tuple[int, str, Mapping[str, float]]]) -> list[tuple[int, dict[str, float]]]:
+    """The run store's evaluation rows (`RunStore.evals()`: step, name, metrics) as the held-out scores the trainer
+    fed `observe_eval` when they ran: the held-out split's greedy accuracy, and each suite's pass@1."""
+    return [(s, {HELD_OUT if n == "held_out" else f"{n}/pass@1": m.get("pass@1", m.get(HELD_OUT, 0.0))})
+            for s, n, m in evals]
 
 
 class MonitorAlert(UserWarning):
@@ -74,6 +82,19 @@ class Watch:
             self._add_eval(step, m)
         for step, name, d in domains:
             self.domains.setdefault(name, []).append((step, dict(d)))
+
+    def replay(self, steps: Iterable[tuple[int, Mapping[str, float]]],
+               evals: Iterable[tuple[int, Mapping[str, float]]]) -> list[Alert]:
+        """Every alert a run with these step metrics and held-out scores (`stored_scores`) raises, in the order a
+        trainer meets them: an evaluation at step s after step s's metrics (one at step 0 before any step)."""
+        by_step: dict[int, list[Mapping[str, float]]] = {}
+        for step, m in evals:
+            by_step.setdefault(step, []).append(m)
+        alerts = [a for m in by_step.pop(0, []) for a in self.observe_eval(0, m)]
+        for step, metrics in steps:
+            alerts += self.observe_step(step, metrics)
+            alerts += [a for m in by_step.pop(step, []) for a in self.observe_eval(step, m)]
+        return alerts
 
     def _add_step(self, step: int, metrics: Mapping[str, float]) -> None:
         for k, v in metrics.items():

@@ -26,7 +26,7 @@ import torch
 
 from posttrain.config import RunConfig
 from posttrain.errors import UserError
-from posttrain.monitor import Alert, MonitorAlert, Watch
+from posttrain.monitor import Alert, MonitorAlert, Watch, stored_scores
 from posttrain.rl import resume as checkpoints
 from posttrain.rl.advantages import group_relative_advantages, has_signal
 from posttrain.rl.async_loop import AsyncLoop
@@ -112,9 +112,7 @@ class Trainer:
             restored = checkpoints.restore(self.run_dir, cfg, p, self.dp, self.store)
             self.step, self.informative_rate, self.best = restored.step, restored.informative_rate, restored.best
             async_state = restored.async_state
-            self.watch.load(self.store.steps(), [(s, {"greedy_accuracy" if n == "held_out" else f"{n}/pass@1":
-                                                     m.get("pass@1", m.get("greedy_accuracy", 0.0))})
-                                                 for s, n, m in self.store.evals()], self.store.domain_metrics())
+            self.watch.load(self.store.steps(), stored_scores(self.store.evals()), self.store.domain_metrics())
         else:
             describe_run(self.store, cfg, p, self.dp.world)
         self.log.writer = self.writer = open_writer(cfg, self.run_dir, self.step, resume) if self.lead else None
