@@ -163,10 +163,13 @@ def test_a_killed_worker_gives_env_error_episodes_and_new_sessions_go_to_the_reb
     async def group_with_a_kill(pool, ray):
         held = await pool.asession(files={"a.txt": "1"})  # a session outside the group, on the same worker
         run = asyncio.ensure_future(rollouter_of(pool).run([task.to_task()], n=2))
-        for _ in range(600):  # until the two episodes' commands are in flight on the worker
+        # until the two episodes' commands are in flight on the worker (a loaded 2-core machine running the suite in
+        # two processes took over 30 s to get there once: the kill then came before the forks, 2 sessions lost of 4)
+        for _ in range(2400):
             if pool.stats().inflight[0] >= 2:
                 break
             await asyncio.sleep(0.05)
+        assert pool.stats().inflight[0] >= 2, "the episodes' commands never reached the worker in 120 s"
         killed = pool.actor(0)
         ray.kill(killed)
         (group,) = await run

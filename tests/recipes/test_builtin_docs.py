@@ -9,9 +9,9 @@ from posttrain.config import BaseModelConfig, load_config
 from posttrain.models import load_model
 from posttrain.models.tokenizer import char_tokenizer
 from posttrain.recipes.builtin import (
-    DOCS_CONTEXT,
     COPY_PHASE_ROWS,
     COPY_PHASE_STEPS,
+    DOCS_CONTEXT,
     DOCS_DECISION_WEIGHT,
     REPEAT_ROWS,
     _docs_drills,

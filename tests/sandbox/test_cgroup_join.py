@@ -54,7 +54,9 @@ def test_joining_after_an_idle_gap_takes_no_grace_period():
     writers wait for an RCU grace period (6-16 ms measured after 20 ms idle, through ``cgroup.procs``);
     on v2 it goes through ``cgroup.procs``."""
     support = cgroups.probe()
-    manager = f"test-join-{os.getpid()}"
+    # this process's own manager tag: another test process's `sweep_orphans` (pytest-xdist runs two) removes every
+    # group whose tag names no live process, and a made-up tag names none
+    manager = cgroups.manager_tag()
     groups = [cgroups.TaskCgroup(support, manager, f"g{i}", memory_bytes=64 << 20, pids=8) for i in range(2)]
     try:
         for root in support.roots:
