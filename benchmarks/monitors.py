@@ -222,11 +222,11 @@ def replay(dirs: list[str]) -> dict[str, object]:
 
     rows = []
     for path in sorted(p for d in dirs for p in Path(d).rglob("run.sqlite")):
-        store = RunStore(path)
-        alerts = Watch(MonitorsConfig(), samples_per_group=8).replay(store.steps(), stored_scores(store.evals()))
-        rows.append({"run": str(path.parent), "steps": len(store.steps()),
-                     "alerts": [f"{a.kind}@{a.step}" for a in alerts],
-                     "stored_alerts": [f"{a['kind']}@{a['step']}" for a in store.alerts()]})
+        with RunStore(path) as store:
+            steps, evals, stored = store.steps(), stored_scores(store.evals()), store.alerts()
+        alerts = Watch(MonitorsConfig(), samples_per_group=8).replay(steps, evals)
+        rows.append({"run": str(path.parent), "steps": len(steps), "alerts": [f"{a.kind}@{a.step}" for a in alerts],
+                     "stored_alerts": [f"{a['kind']}@{a['step']}" for a in stored]})
         print(f"{path.parent}: {rows[-1]['steps']} steps, alerts now {rows[-1]['alerts']}, "
               f"when it ran {rows[-1]['stored_alerts']}", flush=True)
     return {"replayed": rows, "runs_alerted": sum(bool(r["alerts"]) for r in rows), "runs": len(rows)}

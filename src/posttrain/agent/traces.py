@@ -17,13 +17,16 @@ from posttrain.agent.episode import ToolCall
 from posttrain.agent.spec import AgentSpec
 
 
-def _head(spec: AgentSpec, instruction: str, codec: Any) -> tuple[list[int], list[int]]:
-    """The ids an episode opens with: the stable prefix, then the task's entry (its instruction)."""
+def _listing(spec: AgentSpec) -> str:
+    """The system text and tool listing: the stable prefix's text, or, with an `Opening`, the `listing` entry's."""
     from posttrain.agent import format as fmt
 
-    tools = spec.tools or ()
-    prefix = codec.entry("prefix", fmt.render_prefix([t.schema() for t in tools], spec.system, spec.tool_listing)).ids
-    return prefix, codec.entry("task", instruction).ids
+    return fmt.render_prefix([t.schema() for t in spec.tools or ()], spec.system, spec.tool_listing)
+
+
+def _head(spec: AgentSpec, instruction: str, codec: Any) -> tuple[list[int], list[int]]:
+    """The ids an episode opens with: the stable prefix, then the task's entry (its instruction)."""
+    return codec.entry("prefix", _listing(spec)).ids, codec.entry("task", instruction).ids
 
 
 def call_value_span(call: ToolCall, tokenizer: Any, skip: int = 0) -> tuple[list[int], int, int]:
@@ -65,7 +68,6 @@ def episode_trace(spec: AgentSpec, instruction: str, steps: list[tuple[ToolCall,
     is filled with which tokens are a call's (last) argument value: what the agent copies from what it read.
     `thoughts` (one per step, "" for none): text the reply opens with before its call (a quoted line, say), sampled
     too and counted among the decisions (the runtime parses the reply's last call and keeps the reply's ids whole)."""
-    from posttrain.agent import format as fmt
     from posttrain.agent.models import TextCodec
 
     codec = TextCodec(tokenizer)
@@ -91,8 +93,7 @@ def episode_trace(spec: AgentSpec, instruction: str, steps: list[tuple[ToolCall,
         if i < len(steps) - 1:
             seen = codec.entry("observation", output, i + 1, call.name).ids
             if i == 0 and spec.opening is not None:  # the listing follows the opening call's observation
-                seen = seen + codec.entry("listing", fmt.render_prefix([t.schema() for t in spec.tools or ()],
-                                                                       spec.system, spec.tool_listing)).ids
+                seen = seen + codec.entry("listing", _listing(spec)).ids
             ids += seen
             mask += [False] * len(seen)
             if decisions is not None:

@@ -49,13 +49,22 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
+def baseline_and_recent(values: Sequence[float], baseline: int, window: int) -> tuple[float, float] | None:
+    """(the median of the first `baseline` values, the mean of the last `window`), or None until there are
+    `baseline + window` finite values: what the checks that compare a series with its own start judge."""
+    xs = _finite(values)
+    if len(xs) < baseline + window:
+        return None
+    return statistics.median(xs[:baseline]), _mean(xs[-window:])
+
+
 def entropy_collapse(entropy: Sequence[float], baseline: int, window: int, drop: float, floor: float) -> Finding | None:
     """Mean policy entropy over the last `window` steps below `drop` x its baseline (the median of the first
     `baseline` steps), or below the absolute `floor` (nats per token): the policy has become near-deterministic."""
-    xs = _finite(entropy)
-    if len(xs) < baseline + window:
+    seen = baseline_and_recent(entropy, baseline, window)
+    if seen is None:
         return None
-    base, recent = statistics.median(xs[:baseline]), _mean(xs[-window:])
+    base, recent = seen
     limit = max(drop * base, floor)
     if recent < limit:
         return Finding(MonitorKind.ENTROPY_COLLAPSE, f"entropy {recent:.4g} over the last {window} steps is below "
@@ -89,12 +98,10 @@ def kl_blowup(kl: Sequence[float], window: int, factor: float, kl_max: float, fl
 def length_drift(lengths: Sequence[float], baseline: int, window: int, ratio: float) -> Finding | None:
     """Mean response length over the last `window` steps more than `ratio` x, or less than 1/`ratio` x, its
     baseline (the median of the first `baseline` steps)."""
-    xs = _finite(lengths)
-    if len(xs) < baseline + window:
+    seen = baseline_and_recent(lengths, baseline, window)
+    if seen is None or seen[0] <= 0:
         return None
-    base, recent = statistics.median(xs[:baseline]), _mean(xs[-window:])
-    if base <= 0:
-        return None
+    base, recent = seen
     r = recent / base
     if r > ratio or r < 1 / ratio:
         return Finding(MonitorKind.LENGTH_DRIFT, f"mean response length {recent:.4g} tokens is {r:.2f} x its baseline "
@@ -177,10 +184,10 @@ def format_collapse(rates: Sequence[float], baseline: int, window: int, factor: 
     """An agent's malformed-call rate over the last `window` steps at or above `limit` and at or above `factor` x its
     baseline (the median of the first `baseline` steps): the call format is breaking down, and a policy whose
     replies no longer parse gets no reward to recover with (too high a learning rate does this within a few steps)."""
-    xs = _finite(rates)
-    if len(xs) < baseline + window:
+    seen = baseline_and_recent(rates, baseline, window)
+    if seen is None:
         return None
-    base, recent = statistics.median(xs[:baseline]), _mean(xs[-window:])
+    base, recent = seen
     threshold = max(limit, factor * base)
     if recent >= threshold:
         return Finding(MonitorKind.FORMAT_COLLAPSE, f"malformed calls {recent:.1%} of the last {window} steps' turns "
