@@ -222,7 +222,7 @@ def replay(dirs: list[str]) -> dict[str, object]:
 
     rows = []
     for path in sorted(p for d in dirs for p in Path(d).rglob("run.sqlite")):
-        with RunStore(path) as store:
+        with RunStore(path, readonly=True) as store:
             steps, evals, stored = store.steps(), stored_scores(store.evals()), store.alerts()
         alerts = Watch(MonitorsConfig(), samples_per_group=8).replay(steps, evals)
         rows.append({"run": str(path.parent), "steps": len(steps), "alerts": [f"{a.kind}@{a.step}" for a in alerts],

@@ -200,7 +200,7 @@ def real_smoke(steps: int = 40, levels: list[int] | None = None, out: Path | Non
     seconds = time.perf_counter() - t0
     from posttrain.store import RunStore
 
-    with RunStore(run_dir / "many" / "run.sqlite") as store:
+    with RunStore(run_dir / "many" / "run.sqlite", readonly=True) as store:
         rows = [(s, r.domain, r.metrics) for s, r in store.domains()]
         info = store.info()
         last = max((s for s, _ in store.steps()), default=0)

@@ -156,7 +156,7 @@ def run_config(spec: str) -> Any:
     root = Path(spec.rpartition("@")[0] if "@" in spec else spec)
     if not (root / "run.sqlite").exists():
         return None
-    with RunStore(root / "run.sqlite") as store:
+    with RunStore(root / "run.sqlite", readonly=True) as store:
         raw = store.info().get("config")
     if not raw:
         return None

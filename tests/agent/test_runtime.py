@@ -96,6 +96,23 @@ def test_unknown_tool_names_are_one_metric(sandbox):
         assert tools == {"tool/(unknown)": 0.5, "tool/bash": 0.25, "tool/submit": 0.25}, tools
 
 
+def test_format_errors_by_the_turns_place_in_the_episode(sandbox):
+    """A format that holds early and breaks late (the lookup base's sampled episodes: 0% malformed on the first turn,
+    ~30% on the third, all from the fifth) shows in `format_error_rate/turn_<k>`; the overall rate alone hides where."""
+    from posttrain.agent.metrics import episode_metrics, turn_bucket
+
+    assert [turn_bucket(i) for i in (0, 1, 2, 3, 4, 7, 8, 199)] == ["1", "2", "3-4", "3-4", "5-8", "5-8", "9-16",
+                                                                   "129-256"]
+    good = call("bash", command="true")
+    late = run(ScriptedAgent([good, good, "oops", good, "x", call("submit")]), sandbox=sandbox, max_format_errors=None)
+    clean = run(ScriptedAgent([good, call("submit")]), sandbox=sandbox)
+    m = episode_metrics([late, clean])
+    by_turn = {k: v for k, v in m.items() if k.startswith("format_error_rate/")}
+    assert by_turn == {"format_error_rate/turn_1": 0.0, "format_error_rate/turn_2": 0.0,
+                       "format_error_rate/turn_3-4": 0.5, "format_error_rate/turn_5-8": 0.5}, by_turn
+    assert m["format_error_rate"] == 2 / 8
+
+
 @pytest.mark.slow
 def test_timeout(sandbox):
     ep = run(ScriptedAgent([call("bash", command="sleep 3")] * 3), sandbox=sandbox, timeout_s=1.0)

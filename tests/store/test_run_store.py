@@ -172,3 +172,29 @@ def test_a_store_from_before_per_token_records_gains_the_table(tmp_path):
     old.close()
     with RunStore(path) as s:
         assert s.sample_tokens(1) == [] and s.count("sample_tokens") == 0 and s.count("step_tokens") == 0
+
+
+def test_a_read_only_store_never_writes_and_never_creates(tmp_path):
+    """Readers (reports, `posttrain failures`, `--replay`) open the store read-only: a missing store is an error,
+    not a new empty file; a write fails; a store from before a table or column was added is brought up to date once."""
+    import pytest
+
+    path = tmp_path / "run.sqlite"
+    with pytest.raises(FileNotFoundError, match="no run store"):
+        RunStore(path, readonly=True)
+    assert not path.exists()
+    with RunStore(path) as s:
+        s.log_step(1, {"reward": 0.5})
+        with RunStore(path, readonly=True) as r:  # beside the open writer
+            assert r.metrics("reward") == [(1, 0.5)]
+            with pytest.raises(sqlite3.OperationalError):
+                r.log_step(2, {"reward": 1.0})
+        s.log_step(2, {"reward": 0.7})  # the reader took no lock the writer waits on
+    old = tmp_path / "old.sqlite"
+    db = sqlite3.connect(old)
+    db.executescript("CREATE TABLE steps (step INTEGER PRIMARY KEY, time REAL NOT NULL, metrics TEXT NOT NULL);"
+                     "INSERT INTO steps VALUES (1, 0.0, '{\"reward\": 0.25}');")
+    db.commit()
+    db.close()
+    with RunStore(old, readonly=True) as r:
+        assert r.metrics("reward") == [(1, 0.25)] and r.failures() == [] and r.eval_samples() == []

@@ -2,7 +2,9 @@
 
 Covers: `episode_metrics(episodes)`, a flat dict of floats (the run store's step metrics,
 TensorBoard, the live progress take it as it is): turns and sampled tokens per episode and per turn,
-context tokens per turn, the format-error rate (malformed replies per acting turn), the share of
+context tokens per turn, the format-error rate (malformed replies per acting turn) and the same by the turn's place in
+its episode (`format_error_rate/turn_<k>`, turns 1, 2, 3-4, 5-8, ...: a format that breaks only late in episodes, as
+a small model's does past the positions it practised, shows there), the share of
 episodes by status (`status/solved`, `status/max_steps`, ...; every status is present, 0 when
 absent) and the tool-call mix (`tool/<name>`: share of all calls; calls naming no tool the episode has are one
 `tool/(unknown)`, so a model's garbled names never become metric names). Pure: no I/O.
@@ -17,6 +19,16 @@ from collections.abc import Sequence
 from posttrain.agent.episode import Episode, EpisodeStatus
 
 UNKNOWN = "(unknown)"  # the `tool/` key of calls to a tool the episode does not have
+
+
+def turn_bucket(index: int) -> str:
+    """The name of the place of an episode's acting turn `index` (0-based) in `format_error_rate/turn_<bucket>`:
+    turns 1, 2, then powers of two (3-4, 5-8, 9-16, ...), so a 200-turn episode adds 9 keys, not 200."""
+    k = index + 1
+    if k <= 2:
+        return str(k)
+    hi = 1 << (k - 1).bit_length()
+    return f"{hi // 2 + 1}-{hi}"
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
@@ -36,6 +48,14 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "segments_per_episode": sum(1 + sum(1 for t in ep.turns[1:] if t.rewrote) for ep in episodes) / n,
         "episode_s": sum(ep.times.total_s for ep in episodes) / n,
     }
+    at: Counter[str] = Counter()
+    bad: Counter[str] = Counter()
+    for ep in episodes:
+        for i, t in enumerate(t for t in ep.turns if t.kind == "act"):
+            at[turn_bucket(i)] += 1
+            bad[turn_bucket(i)] += bool(t.format_error)
+    for bucket, count in at.items():
+        out[f"format_error_rate/turn_{bucket}"] = bad[bucket] / count
     status = Counter(ep.status for ep in episodes)
     for s in EpisodeStatus:
         out[f"status/{s.value}"] = status.get(s, 0) / n

@@ -200,7 +200,7 @@ def show_cmd(
         path = run if run.suffix == ".sqlite" else run / "run.sqlite"
         if not path.exists():
             raise UserError(f"{run}: no run store (run.sqlite) there")
-        with RunStore(path) as store:
+        with RunStore(path, readonly=True) as store:
             rows = store.episodes(transcripts=episode is not None)
         if episode is None:
             if as_json:

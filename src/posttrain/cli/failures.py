@@ -44,7 +44,7 @@ def failures_cmd(
         path = run if run.suffix == ".sqlite" else run / "run.sqlite"
         if not path.exists():
             raise UserError(f"{run}: no run store (run.sqlite) there")
-        with RunStore(path) as store:
+        with RunStore(path, readonly=True) as store:
             summary = summarise_failures(store.failures(domain, category, since), examples)
             exported = export_failure_suite(store, export, domain, category, since, min_fail_rate) if export is not None else None
     if as_json:

@@ -268,7 +268,7 @@ def _run_sections(path: Path) -> tuple[str, list[str], str]:
     )
     from posttrain.store.run_store import RunStore
 
-    store = RunStore(path / "run.sqlite")
+    store = RunStore(path / "run.sqlite", readonly=True)
     try:
         steps = store.steps()
         evals = store.evals()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sqlite3
 import time
 from dataclasses import dataclass, field, fields
@@ -229,8 +230,21 @@ class RunStore:
     [(1, 0.5)]
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
+        """`readonly`: for readers of a run (reports, `posttrain failures`, replays), possibly while it trains: the
+        store must exist (FileNotFoundError), and the connection never writes, never creates tables, never takes
+        the writer's lock. A store from before a column was added is brought up to date first, once (a short
+        read-write connection: no trainer of this version writes such a store)."""
         self.path = Path(path)
+        if readonly:
+            if not self.path.is_file():
+                raise FileNotFoundError(f"{self.path}: no run store there")
+            self.db = self._connect_ro()
+            if self._outdated(self.db):
+                self.db.close()
+                RunStore(self.path).close()
+                self.db = self._connect_ro()
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(self.path), timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -238,16 +252,36 @@ class RunStore:
         self.db.executescript(SCHEMA)
         self._migrate()
 
+    def _connect_ro(self) -> sqlite3.Connection:
+        db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        db.execute("PRAGMA query_only = 1")
+        return db
+
+    # columns added since a store was created (a resumed older run, an older run read by a report): per-sample
+    # verifier latency, and the verdicts' structured findings (rows from before read as `{}`)
+    _ADDED = (("samples", "latency_s", "REAL"), ("samples", "info", "TEXT NOT NULL DEFAULT '{}'"),
+              ("eval_samples", "info", "TEXT NOT NULL DEFAULT '{}'"))
+
+    @classmethod
+    def _outdated(cls, db: sqlite3.Connection) -> bool:
+        """Whether `db` lacks a table of `SCHEMA` or an `_ADDED` column (a store written by an older version)."""
+        have = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return bool(set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)) - have) or bool(cls._missing_columns(db))
+
+    @classmethod
+    def _missing_columns(cls, db: sqlite3.Connection) -> list[tuple[str, str, str]]:
+        """The `_ADDED` columns `db` lacks (tables it does not have at all are not asked about)."""
+        missing = []
+        for table, column, decl in cls._ADDED:
+            cols = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            if cols and column not in cols:
+                missing.append((table, column, decl))
+        return missing
+
     def _migrate(self) -> None:
-        """Columns added since a store was created (a resumed older run, an older run read by a report):
-        per-sample verifier latency, and the verdicts' structured findings (rows from before read as `{}`)."""
-        added = (("samples", "latency_s", "REAL"), ("samples", "info", "TEXT NOT NULL DEFAULT '{}'"),
-                 ("eval_samples", "info", "TEXT NOT NULL DEFAULT '{}'"))
-        for table, column, decl in added:
-            cols = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
-            if column not in cols:
-                with self.db:
-                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        for table, column, decl in self._missing_columns(self.db):
+            with self.db:
+                self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
         self.db.close()
