@@ -42,14 +42,12 @@ sys.path.insert(0, str(REPO / "tests"))  # the shared test harnesses (`_harness`
 def by_hops(engine, tasks, spec, sandboxes) -> dict[int, list[int]]:
     """Greedy episode success per hop count: {hops: [solved, tasks]}. More than 10% of the episodes ending in an
     environment error raises: a closed or failing sandbox pool, not the model (no figure to report)."""
-    from posttrain.eval.episodes import evaluate_agent
+    from posttrain.eval.episodes import check_env_errors, evaluate_agent
     from posttrain.types import SamplingParams
 
     result = evaluate_agent(engine, tasks, spec, sandboxes.workspaces, sandboxes=sandboxes,
                             params=SamplingParams(temperature=0.0, max_tokens=spec.max_tokens))
-    broken = sum(ep.status.value == "env_error" for eps in result.episodes for ep in eps)
-    if broken > 0.1 * max(1, len(tasks)):
-        raise RuntimeError(f"{broken} of {len(tasks)} episodes ended in an environment error")
+    check_env_errors((ep for eps in result.episodes for ep in eps), 0.1)
     out: dict[int, list[int]] = {}
     for task, eps in zip(tasks, result.episodes):
         row = out.setdefault(int(task.meta["hops"]), [0, 0])

@@ -477,6 +477,7 @@ def figures_of(engine, tasks, spec, sandboxes, args) -> dict:
     fitting and the longest length, and the `none` class's false positives (a label submitted where the answer is
     none), for one model on the reporting tasks."""
     from posttrain.eval.accuracy import evaluate_accuracy
+    from posttrain.eval.episodes import check_env_errors
     from posttrain.rewards.registry import PerTask
 
     tok = engine.tokenizer
@@ -488,9 +489,7 @@ def figures_of(engine, tasks, spec, sandboxes, args) -> dict:
         acc, eps = agent_success(engine, these, spec, sandboxes)
         out["agent"][str(length)] = round(acc, 4)
         out.setdefault("diagnosis", {})[str(length)] = diagnose(these, eps)
-        broken = out["diagnosis"][str(length)]["env_error"]
-        if broken > 0.1 * len(eps):  # a closed or failing sandbox pool, not the model: no figure to report
-            raise RuntimeError(f"{broken} of {len(eps)} episodes at length {length} ended in an environment error")
+        check_env_errors(eps, 0.1, f"episodes at length {length}")
         print(f"  agent length {length}: {acc:.3f} ({time.perf_counter() - t0:.0f} s) "
               f"{out['diagnosis'][str(length)]}", flush=True)
     for length in (args.curve_lengths[0], args.curve_lengths[-1]):

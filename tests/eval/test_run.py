@@ -211,3 +211,23 @@ def test_posttrain_eval_on_a_single_turn_suite_gives_the_harness_numbers(tmp_pat
     direct = evaluate(resolved.engine, domain.suite(), spec, tmp_path / "direct", renderer=resolved.renderer)
     assert cli["pass@1"] == direct.summary.pass1 and cli["n_samples"] == direct.summary.n_samples == 8
     assert [r.response for r in load_eval(tmp_path / "cli").records] == [r.response for r in direct.records]
+
+
+def test_a_benchmark_built_on_episodes_refuses_a_broken_sandbox_pool():
+    """Two benchmarks once reported a closed sandbox pool's zeros as the trained model's success (every per-hop
+    figure 0/96): `check_env_errors` counts env_error episodes and raises over its share, on planted episodes."""
+    import pytest
+
+    from posttrain.agent.episode import Episode, EpisodeStatus
+    from posttrain.eval.episodes import EnvironmentBroken, check_env_errors
+
+    def eps(broken: int, ok: int) -> list[Episode]:
+        return [Episode(f"t{i}", [], EpisodeStatus.ENV_ERROR if i < broken else EpisodeStatus.SOLVED)
+                for i in range(broken + ok)]
+
+    assert check_env_errors(eps(0, 20)) == 0
+    assert check_env_errors(eps(2, 18)) == 2  # 10%: at the limit, allowed
+    with pytest.raises(EnvironmentBroken, match="3 of 20 episodes at length 8 ended in an environment error"):
+        check_env_errors(eps(3, 17), 0.1, "episodes at length 8")
+    with pytest.raises(EnvironmentBroken):
+        check_env_errors(eps(96, 0))

@@ -4,14 +4,16 @@ Covers: `aevaluate_agent` / `evaluate_agent` (n episodes per task of a suite who
 run: greedy by default; with a temperature, n > 1 gives pass@k over episodes), every episode made a
 `SampleRecord` by `record_of` (the submitted answer or the last reply as the response, its status, steps and
 tokens in `info`, wall time as latency; an env_error episode is an ERROR record, never a 0), summarised by the
-harness's own `summarize` into an `EvalRun` that also carries the episodes and their `episode_metrics`.
+harness's own `summarize` into an `EvalRun` that also carries the episodes and their `episode_metrics`; and
+`check_env_errors`, the rule a figure built on episodes keeps: over a share of environment errors, the sandboxes
+failed, not the model, and there is no figure to report.
 Does not cover: choosing this leg (`eval/run.py`: callers go through `run_eval`), storing records (`run_eval`),
 resolving a model name (`posttrain.resolve`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +68,21 @@ async def aevaluate_agent(model: Any, tasks: Sequence[Task], spec: AgentSpec, sa
     summary = summarize(records, ks, task_order=[t.id for t in tasks])
     return EvalRun({}, records, summary=summary, episodes=episodes,
                    episode_metrics=episode_metrics([ep for eps in episodes for ep in eps]))
+
+
+class EnvironmentBroken(RuntimeError):
+    """Too many episodes ended in an environment error for their success rate to be about the model."""
+
+
+def check_env_errors(episodes: Iterable[Episode], limit: float = 0.1, what: str = "episodes") -> int:
+    """The number of `episodes` that ended in an environment error; more than `limit` of them raises
+    `EnvironmentBroken` (a closed or failing sandbox pool scores every episode 0: a benchmark that reported such
+    a rate would report the pool, as two did before this check)."""
+    eps = list(episodes)
+    broken = sum(ep.status is EpisodeStatus.ENV_ERROR for ep in eps)
+    if broken > limit * max(1, len(eps)):
+        raise EnvironmentBroken(f"{broken} of {len(eps)} {what} ended in an environment error (limit {limit:.0%})")
+    return broken
 
 
 def evaluate_agent(model: Any, tasks: Sequence[Task], spec: AgentSpec, sandbox: Workspaces, **kwargs: Any) -> EvalRun:
