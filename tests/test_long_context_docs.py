@@ -108,8 +108,10 @@ def test_figures_refuse_a_length_whose_episodes_ended_in_environment_errors(monk
     # the planted failure: every episode an env_error (what a closed sandbox pool gave, silently scored 0)
     from types import SimpleNamespace
 
+    from posttrain.agent.episode import EpisodeStatus
+
     bench = _bench()
-    broken = SimpleNamespace(turns=[], submitted=None, passed=False, status=SimpleNamespace(value="env_error"))
+    broken = SimpleNamespace(turns=[], submitted=None, passed=False, status=EpisodeStatus.ENV_ERROR)
     monkeypatch.setattr(bench, "agent_success", lambda engine, tasks, spec, sandboxes: (0.0, [broken] * len(tasks)))
     engine = SimpleNamespace(tokenizer=None, model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=8192)))
     args = type("A", (), {"curve_lengths": [6000], "single_turn_tasks": 1, "none_tasks": 1})()
