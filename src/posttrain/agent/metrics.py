@@ -52,8 +52,9 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     bad: Counter[str] = Counter()
     for ep in episodes:
         for i, t in enumerate(t for t in ep.turns if t.kind == "act"):
-            at[turn_bucket(i)] += 1
-            bad[turn_bucket(i)] += bool(t.format_error)
+            bucket = turn_bucket(i)
+            at[bucket] += 1
+            bad[bucket] += bool(t.format_error)
     for bucket, count in at.items():
         out[f"format_error_rate/turn_{bucket}"] = bad[bucket] / count
     status = Counter(ep.status for ep in episodes)

@@ -221,6 +221,9 @@ class FailureTask:
     verifier: Any
 
 
+_SCHEMA_TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA))  # what a current store holds
+
+
 class RunStore:
     """Read and write one run's records.
 
@@ -266,7 +269,7 @@ class RunStore:
     def _outdated(cls, db: sqlite3.Connection) -> bool:
         """Whether `db` lacks a table of `SCHEMA` or an `_ADDED` column (a store written by an older version)."""
         have = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        return bool(set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)) - have) or bool(cls._missing_columns(db))
+        return bool(_SCHEMA_TABLES - have) or bool(cls._missing_columns(db))
 
     @classmethod
     def _missing_columns(cls, db: sqlite3.Connection) -> list[tuple[str, str, str]]:
