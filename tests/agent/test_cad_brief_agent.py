@@ -21,11 +21,12 @@ from posttrain.agent.cad_tools import (
     cad_brief_task,
     correction_steps,
     correction_trace,
+    drilled,
     leaked_target,
     planted_error,
     sampled_token_budget,
 )
-from posttrain.agent.scripted import ScriptedAgent
+from posttrain.agent.scripted import ScriptedAgent, call
 from posttrain.agent.traces import episode_trace
 from posttrain.models.tokenizer import char_tokenizer
 from posttrain.rewards.cad import CadVerifier
@@ -33,6 +34,7 @@ from posttrain.rewards.cad_parts import brief_scad, part_from_dict, part_solid
 from posttrain.rewards.cad_render import brief_observation
 from posttrain.tasks.cad import PartsSource
 from posttrain.tasks.domains import load_domain
+from posttrain.tasks.jsonl import TaskFileError
 from posttrain.types import SamplingParams, ToolCall
 
 SOURCE = PartsSource(level=1, brief=True)
@@ -131,8 +133,6 @@ def test_the_episode_opens_exactly_as_single_shot_and_its_first_attempt_is_a_sin
 
 @pytest.mark.slow
 def test_the_workspace_model_is_graded_whatever_ended_the_episode(sandbox):
-    from posttrain.agent.scripted import call
-
     task = next(t for t in SOURCE.take(20, "held_out", seed=2) if "cylinder" in (t.answer or ""))
     spec = brief_agent_spec(CadVerifier())
     wrong = task.answer.replace("cylinder(", "translate([0,0,0])cylinder(", 1).replace(",r=", ",r=0.5+", 1)
@@ -157,10 +157,55 @@ def test_the_workspace_model_is_graded_whatever_ended_the_episode(sandbox):
     assert not judged.passed
 
 
+def test_a_drill_s_attempt_is_drawn_by_task_id_fails_and_the_domain_checks_its_share():
+    tasks = SOURCE.take(40, "train", seed=3)
+    given = [drilled(t, 1.0) for t in tasks]
+    assert given == [drilled(t, 1.0) for t in tasks]  # the same attempt for a task in every run
+    assert sum(g is not None for g in given) >= 36 and all(g != t.answer for g, t in zip(given, tasks))
+    half = [drilled(t, 0.5) is not None for t in tasks]
+    assert 10 <= sum(half) <= 30 and not any(drilled(t, 0.0) for t in tasks)
+    spec = load_domain("cad_agent:parts", level=1, brief=True, turns=1, planted=1.0).agent
+    assert spec.load(tasks[0]).opening == given[0]
+    for bad in (1.5, -0.1, True, "all"):
+        with pytest.raises(TaskFileError, match="planted must be a number"):
+            load_domain("cad_agent:parts", level=1, brief=True, planted=bad)
+    with pytest.raises(TaskFileError, match="planted needs brief"):
+        load_domain("cad_agent:parts", level=1, planted=0.5)
+
+
+@pytest.mark.slow
+def test_a_correction_drill_runs_its_given_attempt_unsampled_and_trains_only_the_correction(sandbox):
+    tok = char_tokenizer()
+    spec = brief_agent_spec(CadVerifier(), planted=1.0)
+    task = next(t for t in SOURCE.take(10, "train", seed=5) if drilled(t, 1.0) is not None)
+    given = drilled(task, 1.0)
+    agent = ScriptedAgent([call("render", program=task.answer)], tokenizer=tok, eos_id=tok.eos_id)
+    ep = run(agent, task, sandbox, spec)
+    assert ep.passed and [t.kind for t in ep.turns] == ["given", "act"] and ep.steps == 1
+    assert len(agent.calls) == 1 and ep.tokens_out == len(ep.turns[1].completion.token_ids)  # one model call
+    seen = ep.turns[0].results[0].output
+    assert "needs" in seen  # the planted attempt was rendered and failed
+    traj = ep.to_trajectory()
+    assert len(traj.turns) == 1  # the given attempt is context, never a trained turn
+    view = traj.token_view()
+    # token for token the pre-training trace of that correction; only the correcting call is sampled
+    steps = [(ToolCall("render", {"program": given}), seen),
+             (ToolCall("render", {"program": task.answer}), "IoU 1.00, passes")]
+    ids, mask = episode_trace(dataclasses.replace(spec, tools=cad_brief_task(task, None).tools), task.prompt, steps, tok)
+    start = len(traj.turns[0].context_ids)
+    assert view.ids == ids and view.mask == [m and i >= start for i, m in enumerate(mask)]
+    assert tok.decode(view.ids[:start]).count(given) == 1 and any(mask[:start])  # the attempt was a sampled span
+    # the planted mistake fails: submitting it at once fails the episode
+    kept = run(ScriptedAgent([call("submit")], tokenizer=tok, eos_id=tok.eos_id), task, sandbox, spec)
+    assert kept.verdict.ok and not kept.passed and kept.turns[0].kind == "given"
+    # a task that gives an attempt needs the spec's opening: a one-line error, not a silent ordinary episode
+    plain = dataclasses.replace(spec, opening=None)
+    with pytest.raises(ValueError, match="gives a first attempt"):
+        run(ScriptedAgent([call("submit")]), task, sandbox, plain)
+
+
 @pytest.mark.slow
 def test_an_episode_that_wrote_no_model_fails_and_says_so(sandbox):
-    from posttrain.agent.scripted import call
-
     task = SOURCE.take(1, "held_out", seed=1)[0]
     spec = dataclasses.replace(brief_agent_spec(CadVerifier()), opening=None)  # planted: no opening render
     ep = run(ScriptedAgent([call("submit")]), task, sandbox, spec)
@@ -169,8 +214,6 @@ def test_an_episode_that_wrote_no_model_fails_and_says_so(sandbox):
 
 @pytest.mark.slow
 def test_a_broken_program_is_no_solid_and_a_wrong_submission_fails(sandbox):
-    from posttrain.agent.scripted import call
-
     task = SOURCE.take(1, "held_out", seed=1)[0]
     spec = brief_agent_spec(CadVerifier())
     tok = char_tokenizer()
@@ -182,8 +225,6 @@ def test_a_broken_program_is_no_solid_and_a_wrong_submission_fails(sandbox):
 def test_a_program_openscad_only_warns_about_renders_as_the_verifier_judges_it(sandbox):
     # the gold with its hole's call garbled: OpenSCAD warns, drops the call and renders the bare block; the verifier
     # fails it (warnings are errors), so the render tool must not show the solid as passing, or as any solid
-    from posttrain.agent.scripted import call
-
     task = next(t for t in SOURCE.take(20, "held_out", seed=2) if "cylinder" in (t.answer or ""))
     garbled = task.answer.replace("cylinder(", "cyr(", 1)
     spec = brief_agent_spec(CadVerifier())
@@ -257,8 +298,6 @@ def test_the_benchmark_arms_run_on_a_tiny_model(engine):
 
 def test_the_benchmark_counts_a_leaking_observation():
     from benchmark_module import load_benchmark
-    from posttrain.agent.scripted import call
-
     bench = load_benchmark("cad_observe")
     task = next(t for t in SOURCE.take(40, "train", seed=3) if len(t.meta["target_part"]["features"]) == 2)
     part = part_from_dict(task.meta["target_part"])
@@ -343,8 +382,6 @@ def test_the_observation_passes_exactly_when_the_verifier_does():
 
 def test_the_benchmark_counts_corrections_broken_passes_and_format_errors():
     from benchmark_module import load_benchmark
-    from posttrain.agent.scripted import call
-
     bench = load_benchmark("cad_observe")
 
     def ep(first, passed, submitted=None, format_errors=0):

@@ -116,18 +116,25 @@ def cad_agent_spec(verifier: object, turns: int = 3) -> AgentSpec:
 
 
 @register_domain("cad_agent:", "CAD parts (parts) as generate-observe-correct episodes: write, render, correct, submit")
-def _cad_agent_domain(family: str, turns: int = 3, **options: Any) -> Domain:
-    """`cad:<family>`'s tasks and verifier, run as agent episodes of at most `turns` write-and-render rounds."""
+def _cad_agent_domain(family: str, turns: int = 3, planted: float = 0.0, **options: Any) -> Domain:
+    """`cad:<family>`'s tasks and verifier, run as agent episodes of at most `turns` write-and-render rounds.
+    `planted` (brief form only): the share of tasks run as correction drills, their first attempt given with one
+    planted mistake (training the correction alone; evaluation figures of the loop use 0)."""
     if not isinstance(turns, int) or isinstance(turns, bool) or not 1 <= turns <= 5:
         raise TaskFileError(f"cad_agent:{family}: turns must be an integer in 1..5, got {turns!r}")
+    if isinstance(planted, bool) or not isinstance(planted, (int, float)) or not 0.0 <= planted <= 1.0:
+        raise TaskFileError(f"cad_agent:{family}: planted must be a number in [0, 1], got {planted!r}")
+    brief = bool(options.get("brief", False))
+    if planted and not brief:
+        raise TaskFileError(f"cad_agent:{family}: planted needs brief = true (a drill's first attempt is the brief "
+                            "form's opening program)")
     d = parts_domain(family, **options)
     meta = {k: v for k, v in d.meta.items() if k != "null_response"}  # an episode that never submits fails anyway
-    brief = bool(options.get("brief", False))
-    spec = brief_agent_spec(d.verifier, turns) if brief else cad_agent_spec(d.verifier, turns)
+    spec = brief_agent_spec(d.verifier, turns, float(planted)) if brief else cad_agent_spec(d.verifier, turns)
     sampling = dataclasses.replace(d.sampling, max_tokens=spec.max_tokens, stop=("</tool_call>",)) if brief else d.sampling
     return dataclasses.replace(d, name=f"cad_agent:{family}", rollouter="agent", agent=spec, sampling=sampling,
                                description=d.description + f", as episodes of up to {turns} render rounds",
-                               meta={**meta, "turns": turns})
+                               meta={**meta, "turns": turns, "planted": float(planted)})
 
 
 def cad_agent_task(task: Task, verifier: object, settings: RenderSettings | None = None) -> AgentTask:
@@ -193,9 +200,10 @@ async def submit_rendered() -> ToolOutput:
     return ToolOutput("submitted", ends_episode=True)  # the verdict reads the workspace's model.scad, not an argument
 
 
-def cad_brief_task(task: Task, verifier: object) -> AgentTask:
+def cad_brief_task(task: Task, verifier: object, planted: float = 0.0) -> AgentTask:
     """A brief-form CAD task as a compact episode: `render(program)` and `submit()`, the workspace's `model.scad`
-    judged by `verifier` when the episode ends."""
+    judged by `verifier` when the episode ends. `planted`: the share of tasks whose first attempt is given, the gold
+    with a planted mistake (`drilled`), so the episode's only way to pass is to correct it."""
 
     async def target() -> Solid | None:
         return await verifier.target(task)  # type: ignore[attr-defined]
@@ -206,17 +214,19 @@ def cad_brief_task(task: Task, verifier: object) -> AgentTask:
                              hard_warnings=getattr(verifier, "hard_warnings", True))
     tools = (look, submit_rendered)
     return AgentTask(task.id, task.prompt, answer=task.answer or "", answer_verifier=verifier, meta=dict(task.meta),
-                     tools=tools, timeout_s=120.0, answer_file=BRIEF_MODEL)
+                     tools=tools, timeout_s=120.0, answer_file=BRIEF_MODEL,
+                     opening=drilled(task, planted) if planted > 0 else None)
 
 
 BRIEF_OPENING = Opening("render", "program")  # the first attempt: a bare program, rendered by the runtime
 
 
-def brief_agent_spec(verifier: object, turns: int = 1) -> AgentSpec:
+def brief_agent_spec(verifier: object, turns: int = 1, planted: float = 0.0) -> AgentSpec:
     """The `AgentSpec` of `cad_agent:parts` with `brief`: the opening program (rendered) and `turns` calls after it,
     each reply at most `BRIEF_MAX_TOKENS` sampled tokens (so an episode samples at most `(turns + 1) *
-    BRIEF_MAX_TOKENS`); two malformed calls in a row end it (it is graded on its model all the same)."""
-    return AgentSpec(load=lambda task: cad_brief_task(task, verifier), system=BRIEF_SYSTEM, tool_listing="signature",
+    BRIEF_MAX_TOKENS`); two malformed calls in a row end it (it is graded on its model all the same). `planted`:
+    the share of tasks run as correction drills (`cad_brief_task`)."""
+    return AgentSpec(load=lambda task: cad_brief_task(task, verifier, planted), system=BRIEF_SYSTEM, tool_listing="signature",
                      max_steps=turns + 1, max_format_errors=2, max_tokens=BRIEF_MAX_TOKENS, opening=BRIEF_OPENING)
 
 
@@ -275,16 +285,40 @@ def correction_steps(task: Task, rng: random.Random, clean: float = 0.4) -> tupl
     gold, pass_iou = task.answer or brief_scad(part), float(task.meta.get("pass_iou", 0.9))
     fixed = brief_observation(target, target, pass_iou, regions)
     if rng.random() >= clean:
-        for _ in range(16):  # a small hole's mistakes pass the threshold: those are drawn again
-            _, wrong = planted_error(part, rng)
-            try:
-                seen = brief_observation(part_solid(wrong), target, pass_iou, regions)
-            except MeshError:
-                continue
-            if "needs" in seen:
-                return [(ToolCall("render", {"program": brief_scad(wrong)}), seen),
-                        (ToolCall("render", {"program": gold}), fixed)], False
+        wrong = planted_attempt(task, rng)
+        if wrong is not None:
+            return [(ToolCall("render", {"program": wrong[0]}), wrong[1]),
+                    (ToolCall("render", {"program": gold}), fixed)], False
     return [(ToolCall("render", {"program": gold}), fixed), (ToolCall("submit", {}), "submitted")], True
+
+
+def planted_attempt(task: Task, rng: random.Random, draws: int = 16) -> tuple[str, str] | None:
+    """The brief gold program of `task` with one planted mistake (`planted_error`) that fails its IoU threshold, and
+    the render line it gets (`brief_observation` of its exact solid); None when `draws` draws find none (a small
+    hole's mistakes can pass the threshold)."""
+    part = part_from_dict(task.meta["target_part"])
+    target, regions = part_solid(part), feature_regions(part)
+    pass_iou = float(task.meta.get("pass_iou", 0.9))
+    for _ in range(draws):
+        _, wrong = planted_error(part, rng)
+        try:
+            seen = brief_observation(part_solid(wrong), target, pass_iou, regions)
+        except MeshError:
+            continue
+        if "needs" in seen:
+            return brief_scad(wrong), seen
+    return None
+
+
+def drilled(task: Task, share: float) -> str | None:
+    """The first attempt a correction drill gives `task` (`cad_agent:parts` option `planted`): for a `share` of
+    tasks (chosen by the task's id, the same in every run) the gold with a planted mistake that fails, else None
+    (the model writes its own)."""
+    rng = random.Random(f"planted:{task.id}")
+    if share <= 0 or rng.random() >= share:
+        return None
+    wrong = planted_attempt(task, rng)
+    return None if wrong is None else wrong[0]
 
 
 def correction_trace(task: Task, tokenizer: Any, rng: random.Random, turns: int = 1) -> tuple[list[int], list[float]]:

@@ -84,6 +84,8 @@ class AgentTask:
     tools: tuple[Tool, ...] | None = None  # the task's own tools (None: what the env is given, or the defaults)
     answer_file: str | None = None  # with `answer`: judge this workspace file as it is when the episode ends (whatever
     # ended it), instead of the argument of `submit` (the brief CAD form's `model.scad`, the program rendered last)
+    opening: str | None = None  # with the spec's `Opening`: the first attempt given, not sampled (a correction drill:
+    # the runtime runs it as the opening call; it enters the context and never trains), None: the model writes it
 
     def to_task(self) -> Task:
         """The task as the rest of posttrain knows tasks (training groups, stores)."""

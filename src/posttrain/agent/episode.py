@@ -75,7 +75,8 @@ class AgentTurn:
     calls: list[ToolCall] = field(default_factory=list)
     results: list[ToolResult] = field(default_factory=list)
     observation: str = ""  # the observation's text (what observation_ids encode)
-    kind: str = "act"  # "act", or "summary" (a compaction turn: the model summarised its own history)
+    kind: str = "act"  # "act", "summary" (a compaction turn: the model summarised its own history) or "given" (a
+    # first attempt the task supplied, `AgentTask.opening`: never sampled, so part of the next turn's context, never trained)
     format_error: str = ""  # why the completion held no valid call
     rewrote: bool = False  # the context policy rewrote history before this turn (a new training segment)
     context_tokens: int = 0  # len(context_ids), or the endpoint's prompt tokens
@@ -138,12 +139,13 @@ class Episode:
         return self.verdict.score if self.verdict is not None and self.verdict.ok else None
 
     def to_trajectory(self, task: Task | None = None) -> Trajectory:
-        """The learner's view: one `Turn` per model call, ids exactly as sampled and seen (never
-        re-tokenised); rewritten history starts a new segment (`Trajectory.segments`)."""
+        """The learner's view: one `Turn` per sampled model call, ids exactly as sampled and seen (never
+        re-tokenised; a "given" turn is context of the next); rewritten history starts a new segment
+        (`Trajectory.segments`)."""
         if any(not t.context_ids for t in self.turns):
             raise ValueError(f"episode {self.task_id!r} holds turns without token ids (a remote chat endpoint): "
                              "it can be evaluated and replayed, not trained on")
-        turns = [Turn(list(t.context_ids), t.completion, list(t.observation_ids)) for t in self.turns]
+        turns = [Turn(list(t.context_ids), t.completion, list(t.observation_ids)) for t in self.turns if t.kind != "given"]
         verdict = self.verdict
         if verdict is None:
             verdict = Verdict(0.0, False, VerdictStatus.ERROR, details=self.error or "not verified")

@@ -9,7 +9,8 @@ Then the env's verifier judges the workspace structurally (hidden tests), whatev
 episode, and the episode is returned with its status, verdict, tokens, cost and time per phase.
 With an `Opening` (`spec.py`) the context instead opens with the task's prompt alone, the first reply is a bare
 answer sampled as a single-turn one (to EOS) and run as the opening tool's call, and the system text and tool listing
-follow its observation.
+follow its observation; a task that gives that first attempt (`AgentTask.opening`, a correction drill) has it run the
+same way without a model call (a "given" turn, context of the next, never trained).
 
 Token in, token out: a turn's context is the previous context's ids, the sampled ids and the
 observation's ids, concatenated (`context.ContextWindow`); nothing already in the context is
@@ -47,9 +48,10 @@ from posttrain.agent.recall import Memory
 from posttrain.agent.spec import Opening
 from posttrain.agent.terminal import TerminalEnv, is_terminal_task
 from posttrain.agent.tools import Tool
+from posttrain.agent.traces import answer_ids
 from posttrain.engine.base import ContextLengthError
 from posttrain.pricing import Price
-from posttrain.types import SamplingParams, Verdict, VerdictStatus
+from posttrain.types import Completion, FinishReason, SamplingParams, Verdict, VerdictStatus
 
 if TYPE_CHECKING:
     from posttrain.sandbox.workspace import Workspaces
@@ -86,6 +88,9 @@ async def run_agent_task(
     agent: AgentModel = as_agent_model(model, price, tool_listing)
     if opening is not None and agent.native_tools:
         raise ValueError("an episode with an opening answer needs a text model (the runtime runs its bare reply as a call)")
+    given = task.opening if isinstance(task, AgentTask) else None
+    if given is not None and opening is None:
+        raise ValueError(f"task {task.id!r} gives a first attempt (AgentTask.opening): run it with the spec's Opening")
     base = params or DEFAULT_PARAMS
     act_params = base if agent.native_tools else dataclasses.replace(base, stop=tuple(dict.fromkeys(base.stop + fmt.STOP)))
     env = make_env(task, sandbox, tools)
@@ -100,6 +105,7 @@ async def run_agent_task(
             window = ContextWindow(agent.codec, agent.prefix(env.tools, system), agent.codec.entry("task", ep.instruction))
         else:  # the prompt as a single-turn answer sees it; the listing comes after the opening call's observation
             loop.opening = opening
+            loop.given = given
             loop.opening_params = dataclasses.replace(base, stop=tuple(x for x in base.stop if x not in fmt.STOP))
             loop.listing = agent.codec.entry("listing", fmt.render_prefix([t.schema() for t in env.tools], system,
                                                                           tool_listing))
@@ -189,6 +195,7 @@ class _Loop:
         self.max_format_errors, self.on_turn = max_format_errors, on_turn
         self.codec = agent.codec
         self.opening: Opening | None = None  # set by `run_agent_task` for an episode with an opening answer
+        self.given: str | None = None  # the opening answer the task gives (`AgentTask.opening`): run, never sampled
         self.opening_params = params
         self.listing: Entry | None = None
 
@@ -205,12 +212,16 @@ class _Loop:
                 return stopped
             rewrote, w.dirty = w.dirty, False
             opening = self.opening if step == 0 else None
-            sampled = await self.sample(w, self.params if opening is None else self.opening_params)
+            if opening is not None and self.given is not None:
+                sampled = self.given_answer(w, self.given)
+            else:
+                sampled = await self.sample(w, self.params if opening is None else self.opening_params)
             if isinstance(sampled, EpisodeStatus):
                 return sampled
             step += 1
             c = sampled.completion
-            turn = AgentTurn(sampled.context_ids, c, rewrote=rewrote, context_tokens=sampled.context_tokens)
+            turn = AgentTurn(sampled.context_ids, c, rewrote=rewrote, context_tokens=sampled.context_tokens,
+                             kind="given" if opening is not None and self.given is not None else "act")
             # an opening reply is a bare answer, run as the opening tool's call (never a format error)
             calls, error = _calls_of(sampled) if opening is None else ([ToolCall(opening.tool, {opening.argument: c.text})], "")
             reply = Entry("assistant", c.text, list(c.token_ids), len(c.token_ids) or max(1, len(c.text) // 4), step,
@@ -298,6 +309,12 @@ class _Loop:
             self.ep.submitted = str(call.arguments.get("answer", ""))
             return EpisodeStatus.FAILED  # finished; the verdict decides between solved and failed
         return None
+
+    def given_answer(self, w: ContextWindow, text: str) -> Sampled:
+        """The task's first attempt as if sampled (its ids as a bare answer that stopped on EOS), with no model call:
+        its turn is "given", so it is context of the next turn and never trains."""
+        ids = answer_ids(text, self.codec.tokenizer)  # type: ignore[attr-defined]  # an opening needs a text model
+        return Sampled(Completion(ids, text, [0.0] * len(ids), FinishReason.STOP), list(w.ids), len(w.ids))
 
     async def sample(self, w: ContextWindow, params: SamplingParams):
         t0 = time.perf_counter()

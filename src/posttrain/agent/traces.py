@@ -45,11 +45,16 @@ def call_value_span(call: ToolCall, tokenizer: Any, skip: int = 0) -> tuple[list
     return tokenizer.encode(text, add_bos=False), start, end
 
 
+def answer_ids(text: str, tokenizer: Any) -> list[int]:
+    """A bare single-turn answer's ids: its text and EOS, as an answer that stops on its own is sampled (the local
+    engine keeps the EOS it stopped on)."""
+    return tokenizer.encode(text, add_bos=False) + [tokenizer.eos_id]
+
+
 def opening_ids(spec: AgentSpec, call: ToolCall, tokenizer: Any) -> list[int]:
-    """The sampled ids of an opening answer (`spec.Opening`): the bare argument text and EOS, as a single-turn
-    answer that stops on its own is sampled (the local engine keeps the EOS it stopped on)."""
+    """The sampled ids of an opening answer (`spec.Opening`): `answer_ids` of the argument's text."""
     assert spec.opening is not None and call.name == spec.opening.tool, (spec.opening, call.name)
-    return tokenizer.encode(str(call.arguments[spec.opening.argument]), add_bos=False) + [tokenizer.eos_id]
+    return answer_ids(str(call.arguments[spec.opening.argument]), tokenizer)
 
 
 def instruction_span(spec: AgentSpec, instruction: str, tokenizer: Any) -> tuple[int, int]:
