@@ -26,6 +26,7 @@ from posttrain.agent.cad_tools import (
     planted_error,
     sampled_token_budget,
 )
+from posttrain.agent.runtime import make_env
 from posttrain.agent.scripted import ScriptedAgent, call
 from posttrain.agent.traces import episode_trace
 from posttrain.models.tokenizer import char_tokenizer
@@ -180,7 +181,10 @@ def test_a_correction_drill_runs_its_given_attempt_unsampled_and_trains_only_the
     task = next(t for t in SOURCE.take(10, "train", seed=5) if drilled(t, 1.0) is not None)
     given = drilled(task, 1.0)
     agent = ScriptedAgent([call("render", program=task.answer)], tokenizer=tok, eos_id=tok.eos_id)
-    ep = run(agent, task, sandbox, spec)
+    # as the agent rollouter runs it: the task's env, made first (the attempt reaches the runtime through it)
+    ep = asyncio.run(run_agent_task(agent, make_env(spec.load(task), sandbox), None, spec.max_steps, system=spec.system,
+                                    tool_listing=spec.tool_listing, max_format_errors=spec.max_format_errors,
+                                    opening=spec.opening))
     assert ep.passed and [t.kind for t in ep.turns] == ["given", "act"] and ep.steps == 1
     assert len(agent.calls) == 1 and ep.tokens_out == len(ep.turns[1].completion.token_ids)  # one model call
     seen = ep.turns[0].results[0].output

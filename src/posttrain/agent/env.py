@@ -50,6 +50,7 @@ class Env(Protocol):
     tools: list[Tool]
     timeout_s: float  # the agent's wall-clock budget
     documents: dict[str, str]  # what `recall` can search besides the history
+    # optional: `opening` (str | None), a first attempt the task gives for the spec's `Opening` (`ToolEnv` has it)
 
     async def reset(self, memory: Memory | None) -> str:
         """Open the workspace; returns the instruction the model is given."""
@@ -149,6 +150,11 @@ class ToolEnv(SessionEnv):
         self.sandbox = sandbox
         self.task = task
         self.limits = limits
+
+    @property
+    def opening(self) -> str | None:
+        """The first attempt the task gives (`AgentTask.opening`), run by the runtime instead of sampled."""
+        return self.task.opening
 
     async def reset(self, memory: Memory | None) -> str:
         """A fresh session; the task's files are staged to travel with its first execution (whatever the

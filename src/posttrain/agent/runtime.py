@@ -88,12 +88,12 @@ async def run_agent_task(
     agent: AgentModel = as_agent_model(model, price, tool_listing)
     if opening is not None and agent.native_tools:
         raise ValueError("an episode with an opening answer needs a text model (the runtime runs its bare reply as a call)")
-    given = task.opening if isinstance(task, AgentTask) else None
-    if given is not None and opening is None:
-        raise ValueError(f"task {task.id!r} gives a first attempt (AgentTask.opening): run it with the spec's Opening")
     base = params or DEFAULT_PARAMS
     act_params = base if agent.native_tools else dataclasses.replace(base, stop=tuple(dict.fromkeys(base.stop + fmt.STOP)))
     env = make_env(task, sandbox, tools)
+    given = getattr(env, "opening", None)  # a first attempt the task gives (`AgentTask.opening`, via `ToolEnv`)
+    if given is not None and opening is None:
+        raise ValueError(f"task {env.task_id!r} gives a first attempt (AgentTask.opening): run it with the spec's Opening")
     memory = Memory()
     ep = Episode(env.task_id, [], EpisodeStatus.FAILED, times=PhaseTimes())
     try:
