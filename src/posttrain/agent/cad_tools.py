@@ -20,8 +20,9 @@ rendered last), whatever ended it, so a pass is never lost in a copy and an epis
 graded on what it built. `correction_steps` draws its oracle episodes for pre-training (`recipes/builtin.py`,
 family `cad_agent:parts`): a first attempt that is the gold program (then `submit()`) or the gold with one planted
 mistake (`planted_error`: a dimension off, a hole missing, moved, resized, not through, or one too many), the
-observation the render tool gives it, then the gold program rendered; `leaked_target` is the check that an
-observation names nothing of the target beyond its size, volume and hole count.
+observation the render tool gives it, then the gold program rendered; `drilled` gives RL the same mistakes as correction
+drills (option `planted`: the first attempt given, not sampled); `leaked_target` is the check that an observation
+names nothing of the target beyond its size, volume and hole count.
 Does not cover: the CAD verifier (`rewards/cad.py`), drawing (`rewards/_cad_render.py`).
 """
 
