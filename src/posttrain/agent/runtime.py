@@ -10,7 +10,8 @@ episode, and the episode is returned with its status, verdict, tokens, cost and 
 With an `Opening` (`spec.py`) the context instead opens with the task's prompt alone, the first reply is a bare
 answer sampled as a single-turn one (to EOS) and run as the opening tool's call, and the system text and tool listing
 follow its observation; a task that gives that first attempt (`AgentTask.opening`, a correction drill) has it run the
-same way without a model call (a "given" turn, context of the next, never trained).
+same way without a model call (a "given" turn, context of the next, never trained), and scores 0 unless it passes
+(the given attempt's partial credit is not the model's).
 
 Token in, token out: a turn's context is the previous context's ids, the sampled ids and the
 observation's ids, concatenated (`context.ContextWindow`); nothing already in the context is
@@ -112,7 +113,7 @@ async def run_agent_task(
             window = ContextWindow(agent.codec, agent.codec.entry("prefix", ep.instruction),
                                    Entry("task", ep.instruction, [], 0))
         status = await loop.run(window, max_steps)
-        ep.status = status if status is EpisodeStatus.ENV_ERROR else await _judge(env, ep, status)
+        ep.status = status if status is EpisodeStatus.ENV_ERROR else await _judge(env, ep, status, drill=given is not None)
         return ep
     finally:
         try:
@@ -138,11 +139,17 @@ async def _open(env: Env, memory: Memory, ep: Episode) -> bool:
     return True
 
 
-async def _judge(env: Env, ep: Episode, status: EpisodeStatus) -> EpisodeStatus:
+async def _judge(env: Env, ep: Episode, status: EpisodeStatus, drill: bool = False) -> EpisodeStatus:
     """The env's verdict on the workspace, whatever ended the act loop (`status`): SOLVED when it passed, an
-    env_error when the verifier failed, else `status`."""
+    env_error when the verifier failed, else `status`. A `drill` (the task gave the first attempt) that did not pass
+    scores 0: the given attempt's partial credit is not the model's, and keeping it would pay an episode for doing
+    nothing (or for garbling its calls) more than for a correction that fell short."""
     t0 = time.perf_counter()
     verdict = await _verify(env)
+    if drill and verdict.status is VerdictStatus.OK and not verdict.passed and verdict.score > 0:
+        verdict = dataclasses.replace(verdict, score=0.0, info={**verdict.info, "partial_score": verdict.score},
+                                      details=f"a drill that did not pass scores 0 (partial {verdict.score:.3f}); "
+                                              f"{verdict.details}")
     ep.times.verification_s = time.perf_counter() - t0
     ep.verdict = verdict
     if verdict.status is VerdictStatus.ERROR:  # the verifier failed: the environment's fault, masked
