@@ -29,7 +29,9 @@ run; the selection half is for probes only.
 sampling seed s; the seed's gain is 100 x (agent pass rate - single-shot pass rate); the figure is the mean over seeds,
 with a paired bootstrap 95% interval over parts (per seed, and pooled over seeds). Greedy rates of both arms (one
 response a part, the same for every seed) are reported beside it. Every render observation of every episode is
-checked by `cad_tools.leaked_target` (the count must be 0). The last line is one JSON object.
+checked by `cad_tools.leaked_target` (the count must be 0). Beside it, `correction_gain`: what the episodes' calls
+added to their own first render (`correction_gain()`), the same expectation with less noise. The last line is one
+JSON object.
 
     nice -n 12 python benchmarks/cad_observe.py [--seeds 1 2 3] [--samples 4] [--size 200] [--turns 1]
                                                 [--half reporting|selection] [--base-seed 0] [--model PATH]
@@ -112,6 +114,13 @@ def corrections(episodes: list[list[Any]]) -> dict[str, int]:
             if passed_first and not ep.passed:
                 out["broke_a_pass"] += 1
     return out
+
+
+def correction_gain(counts: dict[str, int]) -> float:
+    """Points the episodes' calls added to their own first render: 100 x (corrected - broke a pass) / episodes. The
+    first render is a single-shot sample (same prompt ids, same sampling), so this estimates what `observe_gain` does
+    without the noise of the two arms' independent first programs; reported beside it, never instead."""
+    return 100.0 * (counts["corrected"] - counts["broke_a_pass"]) / max(1, counts["episodes"])
 
 
 def arms(engine: Any, tasks: list[Any], verifier: Any, spec: Any, temperature: float, samples: int, seed: int) -> dict:
@@ -246,6 +255,8 @@ def main() -> None:
                 "single_shot_per_seed": [r["single"] for r in sampled],
                 "agent_per_seed": [r["agent"] for r in sampled],
                 "observe_gain_greedy": rows["greedy"]["gain"] if "greedy" in rows else None,
+                "correction_gain": statistics.mean(correction_gain(r["episodes"]) for r in sampled),
+                "correction_gain_per_seed": [correction_gain(r["episodes"]) for r in sampled],
                 "observation_leaks": sum(len(r["leaks"]) for r in rows.values()),
                 "budget_tokens": budget,
                 "turns": args.turns,

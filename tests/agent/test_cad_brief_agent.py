@@ -401,3 +401,5 @@ def test_the_benchmark_counts_corrections_broken_passes_and_format_errors():
                              [ep("IoU 1.00, passes", False), ep("no valid solid", False, None, 1)]])
     assert got == {"episodes": 4, "first_passed": 2, "first_failed": 2, "corrected": 1, "broke_a_pass": 1,
                    "no_submit": 3, "format_error": 1}
+    assert bench.correction_gain(got) == 0.0  # a correction and a broken pass cancel
+    assert bench.correction_gain({**got, "broke_a_pass": 0}) == 25.0 and bench.correction_gain({**got, "corrected": 0}) == -25.0
