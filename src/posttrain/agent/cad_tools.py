@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
+import json
 import random
 import re
 import secrets
@@ -216,7 +218,7 @@ def cad_brief_task(task: Task, verifier: object, planted: float = 0.0) -> AgentT
     tools = (look, submit_rendered)
     return AgentTask(task.id, task.prompt, answer=task.answer or "", answer_verifier=verifier, meta=dict(task.meta),
                      tools=tools, timeout_s=120.0, answer_file=BRIEF_MODEL,
-                     opening=drilled(task, planted) if planted > 0 else None)
+                     opening=drilled(task, planted))
 
 
 BRIEF_OPENING = Opening("render", "program")  # the first attempt: a bare program, rendered by the runtime
@@ -314,11 +316,19 @@ def planted_attempt(task: Task, rng: random.Random, draws: int = 16) -> tuple[st
 def drilled(task: Task, share: float) -> str | None:
     """The first attempt a correction drill gives `task` (`cad_agent:parts` option `planted`): for a `share` of
     tasks (chosen by the task's id, the same in every run) the gold with a planted mistake that fails, else None
-    (the model writes its own)."""
-    rng = random.Random(f"planted:{task.id}")
-    if share <= 0 or rng.random() >= share:
+    (the model writes its own). Memoised: every episode of a group loads its task (~30 ms of mesh booleans a draw)."""
+    if share <= 0:
         return None
-    wrong = planted_attempt(task, rng)
+    part = json.dumps(task.meta["target_part"], sort_keys=True)
+    return _drill(task.id, part, float(task.meta.get("pass_iou", 0.9)), float(share))
+
+
+@functools.lru_cache(maxsize=4096)
+def _drill(task_id: str, part: str, pass_iou: float, share: float) -> str | None:
+    rng = random.Random(f"planted:{task_id}")
+    if rng.random() >= share:
+        return None
+    wrong = planted_attempt(Task(task_id, "", None, {"target_part": json.loads(part), "pass_iou": pass_iou}), rng)
     return None if wrong is None else wrong[0]
 
 

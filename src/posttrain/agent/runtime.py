@@ -219,8 +219,9 @@ class _Loop:
                 return stopped
             rewrote, w.dirty = w.dirty, False
             opening = self.opening if step == 0 else None
-            if opening is not None and self.given is not None:
-                sampled = self.given_answer(w, self.given)
+            given = self.given if opening is not None else None
+            if given is not None:
+                sampled = self.given_answer(w, given)
             else:
                 sampled = await self.sample(w, self.params if opening is None else self.opening_params)
             if isinstance(sampled, EpisodeStatus):
@@ -228,7 +229,7 @@ class _Loop:
             step += 1
             c = sampled.completion
             turn = AgentTurn(sampled.context_ids, c, rewrote=rewrote, context_tokens=sampled.context_tokens,
-                             kind="given" if opening is not None and self.given is not None else "act")
+                             kind="act" if given is None else "given")
             # an opening reply is a bare answer, run as the opening tool's call (never a format error)
             calls, error = _calls_of(sampled) if opening is None else ([ToolCall(opening.tool, {opening.argument: c.text})], "")
             reply = Entry("assistant", c.text, list(c.token_ids), len(c.token_ids) or max(1, len(c.text) // 4), step,
