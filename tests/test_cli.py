@@ -248,6 +248,36 @@ def test_progress_shows_held_out_and_best_so_far():
     assert line is not None and "step 40" in line and "0.300" in line and "best 0.450 (step 30)" in line
 
 
+
+def test_progress_into_a_log_file_says_each_step_as_it_comes(capsys):
+    """stderr redirected to a file: rich draws a bar only when it stops, so a killed run would have left no line.
+    The plain lines come as the steps do (throttled), and a terminal keeps the bar alone."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from posttrain.cli.train import TrainingProgress
+    from posttrain.config import EvalConfig
+
+    def drive(plain):
+        now = [0.0]
+        bars = Progress(console=Console(file=io.StringIO(), force_terminal=not plain))
+        live = TrainingProgress(bars, EvalConfig(), bars.add_task("GRPO", total=6, info=""), every_s=10, clock=lambda: now[0])
+        assert live.plain is plain  # told by the console, not by the caller
+        for step, t in enumerate([0, 4, 11, 14, 25, 26], start=1):
+            now[0] = t
+            live.on_step(SimpleNamespace(step=step, metrics={"reward": step / 10, "pass_rate": 0.5, "groups_kept": 2}))
+            if step == 2:
+                live.on_eval(2, {"greedy_accuracy": 0.4, "best": 0.4, "best_step": 2})
+        return [line for line in capsys.readouterr().err.splitlines() if line.startswith("step ")]
+
+    lines = drive(plain=True)
+    assert [line.split(":")[0] for line in lines] == ["step 1/6", "step 2/6 (evaluated)", "step 4/6", "step 5/6", "step 6/6"]
+    assert "reward 0.600" in lines[-1] and "held-out 0.400" in lines[-1]
+    assert drive(plain=False) == []
+
 def _run_with_best(tmp_path, tiny_model_dir):
     """A run directory holding final/ and a best/ kept at step 3."""
     from posttrain.models.io import load_model, save_model

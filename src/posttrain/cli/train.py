@@ -10,8 +10,9 @@ fires (`rl/selection.py`).
 from __future__ import annotations
 
 import json
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,17 +78,31 @@ def regression_warning(step: int, m: dict[str, float], settings: EvalConfig) -> 
 
 class TrainingProgress:
     """The trainer's `on_step` / `on_eval` for a progress bar: step figures, held-out value and best so far,
-    and the early warning on stderr (yellow, one line per alert) when it fires."""
+    and the early warning on stderr (yellow, one line per alert) when it fires.
 
-    def __init__(self, bars: Progress, settings: EvalConfig, task: TaskID | None = None) -> None:
+    When stderr is not a terminal (a log file, a pipe), rich draws the bar only when it stops, so a run that is
+    killed would leave nothing: there each step's figures go out as a plain line instead, at most one every
+    `every_s` seconds (always the first and the last step, and every evaluation)."""
+
+    def __init__(self, bars: Progress, settings: EvalConfig, task: TaskID | None = None, *,
+                 plain: bool | None = None, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.bars, self.settings, self.task = bars, settings, task
         self.held = HeldOut(settings.best_metric)
         self.last: dict[str, float] | None = None
+        self.plain = (not bars.console.is_terminal) if plain is None else plain
+        self.every_s, self.clock = every_s, clock
+        self._said_at: float | None = None
 
     def on_step(self, r: StepResult) -> None:
         self.last = r.metrics
-        if self.task is not None:
-            self.bars.update(self.task, completed=r.step, info=step_info(r.metrics, self.held))
+        if self.task is None:
+            return
+        info = step_info(r.metrics, self.held)
+        self.bars.update(self.task, completed=r.step, info=info)
+        if self.plain:
+            now, total = self.clock(), self._total()
+            if self._said_at is None or now - self._said_at >= self.every_s or r.step == total:
+                self._say(f"step {r.step}/{total}: {info}", now)
 
     def on_eval(self, step: int, m: dict[str, float]) -> None:
         self.held.update(m)
@@ -95,7 +110,18 @@ class TrainingProgress:
         if line is not None:
             err.print(line, highlight=False, soft_wrap=True)
         if self.task is not None and self.last is not None:  # the evaluation follows its step's update
-            self.bars.update(self.task, info=step_info(self.last, self.held))
+            info = step_info(self.last, self.held)
+            self.bars.update(self.task, info=info)
+            if self.plain:
+                self._say(f"step {step}/{self._total()} (evaluated): {info}", self.clock())
+
+    def _total(self) -> int | None:
+        task = next((t for t in self.bars.tasks if t.id == self.task), None)
+        return None if task is None or task.total is None else int(task.total)
+
+    def _say(self, text: str, now: float) -> None:
+        self._said_at = now
+        say(text)
 
 
 def say(text: str) -> None:
