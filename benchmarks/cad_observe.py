@@ -30,8 +30,9 @@ sampling seed s; the seed's gain is 100 x (agent pass rate - single-shot pass ra
 with a paired bootstrap 95% interval over parts (per seed, and pooled over seeds). Greedy rates of both arms (one
 response a part, the same for every seed) are reported beside it. Every render observation of every episode is
 checked by `cad_tools.leaked_target` (the count must be 0). Beside it, `correction_gain`: what the episodes' calls
-added to their own first render (`correction_gain()`), the same expectation with less noise. The last line is one
-JSON object.
+added to their own first render (`correction_gain()`), the same expectation with less noise; and each arm's share of
+programs that made no valid solid (`invalid_rate_*`: the single-shot program, the agent's graded one), counted as
+`cad_rl.py` counts `cad_invalid_rate`. The last line is one JSON object.
 
     nice -n 12 python benchmarks/cad_observe.py [--seeds 1 2 3] [--samples 4] [--size 200] [--turns 1]
                                                 [--half reporting|selection] [--base-seed 0] [--model PATH]
@@ -123,6 +124,15 @@ def correction_gain(counts: dict[str, int]) -> float:
     return 100.0 * (counts["corrected"] - counts["broke_a_pass"]) / max(1, counts["episodes"])
 
 
+def invalid(records: list[Any]) -> float:
+    """The share of verified records whose program made no valid solid (`rewards.cad.made_valid_solid`; for the
+    agent, the episode's graded program): `cad_invalid_rate`'s rule, as `cad_rl.py` counts it."""
+    from posttrain.rewards.cad import made_valid_solid
+
+    done = [r for r in records if r.ok]
+    return sum(not made_valid_solid(r.info) for r in done) / max(1, len(done))
+
+
 def arms(engine: Any, tasks: list[Any], verifier: Any, spec: Any, temperature: float, samples: int, seed: int) -> dict:
     """Both arms on `tasks`: pass rates, per-task rates, mean sampled tokens, and the agent's episode figures."""
     from posttrain.agent.cad_tools import sampled_token_budget
@@ -159,6 +169,8 @@ def arms(engine: Any, tasks: list[Any], verifier: Any, spec: Any, temperature: f
         "agent_per_task": b,
         "single_tokens": sum(r.tokens_out or 0 for r in single.records) / len(single.records),
         "agent_tokens": sum(r.tokens_out or 0 for r in agent.records) / len(agent.records),
+        "single_invalid": invalid(single.records),
+        "agent_invalid": invalid(agent.records),
         "single_errors": sum(not r.ok for r in single.records),
         "agent_errors": sum(not r.ok for r in agent.records),
         "leaks": observation_leaks(agent.episodes, tasks),
@@ -228,7 +240,8 @@ def main() -> None:
             f"{name}: single-shot {r['single']:.3f} ({r['single_tokens']:.0f} tokens), agent {r['agent']:.3f} "
             f"({r['agent_tokens']:.0f} tokens): {r['gain']:+.1f} pts [{r['gain_ci'][0]:+.1f}, {r['gain_ci'][1]:+.1f}]; "
             f"first render passed {r['episodes']['first_passed'] / max(1, r['episodes']['episodes']):.3f}; "
-            f"episodes {r['episodes']}; leaks {len(r['leaks'])}; errors {r['single_errors']}/{r['agent_errors']}; "
+            f"episodes {r['episodes']}; no valid solid {r['single_invalid']:.3f} / {r['agent_invalid']:.3f}; "
+            f"leaks {len(r['leaks'])}; errors {r['single_errors']}/{r['agent_errors']}; "
             f"{r['seconds']} s; load {os.popen('uptime').read().strip()}",
             flush=True,
         )
@@ -257,6 +270,14 @@ def main() -> None:
                 "observe_gain_greedy": rows["greedy"]["gain"] if "greedy" in rows else None,
                 "correction_gain": statistics.mean(correction_gain(r["episodes"]) for r in sampled),
                 "correction_gain_per_seed": [correction_gain(r["episodes"]) for r in sampled],
+                "invalid_rate_greedy": (
+                    {"single": rows["greedy"]["single_invalid"], "agent": rows["greedy"]["agent_invalid"]}
+                    if "greedy" in rows else None
+                ),
+                "invalid_rate_sampled": {
+                    "single": statistics.mean(r["single_invalid"] for r in sampled),
+                    "agent": statistics.mean(r["agent_invalid"] for r in sampled),
+                },
                 "observation_leaks": sum(len(r["leaks"]) for r in rows.values()),
                 "budget_tokens": budget,
                 "turns": args.turns,

@@ -36,6 +36,7 @@ def invalid_rate(engine, tasks, verifier, max_tokens: int, temperature: float, s
     """Pass rate and the share of programs without a valid solid, over `tasks` (greedy, or `samples` each at T)."""
     from posttrain.eval.harness import EvalSpec
     from posttrain.eval.run import run_eval
+    from posttrain.rewards.cad import made_valid_solid
     from posttrain.tasks.suites import Suite
 
     n = 1 if temperature == 0 else samples
@@ -43,7 +44,7 @@ def invalid_rate(engine, tasks, verifier, max_tokens: int, temperature: float, s
                     batch=len(tasks))
     run = run_eval(engine, Suite("reporting", list(tasks), verifier), spec)
     recs = run.records
-    bad = [r for r in recs if r.ok and (r.info.get("run") != "ok" or r.info.get("watertight") is not True)]
+    bad = [r for r in recs if r.ok and not made_valid_solid(r.info)]
     # pass rate by the target's number of features (level 1: 1 = a block, 2 = a block with a through-hole), so that
     # a gain capped by one kind of part the model never solves shows as such
     features = {t.id: len(t.meta["target_part"]["features"]) for t in tasks}

@@ -158,6 +158,35 @@ def test_the_workspace_model_is_graded_whatever_ended_the_episode(sandbox):
     assert not judged.passed
 
 
+
+def test_the_benchmark_counts_graded_programs_without_a_valid_solid(sandbox):
+    """`cad_invalid_rate`'s rule on real episodes: a wrong solid is still a valid one; a program OpenSCAD rejects,
+    and an episode that never wrote a model, are not; a verifier failure is left out, never counted either way."""
+    from types import SimpleNamespace
+
+    from benchmark_module import load_benchmark
+    from posttrain.rewards.cad import made_valid_solid
+
+    bench = load_benchmark("cad_observe")
+    task = next(t for t in SOURCE.take(20, "held_out", seed=2) if "cylinder" in (t.answer or ""))
+    spec = brief_agent_spec(CadVerifier())
+    wrong = task.answer.replace(",r=", ",r=0.5+", 1)
+    tok = char_tokenizer()
+
+    def episode(*actions, opening=spec.opening):
+        return run(ScriptedAgent(list(actions), tokenizer=tok, eos_id=tok.eos_id), task, sandbox,
+                   dataclasses.replace(spec, opening=opening))
+
+    eps = [episode(task.answer, call("submit")), episode(wrong, call("submit")),
+           episode(task.answer, call("render", program="cube([1, 2, 3]")),  # the last render does not parse
+           episode(call("submit"), opening=None)]  # never wrote model.scad
+    assert [e.passed for e in eps] == [True, False, False, False]
+    assert [made_valid_solid(e.verdict.info) for e in eps] == [True, True, False, False]
+    records = [SimpleNamespace(ok=e.verdict.ok, info=e.verdict.info) for e in eps]
+    assert bench.invalid(records) == 0.5
+    errored = SimpleNamespace(ok=False, info={})  # the verifier failed: not the program's invalidity
+    assert bench.invalid([*records, errored]) == 0.5 and bench.invalid([errored]) == 0.0
+
 def test_a_drill_s_attempt_is_drawn_by_task_id_fails_and_the_domain_checks_its_share():
     tasks = SOURCE.take(40, "train", seed=3)
     given = [drilled(t, 1.0) for t in tasks]
@@ -303,6 +332,7 @@ def test_the_benchmark_arms_run_on_a_tiny_model(engine):
     assert r["n"] == 2 and len(r["single_per_task"]) == len(r["agent_per_task"]) == 2
     assert r["budget"] == 2 * BRIEF_MAX_TOKENS and r["single_tokens"] <= r["budget"] and r["agent_tokens"] <= r["budget"]
     assert r["episodes"]["episodes"] == 4 and r["leaks"] == []
+    assert {r["single_invalid"], r["agent_invalid"]} <= {0.0, 0.25, 0.5, 0.75, 1.0}  # shares of 4 graded programs
 
 
 def test_the_benchmark_counts_a_leaking_observation():

@@ -219,6 +219,13 @@ class RenderSettings:
     ascii_rows: int = 16
 
 
+def made_valid_solid(info: dict) -> bool:
+    """Whether a `cad` verdict's `info` says the program produced a valid solid (OpenSCAD ran clean and its mesh is
+    a closed 2-manifold), pass or fail; what `cad_invalid_rate` counts the lack of. An episode that never rendered
+    a program, or a verdict from before the mesh was read, has no such info and counts as no valid solid."""
+    return info.get("run") == RunStatus.OK.value and info.get("watertight") is True
+
+
 def _info(run: ScadRun, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     tail = "\n".join(line for line in run.log.splitlines() if line.strip())[-400:]
     return {"run": run.status.value, "log": tail, **(extra or {})}
