@@ -11,7 +11,7 @@ whose IoU with the target >= the task's `pass_iou`, and, for a feature-list targ
 around every feature too: IoU alone weighs a feature by its volume, and a forgotten small hole would pass),
 else the smaller of the IoU and the worst feature's as partial credit; `Verdict.breakdown` has iou, volume,
 bbox, watertight (`cad_geometry.compare`) and features (the worst local IoU), `Verdict.info` the run status,
-OpenSCAD's last log lines and each feature's IoU.
+OpenSCAD's last log lines and each feature's IoU (`made_valid_solid` reads from it whether a solid was made).
 
 The target (never inside the sandbox, so a program cannot read it): `meta["target_part"]` (a feature list,
 built exactly in manifold3d: `cad_parts.py`), `meta["target_mesh"]` / `target_mesh_text` / `target_mesh_b64`
