@@ -248,7 +248,6 @@ def test_progress_shows_held_out_and_best_so_far():
     assert line is not None and "step 40" in line and "0.300" in line and "best 0.450 (step 30)" in line
 
 
-
 def test_progress_into_a_log_file_says_each_step_as_it_comes(capsys):
     """stderr redirected to a file: rich draws a bar only when it stops, so a killed run would have left no line.
     The plain lines come as the steps do (throttled), and a terminal keeps the bar alone."""
@@ -277,6 +276,7 @@ def test_progress_into_a_log_file_says_each_step_as_it_comes(capsys):
     assert [line.split(":")[0] for line in lines] == ["step 1/6", "step 2/6 (evaluated)", "step 4/6", "step 5/6", "step 6/6"]
     assert "reward 0.600" in lines[-1] and "held-out 0.400" in lines[-1]
     assert drive(plain=False) == []
+
 
 def _run_with_best(tmp_path, tiny_model_dir):
     """A run directory holding final/ and a best/ kept at step 3."""

@@ -158,7 +158,6 @@ def test_the_workspace_model_is_graded_whatever_ended_the_episode(sandbox):
     assert not judged.passed
 
 
-
 def test_the_benchmark_counts_graded_programs_without_a_valid_solid(sandbox):
     """`cad_invalid_rate`'s rule on real episodes: a wrong solid is still a valid one; a program OpenSCAD rejects,
     and an episode that never wrote a model, are not; a verifier failure is left out, never counted either way."""
@@ -186,6 +185,7 @@ def test_the_benchmark_counts_graded_programs_without_a_valid_solid(sandbox):
     assert bench.invalid(records) == 0.5
     errored = SimpleNamespace(ok=False, info={})  # the verifier failed: not the program's invalidity
     assert bench.invalid([*records, errored]) == 0.5 and bench.invalid([errored]) == 0.0
+
 
 def test_a_drill_s_attempt_is_drawn_by_task_id_fails_and_the_domain_checks_its_share():
     tasks = SOURCE.take(40, "train", seed=3)

@@ -85,11 +85,11 @@ class TrainingProgress:
     `every_s` seconds (always the first and the last step, and every evaluation)."""
 
     def __init__(self, bars: Progress, settings: EvalConfig, task: TaskID | None = None, *,
-                 plain: bool | None = None, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 every_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.bars, self.settings, self.task = bars, settings, task
         self.held = HeldOut(settings.best_metric)
         self.last: dict[str, float] | None = None
-        self.plain = (not bars.console.is_terminal) if plain is None else plain
+        self.plain = not bars.console.is_terminal
         self.every_s, self.clock = every_s, clock
         self._said_at: float | None = None
 
