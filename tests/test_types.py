@@ -34,6 +34,21 @@ def test_append_only_turns_are_one_view_with_observations_masked():
     assert v.versions == [-1, -1, 1, 1, -1, -1, -1, 2]
 
 
+def test_a_turn_that_does_not_train_is_context_of_the_next_one():
+    turns = [
+        Turn([1, 2], _c([5, 6], 1), observation_ids=[9], trains=False),  # a sampled opening, not trained
+        Turn([1, 2, 5, 6, 9], _c([8], 2)),
+    ]
+    v = Trajectory(TASK, turns).token_view()
+    assert v.ids == [1, 2, 5, 6, 9, 8]  # the same ids as when it trains: only what the learner weighs changes
+    assert v.mask == [False, False, False, False, False, True]
+    assert v.logprobs == [0.0] * 5 + [-0.5] and v.versions == [-1] * 5 + [2]
+    trained = Trajectory(TASK, [Turn(t.context_ids, t.completion, t.observation_ids) for t in turns]).token_view()
+    assert trained.ids == v.ids and sum(trained.mask) == 3  # the planted difference: with it trained, 2 more
+    alone = Trajectory(TASK, [turns[0]], Verdict(1.0, True)).token_view()  # an episode that ended at its opening
+    assert not any(alone.mask) and alone.ids == [1, 2, 5, 6, 9]
+
+
 def test_rewritten_history_splits_into_segments():
     turns = [
         Turn([1, 2], _c([5, 6]), observation_ids=[9]),

@@ -119,6 +119,7 @@ class Turn:
     context_ids: list[int]  # [T_context]
     completion: Completion
     observation_ids: list[int] = field(default_factory=list)  # [T_observation]
+    trains: bool = True  # False: sampled, but only context for the learner (`spec.Opening.trains`): masked out
 
 
 @dataclass(slots=True)
@@ -211,9 +212,10 @@ class Trajectory:
             if len(c.logprobs) != len(c.token_ids):
                 raise ValueError(f"trajectory of task {self.task.id!r}: {len(c.token_ids)} tokens but {len(c.logprobs)} logprobs")
             ids += c.token_ids
-            logp += c.logprobs
-            mask += [True] * len(c.token_ids)
-            vers += [c.policy_version] * len(c.token_ids)
+            n = len(c.token_ids)
+            logp += c.logprobs if turn.trains else [0.0] * n
+            mask += [turn.trains] * n
+            vers += [c.policy_version if turn.trains else -1] * n
             ids += turn.observation_ids
             logp += [0.0] * len(turn.observation_ids)
             mask += [False] * len(turn.observation_ids)

@@ -243,6 +243,35 @@ def test_a_correction_drill_runs_its_given_attempt_unsampled_and_trains_only_the
 
 
 @pytest.mark.slow
+def test_without_train_opening_the_model_s_own_attempt_is_context_and_only_the_calls_after_it_train(sandbox):
+    tok = char_tokenizer()
+    task = SOURCE.take(1, "train", seed=5)[0]
+    wrong = brief_scad(planted_error(part_from_dict(task.meta["target_part"]), random.Random(1))[1])
+    views = {}
+    for trains in (True, False):
+        spec = load_domain("cad_agent:parts", level=1, brief=True, turns=1, train_opening=trains).agent
+        assert spec.opening.trains is trains and spec.max_steps == 2
+        # the model's own (sampled) first attempt is wrong; its call corrects it
+        ep = run(ScriptedAgent([wrong, call("render", program=task.answer)], tokenizer=tok, eos_id=tok.eos_id),
+                 task, sandbox, spec)
+        assert ep.passed and [t.kind for t in ep.turns] == ["act", "act"] and ep.steps == 2  # both sampled
+        assert ep.tokens_out == sum(len(t.completion.token_ids) for t in ep.turns)  # the budget counts both
+        assert [t.trains for t in ep.turns] == [trains, True] and ep.to_dict()["turns"][0]["trains"] is trains
+        views[trains] = ep.to_trajectory().token_view()
+    opening = len(ep.turns[0].completion.token_ids)
+    correction = len(ep.turns[1].completion.token_ids)
+    assert views[True].ids == views[False].ids  # the same tokens; only the learner's mask differs
+    assert sum(views[True].mask) == opening + correction and sum(views[False].mask) == correction
+    start = len(ep.turns[1].context_ids)
+    assert views[False].mask == [m and i >= start for i, m in enumerate(views[True].mask)]
+    for bad in ("no", 1):
+        with pytest.raises(TaskFileError, match="train_opening must be true or false"):
+            load_domain("cad_agent:parts", level=1, brief=True, train_opening=bad)
+    with pytest.raises(TaskFileError, match="train_opening = false needs brief"):
+        load_domain("cad_agent:parts", level=1, train_opening=False)
+
+
+@pytest.mark.slow
 def test_an_episode_that_wrote_no_model_fails_and_says_so(sandbox):
     task = SOURCE.take(1, "held_out", seed=1)[0]
     spec = dataclasses.replace(brief_agent_spec(CadVerifier()), opening=None)  # planted: no opening render

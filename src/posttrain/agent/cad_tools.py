@@ -119,25 +119,33 @@ def cad_agent_spec(verifier: object, turns: int = 3) -> AgentSpec:
 
 
 @register_domain("cad_agent:", "CAD parts (parts) as generate-observe-correct episodes: write, render, correct, submit")
-def _cad_agent_domain(family: str, turns: int = 3, planted: float = 0.0, **options: Any) -> Domain:
+def _cad_agent_domain(family: str, turns: int = 3, planted: float = 0.0, train_opening: bool = True,
+                      **options: Any) -> Domain:
     """`cad:<family>`'s tasks and verifier, run as agent episodes of at most `turns` write-and-render rounds.
     `planted` (brief form only): the share of tasks run as correction drills, their first attempt given with one
-    planted mistake (training the correction alone; evaluation figures of the loop use 0)."""
+    planted mistake (training the correction alone; evaluation figures of the loop use 0). `train_opening` (brief
+    form only): false makes the sampled opening program context for the learner, never trained (`Opening.trains`):
+    RL then trains the calls after the model's own first attempt (correct it, or keep it) and nothing else."""
     if not isinstance(turns, int) or isinstance(turns, bool) or not 1 <= turns <= 5:
         raise TaskFileError(f"cad_agent:{family}: turns must be an integer in 1..5, got {turns!r}")
     if isinstance(planted, bool) or not isinstance(planted, (int, float)) or not 0.0 <= planted <= 1.0:
         raise TaskFileError(f"cad_agent:{family}: planted must be a number in [0, 1], got {planted!r}")
+    if not isinstance(train_opening, bool):
+        raise TaskFileError(f"cad_agent:{family}: train_opening must be true or false, got {train_opening!r}")
     brief = bool(options.get("brief", False))
+    if not train_opening and not brief:
+        raise TaskFileError(f"cad_agent:{family}: train_opening = false needs brief = true (only the brief form opens "
+                            "with a sampled program)")
     if planted and not brief:
         raise TaskFileError(f"cad_agent:{family}: planted needs brief = true (a drill's first attempt is the brief "
                             "form's opening program)")
     d = parts_domain(family, **options)
     meta = {k: v for k, v in d.meta.items() if k != "null_response"}  # an episode that never submits fails anyway
-    spec = brief_agent_spec(d.verifier, turns, float(planted)) if brief else cad_agent_spec(d.verifier, turns)
+    spec = brief_agent_spec(d.verifier, turns, float(planted), train_opening) if brief else cad_agent_spec(d.verifier, turns)
     sampling = dataclasses.replace(d.sampling, max_tokens=spec.max_tokens, stop=("</tool_call>",)) if brief else d.sampling
     return dataclasses.replace(d, name=f"cad_agent:{family}", rollouter="agent", agent=spec, sampling=sampling,
                                description=d.description + f", as episodes of up to {turns} render rounds",
-                               meta={**meta, "turns": turns, "planted": float(planted)})
+                               meta={**meta, "turns": turns, "planted": float(planted), "train_opening": train_opening})
 
 
 def cad_agent_task(task: Task, verifier: object, settings: RenderSettings | None = None) -> AgentTask:
@@ -224,13 +232,15 @@ def cad_brief_task(task: Task, verifier: object, planted: float = 0.0) -> AgentT
 BRIEF_OPENING = Opening("render", "program")  # the first attempt: a bare program, rendered by the runtime
 
 
-def brief_agent_spec(verifier: object, turns: int = 1, planted: float = 0.0) -> AgentSpec:
+def brief_agent_spec(verifier: object, turns: int = 1, planted: float = 0.0, train_opening: bool = True) -> AgentSpec:
     """The `AgentSpec` of `cad_agent:parts` with `brief`: the opening program (rendered) and `turns` calls after it,
     each reply at most `BRIEF_MAX_TOKENS` sampled tokens (so an episode samples at most `(turns + 1) *
     BRIEF_MAX_TOKENS`); two malformed calls in a row end it (it is graded on its model all the same). `planted`:
-    the share of tasks run as correction drills (`cad_brief_task`)."""
+    the share of tasks run as correction drills (`cad_brief_task`); `train_opening`: false leaves the sampled
+    opening program out of training (`Opening.trains`)."""
+    opening = BRIEF_OPENING if train_opening else dataclasses.replace(BRIEF_OPENING, trains=False)
     return AgentSpec(load=lambda task: cad_brief_task(task, verifier, planted), system=BRIEF_SYSTEM, tool_listing="signature",
-                     max_steps=turns + 1, max_format_errors=2, max_tokens=BRIEF_MAX_TOKENS, opening=BRIEF_OPENING)
+                     max_steps=turns + 1, max_format_errors=2, max_tokens=BRIEF_MAX_TOKENS, opening=opening)
 
 
 def sampled_token_budget(spec: AgentSpec) -> int:

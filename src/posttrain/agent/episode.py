@@ -78,6 +78,7 @@ class AgentTurn:
     kind: str = "act"  # "act", "summary" (a compaction turn: the model summarised its own history) or "given" (a
     # first attempt the task supplied, `AgentTask.opening`: never sampled, so part of the next turn's context, never trained)
     format_error: str = ""  # why the completion held no valid call
+    trains: bool = True  # False: a sampled opening answer the learner sees as context only (`spec.Opening.trains`)
     rewrote: bool = False  # the context policy rewrote history before this turn (a new training segment)
     context_tokens: int = 0  # len(context_ids), or the endpoint's prompt tokens
 
@@ -145,7 +146,8 @@ class Episode:
         if any(not t.context_ids for t in self.turns):
             raise ValueError(f"episode {self.task_id!r} holds turns without token ids (a remote chat endpoint): "
                              "it can be evaluated and replayed, not trained on")
-        turns = [Turn(list(t.context_ids), t.completion, list(t.observation_ids)) for t in self.turns if t.kind != "given"]
+        turns = [Turn(list(t.context_ids), t.completion, list(t.observation_ids), t.trains)
+                 for t in self.turns if t.kind != "given"]
         verdict = self.verdict
         if verdict is None:
             verdict = Verdict(0.0, False, VerdictStatus.ERROR, details=self.error or "not verified")
@@ -160,7 +162,7 @@ class Episode:
                 "policy_version": t.completion.policy_version, "calls": [asdict(c) for c in t.calls],
                 "results": [{"name": r.call.name, "ok": r.ok, "seconds": r.seconds, "elided_chars": r.elided_chars,
                              "env_error": r.env_error, "unknown_tool": r.unknown_tool} for r in t.results],
-                "observation": t.observation, "format_error": t.format_error, "rewrote": t.rewrote,
+                "observation": t.observation, "format_error": t.format_error, "rewrote": t.rewrote, "trains": t.trains,
                 "context_tokens": t.context_tokens, "sampled_tokens": len(t.completion.token_ids),
             }
             if ids:

@@ -47,6 +47,8 @@ class Opening:
 
     tool: str  # the tool the first reply is given to (`render` for the brief CAD form)
     argument: str  # the argument the reply's text fills (`program`)
+    trains: bool = True  # False: the sampled first reply is the learner's context only, never trained (RL then
+    # moves the calls after it, correcting or keeping the model's own attempt, and leaves the opening to single-shot's)
 
 
 @dataclass(frozen=True)
