@@ -13,6 +13,7 @@ import random
 import pytest
 
 from posttrain.agent import EpisodeStatus, run_agent_task
+from posttrain.agent.episode import Episode
 from posttrain.agent import format as fmt
 from posttrain.agent.cad_tools import (
     BRIEF_MAX_TOKENS,
@@ -258,6 +259,10 @@ def test_without_train_opening_the_model_s_own_attempt_is_context_and_only_the_c
         assert ep.tokens_out == sum(len(t.completion.token_ids) for t in ep.turns)  # the budget counts both
         assert [t.trains for t in ep.turns] == [trains, True] and ep.to_dict()["turns"][0]["trains"] is trains
         views[trains] = ep.to_trajectory().token_view()
+        back = Episode.from_dict(ep.to_dict(ids=True))  # a stored episode reads back with what trains
+        assert [(t.trains, t.rewrote, t.context_tokens) for t in back.turns] == \
+            [(t.trains, t.rewrote, t.context_tokens) for t in ep.turns]
+        assert back.to_trajectory().token_view() == views[trains]
     opening = len(ep.turns[0].completion.token_ids)
     correction = len(ep.turns[1].completion.token_ids)
     assert views[True].ids == views[False].ids  # the same tokens; only the learner's mask differs

@@ -78,9 +78,9 @@ class AgentTurn:
     kind: str = "act"  # "act", "summary" (a compaction turn: the model summarised its own history) or "given" (a
     # first attempt the task supplied, `AgentTask.opening`: never sampled, so part of the next turn's context, never trained)
     format_error: str = ""  # why the completion held no valid call
-    trains: bool = True  # False: a sampled opening answer the learner sees as context only (`spec.Opening.trains`)
     rewrote: bool = False  # the context policy rewrote history before this turn (a new training segment)
     context_tokens: int = 0  # len(context_ids), or the endpoint's prompt tokens
+    trains: bool = True  # False: a sampled opening answer the learner sees as context only (`spec.Opening.trains`)
 
 
 @dataclass(slots=True)
@@ -197,7 +197,7 @@ class Episode:
                        for r in t["results"]]
             turns.append(AgentTurn(list(t.get("context_ids", [])), comp, list(t.get("observation_ids", [])), calls,
                                    results, t["observation"], t["kind"], t["format_error"], t["rewrote"],
-                                   t["context_tokens"]))
+                                   t["context_tokens"], t.get("trains", True)))
         v = d.get("verdict")
         verdict = None if v is None else Verdict(v["score"], v["passed"], VerdictStatus(v["status"]), v["verifier"],
                                                  v["details"], info=v.get("info", {}))
