@@ -13,7 +13,6 @@ import random
 import pytest
 
 from posttrain.agent import EpisodeStatus, run_agent_task
-from posttrain.agent.episode import Episode
 from posttrain.agent import format as fmt
 from posttrain.agent.cad_tools import (
     BRIEF_MAX_TOKENS,
@@ -27,6 +26,7 @@ from posttrain.agent.cad_tools import (
     planted_error,
     sampled_token_budget,
 )
+from posttrain.agent.episode import Episode
 from posttrain.agent.runtime import make_env
 from posttrain.agent.scripted import ScriptedAgent, call
 from posttrain.agent.traces import episode_trace
