@@ -80,7 +80,7 @@ class AgentTurn:
     format_error: str = ""  # why the completion held no valid call
     rewrote: bool = False  # the context policy rewrote history before this turn (a new training segment)
     context_tokens: int = 0  # len(context_ids), or the endpoint's prompt tokens
-    trains: bool = True  # False: a sampled opening answer the learner sees as context only (`spec.Opening.trains`)
+    trains: bool = True  # False: context only for the learner (a given turn, or a sampled opening with `Opening.trains` off)
 
 
 @dataclass(slots=True)

@@ -229,7 +229,8 @@ class _Loop:
             step += 1
             c = sampled.completion
             turn = AgentTurn(sampled.context_ids, c, rewrote=rewrote, context_tokens=sampled.context_tokens,
-                             kind="act" if given is None else "given", trains=opening is None or opening.trains)
+                             kind="act" if given is None else "given",
+                             trains=given is None and (opening is None or opening.trains))  # a given turn never trains
             # an opening reply is a bare answer, run as the opening tool's call (never a format error)
             calls, error = _calls_of(sampled) if opening is None else ([ToolCall(opening.tool, {opening.argument: c.text})], "")
             reply = Entry("assistant", c.text, list(c.token_ids), len(c.token_ids) or max(1, len(c.text) // 4), step,
