@@ -5,7 +5,12 @@ gold programs of `cad:parts` level 1, brief form, plus correction episodes, `rec
 on the same held-out parts (the reporting half of `eval.size` held-out parts, split by the trainer's own rule,
 `rl/build.py: build_held_out`; `--half selection` measures the selection half instead, for probes):
 
-- single-shot: the brief prompt, one program, judged by the `cad` verifier;
+- single-shot: the brief prompt, one program, judged by the `cad` verifier. Paired with the agent arm (common random
+  numbers, `paired_single`): each episode's opening program is itself a single-shot sample, so it is judged as one
+  (an opening cut at its call's cap is sampled on to the single-shot budget), and the two arms differ only by what
+  the episode's calls did after it. Checked per episode: the opening saw the single-shot prompt's ids, and its
+  verdict as a single-shot response is its first render's. An independent single-shot arm, sampled on its own, is
+  reported beside it (`*_unpaired`): the same expectation with the two arms' independent first programs' noise;
 - agent: `cad_agent:parts` with `brief` (`agent/cad_tools.py: brief_agent_spec`, form 4): the episode opens as
   single-shot does (the same prompt ids; the first attempt a bare program to EOS), the runtime renders it and answers
   the render tool's one line (passes exactly when the verifier would; else the IoU and each feature's, and the size,
@@ -25,12 +30,14 @@ tokens per task are reported beside the rates.
 No knob is chosen on the reported figures: the turns (1), temperature (1.0), samples and base are set before the
 run; the selection half is for probes only.
 
-`observe_gain` (points): for each seed s in --seeds, both arms sample `--samples` responses per part at T = 1 with
-sampling seed s; the seed's gain is 100 x (agent pass rate - single-shot pass rate); the figure is the mean over seeds,
+`observe_gain` (points): for each seed s in --seeds, the agent arm samples `--samples` episodes per part at T = 1 with
+sampling seed s, the paired single-shot arm is their openings; the seed's gain is 100 x (agent pass rate - paired
+single-shot pass rate); the figure is the mean over seeds,
 with a paired bootstrap 95% interval over parts (per seed, and pooled over seeds). Greedy rates of both arms (one
 response a part, the same for every seed) are reported beside it. Every render observation of every episode is
 checked by `cad_tools.leaked_target` (the count must be 0). Beside it, `correction_gain`: what the episodes' calls
-added to their own first render (`correction_gain()`), the same expectation with less noise; and each arm's share of
+added to their own first render (`correction_gain()`, equal to the paired gain but for openings sampled on past their
+cap), and `observe_gain_unpaired` against the independent arm; and each arm's share of
 programs that made no valid solid (`invalid_rate_*`: the single-shot program, the agent's graded one), counted as
 `cad_rl.py` counts `cad_invalid_rate`. The last line is one JSON object.
 
@@ -119,8 +126,8 @@ def corrections(episodes: list[list[Any]]) -> dict[str, int]:
 
 def correction_gain(counts: dict[str, int]) -> float:
     """Points the episodes' calls added to their own first render: 100 x (corrected - broke a pass) / episodes. The
-    first render is a single-shot sample (same prompt ids, same sampling), so this estimates what `observe_gain` does
-    without the noise of the two arms' independent first programs; reported beside it, never instead."""
+    first render is a single-shot sample (same prompt ids, same sampling), so this is the paired `observe_gain` but
+    for openings cut at their call's cap (the paired arm samples those on to the budget); reported beside it."""
     return 100.0 * (counts["corrected"] - counts["broke_a_pass"]) / max(1, counts["episodes"])
 
 
@@ -131,6 +138,56 @@ def invalid(records: list[Any]) -> float:
 
     done = [r for r in records if r.ok]
     return sum(not made_valid_solid(r.info) for r in done) / max(1, len(done))
+
+
+def paired_single(engine: Any, episodes: list[list[Any]], tasks: list[Any], verifier: Any, budget: int,
+                  temperature: float, seed: int) -> tuple[list[Any], dict[str, int]]:
+    """The single-shot arm paired with the agent's (common random numbers): each episode's opening completion is a
+    single-shot sample (the single-shot prompt's ids, the same sampling); an opening cut at its call's cap (192 tokens,
+    finish `length`) is sampled on, from its own ids, to the single-shot budget `budget`, so every response is a
+    single-shot draw under that budget. Judged by `verifier` as a single-shot response. Returns the records (task id,
+    sample) and the pairing's checks, each of which must be 0: `other_context` (an opening whose context is not the
+    single-shot prompt's ids) and `verdict_differs` (an uncut opening whose verdict here is not its first render's)."""
+    from posttrain.eval.harness import regrade
+    from posttrain.eval.records import SampleRecord
+    from posttrain.models.prompting import PromptRenderer
+    from posttrain.tasks.suites import Suite
+    from posttrain.types import FinishReason, SamplingParams
+
+    by_id = {t.id: t for t in tasks}
+    renderer = PromptRenderer()
+    prompt_ids = dict(zip(by_id, renderer.token_ids(renderer.render_all(tasks), engine) or []))
+    checks = {"other_context": 0, "verdict_differs": 0, "continued": 0}
+    rows: list[tuple[Any, list[int], bool | None]] = []  # (episode, sampled ids, the first render passed, if uncut)
+    cut: list[tuple[int, list[int]]] = []
+    for eps in episodes:
+        for ep in eps:
+            first = ep.turns[0]
+            ids = list(first.completion.token_ids)
+            checks["other_context"] += list(first.context_ids) != prompt_ids.get(ep.task_id)
+            render = next((r.output for c, r in zip(first.calls, first.results) if c.name == "render"), None)
+            if first.completion.finish_reason is FinishReason.LENGTH and len(ids) < budget:
+                cut.append((len(rows), list(first.context_ids) + ids))
+                rows.append((ep, ids, None))
+            else:
+                rows.append((ep, ids, render is not None and render.endswith("passes")))
+    if cut:  # sampled on, each from its own ids, to the budget
+        checks["continued"] = len(cut)
+        for i, context in cut:
+            ep, ids, _ = rows[i]
+            params = SamplingParams(n=1, temperature=temperature, max_tokens=budget - len(ids), seed=seed + i)
+            more = engine.generate([context], renderer.sampling(params))[0][0]
+            rows[i] = (ep, ids + list(more.token_ids), None)
+    samples: dict[str, int] = {}
+    records = []
+    for ep, ids, _ in rows:
+        j = samples[ep.task_id] = samples.get(ep.task_id, -1) + 1
+        records.append(SampleRecord(task_id=ep.task_id, response=engine.tokenizer.decode(ids), score=0.0, passed=False,
+                                    sample=j, tokens_out=len(ids)))
+    records = regrade(Suite("paired-single", [by_id[t] for t in samples], verifier), records)
+    for (_, _, first_passed), r in zip(rows, records):
+        checks["verdict_differs"] += first_passed is not None and r.ok and first_passed != r.passed
+    return records, checks
 
 
 def arms(engine: Any, tasks: list[Any], verifier: Any, spec: Any, temperature: float, samples: int, seed: int) -> dict:
@@ -161,23 +218,32 @@ def arms(engine: Any, tasks: list[Any], verifier: Any, spec: Any, temperature: f
     over = over_budget(agent.episodes, budget)
     if over:
         raise RuntimeError(f"{len(over)} episodes sampled more than the budget {budget}: {over[:3]}")
-    a, b = per_task(single.records, tasks), per_task(agent.records, tasks)
+    paired, checks = paired_single(engine, agent.episodes, tasks, verifier, budget, temperature, seed)
+    if checks["other_context"]:
+        raise RuntimeError(f"{checks['other_context']} openings did not see the single-shot prompt: no pairing")
+    t3 = time.perf_counter()
+    a, b, p = per_task(single.records, tasks), per_task(agent.records, tasks), per_task(paired, tasks)
     return {
-        "single": sum(a) / len(a),
+        "single": sum(p) / len(p),
         "agent": sum(b) / len(b),
-        "single_per_task": a,
+        "single_unpaired": sum(a) / len(a),
+        "single_per_task": p,
         "agent_per_task": b,
-        "single_tokens": sum(r.tokens_out or 0 for r in single.records) / len(single.records),
+        "single_unpaired_per_task": a,
+        "pairing": checks,
+        "single_tokens": sum(r.tokens_out or 0 for r in paired) / len(paired),
+        "single_unpaired_tokens": sum(r.tokens_out or 0 for r in single.records) / len(single.records),
         "agent_tokens": sum(r.tokens_out or 0 for r in agent.records) / len(agent.records),
-        "single_invalid": invalid(single.records),
+        "single_invalid": invalid(paired),
+        "single_unpaired_invalid": invalid(single.records),
         "agent_invalid": invalid(agent.records),
-        "single_errors": sum(not r.ok for r in single.records),
+        "single_errors": sum(not r.ok for r in paired) + sum(not r.ok for r in single.records),
         "agent_errors": sum(not r.ok for r in agent.records),
         "leaks": observation_leaks(agent.episodes, tasks),
         "episodes": corrections(agent.episodes),
         "budget": budget,
         "n": n,
-        "seconds": [round(t1 - t0, 1), round(t2 - t1, 1)],
+        "seconds": [round(t1 - t0, 1), round(t2 - t1, 1), round(t3 - t2, 1)],
     }
 
 
@@ -236,11 +302,15 @@ def main() -> None:
     def show(name: str, r: dict) -> None:
         ci = paired_bootstrap_ci(r["single_per_task"], r["agent_per_task"])
         r["gain"], r["gain_ci"] = 100 * (r["agent"] - r["single"]), [100 * ci.lo, 100 * ci.hi]
+        r["gain_unpaired"] = 100 * (r["agent"] - r["single_unpaired"])
         print(
             f"{name}: single-shot {r['single']:.3f} ({r['single_tokens']:.0f} tokens), agent {r['agent']:.3f} "
             f"({r['agent_tokens']:.0f} tokens): {r['gain']:+.1f} pts [{r['gain_ci'][0]:+.1f}, {r['gain_ci'][1]:+.1f}]; "
+            f"unpaired single-shot {r['single_unpaired']:.3f} ({r['single_unpaired_tokens']:.0f} tokens): "
+            f"{r['gain_unpaired']:+.1f} pts; pairing {r['pairing']}; "
             f"first render passed {r['episodes']['first_passed'] / max(1, r['episodes']['episodes']):.3f}; "
-            f"episodes {r['episodes']}; no valid solid {r['single_invalid']:.3f} / {r['agent_invalid']:.3f}; "
+            f"episodes {r['episodes']}; no valid solid {r['single_invalid']:.3f} / {r['agent_invalid']:.3f} "
+            f"(unpaired single-shot {r['single_unpaired_invalid']:.3f}); "
             f"leaks {len(r['leaks'])}; errors {r['single_errors']}/{r['agent_errors']}; "
             f"{r['seconds']} s; load {os.popen('uptime').read().strip()}",
             flush=True,
@@ -266,12 +336,19 @@ def main() -> None:
                 "observe_gain_ci": [100 * pooled.lo, 100 * pooled.hi],
                 "observe_gain_per_seed": [r["gain"] for r in sampled],
                 "single_shot_per_seed": [r["single"] for r in sampled],
+                "observe_gain_unpaired": statistics.mean(r["gain_unpaired"] for r in sampled),
+                "observe_gain_unpaired_per_seed": [r["gain_unpaired"] for r in sampled],
+                "single_shot_unpaired_per_seed": [r["single_unpaired"] for r in sampled],
+                "pairing_checks": {k: sum(r["pairing"][k] for r in rows.values()) for k in ("other_context",
+                                                                                              "verdict_differs",
+                                                                                              "continued")},
                 "agent_per_seed": [r["agent"] for r in sampled],
                 "observe_gain_greedy": rows["greedy"]["gain"] if "greedy" in rows else None,
                 "correction_gain": statistics.mean(correction_gain(r["episodes"]) for r in sampled),
                 "correction_gain_per_seed": [correction_gain(r["episodes"]) for r in sampled],
                 "invalid_rate_greedy": (
-                    {"single": rows["greedy"]["single_invalid"], "agent": rows["greedy"]["agent_invalid"]}
+                    {"single": rows["greedy"]["single_invalid"], "agent": rows["greedy"]["agent_invalid"],
+                     "single_unpaired": rows["greedy"]["single_unpaired_invalid"]}
                     if "greedy" in rows else None
                 ),
                 "invalid_rate_sampled": {

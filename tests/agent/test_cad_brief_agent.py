@@ -367,6 +367,61 @@ def test_the_benchmark_arms_run_on_a_tiny_model(engine):
     assert r["budget"] == 2 * BRIEF_MAX_TOKENS and r["single_tokens"] <= r["budget"] and r["agent_tokens"] <= r["budget"]
     assert r["episodes"]["episodes"] == 4 and r["leaks"] == []
     assert {r["single_invalid"], r["agent_invalid"]} <= {0.0, 0.25, 0.5, 0.75, 1.0}  # shares of 4 graded programs
+    # the paired single-shot arm is the episodes' openings: the same prompt ids, the same verdicts as first renders
+    assert r["pairing"]["other_context"] == 0 and r["pairing"]["verdict_differs"] == 0
+    assert r["single_unpaired_tokens"] <= r["budget"] and len(r["single_unpaired_per_task"]) == 2
+
+
+@pytest.mark.slow
+def test_the_paired_single_shot_arm_is_the_openings_and_its_checks_catch_a_broken_pairing(sandbox):
+    """`observe_gain`'s single-shot arm is each episode's own opening judged as a single-shot response (common random
+    numbers); an opening cut at its call's cap is sampled on to the budget; planted: an opening that saw another
+    prompt, and a first render whose verdict is not the program's, are each counted."""
+    from types import SimpleNamespace
+
+    from benchmark_module import load_benchmark
+    from posttrain.types import Completion, FinishReason
+
+    bench = load_benchmark("cad_observe")
+    tok = char_tokenizer()
+    spec = brief_agent_spec(CadVerifier())
+    budget = sampled_token_budget(spec)
+    tasks = SOURCE.take(2, "held_out", seed=7)
+    wrong = tasks[1].answer.replace("cube([", "cube([2*", 1)  # twice as long: IoU 0.5
+    asked = []
+
+    def generate(prompts, params):  # the engine's continuation of a cut opening: the rest of the gold program
+        asked.append((prompts, params))
+        return [[Completion(tok.encode(tasks[0].answer[40:], add_bos=False), "", [], FinishReason.STOP)]]
+
+    engine = SimpleNamespace(tokenizer=tok, generate=generate, encode=lambda texts: [tok.encode(t) for t in texts])
+
+    def episode(task, first, *calls):
+        return run(ScriptedAgent([first, *calls], tokenizer=tok, eos_id=tok.eos_id), task, sandbox, spec)
+
+    eps = [[episode(tasks[0], tasks[0].answer, call("submit")), episode(tasks[0], wrong, call("submit"))],
+           [episode(tasks[1], wrong, call("render", program=tasks[1].answer))]]
+    records, checks = bench.paired_single(engine, eps, tasks, CadVerifier(), budget, 1.0, 3)
+    assert checks == {"other_context": 0, "verdict_differs": 0, "continued": 0} and asked == []
+    assert [(r.task_id, r.sample, r.passed) for r in records] == [(tasks[0].id, 0, True), (tasks[0].id, 1, False),
+                                                                  (tasks[1].id, 0, False)]
+    assert [r.response for r in records] == [tasks[0].answer, wrong, wrong]  # the openings, not the corrections
+    assert bench.per_task(records, tasks) == [0.5, 0.0]
+    # an opening cut at its cap: sampled on from its own ids, within the budget, and judged whole
+    cut = eps[0][0].turns[0]
+    head = tok.encode(tasks[0].answer[:40], add_bos=False)
+    eps[0][0].turns[0] = dataclasses.replace(cut, completion=Completion(head, tasks[0].answer[:40], [], FinishReason.LENGTH))
+    records, checks = bench.paired_single(engine, eps, tasks, CadVerifier(), budget, 1.0, 3)
+    assert checks["continued"] == 1 and records[0].passed and records[0].response == tasks[0].answer
+    (prompts, params), = asked
+    assert prompts == [cut.context_ids + head] and params.max_tokens == budget - len(head)
+    # planted: an opening that saw another prompt, and a first render that says passes for a failing program
+    eps[0][0].turns[0] = dataclasses.replace(cut, context_ids=cut.context_ids[:-1])
+    first = eps[1][0].turns[0]
+    eps[1][0].turns[0] = dataclasses.replace(first, results=[dataclasses.replace(first.results[0],
+                                                                                 output="IoU 1.00, passes")])
+    _, checks = bench.paired_single(engine, eps, tasks, CadVerifier(), budget, 1.0, 3)
+    assert checks == {"other_context": 1, "verdict_differs": 1, "continued": 0}
 
 
 def test_the_benchmark_counts_a_leaking_observation():
