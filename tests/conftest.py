@@ -53,6 +53,13 @@ def pytest_configure(config):
         own = tempfile.mkdtemp(prefix=f"pytest-{worker}-")
         os.environ["TMPDIR"] = tempfile.tempdir = own
         config.stash[_WORKER_TMP] = own
+        # One torch thread per worker, and in every process it starts (unless the caller set a count): two workers of
+        # torch's default pool (a thread per core) beside the processes tests start oversubscribe two cores, and
+        # OpenMP's waiting threads spin, so a training test ran several times slower than alone.
+        import torch
+
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_unconfigure(config):

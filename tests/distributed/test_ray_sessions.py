@@ -163,13 +163,18 @@ def test_a_killed_worker_gives_env_error_episodes_and_new_sessions_go_to_the_reb
     async def group_with_a_kill(pool, ray):
         held = await pool.asession(files={"a.txt": "1"})  # a session outside the group, on the same worker
         run = asyncio.ensure_future(rollouter_of(pool).run([task.to_task()], n=2))
-        # until the two episodes' commands are in flight on the worker (a loaded 2-core machine running the suite in
-        # two processes took over 30 s to get there once: the kill then came before the forks, 2 sessions lost of 4)
+        # until the two episodes' commands are in flight on the worker: its four sessions open (held, template, two
+        # forks) and two calls in flight. Calls in flight alone were not enough: under load (2 cores at load 30-40)
+        # they were once the forks themselves, so the kill came before them and 2 sessions of 4 were lost.
+        def ready():
+            stats = pool.stats()
+            return stats.sessions[0] >= 4 and stats.inflight[0] >= 2
+
         for _ in range(2400):
-            if pool.stats().inflight[0] >= 2:
+            if ready():
                 break
             await asyncio.sleep(0.05)
-        assert pool.stats().inflight[0] >= 2, "the episodes' commands never reached the worker in 120 s"
+        assert ready(), "the episodes' commands never reached the worker in 120 s"
         killed = pool.actor(0)
         ray.kill(killed)
         (group,) = await run
