@@ -1,5 +1,6 @@
 """The built-in base model: deterministic from a seed, stops on accuracy (capped), cached once per machine."""
 
+import json
 import threading
 
 import pytest
@@ -8,7 +9,7 @@ from safetensors.torch import load_file
 
 from posttrain.config import BaseModelConfig
 from posttrain.models import load_model
-from posttrain.recipes.builtin import base_key, ensure_base
+from posttrain.recipes.builtin import base_key, cache_root, ensure_base
 
 
 def _cfg(tmp_path, **kw):
@@ -44,6 +45,60 @@ def test_same_seed_same_weights_different_seed_different(tmp_path):
     wa, wb, wc = (load_file(str(x.path / "model.safetensors")) for x in (a, b, c))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     assert any(not torch.equal(wa[k], wc[k]) for k in wa)
+
+
+class _Stopped(Exception):
+    """A build stopped at a check (as a killed process would be, after its last partial was written)."""
+
+
+def _stop_at(at):
+    def on_eval(step, accuracy):
+        if step == at:
+            raise _Stopped
+
+    return on_eval
+
+
+@pytest.mark.slow
+def test_a_stopped_build_resumes_from_its_last_check_to_the_uninterrupted_base(tmp_path):
+    unreachable = dict(target_low=1.0, target_high=1.0, max_steps=9)  # runs to the cap: checks at 3, 6 and 9
+    whole = ensure_base(_cfg(tmp_path / "whole", **unreachable))
+    cfg = _cfg(tmp_path / "stopped", **unreachable)
+    partial = cache_root(cfg) / f".{base_key(cfg)}.partial.pt"
+    with pytest.raises(_Stopped):
+        ensure_base(cfg, on_eval=_stop_at(6))  # stopped at the second check: the first one's state is on disk
+    assert partial.exists() and not (cache_root(cfg) / base_key(cfg)).exists()
+    seen = []
+    resumed = ensure_base(cfg, on_eval=lambda step, accuracy: seen.append(step))
+    assert seen == [6, 9]  # steps 1-3 were not trained again
+    assert (resumed.steps, resumed.accuracy, resumed.in_band) == (whole.steps, whole.accuracy, whole.in_band)
+    a, b = (load_file(str(x.path / "model.safetensors")) for x in (whole, resumed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # weight for weight
+    meta = json.loads((resumed.path / "base.json").read_text())
+    assert meta["resumed_from"] == 3 and [c[0] for c in meta["checks"]] == [3, 6, 9] and not partial.exists()
+
+
+@pytest.mark.slow
+def test_a_stopped_build_of_another_build_or_a_torn_one_is_never_resumed(tmp_path):
+    unreachable = dict(target_low=1.0, target_high=1.0, max_steps=6)
+    whole = ensure_base(_cfg(tmp_path / "whole", **unreachable))
+    for plant in ("another", "torn"):
+        cfg = _cfg(tmp_path / plant, **unreachable)
+        partial = cache_root(cfg) / f".{base_key(cfg)}.partial.pt"
+        with pytest.raises(_Stopped):
+            ensure_base(cfg, on_eval=_stop_at(6))
+        if plant == "another":  # planted: the builder's code or torch changed since it stopped
+            state = torch.load(partial, weights_only=False)
+            torch.save({**state, "fingerprint": state["fingerprint"] + "-edited"}, partial)
+        else:  # planted: half a file
+            partial.write_bytes(partial.read_bytes()[:1000])
+        seen = []
+        with pytest.warns(UserWarning, match="not resuming the stopped build .*(another build|unreadable)"):
+            again = ensure_base(cfg, on_eval=lambda step, accuracy, seen=seen: seen.append(step))
+        assert seen == [3, 6]  # from the start
+        a, b = (load_file(str(x.path / "model.safetensors")) for x in (whole, again))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert json.loads((again.path / "base.json").read_text())["resumed_from"] is None
 
 
 def test_concurrent_callers_build_once(tmp_path):

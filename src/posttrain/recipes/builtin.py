@@ -4,8 +4,9 @@ Covers: deterministic pre-training from a seed (character tokenizer built in
 code, procedurally generated problems from the train split only, loss on the
 answer), stopping on held-out greedy accuracy inside a band with a step cap,
 and a content-addressed on-disk cache guarded by a file lock so concurrent
-callers build it once. The same machinery builds a base for the code-writing
-domain (`family = "code:ops"` or `"code:linear"`, see `tasks/codegen.py`),
+callers build it once; a build stopped part-way (a killed process) resumes from
+the state written at its last check, to the same weights as an uninterrupted one.
+The same machinery builds a base for the code-writing domain (`family = "code:ops"` or `"code:linear"`, see `tasks/codegen.py`),
 measured by the sandboxed unit-test verifier instead of exact match; the
 arithmetic path, its cache keys and its results are untouched by that. And a
 base for the multi-turn agent domain (`family = "lookup"`, `agent/lookup.py`):
@@ -719,15 +720,51 @@ def correction_tail(model: CausalLM, cfg: BaseModelConfig, held_out: list, repor
     return step
 
 
+def _build_fingerprint(cfg: BaseModelConfig) -> str:
+    """What a stopped build must share with this one to be resumed: the base's key (its config and formats), the
+    builder's own code and torch's version (either can change the weights a step gives)."""
+    source = Path(__file__).read_bytes()
+    return f"{base_key(cfg)}:{hashlib.sha256(source).hexdigest()[:16]}:torch {torch.__version__}"
+
+
+def _save_partial(path: Path, state: dict[str, Any]) -> None:
+    """`state` to `path` whole or not at all (written beside it, then renamed over it)."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _load_partial(path: Path, fingerprint: str) -> dict[str, Any] | None:
+    """The stopped build in `path` when it is this build's; None when there is none. One that cannot be read, or was
+    made by another config, code or torch, is set aside with a one-line warning and the build starts afresh."""
+    import warnings
+
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, weights_only=False)
+        why = None if state.get("fingerprint") == fingerprint else f"made by another build ({state.get('fingerprint')})"
+    except Exception as e:  # noqa: BLE001 - a torn or foreign file: say so, never resume from it
+        state, why = None, f"unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if why is None:
+        return state
+    warnings.warn(f"built-in base model: not resuming the stopped build in {path}: {why}; starting afresh", stacklevel=3)
+    path.unlink(missing_ok=True)
+    return None
+
+
 def pretrain_base(
     cfg: BaseModelConfig, out_dir: Path, on_eval: Callable[[int, float], None] | None = None,
-    report: dict[str, Any] | None = None, first_phase: Path | None = None,
+    report: dict[str, Any] | None = None, first_phase: Path | None = None, partial: Path | None = None,
 ) -> tuple[float, int]:
     """Train from scratch until held-out greedy accuracy reaches the band; returns (accuracy, steps). `report` (a
     dict) receives `by_kind`, the last check's pass rate per part kind (CAD bases; None otherwise), and `checks`.
     A `cad_agent:parts` base in band then runs `correction_tail` and is measured again; `first_phase` (such a base
     only): the first phase's weights, already built (a format-1 `cad_agent:parts` base of the same config), so only
-    the tail runs."""
+    the tail runs. `partial`: a file the build's whole state is written to at every check it trains on from, and
+    resumed from when it holds a stopped build of this config and code (`report["resumed_from"]`, its step, and
+    `report["resumed_seconds"]`, the stopped build's time); a resumed build is the uninterrupted one, weight for
+    weight. The caller removes it once the base is saved."""
     if first_phase is not None:
         if not is_cad_agent(cfg):
             raise ValueError("pretrain_base: first_phase is for cad_agent:parts bases")
@@ -779,7 +816,17 @@ def pretrain_base(
 
     accuracy, step = 0.0, 0
     check_every, below, refined = cfg.eval_every, None, False
-    step = 1
+    step, started = 1, time.perf_counter()
+    fingerprint = _build_fingerprint(cfg)
+    stopped = _load_partial(partial, fingerprint) if partial is not None else None
+    if stopped is not None:
+        model.load_state_dict(stopped["model"])
+        opt.load_state_dict(stopped["opt"])
+        rng.setstate(stopped["rng"])
+        torch.set_rng_state(stopped["torch_rng"])
+        check_every, below, refined, accuracy = stopped["check_every"], stopped["below"], stopped["refined"], stopped["accuracy"]
+        report.update(stopped["report"], resumed_from=stopped["step"], resumed_seconds=stopped["seconds"])
+        step = stopped["step"] + 1
     while step <= cfg.max_steps:
         ids, weight, *more = batch([draw() for _ in range(cfg.batch_size)])  # docs steps: other batches join
         _sgd_step(model, opt, ids, weight, _lr_at(cfg, step), (*(more[0] if more else ()), *episodes()))
@@ -803,6 +850,14 @@ def pretrain_base(
                 break
             # below the band, or inside it with a part kind under `kind_floor`: train on
             below = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), rng.getstate(), step)
+            if partial is not None:
+                _save_partial(partial, {
+                    "fingerprint": fingerprint, "step": step, "model": model.state_dict(), "opt": opt.state_dict(),
+                    "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), "check_every": check_every,
+                    "below": below, "refined": refined, "accuracy": accuracy,
+                    "report": {k: v for k, v in report.items() if k not in ("resumed_from", "resumed_seconds")},
+                    "seconds": report.get("resumed_seconds", 0.0) + time.perf_counter() - started,
+                })
         step += 1
     tail = 0
     if is_cad_agent(cfg) and band_ok(cfg, accuracy, report["by_kind"]):
@@ -869,13 +924,15 @@ def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | No
         shutil.rmtree(tmp, ignore_errors=True)
         start = time.perf_counter()
         report: dict[str, Any] = {}
-        accuracy, steps = pretrain_base(cfg, tmp, on_eval, report, first_phase)
-        seconds = time.perf_counter() - start
+        partial = root / f".{final.name}.partial.pt"  # a stopped build resumes from its last check
+        accuracy, steps = pretrain_base(cfg, tmp, on_eval, report, first_phase, None if first_phase else partial)
+        seconds = time.perf_counter() - start + report.get("resumed_seconds", 0.0)
         by_kind = report.get("by_kind")
         in_band = band_ok(cfg, accuracy, by_kind)
         meta = {"accuracy": accuracy, "steps": steps, "seconds": seconds, "in_band": in_band, "config": cfg.model_dump(),
                 "by_kind": by_kind, "kind_floor": cfg.kind_floor, "checks": report.get("checks"),
                 "tail": report.get("tail"), "started_from": report.get("started_from"),
+                "resumed_from": report.get("resumed_from"),
                 "band": [cfg.target_low, cfg.target_high], "stopping_set": f"held-out problems after the first {EVAL_RESERVE}"}
         if not in_band:
             import warnings
@@ -888,4 +945,5 @@ def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | No
         (tmp / "base.json").write_text(json.dumps(meta, indent=2))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
+        partial.unlink(missing_ok=True)
         return BaseBuild(final, accuracy, steps, seconds, False, in_band, by_kind)
