@@ -302,6 +302,16 @@ def test_a_slow_machine_is_not_a_slow_program():
     assert r.ok and r.passed, r.details
 
 
+def test_every_limit_of_a_run_is_set():
+    """The run's own limits, as the program sees them: CPU seconds soft and hard, and memory. Setting the hard CPU
+    limit first failed in dash (`error setting limit`: under the soft one, still unlimited), so the hard limit was
+    never set and only the log said so."""
+    shows = "sh -c 'echo limits $(ulimit -S -t) $(ulimit -H -t) $(ulimit -v); exit 1' openscad"
+    (r,) = judge(CadVerifier(timeout_s=2, memory_mb=512, binary=shows), TASK, GOLD)
+    log = r.info["log"]
+    assert "limits 2 3 524288" in log and "error setting limit" not in log, log
+
+
 def test_a_stalled_run_is_counted_apart_never_a_zero():
     """Past the wall-clock backstop (or lost with its batch) is the machine's failure: a TIMEOUT verdict, excluded
     from advantages and graded again by a base's band check, not a wrong program."""

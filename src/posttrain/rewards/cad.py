@@ -116,7 +116,8 @@ def _batch_script(n: int, nonce: str, timeout_s: float, mem_kb: int, max_mesh_by
     by OpenSCAD, then a tagged line per item (nonce, index, exit code, base64 mesh, base64 log tail). With
     `hard_warnings` OpenSCAD stops at a program's first warning (`--hardwarnings`), an error like any other.
 
-    The per-program limit counts CPU seconds (`ulimit -t`, soft: SIGXCPU, exit 152), so whether a program is too
+    The per-program limit counts CPU seconds (`ulimit -t`, soft: SIGXCPU, exit 152; the soft limit is set before the
+    hard one, which may not go below it), so whether a program is too
     slow does not depend on what else the machine runs, as a wall-clock limit did (a level-1 part takes ~0.15 s of
     CPU; on a loaded machine a niced run can take 100 times that in wall time). The wall clock is only a backstop,
     `WALL_FACTOR` times longer (exit 124, or 137 after the KILL: STALLED, the machine's failure, not a 0)."""
@@ -126,7 +127,7 @@ def _batch_script(n: int, nonce: str, timeout_s: float, mem_kb: int, max_mesh_by
 for i in $(seq 0 {n - 1}); do
   cd /work/i$i || exit 3
   rm -f /tmp/o.stl /tmp/e.txt
-  ( ulimit -v {mem_kb}; ulimit -H -t {cpu_s + 1}; ulimit -S -t {cpu_s}
+  ( ulimit -v {mem_kb}; ulimit -S -t {cpu_s}; ulimit -H -t {cpu_s + 1}
     exec timeout -k 2 {WALL_FACTOR * cpu_s} {binary}{flags} -o /tmp/o.stl --export-format binstl model.scad ) \\
     >/tmp/e.txt 2>&1 </dev/null
   rc=$?
