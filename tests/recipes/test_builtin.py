@@ -72,6 +72,7 @@ def test_a_stopped_build_resumes_from_its_last_check_to_the_uninterrupted_base(t
     resumed = ensure_base(cfg, on_eval=lambda step, accuracy: seen.append(step))
     assert seen == [6, 9]  # steps 1-3 were not trained again
     assert (resumed.steps, resumed.accuracy, resumed.in_band) == (whole.steps, whole.accuracy, whole.in_band)
+    assert resumed.resumed_from == 3 and whole.resumed_from is None
     a, b = (load_file(str(x.path / "model.safetensors")) for x in (whole, resumed))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # weight for weight
     meta = json.loads((resumed.path / "base.json").read_text())

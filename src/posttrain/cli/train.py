@@ -232,6 +232,8 @@ def base(
                 rebuild=rebuild,
             )
         how = "cached" if build.cached else f"built in {build.seconds:.0f}s, {build.steps} steps"
+        if not build.cached and build.resumed_from is not None:
+            how += f", resumed from step {build.resumed_from} of a stopped build"
         band = "" if build.in_band else f" [yellow](outside the band {cfg.target_low:.2f}-{cfg.target_high:.2f})[/]"
         err.print(f"base model ({how}): held-out greedy accuracy {build.accuracy:.3f}{band}")
         print(build.path)

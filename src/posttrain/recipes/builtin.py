@@ -104,6 +104,7 @@ class BaseBuild:
     cached: bool  # True when reused from the cache, not built now
     in_band: bool
     by_kind: dict[str, float] | None = None  # held-out greedy pass rate per part kind at the stop (CAD bases)
+    resumed_from: int | None = None  # the step a stopped build was resumed from (None: built in one go)
 
 
 def cache_root(cfg: BaseModelConfig) -> Path:
@@ -919,7 +920,7 @@ def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | No
         if meta_path.exists() and not rebuild:
             meta = json.loads(meta_path.read_text())
             return BaseBuild(final, meta["accuracy"], meta["steps"], meta["seconds"], True, meta["in_band"],
-                             meta.get("by_kind"))
+                             meta.get("by_kind"), meta.get("resumed_from"))
         tmp = root / f".{final.name}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         start = time.perf_counter()
@@ -946,4 +947,4 @@ def ensure_base(cfg: BaseModelConfig, on_eval: Callable[[int, float], None] | No
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         partial.unlink(missing_ok=True)
-        return BaseBuild(final, accuracy, steps, seconds, False, in_band, by_kind)
+        return BaseBuild(final, accuracy, steps, seconds, False, in_band, by_kind, report.get("resumed_from"))
