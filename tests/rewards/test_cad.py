@@ -317,7 +317,7 @@ def test_a_stalled_run_is_counted_apart_never_a_zero():
     from advantages and graded again by a base's band check, not a wrong program."""
     from posttrain.rewards.cad import KILLED, ScadRun, _batch_script, _parse_batch
 
-    assert "ulimit -S -t 10\n" in _batch_script(1, "n", 10.0, 1 << 20, 1 << 20)
+    assert "ulimit -S -t 10; ulimit -H -t 11\n" in _batch_script(1, "n", 10.0, 1 << 20, 1 << 20)
     line = "n 0 {rc} - " + base64.b64encode(b"log").decode()
     assert _parse_batch(line.format(rc=152), "n", 1)[0].status is RunStatus.TIMEOUT  # SIGXCPU: the program's own
     for rc in (124, 137):
