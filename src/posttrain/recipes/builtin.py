@@ -820,14 +820,15 @@ def pretrain_base(
     step, started = 1, time.perf_counter()
     fingerprint = _build_fingerprint(cfg)
     stopped = _load_partial(partial, fingerprint) if partial is not None else None
-    if stopped is not None:
-        model.load_state_dict(stopped["model"])
-        opt.load_state_dict(stopped["opt"])
-        rng.setstate(stopped["rng"])
+    if stopped is not None:  # the state at its last check is that check's replay point, `below`
+        below = stopped["below"]
+        model.load_state_dict(below[0])
+        opt.load_state_dict(below[1])
+        rng.setstate(below[2])
         torch.set_rng_state(stopped["torch_rng"])
-        check_every, below, refined, accuracy = stopped["check_every"], stopped["below"], stopped["refined"], stopped["accuracy"]
-        report.update(stopped["report"], resumed_from=stopped["step"], resumed_seconds=stopped["seconds"])
-        step = stopped["step"] + 1
+        check_every, refined, accuracy = stopped["check_every"], stopped["refined"], stopped["accuracy"]
+        report.update(stopped["report"], resumed_from=below[3], resumed_seconds=stopped["seconds"])
+        step = below[3] + 1
     while step <= cfg.max_steps:
         ids, weight, *more = batch([draw() for _ in range(cfg.batch_size)])  # docs steps: other batches join
         _sgd_step(model, opt, ids, weight, _lr_at(cfg, step), (*(more[0] if more else ()), *episodes()))
@@ -851,11 +852,10 @@ def pretrain_base(
                 break
             # below the band, or inside it with a part kind under `kind_floor`: train on
             below = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), rng.getstate(), step)
-            if partial is not None:
+            if partial is not None:  # `below` is this step's weights, optimizer, data order and step
                 _save_partial(partial, {
-                    "fingerprint": fingerprint, "step": step, "model": model.state_dict(), "opt": opt.state_dict(),
-                    "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), "check_every": check_every,
-                    "below": below, "refined": refined, "accuracy": accuracy,
+                    "fingerprint": fingerprint, "below": below, "torch_rng": torch.get_rng_state(),
+                    "check_every": check_every, "refined": refined, "accuracy": accuracy,
                     "report": {k: v for k, v in report.items() if k not in ("resumed_from", "resumed_seconds")},
                     "seconds": report.get("resumed_seconds", 0.0) + time.perf_counter() - started,
                 })
